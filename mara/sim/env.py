@@ -1,0 +1,320 @@
+"""The batched simulator: E episodes stepped at once (ARCHITECTURE §4).
+
+Shapes: ``[E, K]`` episodes × active slots, ``[E, N]`` episodes × tasks, ``[E, M]`` episodes × nodes.
+
+One step ``t``:
+  1. arrivals with ``arrival == t`` join the FIFO admission queue; the queue head is admitted while
+     fewer than K tasks are active (a task keeps its slot until it leaves);
+  2. the allocator sees the observation and returns, per node, a slot index or ``IDLE`` (-1);
+  3. each chosen task executes one batch; a task succeeds the moment its processed batches reach the
+     first crossing of ε (``need``) — its executable steps are ``arrival <= t < deadline``;
+  4. tasks (active or queued) with ``deadline <= t + 1`` that have not succeeded fail and leave;
+  5. ``t += 1``.
+An episode is done once ``t >= T`` and nothing is active or queued. Observations (loss points) are
+produced every ``obs_every`` processed batches; a predictor re-estimates a task's remaining batches
+only when it gets a new observation (from the 4th on), and the estimate then counts down with service.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mara.curves.bank import NEVER, CurveBank
+from mara.sim.workload import EpisodeBatch
+
+IDLE = -1
+WARMUP_OBS = 4
+
+
+@dataclass
+class Observation:
+    """What allocators see at step t (all arrays per episode and slot; absent slots are zero/False)."""
+
+    t: int
+    present: np.ndarray  # [E, K] bool
+    task: np.ndarray  # [E, K] int task index (arrival order), -1 if empty
+    arrival: np.ndarray  # [E, K] int
+    deadline: np.ndarray  # [E, K] int
+    remaining_time: np.ndarray  # [E, K] int steps still executable (deadline - t)
+    processed: np.ndarray  # [E, K] int batches processed so far
+    n_obs: np.ndarray  # [E, K] int loss observations so far
+    cap_remaining: np.ndarray  # [E, K] int batches left to the generation cap
+    pred_remaining: np.ndarray  # [E, K] float predicted remaining batches (cap_remaining while cold)
+    warmup: np.ndarray  # [E, K] float fraction of the 4-observation warm-up done
+    n_active: np.ndarray  # [E] int
+    n_queued: np.ndarray  # [E] int
+    done: np.ndarray  # [E] bool
+    n_nodes: int
+    max_active: int
+
+
+class BatchedEnv:
+    """Steps every episode of an ``EpisodeBatch`` in lockstep; see the module docstring for the rules."""
+
+    def __init__(
+        self,
+        episodes: EpisodeBatch,
+        bank: CurveBank,
+        n_nodes: int = 7,
+        max_active: int = 10,
+        obs_every: int = 10,
+        predictor=None,
+        beta: float = 0.1,
+        compute_reward: bool = False,
+    ) -> None:
+        if n_nodes < 1:
+            raise ValueError(f"sim.nodes must be >= 1, got {n_nodes}")
+        if max_active < 1:
+            raise ValueError(f"sim.max_active must be >= 1, got {max_active}")
+        if obs_every < 1:
+            raise ValueError(f"sim.obs_every must be >= 1, got {obs_every}")
+        self.ep, self.bank = episodes, bank
+        self.M, self.K, self.obs_every = n_nodes, max_active, obs_every
+        self.predictor, self.beta, self.compute_reward = predictor, beta, compute_reward
+        self.reset()
+
+    # ------------------------------------------------------------------ state
+    def reset(self) -> Observation:
+        ep, E, K, N = self.ep, self.ep.E, self.K, self.ep.N
+        self.t = 0
+        self.rows = np.arange(E)
+        self.status = np.zeros((E, N), dtype=np.int8)  # 0 pending, 1 queued, 2 active, 3 succeeded, 4 failed
+        self.valid = ep.valid
+        self.slot_task = np.full((E, K), IDLE, dtype=np.int64)
+        self.slot_s = np.zeros((E, K), dtype=np.int64)
+        self.slot_need = np.full((E, K), NEVER, dtype=np.int64)
+        self.slot_deadline = np.zeros((E, K), dtype=np.int64)
+        self.slot_arrival = np.zeros((E, K), dtype=np.int64)
+        self.slot_cap = np.ones((E, K), dtype=np.int64)
+        self.slot_pred = np.zeros((E, K), dtype=np.float64)  # estimate at the last observation
+        self.slot_pred_s = np.zeros((E, K), dtype=np.int64)  # processed batches at that observation
+        self.n_queued = np.zeros(E, dtype=np.int64)
+        self.succeeded = np.zeros(E, dtype=np.int64)
+        self.failed = np.zeros(E, dtype=np.int64)
+        self.arrived = np.zeros(E, dtype=np.int64)
+        self.done = np.zeros(E, dtype=bool)
+        # diagnostics
+        self.steps = np.zeros(E, dtype=np.int64)
+        self.busy = np.zeros(E, dtype=np.int64)
+        self.full_steps = np.zeros(E, dtype=np.int64)
+        self.queue_sum = np.zeros(E, dtype=np.int64)
+        self.ready_time = np.full((E, N), -1, dtype=np.int64)
+        self.finish_time = np.full((E, N), -1, dtype=np.int64)
+        # reward potential (§4.3): L0 = loss after the first batch
+        self.slot_L0 = np.full((E, K), np.nan)
+        self.slot_eps = np.ones((E, K))
+        self.slot_row = np.zeros((E, K), dtype=np.int64)
+        self.phi = np.zeros(E)
+        self._arrive_and_admit()
+        return self.observe()
+
+    @property
+    def n_active(self) -> np.ndarray:
+        return (self.slot_task >= 0).sum(axis=1)
+
+    # ------------------------------------------------------------ mechanics
+    def _arrive_and_admit(self) -> None:
+        t, ep = self.t, self.ep
+        new = (ep.arrival == t) & self.valid
+        if new.any():
+            self.status[new] = 1
+            cnt = new.sum(axis=1)
+            self.n_queued += cnt
+            self.arrived += cnt
+        n_free = self.K - self.n_active
+        rows = np.flatnonzero((n_free > 0) & (self.n_queued > 0))
+        if len(rows) == 0:
+            return
+        queued = self.status[rows] == 1  # [R, N]
+        rank = np.cumsum(queued, axis=1)  # 1-based queue position
+        admit = queued & (rank <= n_free[rows, None])
+        free = self.slot_task[rows] < 0  # [R, K]
+        n_admit = admit.sum(axis=1)
+        use = free & (np.cumsum(free, axis=1) <= n_admit[:, None])
+        ar, at = np.nonzero(admit)  # row-major: per row in queue order
+        ur, us = np.nonzero(use)  # per row in slot order; same per-row counts
+        er = rows[ar]
+        self.status[er, at] = 2
+        self.n_queued[rows] -= n_admit
+        self.slot_task[er, us] = at
+        self.slot_s[er, us] = 0
+        self.slot_need[er, us] = ep.need[er, at]
+        self.slot_deadline[er, us] = ep.deadline[er, at]
+        self.slot_arrival[er, us] = ep.arrival[er, at]
+        self.slot_cap[er, us] = ep.cap[er, at]
+        self.slot_eps[er, us] = ep.eps[er, at]
+        self.slot_row[er, us] = ep.curve_row[er, at]
+        self.slot_L0[er, us] = np.nan
+        self.slot_pred[er, us] = 0.0
+        self.slot_pred_s[er, us] = 0
+
+    def observe(self) -> Observation:
+        present = self.slot_task >= 0
+        n_obs = np.minimum(self.slot_s, self.slot_cap) // self.obs_every
+        cap_rem = np.maximum(self.slot_cap - self.slot_s, 0)
+        warm = n_obs >= WARMUP_OBS
+        pred = np.where(warm, np.clip(self.slot_pred - (self.slot_s - self.slot_pred_s), 0, None), cap_rem)
+        return Observation(
+            t=self.t,
+            present=present,
+            task=self.slot_task.copy(),
+            arrival=np.where(present, self.slot_arrival, 0),
+            deadline=np.where(present, self.slot_deadline, 0),
+            remaining_time=np.where(present, self.slot_deadline - self.t, 0),
+            processed=np.where(present, self.slot_s, 0),
+            n_obs=np.where(present, n_obs, 0),
+            cap_remaining=np.where(present, cap_rem, 0),
+            pred_remaining=np.where(present, pred, 0.0).astype(np.float64),
+            warmup=np.where(present, np.minimum(n_obs, WARMUP_OBS) / WARMUP_OBS, 0.0),
+            n_active=present.sum(axis=1),
+            n_queued=self.n_queued.copy(),
+            done=self.done.copy(),
+            n_nodes=self.M,
+            max_active=self.K,
+        )
+
+    def _served_mask(self, actions: np.ndarray) -> np.ndarray:
+        """Validate node actions [E, M] (slot or IDLE) and return the served-slot mask [E, K]."""
+        actions = np.asarray(actions)
+        if actions.shape != (self.ep.E, self.M):
+            raise ValueError(f"actions must have shape (E, M) = {(self.ep.E, self.M)}, got {actions.shape}")
+        if np.any((actions < IDLE) | (actions >= self.K)):
+            raise ValueError("actions must be slot indices in [0, K) or IDLE (-1)")
+        srt = np.sort(actions, axis=1)
+        if np.any((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)):
+            raise ValueError("a task was assigned to two nodes (violates Eq. 2)")
+        served = np.zeros((self.ep.E, self.K + 1), dtype=bool)
+        served[self.rows[:, None], actions] = True  # IDLE lands in the last column
+        served = served[:, : self.K]
+        if np.any(served & (self.slot_task < 0)):
+            raise ValueError("a node was assigned to an empty slot")
+        return served
+
+    def _refresh_predictions(self, new_obs: np.ndarray) -> None:
+        """Re-estimate remaining batches for slots that just got an observation (from the 4th on)."""
+        er, ks = np.nonzero(new_obs)
+        if len(er) == 0:
+            return
+        s = self.slot_s[er, ks]
+        n = s // self.obs_every
+        H = int(n.max())
+        j = np.arange(1, H + 1)
+        pts = np.minimum(j[None, :] * self.obs_every, self.slot_cap[er, ks][:, None]) - 1  # batch index of each point
+        rows = self.slot_row[er, ks]
+        L = self.bank.L[rows[:, None], pts]
+        bs = self.ep.batch_size[er, self.slot_task[er, ks]]
+        S = (pts + 1) * bs[:, None].astype(np.float64)
+        mask = j[None, :] <= n[:, None]
+        L = np.where(mask, L, 0.0)
+        S = np.where(mask, S, 0.0)
+        est = self.predictor.predict_remaining(
+            S, L, n, self.slot_eps[er, ks], np.maximum(self.slot_cap[er, ks] - s, 0), bs, self.ep.lr[er, self.slot_task[er, ks]]
+        )
+        self.slot_pred[er, ks] = est
+        self.slot_pred_s[er, ks] = s
+
+    def _potential(self) -> np.ndarray:
+        """Φ per episode: Σ over active slots of q_k (Eq. 13); tasks not yet served contribute 0. [E]"""
+        present = self.slot_task >= 0
+        started = present & (self.slot_s > 0)
+        idx = np.clip(self.slot_s - 1, 0, None)
+        Lt = self.bank.L[self.slot_row, np.minimum(idx, self.slot_cap - 1)]
+        L0, eps = self.slot_L0, self.slot_eps
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.log(L0 / np.maximum(Lt, eps)) / np.log(L0 / eps)
+        q = np.where(L0 <= eps, 1.0, np.clip(q, 0.0, 1.0))
+        return np.where(started, np.nan_to_num(q), 0.0).sum(axis=1)
+
+    def step(self, actions: np.ndarray):
+        """Advance one step; returns (observation, reward [E], done [E], successes [E])."""
+        t = self.t
+        live = ~self.done
+        served = self._served_mask(actions)
+        self.busy += served.sum(axis=1)
+        self.steps += live
+        self.full_steps += live & (self.n_active >= self.K)
+        self.queue_sum += np.where(live, self.n_queued, 0)
+        self.slot_s += served
+        first = served & (self.slot_s == 1)
+        if first.any():
+            self.slot_L0[first] = self.bank.L[self.slot_row[first], 0]
+        # observations and predictor refresh
+        new_obs = served & (self.slot_s % self.obs_every == 0) & (self.slot_s <= self.slot_cap)
+        if new_obs.any():
+            ready_now = new_obs & (self.slot_s == WARMUP_OBS * self.obs_every)
+            if ready_now.any():
+                er, ks = np.nonzero(ready_now)
+                self.ready_time[er, self.slot_task[er, ks]] = t + 1
+            if self.predictor is not None:
+                self._refresh_predictions(new_obs & (self.slot_s >= WARMUP_OBS * self.obs_every))
+        # successes
+        win = served & (self.slot_s >= self.slot_need)
+        # expiry of active tasks
+        lose = (self.slot_task >= 0) & ~win & (self.slot_deadline <= t + 1)
+        n_win = win.sum(axis=1)
+        if win.any() or lose.any():
+            er, ks = np.nonzero(win)
+            self.status[er, self.slot_task[er, ks]] = 3
+            self.finish_time[er, self.slot_task[er, ks]] = t + 1
+            lr_, lk = np.nonzero(lose)
+            self.status[lr_, self.slot_task[lr_, lk]] = 4
+            self.finish_time[lr_, self.slot_task[lr_, lk]] = t + 1
+            self.succeeded += n_win
+            self.failed += lose.sum(axis=1)
+            gone = win | lose
+            self.slot_task[gone] = IDLE
+            self.slot_need[gone] = NEVER
+            self.slot_s[gone] = 0
+        # expiry in the admission queue
+        if self.n_queued.any():
+            qlose = (self.status == 1) & (self.ep.deadline <= t + 1)
+            if qlose.any():
+                self.status[qlose] = 4
+                c = qlose.sum(axis=1)
+                self.failed += c
+                self.n_queued -= c
+        self.t = t + 1
+        self._arrive_and_admit()
+        self.done = (self.t >= self.ep.n_steps) & (self.n_queued == 0) & (self.slot_task < 0).all(axis=1) & (self.arrived == self.ep.n_tasks)
+        reward = n_win.astype(np.float64)
+        if self.compute_reward:
+            phi_next = self._potential()
+            reward = reward + self.beta * (phi_next - self.phi)
+            self.phi = phi_next
+        return self.observe(), reward, self.done.copy(), n_win
+
+    # ------------------------------------------------------------ metrics
+    def metrics(self) -> dict[str, np.ndarray]:
+        """Per-episode outcome and operational diagnostics (ARCHITECTURE §8). Arrays [E]."""
+        n = self.ep.n_tasks
+        steps = np.maximum(self.steps, 1)
+        ready = np.where(self.ready_time >= 0, self.ready_time - self.ep.arrival, np.nan)
+        with np.errstate(invalid="ignore"):
+            ready_mean = np.nanmean(np.where(self.valid, ready, np.nan), axis=1) if ready.size else np.full(len(n), np.nan)
+        return {
+            "n_tasks": n.copy(),
+            "succeeded": self.succeeded.copy(),
+            "failed": self.failed.copy(),
+            "success_rate": np.where(n > 0, self.succeeded / np.maximum(n, 1), np.nan),
+            "utilization": self.busy / (self.M * steps),
+            "queue_full": self.full_steps / steps,
+            "waiting": self.queue_sum / steps,
+            "ready": ready_mean,
+            "steps": self.steps.copy(),
+        }
+
+
+def run_episodes(env: BatchedEnv, allocator, max_steps: int | None = None) -> dict[str, np.ndarray]:
+    """Roll an allocator through every episode of ``env`` to the end; returns ``env.metrics()``."""
+    obs = env.reset()
+    allocator.reset(env.ep.E)
+    limit = max_steps or (env.ep.horizon + env.ep.n_steps + 2)
+    for _ in range(limit):
+        if env.done.all():
+            break
+        obs, _, _, _ = env.step(allocator.act(obs))
+    else:
+        if not env.done.all():
+            raise RuntimeError(f"episodes did not finish within {limit} steps")
+    return env.metrics()
