@@ -267,3 +267,11 @@ def default_bank_path() -> Path:
     here = Path(__file__).resolve().parent.parent / "data" / "banks"
     zoo = here / "zoo.parquet"
     return zoo if zoo.exists() else here / "parametric.parquet"
+
+
+def shipped_bank_path(name_or_path: str | os.PathLike) -> Path:
+    """A bare name (no '/', no suffix) means a bank shipped in the package; anything else is a path."""
+    s = str(name_or_path)
+    if "/" not in s and not s.endswith(".parquet"):
+        return Path(__file__).resolve().parent.parent / "data" / "banks" / f"{s}.parquet"
+    return Path(s)

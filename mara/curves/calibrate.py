@@ -12,11 +12,11 @@ from mara.curves.bank import CurveBank
 from mara.families import PAPER_FAMILY_PARAMS
 
 
-def _feasible_rate(L: np.ndarray, eps: np.ndarray, budget: np.ndarray) -> float:
-    """Fraction of samples whose curve (rows of L [B, N]) reaches eps [B] within budget [B] batches."""
-    n = L.shape[1]
-    upto = np.arange(1, n + 1)[None, :] <= budget[:, None]
-    return float(((L <= eps[:, None]) & upto).any(axis=1).mean())
+def _best_within_budget(bank: CurveBank, rows: np.ndarray, budget: np.ndarray) -> np.ndarray:
+    """Lowest cumulative-average loss each curve reaches within its budget: min_{s <= B} L(s). [B]"""
+    prefix_min = np.fmin.accumulate(np.nan_to_num(bank.L, nan=np.inf), axis=1)
+    idx = np.minimum(budget, bank.lengths[rows]) - 1
+    return prefix_min[rows, idx]
 
 
 def sample_eps_budget(params: dict, rng: np.random.Generator, n: int, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
@@ -62,16 +62,10 @@ def calibrate_family_params(
             continue
         rng = np.random.default_rng([seed, len(out)])
         pick = rows[rng.integers(0, len(rows), size=n_samples)]
-        L = np.nan_to_num(bank.L[pick], nan=np.inf)
         eps0, budget = sample_eps_budget(base_params[fam], rng, n_samples, 1.0)
-        # feasibility is monotone in the scale: bisect in log space
-        lo, hi = -12.0, 12.0
-        for _ in range(60):
-            mid = 0.5 * (lo + hi)
-            if _feasible_rate(L, eps0 * np.exp(mid), budget) < target:
-                lo = mid
-            else:
-                hi = mid
-        out[fam] = scale_params(base_params[fam], float(np.exp(hi)))
-        out[fam]["feasible_rate"] = round(_feasible_rate(L, eps0 * np.exp(hi), budget), 4)
+        # a sample is feasible at scale c iff c * eps0 >= min_{s<=B} L(s): the target rate is a quantile
+        need_scale = _best_within_budget(bank, pick, budget) / eps0
+        scale = float(np.quantile(need_scale, target, method="inverted_cdf"))
+        out[fam] = scale_params(base_params[fam], scale)
+        out[fam]["feasible_rate"] = round(float(np.mean(need_scale <= scale)), 4)
     return out

@@ -16,7 +16,7 @@ only when it gets a new observation (from the 4th on), and the estimate then cou
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -27,26 +27,64 @@ IDLE = -1
 WARMUP_OBS = 4
 
 
-@dataclass
 class Observation:
-    """What allocators see at step t (all arrays per episode and slot; absent slots are zero/False)."""
+    """What allocators see at step t: per episode and slot arrays ``[E, K]`` (absent slots are 0/False).
 
-    t: int
-    present: np.ndarray  # [E, K] bool
-    task: np.ndarray  # [E, K] int task index (arrival order), -1 if empty
-    arrival: np.ndarray  # [E, K] int
-    deadline: np.ndarray  # [E, K] int
-    remaining_time: np.ndarray  # [E, K] int steps still executable (deadline - t)
-    processed: np.ndarray  # [E, K] int batches processed so far
-    n_obs: np.ndarray  # [E, K] int loss observations so far
-    cap_remaining: np.ndarray  # [E, K] int batches left to the generation cap
-    pred_remaining: np.ndarray  # [E, K] float predicted remaining batches (cap_remaining while cold)
-    warmup: np.ndarray  # [E, K] float fraction of the 4-observation warm-up done
-    n_active: np.ndarray  # [E] int
-    n_queued: np.ndarray  # [E] int
-    done: np.ndarray  # [E] bool
-    n_nodes: int
-    max_active: int
+    Built from a snapshot of the simulator state; derived fields are computed on first access, so an
+    allocator pays only for what it reads.
+    """
+
+    def __init__(self, t, slot_task, slot_s, slot_arrival, slot_deadline, slot_cap, slot_pred, slot_pred_s, n_queued, done, n_nodes, max_active, obs_every):
+        self.t = t
+        self.task = slot_task  # [E, K] int task index (arrival order), -1 if empty
+        self.present = slot_task >= 0  # [E, K] bool
+        self._s, self._arr, self._dl, self._cap = slot_s, slot_arrival, slot_deadline, slot_cap
+        self._pred, self._pred_s, self._every = slot_pred, slot_pred_s, obs_every
+        self.n_queued = n_queued  # [E] int
+        self.done = done  # [E] bool
+        self.n_nodes = n_nodes
+        self.max_active = max_active
+
+    def _mask(self, a, fill=0):
+        return np.where(self.present, a, fill)
+
+    @cached_property
+    def n_active(self) -> np.ndarray:  # [E]
+        return self.present.sum(axis=1)
+
+    @cached_property
+    def arrival(self) -> np.ndarray:  # [E, K] int
+        return self._mask(self._arr)
+
+    @cached_property
+    def deadline(self) -> np.ndarray:  # [E, K] int
+        return self._mask(self._dl)
+
+    @cached_property
+    def remaining_time(self) -> np.ndarray:  # [E, K] int steps still executable (deadline - t)
+        return self._mask(self._dl - self.t)
+
+    @cached_property
+    def processed(self) -> np.ndarray:  # [E, K] int batches processed so far
+        return self._mask(self._s)
+
+    @cached_property
+    def n_obs(self) -> np.ndarray:  # [E, K] int loss observations so far
+        return self._mask(np.minimum(self._s, self._cap) // self._every)
+
+    @cached_property
+    def cap_remaining(self) -> np.ndarray:  # [E, K] int batches left to the generation cap
+        return self._mask(np.maximum(self._cap - self._s, 0))
+
+    @cached_property
+    def pred_remaining(self) -> np.ndarray:  # [E, K] float predicted remaining batches (cap_remaining while cold)
+        warm = self.n_obs >= WARMUP_OBS
+        est = np.clip(self._pred - (self._s - self._pred_s), 0, None)
+        return np.where(warm, est, self.cap_remaining).astype(np.float64)
+
+    @cached_property
+    def warmup(self) -> np.ndarray:  # [E, K] float fraction of the 4-observation warm-up done
+        return np.minimum(self.n_obs, WARMUP_OBS) / WARMUP_OBS
 
 
 class BatchedEnv:
@@ -150,28 +188,10 @@ class BatchedEnv:
         self.slot_pred_s[er, us] = 0
 
     def observe(self) -> Observation:
-        present = self.slot_task >= 0
-        n_obs = np.minimum(self.slot_s, self.slot_cap) // self.obs_every
-        cap_rem = np.maximum(self.slot_cap - self.slot_s, 0)
-        warm = n_obs >= WARMUP_OBS
-        pred = np.where(warm, np.clip(self.slot_pred - (self.slot_s - self.slot_pred_s), 0, None), cap_rem)
         return Observation(
-            t=self.t,
-            present=present,
-            task=self.slot_task.copy(),
-            arrival=np.where(present, self.slot_arrival, 0),
-            deadline=np.where(present, self.slot_deadline, 0),
-            remaining_time=np.where(present, self.slot_deadline - self.t, 0),
-            processed=np.where(present, self.slot_s, 0),
-            n_obs=np.where(present, n_obs, 0),
-            cap_remaining=np.where(present, cap_rem, 0),
-            pred_remaining=np.where(present, pred, 0.0).astype(np.float64),
-            warmup=np.where(present, np.minimum(n_obs, WARMUP_OBS) / WARMUP_OBS, 0.0),
-            n_active=present.sum(axis=1),
-            n_queued=self.n_queued.copy(),
-            done=self.done.copy(),
-            n_nodes=self.M,
-            max_active=self.K,
+            self.t, self.slot_task.copy(), self.slot_s.copy(), self.slot_arrival.copy(), self.slot_deadline.copy(),
+            self.slot_cap.copy(), self.slot_pred.copy(), self.slot_pred_s.copy(), self.n_queued.copy(), self.done.copy(),
+            self.M, self.K, self.obs_every,
         )
 
     def _served_mask(self, actions: np.ndarray) -> np.ndarray:
@@ -289,9 +309,10 @@ class BatchedEnv:
         """Per-episode outcome and operational diagnostics (ARCHITECTURE §8). Arrays [E]."""
         n = self.ep.n_tasks
         steps = np.maximum(self.steps, 1)
-        ready = np.where(self.ready_time >= 0, self.ready_time - self.ep.arrival, np.nan)
-        with np.errstate(invalid="ignore"):
-            ready_mean = np.nanmean(np.where(self.valid, ready, np.nan), axis=1) if ready.size else np.full(len(n), np.nan)
+        reached = (self.ready_time >= 0) & self.valid
+        n_ready = reached.sum(axis=1)
+        ready_sum = np.where(reached, self.ready_time - self.ep.arrival, 0).sum(axis=1)
+        ready_mean = np.where(n_ready > 0, ready_sum / np.maximum(n_ready, 1), np.nan)
         return {
             "n_tasks": n.copy(),
             "succeeded": self.succeeded.copy(),

@@ -119,9 +119,10 @@ def episode_rng(root: int, task_set: str, load: float, episode: int) -> np.rando
     return np.random.default_rng(np.random.SeedSequence(int(root), spawn_key=key))
 
 
-def _from_tasks(tasks: list[list[dict]], bank: CurveBank, meta: dict, n_steps: int) -> EpisodeBatch:
+def episodes_from_tasks(tasks: list[list[dict]], bank: CurveBank, meta: dict | None = None, n_steps: int = 500) -> EpisodeBatch:
     """Pack per-episode task dicts (arrival, budget, eps, curve_row, family) into an EpisodeBatch."""
     E = len(tasks)
+    meta = meta or {"task_set": ["custom"] * E, "load": [0.0] * E, "root": [0] * E, "episode": list(range(E))}
     N = max(1, max((len(t) for t in tasks), default=1))
     b = EpisodeBatch(
         n_tasks=np.array([len(t) for t in tasks], dtype=np.int64),
@@ -193,7 +194,7 @@ def generate_episodes(
         meta["load"].append(load)
         meta["root"].append(root)
         meta["episode"].append(ep)
-    return _from_tasks(tasks, bank, meta, n_steps)
+    return episodes_from_tasks(tasks, bank, meta, n_steps)
 
 
 def generate_stress_episodes(
@@ -240,7 +241,7 @@ def generate_stress_episodes(
         meta["load"].append(0.0)
         meta["root"].append(root)
         meta["episode"].append(ep)
-    batch = _from_tasks(tasks, bank, meta, n_steps=short_arrival + 1)
+    batch = episodes_from_tasks(tasks, bank, meta, n_steps=short_arrival + 1)
     return batch
 
 

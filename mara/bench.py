@@ -1,0 +1,98 @@
+"""``python -m mara.bench``: speed of the batched simulator and of the rule-based protocol.
+
+Prints env-steps per second (one step of one episode = one env-step) under FIFO at E = 1, 64 and
+1024 episodes, and the wall time of the full rule-based protocol (FIFO, EDF, Oracle over 3 task sets ×
+4 loads × 5 roots × 12 episodes, episode generation included). Targets on the 2-core reference
+machine: ≥ 500,000 env-steps/s at E = 1024; protocol < 60 s. ``--clairvoyant`` adds the Clairvoyant
+bound over the p = 0.04 protocol (target < 10 minutes); ``--predictors`` adds batched predictor latency.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from mara.allocators.rules import EDF, FIFO
+from mara.curves.bank import default_bank_path, load_bank, shipped_bank_path
+from mara.sim.env import BatchedEnv
+from mara.sim.workload import PAPER_TASK_SETS, EpisodeBatch, generate_episodes
+
+
+def env_steps_per_second(bank, E: int, load: float = 0.04, repeats: int = 1) -> tuple[float, int]:
+    """Best-of-``repeats`` env-steps/s of FIFO over E ID episodes (episode generation not timed)."""
+    ep = generate_episodes(bank, bank.family_params, PAPER_TASK_SETS["ID"], load, root=12345, n_episodes=E)
+    best, n_steps = 0.0, 0
+    for _ in range(repeats):
+        env, alloc = BatchedEnv(ep, bank), FIFO()
+        obs = env.reset()
+        t0, steps = time.perf_counter(), 0
+        while not env.done.all():
+            obs, _, _, _ = env.step(alloc.act(obs))
+            steps += 1
+        dt = time.perf_counter() - t0
+        best = max(best, steps * E / dt)
+        n_steps = steps
+    return best, n_steps
+
+
+def rule_protocol_seconds(bank, loads=(0.04, 0.05, 0.06, 0.07), roots=5, episodes=12) -> tuple[float, dict]:
+    """Wall time of FIFO, EDF and Oracle over the whole protocol; returns (seconds, mean success %)."""
+    t0 = time.perf_counter()
+    ep = EpisodeBatch.concat(
+        [generate_episodes(bank, bank.family_params, ts, p, r, episodes) for ts in PAPER_TASK_SETS.values() for p in loads for r in range(roots)]
+    )
+    rates = {}
+    for alloc in (FIFO(), EDF()):
+        env = BatchedEnv(ep, bank)
+        obs = env.reset()
+        while not env.done.all():
+            obs, _, _, _ = env.step(alloc.act(obs))
+        rates[alloc.name] = 100 * float(np.mean(env.metrics()["success_rate"]))
+    rates["Oracle"] = 100 * float(np.mean(ep.oracle_successes() / ep.n_tasks))
+    return time.perf_counter() - t0, rates
+
+
+def clairvoyant_seconds(bank, roots=5, episodes=12, time_limit_s=10.0) -> tuple[float, int, int]:
+    """Wall time of Clairvoyant over the p = 0.04 protocol; returns (seconds, optimal count, episodes)."""
+    from mara.allocators.clairvoyant import clairvoyant_batch
+
+    ep = EpisodeBatch.concat([generate_episodes(bank, bank.family_params, ts, 0.04, r, episodes) for ts in PAPER_TASK_SETS.values() for r in range(roots)])
+    t0 = time.perf_counter()
+    res = clairvoyant_batch(ep.arrival, ep.deadline, ep.need, ep.n_tasks, n_nodes=7, time_limit_s=time_limit_s)
+    return time.perf_counter() - t0, sum(r.optimal for r in res), len(res)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description="MARA benchmarks (simulator and protocol speed)")
+    ap.add_argument("--bank", default=None, help="bank path or shipped name (default: the shipped default bank)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--clairvoyant", action="store_true", help="also time Clairvoyant over the p=0.04 protocol")
+    ap.add_argument("--predictors", action="store_true", help="also time batched predictor inference")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test of the benchmark itself)")
+    args = ap.parse_args(argv)
+    bank = load_bank(shipped_bank_path(args.bank) if args.bank else default_bank_path())
+    print(f"bank: {bank.path} ({len(bank)} curves)")
+    print(f"{'benchmark':<44}{'value':>16}  target")
+    sizes = (1, 8) if args.quick else (1, 64, 1024)
+    for E in sizes:
+        sps, steps = env_steps_per_second(bank, E, repeats=args.repeats if E < 1024 else max(1, args.repeats - 1))
+        target = ">= 500,000" if E == 1024 else ""
+        print(f"{f'simulator FIFO env-steps/s, E={E} ({steps} steps)':<44}{sps:>16,.0f}  {target}")
+    roots, episodes = (1, 2) if args.quick else (5, 12)
+    secs, rates = rule_protocol_seconds(bank, roots=roots, episodes=episodes)
+    n_ep = 3 * 4 * roots * episodes
+    print(f"{f'rule protocol FIFO+EDF+Oracle, {n_ep} episodes (s)':<44}{secs:>16.2f}  < 60")
+    print(f"{'  mean success (%)':<44}{'  '.join(f'{k} {v:.1f}' for k, v in rates.items()):>16}")
+    if args.clairvoyant:
+        secs, n_opt, n = clairvoyant_seconds(bank, roots=roots, episodes=episodes)
+        print(f"{f'Clairvoyant p=0.04, {n} episodes (s)':<44}{secs:>16.2f}  < 600   ({n_opt}/{n} proven optimal)")
+    if args.predictors:
+        from mara.predictors.bench import predictor_latency_lines
+
+        for line in predictor_latency_lines(bank):
+            print(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""Method configs: ``conf/method/<NAME>.yaml`` resolved by name, and the objects they build.
+
+A method config has ``name``, ``kind`` (``policy`` acts in the simulator; ``bound`` is computed from
+the episode), ``predictor`` (``null|wls|fm``: the simulator's remaining-demand predictor) and, for
+policies, ``allocator`` (a Hydra ``_target_`` spec). ``checkpoints: [{train_seed, ckpt_path}, ...]``
+evaluates one allocator per training seed (learned policies).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+
+class ConfigError(ValueError):
+    """A configuration mistake, reported as one line by the entry points."""
+
+
+def available_methods() -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / "method").glob("*.yaml"))
+
+
+def load_method_cfg(name: str, overrides: DictConfig | dict | None = None) -> DictConfig:
+    """The method config for ``name`` (exact file stem), merged with per-method ``overrides``."""
+    path = CONF_DIR / "method" / f"{name}.yaml"
+    if not path.exists():
+        raise ConfigError(f"unknown method {name!r}; available: {', '.join(available_methods())}")
+    cfg = OmegaConf.load(path)
+    if overrides:
+        cfg = OmegaConf.merge(cfg, overrides)
+    if cfg.get("kind") not in ("policy", "bound"):
+        raise ConfigError(f"method {name!r}: kind must be 'policy' or 'bound', got {cfg.get('kind')!r}")
+    return cfg
+
+
+def build_allocators(cfg: DictConfig) -> list[tuple[int | None, object]]:
+    """Instantiate a policy method's allocator(s): ``[(train_seed or None, allocator), ...]``."""
+    from hydra.utils import instantiate
+
+    if "allocator" not in cfg:
+        raise ConfigError(f"method {cfg.name!r}: policy without an 'allocator' entry")
+    ckpts = cfg.get("checkpoints")
+    try:
+        if not ckpts:
+            return [(None, instantiate(cfg.allocator))]
+        return [(int(c.train_seed), instantiate(cfg.allocator, ckpt_path=c.ckpt_path)) for c in ckpts]
+    except Exception as exc:  # instantiate wraps user errors; keep the message one line
+        cause = exc.__cause__ or exc
+        raise ConfigError(f"method {cfg.name!r}: cannot build allocator: {cause}") from None

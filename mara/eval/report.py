@@ -1,0 +1,154 @@
+"""Results files: ``results.json`` (schema mara.results/1), ``results.md``, figures, TensorBoard scalars."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from mara.eval.metrics import summarize, summarize_diagnostics
+
+SCHEMA = "mara.results/1"
+PAPER_ORDER = ["MARA", "MARA-WLS", "MARA-sparse", "LARA", "LARA-FM", "FIFO", "EDF", "Oracle", "Clairvoyant"]
+
+
+def _fmt(cell) -> str:
+    if not cell or cell.get("mean") is None:
+        return "–"
+    return f"{cell['mean']:.2f} ± {cell['std']:.2f}"
+
+
+def _ordered(methods) -> list[str]:
+    known = [m for m in PAPER_ORDER if m in methods]
+    return known + sorted(m for m in methods if m not in PAPER_ORDER)
+
+
+def build_results(rows: list[dict], extra: dict | None = None) -> dict:
+    """The results dict: rows, success-rate summary, diagnostics (and any extra sections)."""
+    res = {"schema": SCHEMA, "rows": rows, "summary": summarize(rows), "diagnostics": summarize_diagnostics(rows)}
+    res.update(extra or {})
+    return res
+
+
+def results_markdown(res: dict, title: str = "Evaluation") -> str:
+    """Tables like the paper's: per load, task sets × methods (mean ± sample std of success rate, %)."""
+    summary = res["summary"]
+    methods = _ordered(summary.keys())
+    loads = sorted({ld for m in summary.values() for ts in m.values() for ld in ts}, key=float)
+    task_sets = []
+    for m in methods:
+        for ts in summary[m]:
+            if ts not in task_sets and ts != "Average":
+                task_sets.append(ts)
+    if any("Average" in summary[m] for m in methods):
+        task_sets.append("Average")
+    lines = [f"# {title}", ""]
+    for load in loads:
+        lines += [f"## Success rate (%) at p = {load}", "", "| Task set | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
+        for ts in task_sets:
+            lines.append(f"| {ts} | " + " | ".join(_fmt(summary[m].get(ts, {}).get(load)) for m in methods) + " |")
+        lines.append("")
+    if len(loads) > 1:
+        lines += ["## Average success rate (%) by load", "", "| Method | " + " | ".join(f"p={ld}" for ld in loads) + " |", "|---" * (len(loads) + 1) + "|"]
+        for m in methods:
+            key = "Average" if "Average" in summary[m] else next(iter(summary[m]))
+            lines.append(f"| {m} | " + " | ".join(_fmt(summary[m][key].get(ld)) for ld in loads) + " |")
+        lines.append("")
+    diag = res.get("diagnostics") or {}
+    diag_methods = [m for m in methods if diag.get(m, {}).get("utilization", {}).get("mean") is not None]
+    if diag_methods:
+        lines += ["## Operational diagnostics (all loads and task sets)", "", "| Method | Util. (%) | Queue full (%) | Waiting | Ready |", "|---|---|---|---|---|"]
+        for m in diag_methods:
+            d = diag[m]
+            lines.append(f"| {m} | {_fmt(d['utilization'])} | {_fmt(d['queue_full'])} | {_fmt(d['waiting'])} | {_fmt(d['ready'])} |")
+        lines.append("")
+    if res.get("timings"):
+        lines += ["## Wall time (s)", "", "| Method | seconds |", "|---|---|"]
+        lines += [f"| {m} | {t:.2f} |" for m, t in res["timings"].items()]
+        lines.append("")
+    if res.get("clairvoyant"):
+        c = res["clairvoyant"]
+        lines += [
+            "Clairvoyant relaxes the admission limit K (a true upper bound); "
+            f"{c['n_optimal']}/{c['n_episodes']} episodes solved to proven optimality, "
+            f"total solve time {c['solve_time_s']:.1f} s (max {c['max_solve_time_s']:.2f} s per episode).",
+            "",
+        ]
+    if res.get("prediction_markdown"):
+        lines += [res["prediction_markdown"], ""]
+    return "\n".join(lines)
+
+
+def plot_load_curve(res: dict, path: Path) -> Path | None:
+    """Figure 4: average success rate vs load per method, ±1 sample std band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summary = res["summary"]
+    loads = sorted({float(ld) for m in summary.values() for ts in m.values() for ld in ts})
+    if len(loads) < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for m in _ordered(summary.keys()):
+        key = "Average" if "Average" in summary[m] else next(iter(summary[m]))
+        cells = [summary[m][key].get(f"{ld:g}") for ld in loads]
+        xs = [ld for ld, c in zip(loads, cells) if c and c["mean"] is not None]
+        mu = np.array([c["mean"] for c in cells if c and c["mean"] is not None])
+        sd = np.array([c["std"] for c in cells if c and c["mean"] is not None])
+        style = "--" if m in ("Oracle", "Clairvoyant") else "-"
+        ax.plot(xs, mu, style, marker="o", label=m)
+        ax.fill_between(xs, mu - sd, mu + sd, alpha=0.15)
+    ax.set_xlabel("arrival probability p")
+    ax.set_ylabel("success rate (%)")
+    ax.set_title("Load generalisation (mean ± 1 sd over roots)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def log_tensorboard(res: dict, out_dir: Path) -> None:
+    """Summary success rates as TensorBoard scalars (x axis: load in percent)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except Exception:  # tensorboard missing: results files still written
+        return
+    with SummaryWriter(log_dir=str(out_dir / "tb")) as w:
+        for m, per_ts in res["summary"].items():
+            for ts, per_load in per_ts.items():
+                for ld, cell in per_load.items():
+                    if cell["mean"] is not None:
+                        w.add_scalar(f"eval/success_rate/{ts}/{m}", cell["mean"], global_step=int(round(float(ld) * 100)))
+
+
+def write_results(res: dict, out_dir: Path, title: str = "Evaluation", tensorboard: bool = True) -> dict[str, Path]:
+    """Write results.json, results.md, the load figure and TensorBoard scalars into ``out_dir``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / "results.json", "md": out_dir / "results.md"}
+    clean = {k: v for k, v in res.items() if k != "prediction_markdown"}
+    paths["json"].write_text(json.dumps(clean, indent=1, default=_json_default))
+    paths["md"].write_text(results_markdown(res, title))
+    fig = plot_load_curve(res, out_dir / "success_vs_load.png")
+    if fig:
+        paths["figure"] = fig
+    if tensorboard:
+        log_tensorboard(res, out_dir)
+    return paths
+
+
+def _json_default(x):
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating,)):
+        return float(x)
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, (np.bool_,)):
+        return bool(x)
+    raise TypeError(f"not JSON serialisable: {type(x)}")

@@ -1,0 +1,220 @@
+"""Evaluation runner: methods × task sets × loads × roots × episodes on identical episodes.
+
+All (task set, load, root, episode) combinations are stacked into one ``EpisodeBatch`` and every
+policy runs over the whole stack in one batched simulator, so each method sees exactly the same
+episodes and curves. Bounds (Oracle, Clairvoyant) are computed from the same stack.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from mara.curves.bank import BankError, CurveBank, load_bank
+from mara.eval.methods import ConfigError, build_allocators, load_method_cfg
+from mara.sim.env import BatchedEnv
+from mara.sim.workload import (
+    EpisodeBatch,
+    TaskSet,
+    check_family_params_cover,
+    generate_episodes,
+    generate_stress_episodes,
+)
+
+ROW_KEYS = ("n_tasks", "succeeded", "success_rate", "utilization", "queue_full", "waiting", "ready")
+
+
+@dataclass
+class EvalProtocol:
+    """Which episodes to evaluate on."""
+
+    task_sets: list[str]
+    loads: list[float]
+    roots: list[int]
+    episodes: int = 12
+    scenario: str = "random"
+
+
+def resolve_roots(roots) -> list[int]:
+    """``eval.roots``: an int n means roots 0..n-1; a list is taken as is."""
+    if isinstance(roots, int):
+        if roots < 1:
+            raise ConfigError(f"eval.roots must be >= 1 (or a list of roots), got {roots}")
+        return list(range(roots))
+    return [int(r) for r in roots]
+
+
+def task_sets_from_cfg(cfg: DictConfig) -> dict[str, TaskSet]:
+    """TaskSet objects from ``cfg.tasksets`` (conf/taskset/*.yaml)."""
+    out = {}
+    for name, ts in cfg.tasksets.items():
+        out[name] = TaskSet(name=ts.name, families=tuple(ts.families), ood_family=ts.get("ood_family"), ood_prob=float(ts.get("ood_prob", 0.0)))
+    return out
+
+
+def validate_sim_cfg(sim: DictConfig) -> None:
+    """One-line errors for impossible simulator settings."""
+    for p in sim.loads:
+        if not 0.0 <= float(p) <= 1.0:
+            raise ConfigError(f"sim.loads: arrival probability p must lie in [0, 1], got {p}")
+    if int(sim.nodes) < 1:
+        raise ConfigError(f"sim.nodes must be >= 1, got {sim.nodes}")
+    if int(sim.max_active) < 1:
+        raise ConfigError(f"sim.max_active must be >= 1, got {sim.max_active}")
+    if int(sim.steps) < 1:
+        raise ConfigError(f"sim.steps must be >= 1, got {sim.steps}")
+
+
+def family_params_from_cfg(cfg: DictConfig, bank: CurveBank, families) -> dict:
+    """The ε/budget table: the bank's own calibrated one unless ``family_params`` names a table."""
+    fp = cfg.get("family_params")
+    table = None if fp is None or fp.get("from_bank", False) else OmegaConf.to_container(fp.table, resolve=True)
+    try:
+        return check_family_params_cover(bank, table, families, where="family_params")
+    except BankError:
+        raise
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def build_episodes(cfg: DictConfig, bank: CurveBank, protocol: EvalProtocol) -> EpisodeBatch:
+    """Stack every (task set, load, root) group of ``protocol`` into one EpisodeBatch."""
+    sim = cfg.sim
+    if protocol.scenario == "stress":
+        sc = cfg.scenario
+        batches = [
+            generate_stress_episodes(
+                bank, root, protocol.episodes, int(sc.n_infeasible), int(sc.n_short), int(sc.short_arrival),
+                int(sc.infeasible_budget), int(sc.short_budget), tuple(sc.short_need),
+            )
+            for root in protocol.roots
+        ]
+        return EpisodeBatch.concat(batches)
+    task_sets = task_sets_from_cfg(cfg)
+    unknown = [t for t in protocol.task_sets if t not in task_sets]
+    if unknown:
+        raise ConfigError(f"unknown task set(s) {', '.join(unknown)}; configured: {', '.join(task_sets)}")
+    needed = sorted({f for t in protocol.task_sets for f in task_sets[t].all_families})
+    table = family_params_from_cfg(cfg, bank, needed)
+    batches = [
+        generate_episodes(bank, table, task_sets[ts], float(load), root, protocol.episodes, int(sim.steps))
+        for ts in protocol.task_sets
+        for load in protocol.loads
+        for root in protocol.roots
+    ]
+    return EpisodeBatch.concat(batches)
+
+
+def build_predictor_by_name(name: str | None, cfg: DictConfig, cache: dict):
+    """The simulator predictor a method asks for (``None``, ``wls`` or ``fm``), built once per run."""
+    if name is None:
+        return None
+    if name not in cache:
+        preds = cfg.get("predictors") or {}
+        if name not in preds:
+            raise ConfigError(f"predictor {name!r} is not configured (known: {', '.join(preds) or 'none'})")
+        try:
+            from mara.predictors import build_predictor
+        except ImportError as exc:
+            raise ConfigError(f"predictor {name!r} unavailable: {exc}") from None
+        cache[name] = build_predictor(preds[name])
+    return cache[name]
+
+
+def _rows_from_metrics(method: str, ep: EpisodeBatch, metrics: dict, train_seed=None, extra=None) -> list[dict]:
+    rows = []
+    for e in range(ep.E):
+        row = {
+            "method": method,
+            "task_set": ep.task_set[e],
+            "load": float(ep.load[e]),
+            "root": int(ep.root[e]),
+            "train_seed": train_seed,
+            "episode": int(ep.episode[e]),
+        }
+        for k in ROW_KEYS:
+            v = metrics.get(k)
+            if v is None:
+                row[k] = None
+            else:
+                x = v[e].item() if hasattr(v[e], "item") else v[e]
+                row[k] = None if isinstance(x, float) and not np.isfinite(x) else x
+        if extra:
+            for k, v in extra.items():
+                row[k] = v[e] if isinstance(v, (list, np.ndarray)) else v
+        rows.append(row)
+    return rows
+
+
+def run_policy(allocator, ep: EpisodeBatch, bank: CurveBank, sim: DictConfig, predictor=None) -> dict:
+    """Per-episode metrics of one allocator over all episodes (one batched simulator)."""
+    env = BatchedEnv(ep, bank, int(sim.nodes), int(sim.max_active), int(sim.obs_every), predictor=predictor)
+    obs = env.reset()
+    allocator.reset(ep.E)
+    limit = ep.horizon + ep.n_steps + 2
+    for _ in range(limit):
+        if env.done.all():
+            break
+        obs, _, _, _ = env.step(allocator.act(obs))
+    return env.metrics()
+
+
+def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: DictConfig) -> tuple[dict, dict]:
+    """Per-episode successes of a bound; returns (metrics, extra row fields)."""
+    n = ep.n_tasks
+    if name == "Oracle":
+        succ = ep.oracle_successes()
+        extra = {}
+    elif name == "Clairvoyant":
+        from mara.allocators.clairvoyant import clairvoyant_batch
+
+        res = clairvoyant_batch(ep.arrival, ep.deadline, ep.need, ep.n_tasks, n_nodes=int(sim.nodes), time_limit_s=float(mcfg.get("time_limit_s", 10.0)))
+        succ = np.array([r.upper_bound for r in res])
+        extra = {"optimal": [bool(r.optimal) for r in res], "solve_time_s": [float(r.solve_time_s) for r in res]}
+    else:
+        raise ConfigError(f"unknown bound {name!r} (known: Oracle, Clairvoyant)")
+    metrics = {"n_tasks": n, "succeeded": succ, "success_rate": np.where(n > 0, succ / np.maximum(n, 1), np.nan)}
+    return metrics, extra
+
+
+def evaluate_methods(methods: list[str], ep: EpisodeBatch, bank: CurveBank, cfg: DictConfig, progress=None, log=print) -> tuple[list[dict], dict]:
+    """Evaluate each named method on the same episodes; returns (rows, timings in seconds)."""
+    cfgs = [load_method_cfg(m, (cfg.get("method_overrides") or {}).get(m)) for m in methods]  # fail fast on names
+    rows, timings, predictors = [], {}, {}
+    for name, mcfg in zip(methods, cfgs):
+        t0 = time.perf_counter()
+        if mcfg.kind == "bound":
+            metrics, extra = run_bound(name, mcfg, ep, cfg.sim)
+            rows += _rows_from_metrics(name, ep, metrics, extra=extra)
+        else:
+            predictor = build_predictor_by_name(mcfg.get("predictor"), cfg, predictors)
+            for seed, alloc in build_allocators(mcfg):
+                rows += _rows_from_metrics(name, ep, run_policy(alloc, ep, bank, cfg.sim, predictor), train_seed=seed)
+        timings[name] = time.perf_counter() - t0
+        if progress is not None:
+            progress(name)
+        log(f"  {name:<12} {timings[name]:8.2f} s")
+    return rows, timings
+
+
+def protocol_from_cfg(cfg: DictConfig) -> EvalProtocol:
+    scenario = cfg.scenario.name if cfg.get("scenario") else "random"
+    validate_sim_cfg(cfg.sim)
+    if int(cfg.eval.episodes) < 1:
+        raise ConfigError(f"eval.episodes must be >= 1, got {cfg.eval.episodes}")
+    return EvalProtocol(
+        task_sets=list(cfg.eval.task_sets),
+        loads=[float(x) for x in cfg.sim.loads],
+        roots=resolve_roots(OmegaConf.to_container(cfg.eval.roots) if OmegaConf.is_config(cfg.eval.roots) else cfg.eval.roots),
+        episodes=int(cfg.eval.episodes),
+        scenario=scenario,
+    )
+
+
+def load_bank_from_cfg(cfg: DictConfig) -> CurveBank:
+    from mara.curves.bank import default_bank_path, shipped_bank_path
+
+    path = cfg.bank.get("path")
+    return load_bank(shipped_bank_path(path) if path else default_bank_path())

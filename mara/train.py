@@ -1,0 +1,107 @@
+"""``python -m mara.train``: the staged MARA pipeline (paper Algorithm 1) on the configured bank.
+
+Stages (``stage=all`` runs them in order):
+  ``predictor`` — train the flow-matching predictor (skipped for ``predictor=wls`` or a given
+                  ``predictor.ckpt_path``) → ``<run>/predictor/fm.ckpt``;
+  ``policy``    — train the MAT allocator with PPO against the frozen predictor → ``<run>/policy/``;
+  ``evaluate``  — evaluate the trained policy next to every baseline on identical episodes.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from mara.cli import output_dir, run_cli
+from mara.eval.methods import ConfigError
+
+STAGES = ("all", "predictor", "policy", "evaluate")
+
+
+def _available(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def _stage_cfg(cfg: DictConfig, out: Path) -> DictConfig:
+    c = cfg.copy()
+    with open_dict(c):
+        c.paths.output_dir = str(out)
+    return c
+
+
+def train(cfg: DictConfig) -> dict:
+    """Run the configured stages; returns a dict of what each stage produced."""
+    stage = cfg.get("stage", "all")
+    if stage not in STAGES:
+        raise ConfigError(f"stage must be one of {', '.join(STAGES)}, got {stage!r}")
+    if cfg.get("reward", "dense") not in ("dense", "sparse"):
+        raise ConfigError(f"reward must be 'dense' or 'sparse', got {cfg.reward!r}")
+    out = output_dir(cfg)
+    result: dict = {"output_dir": str(out)}
+    run = lambda s: stage in ("all", s)  # noqa: E731
+    pred_name = cfg.predictor.get("name", "fm")
+
+    if run("predictor") and pred_name == "fm" and not (stage == "all" and cfg.predictor.get("ckpt_path")):
+        from mara.predictors.train import train_predictor
+
+        result["predictor"] = train_predictor(_stage_cfg(cfg, out / "predictor"))
+        ckpt = result["predictor"].get("fm_ckpt")
+        if ckpt:
+            with open_dict(cfg):
+                cfg.predictor.ckpt_path = ckpt
+                if "predictors" in cfg and "fm" in cfg.predictors:
+                    cfg.predictors.fm.ckpt_path = ckpt
+
+    if run("policy"):
+        if not _available("mara.mat.train"):
+            raise ConfigError("the policy stage needs mara.mat (MAT-PPO), which this checkout does not have")
+        from mara.mat.train import train_policy
+
+        result["policy"] = train_policy(_stage_cfg(cfg, out / "policy"))
+
+    if run("evaluate"):
+        from mara.evaluate import evaluate
+
+        methods = []
+        overrides = OmegaConf.to_container(cfg.method_overrides, resolve=True) if cfg.get("method_overrides") else {}
+        policy_ckpt = (result.get("policy") or {}).get("best_ckpt") or cfg.get("policy_ckpt")
+        for m in cfg.methods:
+            if m.startswith("MARA"):
+                if not policy_ckpt and not overrides.get(m, {}).get("checkpoints"):
+                    print(f"note: skipping {m} in the evaluation (no trained policy checkpoint)")
+                    continue
+                if policy_ckpt and m == _trained_method(cfg):
+                    overrides.setdefault(m, {})["checkpoints"] = [{"train_seed": int(cfg.seed), "ckpt_path": str(policy_ckpt)}]
+                elif not overrides.get(m, {}).get("checkpoints"):
+                    print(f"note: skipping {m} (this run trains {_trained_method(cfg)})")
+                    continue
+            methods.append(m)
+        ecfg = _stage_cfg(cfg, out / "evaluation")
+        with open_dict(ecfg):
+            ecfg.methods = methods
+            ecfg.method_overrides = overrides
+        result["evaluation"] = {k: v for k, v in evaluate(ecfg).items() if k in ("summary", "paths", "timings")}
+    (out / "train_result.json").write_text(json.dumps(result, indent=1, default=str))
+    return result
+
+
+def _trained_method(cfg: DictConfig) -> str:
+    """The paper name of the policy this run trains."""
+    if cfg.get("reward", "dense") == "sparse":
+        return "MARA-sparse"
+    return "MARA-WLS" if cfg.predictor.get("name") == "wls" else "MARA"
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+def main(cfg: DictConfig) -> None:
+    run_cli(train, cfg)
+
+
+if __name__ == "__main__":
+    main()

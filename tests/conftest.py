@@ -1,0 +1,41 @@
+"""Shared fixtures: small banks that the tests build themselves."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mara.curves.bank import load_bank, write_bank
+from mara.curves.parametric import build_parametric_bank
+from mara.families import ALL_FAMILIES
+
+
+def linear_records(n_curves: int = 4, length: int = 60, family: str = "CNN_Cifar10", split: str = "pool"):
+    """Curves whose per-batch loss is 2 - 0.02 i: cumulative average L(s) = 2 - 0.01 (s + 1)."""
+    return [
+        {
+            "curve_id": f"{family}/{split}/{j}",
+            "family": family,
+            "split": split,
+            "data_source": "synthetic",
+            "batch_size": 16,
+            "lr": 1e-3,
+            "seed": j,
+            "losses": 2.0 - 0.02 * np.arange(1, length + 1),
+            "meta": {"test": True},
+        }
+        for j in range(n_curves)
+    ]
+
+
+@pytest.fixture
+def linear_bank(tmp_path):
+    """A one-family bank of identical linear curves (exact crossings known in closed form)."""
+    return load_bank(write_bank(tmp_path / "linear.parquet", linear_records()))
+
+
+@pytest.fixture(scope="session")
+def small_bank(tmp_path_factory):
+    """A small calibrated parametric bank with all ten families (8 pool curves each, short caps)."""
+    path = tmp_path_factory.mktemp("banks") / "small.parquet"
+    build_parametric_bank(path, families=ALL_FAMILIES, counts={"fm_train": 4, "fm_val": 2, "pool": 8}, seed=3)
+    return load_bank(path)

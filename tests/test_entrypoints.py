@@ -1,0 +1,143 @@
+"""Entry points end to end on tiny configs; every config composes; config mistakes give one line."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf, open_dict
+
+from mara.curves.bank import BankError, write_bank
+from mara.eval.methods import CONF_DIR, ConfigError, available_methods, load_method_cfg
+from mara.evaluate import evaluate
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cfg_for(name="evaluate", overrides=()):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(name, overrides=list(overrides))
+
+
+def tiny(tmp_path, bank_path, *extra, name="evaluate"):
+    return cfg_for(
+        name,
+        [f"bank.path={bank_path}", "eval.roots=1", "eval.episodes=2", "sim.loads=[0.04]", f"paths.output_dir={tmp_path}", "eval.tensorboard=false", *extra],
+    )
+
+
+GROUPS = ["sim", "bank", "family_params", "scenario", "eval", "trainer"]
+
+
+@pytest.mark.parametrize("primary", ["evaluate", "train"])
+def test_every_group_option_composes(primary):
+    keys = set(cfg_for(primary).keys())
+    for group in GROUPS:
+        if group not in keys:
+            continue
+        for option in sorted((CONF_DIR / group).glob("*.yaml")):
+            cfg = cfg_for(primary, [f"{group}={option.stem}"])
+            assert cfg.sim.nodes >= 1
+    for option in sorted((CONF_DIR / "experiment").glob("*.yaml")):
+        cfg_for(primary, [f"experiment={option.stem}"])
+
+
+def test_every_method_and_standalone_config_loads():
+    for name in available_methods():
+        cfg = load_method_cfg(name)
+        assert cfg.name == name and cfg.kind in ("policy", "bound")
+    for sub in ("taskset", "zoo", "predictor", "mat"):
+        for path in (CONF_DIR / sub).glob("*.yaml"):
+            assert OmegaConf.load(path) is not None
+
+
+def test_evaluate_end_to_end(tmp_path, small_bank):
+    res = evaluate(tiny(tmp_path, small_bank.path, "methods=[FIFO,EDF,Oracle]"))
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["schema"] == "mara.results/1"
+    assert len(data["rows"]) == 3 * 3 * 2  # methods × task sets × episodes
+    row = data["rows"][0]
+    for key in ("method", "task_set", "load", "root", "train_seed", "episode", "n_tasks", "succeeded", "success_rate", "utilization", "queue_full", "waiting", "ready"):
+        assert key in row
+    assert set(data["summary"]) == {"FIFO", "EDF", "Oracle"}
+    assert "Average" in data["summary"]["FIFO"]
+    assert (tmp_path / "results.md").read_text().startswith("# Evaluation")
+    # every policy is below the independent-feasibility bound, episode by episode
+    by = {(r["method"], r["task_set"], r["episode"]): r["succeeded"] for r in data["rows"]}
+    for (m, ts, e), s in by.items():
+        assert s <= by[("Oracle", ts, e)]
+    assert res["summary"] == data["summary"]
+
+
+def test_evaluate_stress_rule_baselines_fail(tmp_path, small_bank):
+    res = evaluate(tiny(tmp_path, small_bank.path, "methods=[FIFO,EDF,Oracle]", "scenario=stress"))
+    s = res["summary"]
+    assert s["FIFO"]["stress"]["0"]["mean"] == 0 and s["EDF"]["stress"]["0"]["mean"] == 0
+    assert s["Oracle"]["stress"]["0"]["mean"] == pytest.approx(65.0)
+
+
+@pytest.mark.parametrize(
+    "override, error, needle",
+    [
+        ("methods=[FIFO,Nope]", ConfigError, "unknown method 'Nope'; available:"),
+        ("sim.loads=[1.5]", ConfigError, r"p must lie in \[0, 1\]"),
+        ("sim.nodes=0", ConfigError, "sim.nodes must be >= 1"),
+        ("bank.path=/nonexistent/bank.parquet", BankError, "file not found"),
+        ("eval.task_sets=[ID,XYZ]", ConfigError, "unknown task set"),
+    ],
+)
+def test_config_mistakes(tmp_path, small_bank, override, error, needle):
+    cfg = tiny(tmp_path, small_bank.path, override)
+    with pytest.raises(error, match=needle):
+        evaluate(cfg)
+
+
+def test_bank_lacking_family(tmp_path, linear_bank):
+    with pytest.raises(BankError, match="no 'pool' curves for famil"):
+        evaluate(tiny(tmp_path, linear_bank.path, "methods=[FIFO]", "family_params=paper"))
+
+
+def test_bank_without_calibration(tmp_path, linear_bank):
+    with pytest.raises(BankError, match="carries no calibrated family_params"):
+        evaluate(tiny(tmp_path, linear_bank.path, "methods=[FIFO]"))
+
+
+def _run(*args, cwd=REPO):
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_cli_errors_are_one_line(tmp_path, small_bank):
+    bad = tmp_path / "corrupt.parquet"
+    bad.write_bytes(b"PAR1 but not really")
+    for override, needle in [("methods=[Bogus]", "unknown method 'Bogus'"), (f"bank.path={bad}", "not a readable Parquet file")]:
+        p = _run("-m", "mara.evaluate", override, f"hydra.run.dir={tmp_path}/run")
+        assert p.returncode == 2, p.stderr
+        lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
+        assert len(lines) == 1 and needle in lines[0] and "Traceback" not in p.stderr
+
+
+def test_cli_evaluate_and_train_run(tmp_path, small_bank):
+    common = [f"bank.path={small_bank.path}", "eval.roots=1", "eval.episodes=1", "sim.loads=[0.04]", "eval.tensorboard=false"]
+    p = _run("-m", "mara.evaluate", "methods=[FIFO,Oracle]", f"hydra.run.dir={tmp_path}/ev", *common)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "ev" / "results.json").exists()
+    p = _run("-m", "mara.train", "stage=evaluate", "methods=[EDF,Oracle]", f"hydra.run.dir={tmp_path}/tr", *common)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "tr" / "evaluation" / "results.json").exists()
+
+
+def test_bench_quick():
+    p = _run("-m", "mara.bench", "--quick", "--repeats", "1")
+    assert p.returncode == 0, p.stderr
+    assert "env-steps/s, E=8" in p.stdout and "rule protocol" in p.stdout
+
+
+def test_bank_write_is_atomic(tmp_path):
+    from tests.conftest import linear_records
+
+    path = write_bank(tmp_path / "x.parquet", linear_records(1, 5))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.parquet"]
+    assert oct(path.stat().st_mode & 0o777) == "0o644"
