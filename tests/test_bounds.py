@@ -1,0 +1,46 @@
+"""Bounds on the real simulator: every policy ≤ Clairvoyant ≤ Oracle; the stress scenario's known numbers."""
+import numpy as np
+import pytest
+
+pytest.importorskip("ortools")
+
+from mara.allocators.clairvoyant import clairvoyant_batch
+from mara.allocators.lara import LARA
+from mara.allocators.rules import EDF, FIFO
+from mara.sim.env import BatchedEnv, run_episodes
+from mara.sim.workload import PAPER_TASK_SETS, generate_episodes, generate_stress_episodes
+from tests.test_entrypoints import tiny
+from mara.evaluate import evaluate
+
+
+class ShortestRemaining:
+    """A further policy for the check: serve the tasks with the least remaining cap first."""
+
+    name = "SR"
+
+    def reset(self, n):
+        pass
+
+    def act(self, obs):
+        from mara.allocators.base import take_smallest
+
+        return take_smallest(obs.cap_remaining, obs.present, obs.n_nodes)
+
+
+@pytest.mark.parametrize("load", [0.04, 0.1])
+def test_policies_below_clairvoyant_below_oracle(small_bank, load):
+    ep = generate_episodes(small_bank, small_bank.family_params, PAPER_TASK_SETS["ID"], load, 11, 6, n_steps=200)
+    res = clairvoyant_batch(ep.arrival, ep.deadline, ep.need, ep.n_tasks, n_nodes=3)
+    cv = np.array([r.upper_bound for r in res])
+    assert all(r.optimal for r in res)
+    assert (cv <= ep.oracle_successes()).all()
+    for alloc in (FIFO(), EDF(), ShortestRemaining(), LARA()):
+        m = run_episodes(BatchedEnv(ep, small_bank, n_nodes=3), alloc)
+        assert (m["succeeded"] <= cv).all(), alloc.name
+
+
+def test_stress_numbers(tmp_path, small_bank):
+    res = evaluate(tiny(tmp_path, small_bank.path, "methods=[FIFO,EDF,Oracle,Clairvoyant]", "scenario=stress"))
+    s = {m: res["summary"][m]["stress"]["0"]["mean"] for m in res["summary"]}
+    assert s["FIFO"] == 0.0 and s["EDF"] == 0.0
+    assert s["Oracle"] == pytest.approx(65.0) and s["Clairvoyant"] == pytest.approx(65.0)
