@@ -228,8 +228,9 @@ class BatchedEnv:
         mask = j[None, :] <= n[:, None]
         L = np.where(mask, L, 0.0)
         S = np.where(mask, S, 0.0)
+        tk = self.slot_task[er, ks]
         est = self.predictor.predict_remaining(
-            S, L, n, self.slot_eps[er, ks], np.maximum(self.slot_cap[er, ks] - s, 0), bs, self.ep.lr[er, self.slot_task[er, ks]]
+            S, L, n, self.slot_eps[er, ks], np.maximum(self.slot_cap[er, ks] - s, 0), bs, self.ep.lr[er, tk], family=self.ep.family[er, tk]
         )
         self.slot_pred[er, ks] = est
         self.slot_pred_s[er, ks] = s

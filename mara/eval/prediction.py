@@ -1,0 +1,185 @@
+"""Prediction benchmark (paper §5.2, Table 1, Figure 3): FM vs WLS as remaining-demand predictors.
+
+Queries: for each curve of a task set, ε and budget B drawn deterministically from ``family_params``
+and eight prefixes (query ranks) spread over the budget on the obs_every grid; a query counts only if
+the curve has not crossed ε by its prefix end (the simulator would have retired the task).
+Metrics: capped remaining-batch MAE, budget-success accuracy (predicted crossing within B ↔ true
+crossing within B), milliseconds per prefix for one batched call.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from mara.curves.bank import CurveBank
+from mara.families import ID_FAMILIES
+from mara.predictors.data import observe, true_remaining
+from mara.predictors.wls import wls_fit
+
+TASK_SETS = {"ID": (tuple(ID_FAMILIES), "fm_val"), "RL_OOD": (("RLExpertConfig",), "pool"),
+             "ViT_OOD": (("ViT_Cifar10_1",), "pool")}
+
+
+def draw_eps_budget(params: dict, rng: np.random.Generator) -> tuple[float, int]:
+    """One (ε, budget) from a family entry: ID ε·U[0.9,1.1], integer budget; OOD log-uniform ε, budget from the set."""
+    if "eps" in params:
+        return float(params["eps"] * rng.uniform(0.9, 1.1)), int(rng.integers(params["budget"][0], params["budget"][1] + 1))
+    lo, hi = params["eps_range"]
+    return float(np.exp(rng.uniform(np.log(lo), np.log(hi)))), int(rng.choice(params["budget_set"]))
+
+
+def build_queries(bank: CurveBank, families, split: str, family_params: dict, n_ranks: int = 8,
+                  obs_every: int = 10, seed: int = 0) -> dict:
+    """Deterministic queries [Q]: rows, rank, n_obs, eps, budget, truth (capped), cap (remaining)."""
+    rows = np.concatenate([bank.rows(f, split) for f in families])
+    out = {k: [] for k in ("rows", "rank", "n_obs", "eps", "budget")}
+    for r in rows:
+        rng = np.random.default_rng([seed, int(r)])
+        eps, B = draw_eps_budget(family_params[bank.family[r]], rng)
+        n_max = max(4, min(B, bank.lengths[r] - 1) // obs_every - 1)
+        for k, n in enumerate(np.round(np.linspace(4, n_max, n_ranks)).astype(int)):
+            for key, v in zip(out, (r, k, n, eps, B)):
+                out[key].append(v)
+    q = {k: np.asarray(v) for k, v in out.items()}
+    first = bank.first_crossing(q["rows"], q["eps"])
+    keep = first > q["n_obs"] * obs_every
+    q = {k: v[keep] for k, v in q.items()}
+    q["first"] = first[keep]
+    q["truth"], q["cap"] = true_remaining(bank, q["rows"], q["n_obs"], q["eps"], obs_every)
+    return q
+
+
+def _timed(fn, repeats: int = 3):
+    best, out = np.inf, None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return out, best
+
+
+def evaluate_predictor(predictor, bank: CurveBank, q: dict, obs_every: int = 10, n_ranks: int = 8) -> tuple[dict, np.ndarray]:
+    """Metrics of one predictor on one query set (latency = best of 3 batched calls, incl. feature building)."""
+    rows = q["rows"]
+
+    def call():
+        S, L = observe(bank, rows, q["n_obs"], obs_every)
+        return predictor.predict_remaining(S, L, q["n_obs"], q["eps"], q["cap"], bank.batch_size[rows],
+                                           bank.lr[rows], family=bank.family[rows])
+
+    pred, secs = _timed(call)
+    s0 = q["n_obs"] * obs_every
+    err = np.abs(pred - q["truth"])
+    pred_ok = s0 + pred <= q["budget"]
+    true_ok = q["first"] <= q["budget"]
+    per_rank = [float(err[q["rank"] == k].mean()) if (q["rank"] == k).any() else float("nan") for k in range(n_ranks)]
+    return {"mae": float(err.mean()), "budget_acc": float((pred_ok == true_ok).mean()),
+            "ms_per_prefix": 1e3 * secs / len(rows), "per_rank_mae": per_rank, "n_queries": int(len(rows))}, pred
+
+
+def _figure(bank, fm, wls, q, out_dir: Path, results: dict, obs_every: int, rank: int = 3) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    # (a) a representative ID query: the first fm_val curve's query at a middle rank
+    i = int(np.flatnonzero(q["rank"] == rank)[0]) if (q["rank"] == rank).any() else 0
+    r, n, eps = q["rows"][i], q["n_obs"][i], q["eps"][i]
+    bs = bank.batch_size[r]
+    S, L = observe(bank, np.array([r]), np.array([n]), obs_every)
+    cap = np.array([q["cap"][i]])
+    edges, L_hat = fm.sample_futures(S, L, np.array([n]), cap, np.array([bs]), np.array([bank.lr[r]]), 8, 4)
+    x_e = edges[0] / bs
+    fm_rem = fm.predict_remaining(S, L, np.array([n]), np.array([eps]), cap, np.array([bs]), np.array([bank.lr[r]]))[0]
+    wls_rem = wls.predict_remaining(S, L, np.array([n]), np.array([eps]), cap, np.array([bs]), np.array([bank.lr[r]]))[0]
+    t0, t1 = wls_fit(S, L, np.array([n]))
+    s0 = n * obs_every
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(np.arange(1, bank.lengths[r] + 1), bank.L[r, : bank.lengths[r]], color="0.4", lw=1, label="truth")
+    ax.plot(S[0] / bs, L[0], "ko", ms=3, label="observed prefix")
+    for k in range(L_hat.shape[1]):
+        ax.plot(x_e, L_hat[0, k], color="tab:blue", alpha=0.35, lw=0.8, label="FM samples" if k == 0 else None)
+    ax.plot(x_e, np.median(L_hat[0], axis=0), color="tab:blue", lw=2, label="FM median")
+    ax.plot(x_e, np.exp(t0[0]) * edges[0] ** t1[0], color="tab:orange", lw=2, ls="--", label="WLS extrapolation")
+    ax.axhline(eps, color="k", ls=":", lw=1, label="ε")
+    ax.axvline(q["first"][i], color="0.4", lw=1)
+    ax.axvline(s0 + fm_rem, color="tab:blue", lw=1)
+    ax.axvline(s0 + wls_rem, color="tab:orange", lw=1, ls="--")
+    ax.set_xlabel("batches")
+    ax.set_ylabel("cumulative-average loss")
+    ax.set_title(f"{bank.family[r]}: true {q['truth'][i]:.0f}, FM {fm_rem:.0f}, WLS {wls_rem:.0f} batches left", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    p = out_dir / "fig3a_trajectory.png"
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    paths.append(str(p))
+    # (b) MAE vs query rank
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for (ts, res), c in zip(results.items(), ("tab:green", "tab:red", "tab:purple")):
+        for m, ls in (("FM", "-"), ("WLS", "--")):
+            ax.plot(np.arange(1, len(res[m]["per_rank_mae"]) + 1), res[m]["per_rank_mae"], ls, color=c, marker="o",
+                    ms=3, label=f"{ts} {m}")
+    ax.set_xlabel("query rank")
+    ax.set_ylabel("remaining-batch MAE")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    p = out_dir / "fig3b_mae_vs_rank.png"
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    paths.append(str(p))
+    return paths
+
+
+def table1_markdown(results: dict) -> str:
+    lines = ["| Task set | Method | MAE (batches) | Budget acc. (%) | ms / prefix |", "|---|---|---:|---:|---:|"]
+    for ts, res in results.items():
+        for m in ("FM", "WLS"):
+            r = res[m]
+            lines.append(f"| {ts} | {m} | {r['mae']:.2f} | {100 * r['budget_acc']:.2f} | {r['ms_per_prefix']:.4f} |")
+    return "\n".join(lines) + "\n"
+
+
+def run_prediction_benchmark(bank: CurveBank, fm, wls, family_params: dict, out_dir, n_ranks: int = 8,
+                             obs_every: int = 10, seed: int = 0) -> dict:
+    """Table 1 + Figure 3 on ID fm_val curves and each OOD family's pool curves; writes PNGs, table1.md, prediction.json."""
+    import torch
+
+    torch.set_num_threads(1)  # latency on one core
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results, queries = {}, {}
+    for ts, (fams, split) in TASK_SETS.items():
+        fams = [f for f in fams if len(bank.rows(f, split))]
+        if not fams:
+            continue
+        q = build_queries(bank, fams, split, family_params, n_ranks, obs_every, seed)
+        queries[ts] = q
+        results[ts] = {name: evaluate_predictor(p, bank, q, obs_every, n_ranks)[0] for name, p in (("FM", fm), ("WLS", wls))}
+    figs = _figure(bank, fm, wls, queries["ID"], out_dir, results, obs_every) if "ID" in queries else []
+    md = table1_markdown(results)
+    (out_dir / "table1.md").write_text(md)
+    (out_dir / "prediction.json").write_text(json.dumps({"results": results, "figures": figs}, indent=2))
+    return results
+
+
+def run_prediction_experiment(cfg) -> dict:
+    """Config entry (``experiment=prediction``): bank.path, paths.output_dir, prediction.{fm,wls,n_ranks,seed,obs_every}."""
+    from omegaconf import OmegaConf
+
+    from mara.curves.bank import default_bank_path, load_bank
+    from mara.predictors.protocol import build_predictor
+
+    conf_dir = Path(__file__).resolve().parents[2] / "conf" / "predictor"
+    pc = cfg.get("prediction", {}) or {}
+    fm_cfg = pc.get("fm") or OmegaConf.load(conf_dir / "fm.yaml")
+    wls_cfg = pc.get("wls") or OmegaConf.load(conf_dir / "wls.yaml")
+    bank = load_bank(cfg.get("bank", {}).get("path") or default_bank_path())
+    return run_prediction_benchmark(bank, build_predictor(fm_cfg), build_predictor(wls_cfg), bank.family_params,
+                                    Path(cfg.paths.output_dir), n_ranks=int(pc.get("n_ranks", 8)),
+                                    obs_every=int(pc.get("obs_every", 10)), seed=int(pc.get("seed", 0)))

@@ -1,0 +1,51 @@
+"""``python -m mara.evaluate experiment=prediction``: Table 1 and Figure 3 into the run folder's results."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from omegaconf import DictConfig, open_dict
+
+
+def run_prediction(cfg: DictConfig, out: Path) -> dict:
+    """Run the FM-vs-WLS prediction benchmark; merge it into results.json (``prediction``) and results.md."""
+    from mara.eval.prediction import run_prediction_experiment, table1_markdown
+
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(out)
+        if cfg.bank.get("path"):
+            from mara.curves.bank import shipped_bank_path
+
+            cfg.bank.path = str(shipped_bank_path(cfg.bank.path))
+    results = run_prediction_experiment(cfg)
+    path = out / "results.json"
+    data = json.loads(path.read_text()) if path.exists() else {"schema": "mara.results/1", "rows": [], "summary": {}}
+    data["prediction"] = results
+    path.write_text(json.dumps(data, indent=1))
+    md = "# Remaining-resource prediction (Table 1)\n\n" + table1_markdown(results)
+    md += "\n![Figure 3a](fig3a_trajectory.png)\n![Figure 3b](fig3b_mae_vs_rank.png)\n"
+    (out / "results.md").write_text(md)
+    _log_figures(out)
+    print(md)
+    print(f"wrote {path} and {out / 'results.md'}")
+    return data
+
+
+def _log_figures(out: Path) -> None:
+    """Figure 3 panels and Table 1 scalars to TensorBoard."""
+    try:
+        import matplotlib.image as mpimg
+        from torch.utils.tensorboard import SummaryWriter
+    except Exception:
+        return
+    with SummaryWriter(log_dir=str(out / "tb")) as w:
+        for name in ("fig3a_trajectory", "fig3b_mae_vs_rank"):
+            png = out / f"{name}.png"
+            if png.exists():
+                w.add_image(f"prediction/{name}", mpimg.imread(png)[..., :3], dataformats="HWC")
+        data = json.loads((out / "results.json").read_text())["prediction"]
+        for ts, per in data.items():
+            for m, r in per.items():
+                for k in ("mae", "budget_acc", "ms_per_prefix"):
+                    if isinstance(r.get(k), (int, float)):
+                        w.add_scalar(f"prediction/{ts}/{m}/{k}", r[k])

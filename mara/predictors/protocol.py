@@ -1,0 +1,42 @@
+"""The predictor interface shared by every allocator, and the config-driven factory.
+
+Shapes: ``B`` tasks, ``H`` padded history. S, L [B, H] float64 (processed samples, cumulative-average
+loss), lengths [B] int, eps [B], cap_remaining [B] int batches, batch_size [B], lr [B];
+optional ``family`` [B] str selects per-family inference settings. Returns [B] float remaining
+batches in [0, cap_remaining]; fewer than 4 observations → cap_remaining.
+"""
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class RemainingPredictor(Protocol):
+    name: str
+
+    def predict_remaining(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None) -> np.ndarray: ...
+
+
+def _wls(cfg):
+    from mara.predictors.wls import WLSPredictor
+
+    return WLSPredictor.from_config(cfg)
+
+
+def _fm(cfg):
+    from mara.predictors.fm import FlowPredictor
+
+    return FlowPredictor.from_config(cfg)
+
+
+PREDICTORS = {"wls": _wls, "fm": _fm}
+
+
+def build_predictor(cfg_predictor) -> RemainingPredictor:
+    """Predictor named by ``cfg_predictor.name`` (conf/predictor/{fm,wls}.yaml)."""
+    name = cfg_predictor.get("name")
+    if name not in PREDICTORS:
+        raise ValueError(f"predictor.name must be one of {sorted(PREDICTORS)}, got {name!r}")
+    return PREDICTORS[name](cfg_predictor)

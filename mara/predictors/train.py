@@ -1,0 +1,93 @@
+"""``train_predictor(cfg) -> dict``: train the flow predictor with Lightning (DDP-capable) and export a plain checkpoint.
+
+Config keys: ``bank.path`` (null → shipped bank), ``seed``, ``predictor`` (conf/predictor/fm.yaml),
+``trainer`` (Trainer kwargs: max_epochs, devices, accelerator, ...), ``paths.output_dir``.
+CLI (also what DDP re-launches): ``python -m mara.predictors.train [config.yaml] key=value ...``.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from lightning.pytorch.loggers import TensorBoardLogger
+from omegaconf import DictConfig, OmegaConf
+
+from mara.curves.bank import default_bank_path, load_bank
+from mara.predictors.data import CurveDataModule
+from mara.predictors.fm import save_checkpoint
+from mara.predictors.module import FlowPredictorModule
+
+
+def _trainer_kwargs(cfg_trainer) -> dict:
+    kw = dict(OmegaConf.to_container(cfg_trainer, resolve=True)) if cfg_trainer is not None else {}
+    kw.setdefault("accelerator", "cpu")
+    kw.setdefault("devices", 1)
+    devices = kw["devices"]
+    n = devices if isinstance(devices, int) else (len(devices) if isinstance(devices, (list, tuple)) else 1)
+    if n > 1 and "strategy" not in kw:
+        kw["strategy"] = "ddp"  # gloo on CPU
+    return kw
+
+
+def train_predictor(cfg: DictConfig) -> dict:
+    """Train FM on the bank's fm_train split, early-stop on val/fm_loss, export ``<output_dir>/fm.ckpt``."""
+    pc = cfg.predictor
+    tc = pc.train
+    L.seed_everything(int(cfg.get("seed", 0)), workers=True)
+    torch.set_num_threads(int(tc.get("num_threads", 1)))
+    bank = load_bank(cfg.get("bank", {}).get("path") or default_bank_path())
+    out = Path(cfg.paths.output_dir)
+    dm = CurveDataModule(bank, seed=int(cfg.get("seed", 0)), **OmegaConf.to_container(pc.data, resolve=True))
+    net_kw = OmegaConf.to_container(pc.net, resolve=True)
+    module = FlowPredictorModule(net_kw, lr=tc.lr, weight_decay=tc.weight_decay, stats=dm.stats,
+                                 figure_every_n_epochs=tc.get("figure_every_n_epochs", 5),
+                                 obs_every=pc.data.get("obs_every", 10))
+    monitor = tc.get("monitor", "val/fm_loss")
+    ckpt_cb = ModelCheckpoint(dirpath=out / "checkpoints", monitor=monitor, mode="min", save_last=True,
+                              filename="fm-{epoch:03d}")
+    callbacks = [ckpt_cb, EarlyStopping(monitor=monitor, mode="min", patience=int(tc.patience))]
+    logger = TensorBoardLogger(str(out), name="tensorboard", default_hp_metric=False)
+    kw = _trainer_kwargs(cfg.get("trainer"))
+    kw.setdefault("max_epochs", int(tc.get("max_epochs", 50)))  # the shipped checkpoint: 50 epochs (~8 min on 1 core)
+    kw.setdefault("gradient_clip_val", tc.get("gradient_clip_val", 1.0))
+    kw.setdefault("enable_model_summary", False)
+    trainer = L.Trainer(callbacks=callbacks, logger=logger, default_root_dir=str(out),
+                        reload_dataloaders_every_n_epochs=1, **kw)
+    t0 = time.time()
+    trainer.fit(module, datamodule=dm)
+    result = {"wall_s": time.time() - t0, "epochs": trainer.current_epoch,
+              "best_ckpt": ckpt_cb.best_model_path, "best_score": float(ckpt_cb.best_model_score or float("nan"))}
+    for key in ("val/fm_loss", "val/mae_fm", "val/mae_wls"):
+        if key in trainer.callback_metrics:
+            result[key] = float(trainer.callback_metrics[key])
+    if trainer.is_global_zero:
+        best = ckpt_cb.best_model_path
+        if best:
+            state = torch.load(best, map_location="cpu", weights_only=False)["state_dict"]
+            module.load_state_dict(state)
+        fm_path = save_checkpoint(module.net, net_kw, out / "fm.ckpt",
+                                  extra={"bank": str(bank.path), "seed": int(cfg.get("seed", 0)), **result})
+        result["fm_ckpt"] = str(fm_path)
+    return result
+
+
+def _cli(argv: list[str]) -> None:
+    base = OmegaConf.create({"seed": 0, "bank": {"path": None}, "trainer": {}, "paths": {"output_dir": "outputs/predictor"}})
+    pred_yaml = Path(__file__).resolve().parents[2] / "conf" / "predictor" / "fm.yaml"
+    if pred_yaml.exists():
+        base.predictor = OmegaConf.load(pred_yaml)
+    files = [a for a in argv if a.endswith(".yaml")]
+    for f in files:
+        base = OmegaConf.merge(base, OmegaConf.load(f))
+    cfg = OmegaConf.merge(base, OmegaConf.from_dotlist([a for a in argv if a not in files]))
+    result = train_predictor(cfg)
+    if "fm_ckpt" in result:
+        print({k: v for k, v in result.items()})
+
+
+if __name__ == "__main__":
+    _cli(sys.argv[1:])
