@@ -53,7 +53,7 @@ def evaluate(cfg: DictConfig) -> dict:
             "n_optimal": sum(bool(r["optimal"]) for r in cl),
             "solve_time_s": float(sum(times)),
             "max_solve_time_s": float(max(times)),
-            "relaxation": "admission limit K relaxed (upper bound)",
+            "admission_limit": bool(load_method_cfg("Clairvoyant", (cfg.get("method_overrides") or {}).get("Clairvoyant")).get("admission_limit", True)),
         }
     res = build_results(rows, extra)
     paths = write_results(res, out, title=f"Evaluation ({protocol.scenario})", tensorboard=bool(cfg.eval.get("tensorboard", True)))

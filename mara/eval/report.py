@@ -69,7 +69,8 @@ def results_markdown(res: dict, title: str = "Evaluation") -> str:
     if res.get("clairvoyant"):
         c = res["clairvoyant"]
         lines += [
-            "Clairvoyant relaxes the admission limit K (a true upper bound); "
+            ("Clairvoyant models the admission limit K exactly; " if c.get("admission_limit", True) else "Clairvoyant relaxes the admission limit K (a looser upper bound); ")
+            + f"upper bounds are reported; "
             f"{c['n_optimal']}/{c['n_episodes']} episodes solved to proven optimality, "
             f"total solve time {c['solve_time_s']:.1f} s (max {c['max_solve_time_s']:.2f} s per episode).",
             "",
