@@ -1,0 +1,80 @@
+"""Zoo configurations (conf/zoo/<Family>.yaml) -> model + dataset; datasets cached per process."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from omegaconf import DictConfig, OmegaConf
+
+from tasks_zoo import atari, audio, cifar, imdb, montezuma, text, vision, yesno
+from tasks_zoo.batching import TensorPairs, seeded_loader
+from tasks_zoo.errors import ZooError
+from tasks_zoo.module import ImageInput, ZooTask
+
+ZOO_CONF_DIR = Path(__file__).resolve().parent.parent / "conf" / "zoo"
+SOURCES = ("real", "synthetic")
+
+
+def known_families() -> list[str]:
+    """Families that have a configuration file."""
+    return sorted(p.stem for p in ZOO_CONF_DIR.glob("*.yaml"))
+
+
+def load_zoo_config(family: str) -> DictConfig:
+    """The Hydra/OmegaConf config of one zoo family; one-line ZooError if unknown."""
+    path = ZOO_CONF_DIR / f"{family}.yaml"
+    if not path.exists():
+        raise ZooError(f"unknown zoo family {family!r} (known: {', '.join(known_families())})")
+    return OmegaConf.load(path)
+
+
+def build_net(model_cfg) -> nn.Module:
+    """Model config {name, ...kwargs} -> network including its input preparation."""
+    kw = dict(OmegaConf.to_container(model_cfg, resolve=True)) if isinstance(model_cfg, DictConfig) else dict(model_cfg)
+    name = kw.pop("name")
+    if name == "small_cnn":
+        return nn.Sequential(ImageInput(cifar.MEAN, cifar.STD), vision.SmallCNN(**kw))
+    if name == "resnet":
+        return nn.Sequential(ImageInput(cifar.MEAN, cifar.STD), vision.resnet_cifar(**kw))
+    if name == "row_lstm":
+        return nn.Sequential(ImageInput(cifar.MEAN, cifar.STD), vision.RowLSTM(**kw))
+    if name == "simple_vit":
+        return nn.Sequential(ImageInput(cifar.MEAN, cifar.STD), vision.SimpleViT(**kw))
+    if name == "audio_transformer":
+        return audio.AudioTransformer(**kw)
+    if name == "attention_lstm":
+        return text.AttentionLSTM(**kw)
+    if name == "dagger_cnn":
+        return nn.Sequential(ImageInput(), atari.DAggerCNN(**kw))
+    raise ZooError(f"unknown zoo model {name!r}")
+
+
+@functools.lru_cache(maxsize=4)
+def load_dataset(dataset: str, source: str, data_root: str, cache_dir: str, download: bool = False):
+    """(dataset name, source) -> torch Dataset of (input, target); cached per process."""
+    if source not in SOURCES:
+        raise ZooError(f"unknown data source {source!r} (use one of: {', '.join(SOURCES)})")
+    if dataset == "cifar10":
+        x, y = cifar.load_cifar10(Path(data_root) / "cifar10", download) if source == "real" else cifar.synthetic_cifar10()
+        return TensorPairs(x, y)
+    if dataset == "yesno":
+        x, y = yesno.load_yesno(data_root) if source == "real" else yesno.synthetic_yesno()
+        return TensorPairs(x, y)
+    if dataset == "imdb":
+        x, y = imdb.load_imdb(data_root) if source == "real" else imdb.synthetic_imdb()
+        return TensorPairs(x, y)
+    if dataset == "montezuma":
+        return montezuma.load_montezuma(cache_dir) if source == "real" else montezuma.synthetic_montezuma()
+    raise ZooError(f"unknown zoo dataset {dataset!r}")
+
+
+def build_task(family: str, *, seed: int, batch_size: int, lr: float, source: str = "synthetic",
+               data_root: str = "data_cache", cache_dir: str = "data_cache", download: bool = False):
+    """One training run's LightningModule and its seeded full-batch loader (seed fixes init and data order)."""
+    cfg = load_zoo_config(family)
+    dataset = load_dataset(cfg.dataset, source, str(data_root), str(cache_dir), bool(download))
+    torch.manual_seed(seed)
+    module = ZooTask(build_net(cfg.model), cfg.loss, lr)
+    return module, seeded_loader(dataset, batch_size, seed)

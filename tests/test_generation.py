@@ -1,0 +1,114 @@
+"""Curve generation: job plan and recipes, resume skips finished jobs, 1 vs 2 workers agree, failures logged, merge."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from mara.curves.bank import load_bank
+from mara.curves import generation as gen
+from mara.families import DOMAIN_BATCH_SIZES, FAMILY_DOMAIN, ID_FAMILIES, LR_RANGE
+from tasks_zoo.errors import ZooError
+
+FAM = "TSFM_Audio_1"  # the cheapest family
+
+
+def test_plan_orders_pool_first_then_cheapest():
+    jobs = gen.plan_jobs("all", {"pool": 2, "fm_val": 1, "fm_train": 1})
+    splits = [j.split for j in jobs]
+    assert splits == sorted(splits, key=gen.GROUP_ORDER.index)
+    pool_fams = [j.family for j in jobs if j.split == "pool"][::2]
+    assert pool_fams == list(gen.COST_ORDER)
+    assert {j.family for j in jobs if j.split != "pool"} == set(ID_FAMILIES)
+    assert len({j.curve_id for j in jobs}) == len(jobs)
+
+
+def test_recipe_is_deterministic_and_in_range():
+    for fam in gen.COST_ORDER:
+        for i in range(5):
+            job = gen.Job(fam, "pool", i, "synthetic")
+            seed, bs, lr = gen.job_recipe(job)
+            assert (seed, bs, lr) == gen.job_recipe(job)
+            assert bs in DOMAIN_BATCH_SIZES[FAMILY_DOMAIN[fam]] and LR_RANGE[0] <= lr <= LR_RANGE[1]
+    assert gen.job_recipe(gen.Job(FAM, "pool", 0, "synthetic")) != gen.job_recipe(gen.Job(FAM, "fm_train", 0, "synthetic"))
+
+
+def test_request_errors_are_one_line():
+    with pytest.raises(ZooError, match="unknown family Foo"):
+        gen.plan_jobs(["Foo"], {"pool": 1})
+    with pytest.raises(ZooError, match="unknown source"):
+        gen.plan_jobs([FAM], {"pool": 1}, source="webcam")
+
+
+def _losses(bank):
+    return {cid: bank.ell[i, : bank.lengths[i]].tolist() for i, cid in enumerate(bank.curve_id)}
+
+
+def test_resume_skips_finished_jobs_and_yields_same_bank(tmp_path):
+    shards = tmp_path / "shards"
+    first = gen.generate([FAM], {"pool": 3, "fm_val": 1}, shard_dir=shards, cap=5, quiet=True)
+    assert [r["status"] for r in first] == ["done"] * 4
+    bank_a = load_bank(gen.merge(shards, tmp_path / "a.parquet"))
+    (shards / gen.Job(FAM, "pool", 1, "synthetic").shard_name).unlink()
+    second = gen.generate([FAM], {"pool": 3, "fm_val": 1}, shard_dir=shards, cap=5, quiet=True)
+    assert [r["job"]["index"] for r in second] == [1]
+    bank_b = load_bank(gen.merge(shards, tmp_path / "b.parquet", tensorboard_dir=tmp_path / "tb"))
+    assert _losses(bank_a) == _losses(bank_b) and len(bank_b) == 4
+    assert set(bank_b.data_source) == {"synthetic"} and bank_b.lengths.tolist() == [5] * 4
+    meta = json.loads(bank_b.meta[0])
+    assert {"code_version", "torch_version", "device", "wall_time_s", "created_at", "source"} <= set(meta)
+    assert bank_b.bank_meta["composition"] == {FAM: {"pool": 3, "fm_val": 1}}
+    assert any((tmp_path / "tb").iterdir())
+
+
+def test_two_workers_give_the_same_curves(tmp_path):
+    gen.generate([FAM], {"pool": 4}, shard_dir=tmp_path / "one", cap=5, workers=1, quiet=True)
+    gen.generate([FAM], {"pool": 4}, shard_dir=tmp_path / "two", cap=5, workers=2, quiet=True)
+    one = load_bank(gen.merge(tmp_path / "one", tmp_path / "one.parquet"))
+    two = load_bank(gen.merge(tmp_path / "two", tmp_path / "two.parquet"))
+    assert _losses(one) == _losses(two)
+    assert one.seed.tolist() == two.seed.tolist() and one.batch_size.tolist() == two.batch_size.tolist()
+
+
+def test_torchrun_rank_takes_its_share(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr(gen, "run_job", lambda job, s, d=None: {"job": gen.asdict(job), "status": "done", "seconds": 0.0})
+    res = gen.generate([FAM], {"pool": 7}, shard_dir=tmp_path, cap=5, quiet=True)
+    assert [r["job"]["index"] for r in res] == [1, 4]
+
+
+def test_non_finite_run_is_logged_and_left_out(tmp_path, monkeypatch):
+    monkeypatch.setattr(gen, "train_curve", lambda job, s, attempt=0, dev=None: (None, f"non-finite loss nan at batch {attempt + 2}"))
+    settings = gen.GenerationSettings(shard_dir=str(tmp_path), cap=5, max_attempts=2)
+    res = gen.run_job(gen.Job(FAM, "pool", 0, "synthetic"), settings)
+    assert res["status"] == "failed" and not list(tmp_path.glob("*.parquet"))
+    lines = [json.loads(x) for x in (tmp_path / "failures.jsonl").read_text().splitlines()]
+    assert [x["attempt"] for x in lines] == [0, 1] and "non-finite" in lines[0]["reason"]
+
+
+def test_recorder_stops_on_non_finite():
+    from mara.curves.recorder import LossRecorder
+
+    class T:
+        should_stop = False
+
+    import torch
+
+    rec, trainer = LossRecorder(), T()
+    rec.on_train_batch_end(trainer, None, {"loss": torch.tensor(1.0)}, None, 0)
+    rec.on_train_batch_end(trainer, None, {"loss": torch.tensor(math.nan)}, None, 1)
+    assert trainer.should_stop and "batch 2" in rec.failure and len(rec.losses) == 2
+
+
+def test_entry_point_prints_one_line_on_config_mistake(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "mara.generate_curves", "families=[Nope]", f"out_dir={tmp_path}",
+                          f"hydra.run.dir={tmp_path}/h"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    lines = [x for x in out.stderr.splitlines() if x.strip()]
+    assert lines == ["error: unknown family Nope (known: " + ", ".join(gen.ALL_FAMILIES) + ")"]
