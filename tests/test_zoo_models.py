@@ -45,7 +45,11 @@ def test_same_seed_same_curve():
 
 def test_architecture_shapes():
     net = resnet_cifar(18)
+    assert net.conv1.kernel_size == (7, 7) and net(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+    net = resnet_cifar(34, stem="cifar")
     assert net.conv1.kernel_size == (3, 3) and isinstance(net.maxpool, torch.nn.Identity)
+    with pytest.raises(ValueError, match="stem"):
+        resnet_cifar(18, stem="big")
     assert SimpleViT(patch=4, dim=32, depth=1, heads=2, mlp=32)(torch.randn(2, 3, 32, 32)).shape == (2, 10)
 
 
