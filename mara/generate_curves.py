@@ -26,6 +26,12 @@ def run(cfg: DictConfig) -> None:
     if action in ("merge", "all"):
         out = merge(cfg.shard_dir, cfg.bank_path, cfg.tensorboard_dir, {"request": OmegaConf.to_container(cfg, resolve=True)})
         print(f"merged bank written to {out}", file=sys.stderr)
+        if cfg.get("calibrate", True):
+            from mara.calibrate import calibrate_bank
+
+            res = calibrate_bank(out, float(cfg.get("calibration_target", 0.70)))
+            print(f"calibrated ε for {len(res['family_params'])} families; Oracle at p=0.04: "
+                  + ", ".join(f"{k} {v:.1f} %" for k, v in res["oracle"].items()), file=sys.stderr)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="generate_curves")
