@@ -31,6 +31,11 @@ def tiny(tmp_path, bank_path, *extra, name="evaluate"):
 GROUPS = ["sim", "bank", "family_params", "scenario", "eval", "trainer"]
 
 
+@pytest.mark.parametrize("primary", ["calibrate", "generate_curves"])
+def test_other_primaries_compose(primary):
+    assert cfg_for(primary) is not None
+
+
 @pytest.mark.parametrize("primary", ["evaluate", "train"])
 def test_every_group_option_composes(primary):
     keys = set(cfg_for(primary).keys())
