@@ -146,3 +146,15 @@ def test_bank_write_is_atomic(tmp_path):
     path = write_bank(tmp_path / "x.parquet", linear_records(1, 5))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.parquet"]
     assert oct(path.stat().st_mode & 0o777) == "0o644"
+
+
+def test_train_smoke_pipeline(tmp_path, small_bank):
+    """The whole pipeline (FM stage → MAT-PPO stage → evaluation) end to end on the smoke experiment."""
+    p = _run("-m", "mara.train", "experiment=smoke", f"bank.path={small_bank.path}", f"hydra.run.dir={tmp_path}/run")
+    assert p.returncode == 0, p.stderr[-2000:]
+    run = tmp_path / "run"
+    assert (run / "predictor" / "fm.ckpt").exists()
+    assert (run / "policy" / "checkpoints" / "best.ckpt").exists()
+    res = json.loads((run / "evaluation" / "results.json").read_text())
+    assert {"MARA", "LARA", "FIFO", "Oracle"} <= set(res["summary"])
+    assert any(r["method"] == "MARA" and r["train_seed"] == 0 for r in res["rows"])

@@ -1,0 +1,1 @@
+"""MAT allocator (§4.2): task-slot encoder, autoregressive node decoder, PPO + GAE training."""

@@ -1,0 +1,50 @@
+"""The MAT policy as an ``Allocator`` (ARCHITECTURE §6): observation → masked joint action, argmax by default."""
+from __future__ import annotations
+
+import numpy as np
+from pathlib import Path
+
+import torch
+
+from mara.mat.features import obs_to_tokens
+from mara.mat.nets import MATPolicy, to_env_actions
+from mara.sim.env import Observation
+
+
+class PolicyAllocator:
+    """Wrap an in-memory ``MATPolicy``; ``deterministic`` picks each node's most likely choice."""
+
+    name = "MAT"
+
+    def __init__(self, policy: MATPolicy, deterministic: bool = True, scale: float = 350.0, seed: int = 0) -> None:
+        self.policy, self.deterministic, self.scale = policy, deterministic, scale
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def reset(self, n_episodes: int) -> None:
+        pass
+
+    @torch.no_grad()
+    def act(self, obs: Observation) -> np.ndarray:
+        tokens, present = obs_to_tokens(obs, self.scale)
+        actions, _, _ = self.policy.act(tokens, present, deterministic=self.deterministic, generator=self.generator)
+        return to_env_actions(actions, self.policy.K)
+
+
+class MATAllocator(PolicyAllocator):
+    """Load a trained MAT checkpoint (a ``MATModule`` Lightning checkpoint) and act with it."""
+
+    name = "MARA"
+
+    def __init__(self, ckpt_path: str | None, deterministic: bool = True, seed: int = 0) -> None:
+        if not ckpt_path:
+            raise ValueError("no trained policy checkpoint: run `python -m mara.train` (it evaluates its policy), "
+                             "or set +method_overrides.<METHOD>.ckpt_path=<run>/policy/checkpoints/best.ckpt")
+        if not Path(ckpt_path).exists():
+            raise ValueError(f"policy checkpoint {ckpt_path} not found")
+        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        hp = ckpt["hyper_parameters"]
+        policy = MATPolicy(n_slots=hp["sim"]["max_active"], n_nodes=hp["sim"]["n_nodes"], **hp["net"])
+        policy.load_state_dict({k[len("policy."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("policy.")})
+        policy.eval()
+        super().__init__(policy, deterministic, hp["rollout"]["scale"], seed)
+        self.ckpt_path, self.predictor_name = ckpt_path, (hp.get("predictor") or {}).get("name")

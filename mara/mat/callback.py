@@ -1,0 +1,106 @@
+"""Validation callback: every ``every_n_iterations`` PPO iterations, evaluate the argmax policy on fixed
+validation episodes next to the rule baselines, and keep the checkpoint with the best validation success rate.
+
+Selection rule (fixed before any evaluation): highest mean validation success rate; ties go to the earlier
+iteration. Validation roots must be disjoint from the evaluation roots (0–4) and from the training root.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+
+from mara.mat.allocator import PolicyAllocator
+from mara.sim.env import BatchedEnv, run_episodes
+from mara.sim.workload import PAPER_TASK_SETS, EpisodeBatch, generate_episodes
+
+EVAL_ROOTS = range(0, 5)
+
+
+def validation_episodes(bank, roots, n_episodes: int, task_set: str = "ID", load: float = 0.04, n_steps: int = 500) -> EpisodeBatch:
+    """The validation workload: ``n_episodes`` per root, stacked."""
+    if any(r in EVAL_ROOTS for r in roots):
+        raise ValueError(f"validation roots {list(roots)} overlap the evaluation roots {list(EVAL_ROOTS)}")
+    return EpisodeBatch.concat([generate_episodes(bank, bank.family_params, PAPER_TASK_SETS[task_set], load, r, n_episodes,
+                                                  n_steps=n_steps) for r in roots])
+
+
+def baseline_allocators() -> dict:
+    """FIFO, EDF and (when present) LARA with the predictor each needs: name -> (allocator factory, predictor name)."""
+    from mara.allocators.rules import EDF, FIFO
+
+    out = {"FIFO": (FIFO, None), "EDF": (EDF, None)}
+    try:
+        from mara.allocators.lara import LARA
+
+        out["LARA"] = (LARA, "wls")
+    except ImportError:
+        pass
+    return out
+
+
+class ValidationCallback(L.Callback):
+    def __init__(self, dirpath: str, roots, n_episodes: int, every_n_iterations: int, sim: dict, scale: float = 350.0,
+                 baselines: bool = True, task_set: str = "ID", load: float = 0.04) -> None:
+        self.dirpath, self.roots, self.n_episodes = Path(dirpath), list(roots), n_episodes
+        self.task_set, self.load = task_set, load
+        self.every, self.sim, self.scale, self.with_baselines = every_n_iterations, sim, scale, baselines
+        self.best_score, self.best_iteration, self.best_path = -np.inf, -1, None
+        self.baselines: dict[str, float] = {}
+        self.history: list[dict] = []
+
+    def _env(self, pl_module, predictor):
+        return BatchedEnv(self.episodes, pl_module.env.bank, n_nodes=self.sim["n_nodes"], max_active=self.sim["max_active"],
+                          obs_every=self.sim["obs_every"], predictor=predictor)
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        from mara.mat.train import build_named_predictor
+
+        self.episodes = validation_episodes(pl_module.env.bank, self.roots, self.n_episodes, self.task_set, self.load,
+                                            n_steps=self.sim["n_steps"])
+        if self.with_baselines and not self.baselines:
+            for name, (cls, pred_name) in baseline_allocators().items():
+                m = run_episodes(self._env(pl_module, build_named_predictor(pred_name)), cls())
+                self.baselines[name] = float(np.mean(m["success_rate"]))
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        it = trainer.current_epoch + 1
+        if it % self.every and not trainer.should_stop and it < trainer.max_epochs:
+            return
+        t0 = time.time()
+        was_training = pl_module.policy.training
+        pl_module.policy.eval()
+        m = run_episodes(self._env(pl_module, pl_module.env.predictor), PolicyAllocator(pl_module.policy, True, self.scale))
+        pl_module.policy.train(was_training)
+        score = float(np.mean(m["success_rate"]))
+        log = {"val/success_rate": score, **{f"val/{k}": v for k, v in self.baselines.items()}}
+        improved = score > self.best_score
+        if improved:
+            self.best_score, self.best_iteration = score, it
+            self.best_path = str(self.dirpath / "best.ckpt")
+        log["val/best_success_rate"] = self.best_score
+        pl_module.log_dict(log, on_step=False, on_epoch=True, batch_size=1)
+        self.history.append({"iteration": it, "env_steps": pl_module.global_env_steps, "val_success_rate": score,
+                             "seconds": time.time() - t0})
+        if improved:  # collective under DDP: every rank calls it, rank 0 writes
+            trainer.save_checkpoint(self.best_path)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if trainer.is_global_zero:
+            self.dirpath.mkdir(parents=True, exist_ok=True)
+            (self.dirpath / "validation.json").write_text(json.dumps(self.summary(), indent=1))
+
+    def summary(self) -> dict:
+        return {"best_ckpt": self.best_path, "best_iteration": self.best_iteration, "val_success_rate": self.best_score,
+                "val_baselines": self.baselines, "history": self.history}
+
+    def state_dict(self) -> dict:
+        return {"best_score": self.best_score, "best_iteration": self.best_iteration, "best_path": self.best_path,
+                "baselines": self.baselines, "history": self.history}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.best_score, self.best_iteration = state["best_score"], state["best_iteration"]
+        self.best_path, self.baselines, self.history = state["best_path"], state["baselines"], state["history"]

@@ -1,0 +1,133 @@
+"""PPO for the MAT allocator inside Lightning: one ``training_step`` = one PPO iteration (manual optimisation).
+
+Rollout under ``no_grad`` from the rank's own ``TrainingEnv`` → GAE → ``update_epochs`` × ``n_minibatches``
+with ``manual_backward`` (DDP all-reduces the gradients) and ``clip_gradients``. Every rank runs the same
+number of minibatches so the collective calls line up; training stops once the env steps of all ranks
+reach ``total_env_steps``.
+"""
+from __future__ import annotations
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from mara.mat.losses import entropy_bonus, explained_variance, gae, mat_loss, ppo_clip_loss, ppo_diagnostics, value_loss
+from mara.mat.nets import MATPolicy
+from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout
+
+
+class MATModule(L.LightningModule):
+    def __init__(self, net: dict, ppo: dict, rollout: dict, sim: dict, workload: dict, reward: str = "dense",
+                 predictor: dict | None = None, bank_path: str | None = None, seed: int = 0,
+                 total_env_steps: int = 100_000, num_threads: int = 1) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.automatic_optimization = False
+        self.policy = MATPolicy(n_slots=sim["max_active"], n_nodes=sim["n_nodes"], **net)
+        self.env: TrainingEnv | None = None  # built per rank in setup()
+        self.generator: torch.Generator | None = None
+        self.global_env_steps = 0
+        self._pending_env_state = None
+
+    # ----------------------------------------------------------------- setup
+    def setup(self, stage: str) -> None:
+        from mara.mat.train import load_bank_and_predictor
+
+        torch.set_num_threads(self.hparams.num_threads)
+        hp = self.hparams
+        bank, predictor = load_bank_and_predictor(hp.bank_path, hp.predictor)
+        rank, world = self.global_rank, self.trainer.world_size if self._trainer is not None else 1
+        stream = EpisodeStream(bank, bank.family_params, hp.workload["task_set"], hp.workload["load"],
+                               hp.workload["train_root"] + hp.seed, hp.rollout["n_episodes"], rank, world,
+                               n_steps=hp.sim["n_steps"])
+        self.env = TrainingEnv(stream, bank, predictor, hp.reward, hp.sim["beta"], hp.sim["n_nodes"],
+                               hp.sim["max_active"], hp.sim["obs_every"], hp.rollout["n_groups"], hp.rollout["stagger"])
+        self.generator = torch.Generator().manual_seed(hp.seed * 1000 + rank)
+        if self._pending_env_state is not None:
+            self._restore_env(self._pending_env_state)
+
+    def train_dataloader(self):
+        return DataLoader([0], batch_size=None)  # one PPO iteration per epoch
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.policy.parameters(), lr=self.hparams.ppo["lr"], eps=1e-5)
+
+    # -------------------------------------------------------------- training
+    def training_step(self, batch, batch_idx):
+        hp, ppo = self.hparams, self.hparams.ppo
+        opt = self.optimizers()
+        if ppo["anneal_lr"]:  # linear decay to 0 over the env-step budget (CleanRL)
+            frac = max(1.0 - self.global_env_steps / hp.total_env_steps, 0.0)
+            for group in opt.optimizer.param_groups:
+                group["lr"] = frac * ppo["lr"]
+        buf = collect_rollout(self.policy, self.env, hp.rollout["n_steps"], self.generator, hp.rollout["scale"])
+        advantages, returns = gae(buf.rewards, buf.values, buf.dones, buf.last_value, ppo["gamma"], ppo["gae_lambda"])
+
+        live = buf.live.reshape(-1)
+        flat = lambda x: x.reshape(-1, *x.shape[2:])[live]  # noqa: E731
+        b_tokens, b_present, b_actions = flat(buf.tokens), flat(buf.present), flat(buf.actions)
+        b_logprobs, b_values, b_advantages, b_returns = flat(buf.logprobs), flat(buf.values), flat(advantages), flat(returns)
+
+        stats = {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")}
+        for _ in range(ppo["update_epochs"]):
+            perm = torch.randperm(len(b_logprobs), generator=self.generator)
+            for mb_inds in torch.tensor_split(perm, ppo["n_minibatches"]):
+                newlogprob, entropy, newvalue = self.policy.evaluate(b_tokens[mb_inds], b_present[mb_inds], b_actions[mb_inds])
+                mb_advantages = b_advantages[mb_inds]
+                if ppo["norm_adv"] and len(mb_inds) > 1:
+                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+                pg_loss = ppo_clip_loss(newlogprob, b_logprobs[mb_inds], mb_advantages, ppo["clip_coef"])
+                v_loss = value_loss(newvalue, b_returns[mb_inds])
+                ent = entropy_bonus(entropy)
+                loss = mat_loss(pg_loss, v_loss, ent, ppo["vf_coef"], ppo["ent_coef"])
+                opt.zero_grad()
+                self.manual_backward(loss)
+                self.clip_gradients(opt, gradient_clip_val=ppo["max_grad_norm"], gradient_clip_algorithm="norm")
+                opt.step()
+                with torch.no_grad():
+                    diag = ppo_diagnostics(newlogprob, b_logprobs[mb_inds], ppo["clip_coef"])
+                for k, v in (("policy_loss", pg_loss), ("value_loss", v_loss), ("entropy", ent), *diag.items()):
+                    stats[k].append(float(v.detach()))
+
+        self._log_iteration(stats, b_values, b_returns, int(live.sum()))
+
+    def _log_iteration(self, stats, b_values, b_returns, n_live: int) -> None:
+        steps = self.trainer.strategy.reduce(torch.tensor(float(n_live)), reduce_op="sum")
+        self.global_env_steps += int(steps)
+        log = {f"train/{k}": sum(v) / len(v) for k, v in stats.items()}
+        log["train/explained_variance"] = explained_variance(b_values, b_returns)
+        log["train/lr"] = self.optimizers().optimizer.param_groups[0]["lr"]
+        self.log_dict(log, on_step=False, on_epoch=True, batch_size=1, sync_dist=True)  # mean over ranks
+        self.log("env_steps", float(self.global_env_steps), on_step=False, on_epoch=True, batch_size=1)  # already global
+        successes, returns = self.env.pop_finished()
+        if successes:  # episodes that finished on this rank during the rollout (rank 0's are what gets logged)
+            self.log_dict({"rollout/success_rate": sum(successes) / len(successes), "rollout/return": sum(returns) / len(returns)},
+                          on_step=False, on_epoch=True, batch_size=1, rank_zero_only=True)
+        if self.global_env_steps >= self.hparams.total_env_steps:
+            self.trainer.should_stop = True
+
+    # --------------------------------------------------------- checkpointing
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["mat_state"] = {"global_env_steps": self.global_env_steps, "generator": self.generator.get_state(),
+                                   "env": self.env.state_dict(), "rank": self.global_rank,
+                                   "stream_counter": self.env.episode_stream.counter}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        state = checkpoint.get("mat_state")
+        if state is None:
+            return
+        if self.env is None:  # restored before setup(): keep until the env exists
+            self._pending_env_state = state
+        else:
+            self._restore_env(state)
+
+    def _restore_env(self, state: dict) -> None:
+        self.global_env_steps = state["global_env_steps"]
+        if state.get("rank", 0) == self.global_rank:
+            self.generator.set_state(state["generator"])
+            self.env.load_state_dict(state["env"])
+        else:  # only rank 0's env is checkpointed: other ranks continue on fresh, unseen episode batches
+            self.env.episode_stream.counter = state["stream_counter"] + self.env.n_groups
+            self.env.restart()
+            self.generator.manual_seed(self.hparams.seed * 1000 + self.global_rank + 7919 * state["stream_counter"])
+        self._pending_env_state = None

@@ -1,0 +1,220 @@
+"""Multi-Agent Transformer (§4.2): task-slot encoder → centralised value; node decoder → masked matching.
+
+Shapes: ``E`` episodes (batch), ``K`` task slots, ``M`` nodes, ``F`` token features, ``d`` model width.
+Choices per node are ``0..K-1`` (a slot) or ``K`` (idle). Node i's distribution is conditioned on the
+encoded tasks and on nodes 0..i-1's choices (causal self-attention over node positions, each position
+fed the previous node's choice); a mask removes absent slots and slots taken by earlier nodes, so
+Eq. 2 holds by construction and idle is always allowed. Rollout decodes node by node through the same
+``decode`` pass that training uses teacher-forced, so both give the same log-probabilities.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from mara.mat.features import N_FEATURES, N_SLOT_FEATURES
+
+
+class Attention(nn.Module):
+    """Multi-head attention with a boolean ``allow [E, Lq, Lk]`` mask (every query must allow one key)."""
+
+    def __init__(self, d: int, n_heads: int) -> None:
+        super().__init__()
+        if d % n_heads:
+            raise ValueError(f"d_model {d} must be divisible by n_heads {n_heads}")
+        self.h = n_heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+
+    def kv(self, mem: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values [E, h, Lk, d/h] of ``mem [E, Lk, d]`` (cached across decoding steps)."""
+        E, Lk, d = mem.shape
+        split = lambda t: t.view(E, Lk, self.h, d // self.h).transpose(1, 2)  # noqa: E731
+        return split(self.k(mem)), split(self.v(mem))
+
+    def attend(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allow: torch.Tensor | None) -> torch.Tensor:
+        E, Lq, d = x.shape
+        q = self.q(x).view(E, Lq, self.h, d // self.h).transpose(1, 2)
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(d // self.h)
+        if allow is not None:
+            scores = scores.masked_fill(~allow[:, None], float("-inf"))
+        out = torch.softmax(scores, dim=-1) @ v
+        return self.o(out.transpose(1, 2).reshape(E, Lq, d))
+
+    def forward(self, x: torch.Tensor, mem: torch.Tensor, allow: torch.Tensor | None) -> torch.Tensor:
+        return self.attend(x, *self.kv(mem), allow)
+
+
+class Block(nn.Module):
+    """Pre-norm Transformer block: self-attention, optional cross-attention to ``mem``, MLP.
+
+    ``forward`` runs a whole (masked) sequence; ``step`` appends one position using cached self-attention
+    keys/values of the earlier positions, which is the causal mask evaluated one position at a time.
+    """
+
+    def __init__(self, d: int, n_heads: int, d_ff: int, cross: bool) -> None:
+        super().__init__()
+        self.ln_self, self.self_attn = nn.LayerNorm(d), Attention(d, n_heads)
+        self.ln_cross = nn.LayerNorm(d) if cross else None
+        self.cross_attn = Attention(d, n_heads) if cross else None
+        self.ln_mlp = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, d_ff), nn.GELU(), nn.Linear(d_ff, d))
+
+    def forward(self, x, allow_self, mem_kv=None, allow_mem=None):
+        h = self.ln_self(x)
+        x = x + self.self_attn(h, h, allow_self)
+        return self._rest(x, mem_kv, allow_mem)
+
+    def step(self, x, cache: dict, mem_kv=None, allow_mem=None):
+        """One new position ``x [E, 1, d]``; ``cache`` holds (and is extended with) earlier self-attention k/v."""
+        h = self.ln_self(x)
+        k, v = self.self_attn.kv(h)
+        if "k" in cache:
+            k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+        cache["k"], cache["v"] = k, v
+        x = x + self.self_attn.attend(h, k, v, None)
+        return self._rest(x, mem_kv, allow_mem)
+
+    def _rest(self, x, mem_kv, allow_mem):
+        if self.cross_attn is not None:
+            x = x + self.cross_attn.attend(self.ln_cross(x), *mem_kv, allow_mem)
+        return x + self.mlp(self.ln_mlp(x))
+
+
+def choice_mask(present: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """Allowed choices per node: present slots not taken by earlier nodes, plus idle.
+
+    present [E, K] bool, actions [E, M] long in 0..K -> allow [E, M, K+1] bool
+    """
+    K = present.shape[1]
+    chosen = F.one_hot(actions, K + 1)[..., :K]  # [E, M, K]
+    taken_before = chosen.cumsum(dim=1) - chosen
+    allow_slot = present[:, None, :] & (taken_before == 0)
+    idle = torch.ones_like(allow_slot[..., :1])
+    return torch.cat([allow_slot, idle], dim=-1)
+
+
+class MATPolicy(nn.Module):
+    """Encoder over [global token, K slot tokens] and a decoder over the M nodes; see the module docstring."""
+
+    def __init__(
+        self,
+        n_slots: int = 10,
+        n_nodes: int = 7,
+        d_model: int = 64,
+        n_heads: int = 1,
+        n_blocks: int = 1,
+        d_ff: int = 128,
+        value_scale: float = 1.0,
+        idle_bias: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.K, self.M, self.d, self.value_scale = n_slots, n_nodes, d_model, value_scale
+        d = d_model
+        self.slot_in = nn.Linear(N_FEATURES, d)
+        self.global_in = nn.Linear(N_FEATURES - N_SLOT_FEATURES, d)
+        self.global_tok = nn.Parameter(torch.zeros(d))
+        self.enc_blocks = nn.ModuleList(Block(d, n_heads, d_ff, cross=False) for _ in range(n_blocks))
+        self.enc_ln = nn.LayerNorm(d)
+        self.value_head = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, 1))
+        self.start_tok = nn.Parameter(torch.zeros(d))
+        self.idle_tok = nn.Parameter(torch.zeros(d))
+        self.choice_in = nn.Linear(d, d)
+        self.node_emb = nn.Parameter(torch.randn(n_nodes, d) * 0.02)
+        self.dec_blocks = nn.ModuleList(Block(d, n_heads, d_ff, cross=True) for _ in range(n_blocks))
+        self.dec_ln = nn.LayerNorm(d)
+        self.ptr_q, self.ptr_k = nn.Linear(d, d), nn.Linear(d, d)
+        self.idle_head = nn.Linear(d, 1)
+        for head in (self.ptr_q, self.idle_head):  # near-uniform initial policy over the allowed slots
+            nn.init.normal_(head.weight, std=0.01 / math.sqrt(d))
+            nn.init.zeros_(head.bias)
+        nn.init.constant_(self.idle_head.bias, idle_bias)  # < 0: start near a random work-conserving matching
+        nn.init.normal_(self.value_head[-1].weight, std=0.01)
+        nn.init.zeros_(self.value_head[-1].bias)
+
+    # ---------------------------------------------------------------- pieces
+    def encode(self, tokens: torch.Tensor, present: torch.Tensor):
+        """tokens [E, K, F], present [E, K] -> (memory [E, 1+K, d], memory allow [E, 1+K], value [E])."""
+        E = tokens.shape[0]
+        g = self.global_tok + self.global_in(tokens[:, 0, N_SLOT_FEATURES:])
+        x = torch.cat([g[:, None], self.slot_in(tokens)], dim=1)
+        allow_k = torch.cat([present.new_ones(E, 1), present], dim=1)
+        allow = allow_k[:, None, :].expand(E, 1 + self.K, 1 + self.K)
+        for blk in self.enc_blocks:
+            x = blk(x, allow)
+        mem = self.enc_ln(x)
+        value = self.value_head(mem[:, 0]).squeeze(-1) * self.value_scale
+        return mem, allow_k, value
+
+    def _decoder_context(self, mem):
+        """Per-observation decoder inputs shared by every node: choice embeddings, cross-attention k/v, pointer keys."""
+        E = mem.shape[0]
+        slots = mem[:, 1:]  # [E, K, d]
+        table = self.choice_in(torch.cat([slots, self.idle_tok.expand(E, 1, self.d)], dim=1))  # [E, K+1, d]
+        mem_kv = [blk.cross_attn.kv(mem) for blk in self.dec_blocks]
+        return table, mem_kv, self.ptr_k(slots)
+
+    def _logits(self, h, ptr_keys):
+        slot_logits = self.ptr_q(h) @ ptr_keys.transpose(1, 2) / math.sqrt(self.d)  # [E, L, K]
+        return torch.cat([slot_logits, self.idle_head(h)], dim=-1)
+
+    def decode(self, mem, allow_k, present, actions):
+        """Masked logits for every node, teacher-forced on ``actions [E, M]`` (0..K) -> [E, M, K+1]."""
+        E, M = actions.shape
+        table, mem_kv, ptr_keys = self._decoder_context(mem)
+        prev = torch.gather(table, 1, actions[:, :-1, None].expand(E, M - 1, self.d))
+        x = torch.cat([self.start_tok.expand(E, 1, self.d), prev], dim=1) + self.node_emb[:M]
+        causal = torch.ones(M, M, dtype=torch.bool, device=x.device).tril().expand(E, M, M)
+        allow_mem = allow_k[:, None, :]
+        for blk, kv in zip(self.dec_blocks, mem_kv):
+            x = blk(x, causal, kv, allow_mem)
+        logits = self._logits(self.dec_ln(x), ptr_keys)
+        return logits.masked_fill(~choice_mask(present, actions), torch.finfo(logits.dtype).min)
+
+    # --------------------------------------------------------------- public
+    def act(self, tokens, present, deterministic: bool = False, generator: torch.Generator | None = None):
+        """Autoregressive joint action (one decoder position per node, cached) -> (actions [E, M] in 0..K, logprob [E], value [E])."""
+        mem, allow_k, value = self.encode(tokens, present)
+        E = tokens.shape[0]
+        table, mem_kv, ptr_keys = self._decoder_context(mem)
+        allow_mem = allow_k[:, None, :]
+        caches = [{} for _ in self.dec_blocks]
+        allow = torch.cat([present, present.new_ones(E, 1)], dim=1)  # [E, K+1]
+        actions = torch.empty((E, self.M), dtype=torch.long, device=tokens.device)
+        logprob = torch.zeros(E, device=tokens.device)
+        x = self.start_tok.expand(E, 1, self.d)
+        rows = torch.arange(E, device=tokens.device)
+        for i in range(self.M):
+            x = x + self.node_emb[i]
+            for blk, kv, cache in zip(self.dec_blocks, mem_kv, caches):
+                x = blk.step(x, cache, kv, allow_mem)
+            logits = self._logits(self.dec_ln(x), ptr_keys)[:, 0]
+            logp = torch.log_softmax(logits.masked_fill(~allow, torch.finfo(logits.dtype).min), dim=-1)
+            if deterministic:
+                a = logp.argmax(dim=-1)
+            else:
+                a = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+            actions[:, i] = a
+            logprob = logprob + logp[rows, a]
+            allow = allow.clone()
+            allow[rows, a] = a == self.K  # a taken slot is closed to later nodes; idle stays open
+            x = table[rows, a][:, None]
+        return actions, logprob, value
+
+    def evaluate(self, tokens, present, actions):
+        """Teacher-forced pass -> (logprob [E] of the joint action, entropy [E] per node (mean over nodes), value [E])."""
+        mem, allow_k, value = self.encode(tokens, present)
+        logp = torch.log_softmax(self.decode(mem, allow_k, present, actions), dim=-1)  # [E, M, K+1]
+        logprob = logp.gather(2, actions[..., None]).squeeze(-1).sum(dim=1)
+        p = logp.exp()
+        entropy = -(torch.where(p > 0, p * logp, torch.zeros_like(p))).sum(dim=2).mean(dim=1)  # as in MAT: averaged over agents
+        return logprob, entropy, value
+
+
+def to_env_actions(actions: torch.Tensor, n_slots: int):
+    """Choice indices (K = idle) -> env actions (IDLE = -1), numpy [E, M]."""
+    a = actions.cpu().numpy().copy()
+    a[a == n_slots] = -1
+    return a

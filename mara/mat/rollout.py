@@ -1,0 +1,159 @@
+"""Rollout collection: the training environment stream and the rollout buffer (plain classes).
+
+Shapes: ``[T, E]`` rollout steps × episodes; tokens ``[T, E, K, F]``; actions ``[T, E, M]`` (0..K, K = idle).
+The environment steps E episodes in a few staggered lockstep groups; episodes that finish early are masked out
+(``live``) until every episode of their group is done, then a fresh batch of randomised episodes replaces the group.
+"""
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from mara.allocators.rules import FIFO
+from mara.mat.features import obs_to_tokens
+from mara.mat.nets import MATPolicy, to_env_actions
+from mara.sim.env import BatchedEnv
+from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
+
+_NOT_STATE = ("bank", "predictor", "episode_stream")
+
+
+class EpisodeStream:
+    """Endless randomised training workloads: batch j of rank r uses episodes ((j·W + r)·E …) of one root."""
+
+    def __init__(self, bank, family_params, task_set: str, load: float, root: int, n_episodes: int,
+                 rank: int = 0, world_size: int = 1, n_steps: int = 500) -> None:
+        self.bank, self.family_params = bank, family_params
+        self.task_set, self.load, self.root, self.E = PAPER_TASK_SETS[task_set], load, root, n_episodes
+        self.rank, self.world_size, self.n_steps = rank, world_size, n_steps
+        self.counter = 0
+
+    def next(self, n: int | None = None):
+        """The next ``n`` (≤ E) episodes; every call uses a fresh block of E episode indices."""
+        offset = (self.counter * self.world_size + self.rank) * self.E
+        self.counter += 1
+        return generate_episodes(self.bank, self.family_params, self.task_set, self.load, self.root, n or self.E,
+                                 n_steps=self.n_steps, episode_offset=offset)
+
+
+class TrainingEnv:
+    """``n_groups`` BatchedEnvs of ``E / n_groups`` episodes each, staggered so that one rollout mixes episode phases.
+
+    A group is replaced by a fresh batch once all of its episodes are done; until then its finished episodes are
+    masked (``live``). At start, group g is advanced ``g · stagger`` steps with FIFO (not training data, not counted).
+    """
+
+    def __init__(self, episode_stream: EpisodeStream, bank, predictor=None, reward: str = "dense", beta: float = 0.1,
+                 n_nodes: int = 7, max_active: int = 10, obs_every: int = 10, n_groups: int = 1, stagger: int = 0) -> None:
+        if reward not in ("dense", "sparse"):
+            raise ValueError(f"mat.reward must be 'dense' or 'sparse', got {reward!r}")
+        if episode_stream.E % n_groups:
+            raise ValueError(f"rollout.n_episodes ({episode_stream.E}) must be divisible by rollout.n_groups ({n_groups})")
+        self.episode_stream, self.bank, self.predictor = episode_stream, bank, predictor
+        self.reward, self.beta, self.n_groups = reward, beta, n_groups
+        self.sim = dict(n_nodes=n_nodes, max_active=max_active, obs_every=obs_every)
+        self.env_steps = 0  # live steps of this rank
+        self.finished_success: list[float] = []  # episodes completed since the last ``pop_finished``
+        self.finished_return: list[float] = []
+        self.envs, self.group_obs, self.ep_return = [None] * n_groups, [None] * n_groups, [None] * n_groups
+        for g in range(n_groups):
+            self.new_batch(g)
+            for _ in range(g * stagger):
+                if self.envs[g].done.all():
+                    break
+                self.group_obs[g] = self.envs[g].step(FIFO().act(self.group_obs[g]))[0]
+
+    def tokens(self, scale: float = 350.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Task tokens of every episode, groups stacked -> (tokens [E, K, F], present [E, K])."""
+        toks = [obs_to_tokens(o, scale) for o in self.group_obs]
+        return torch.cat([t for t, _ in toks]), torch.cat([p for _, p in toks])
+
+    def new_batch(self, g: int) -> None:
+        episodes = self.episode_stream.next(self.episode_stream.E // self.n_groups)
+        self.envs[g] = BatchedEnv(episodes, self.bank, predictor=self.predictor, beta=self.beta,
+                                  compute_reward=self.reward == "dense", **self.sim)
+        self.group_obs[g] = self.envs[g].reset()
+        self.ep_return[g] = np.zeros(episodes.E)
+
+    def step(self, env_actions: np.ndarray):
+        """Step every episode (actions [E, M]) -> (reward [E], done [E], live [E]); live = running before the step."""
+        out = []
+        n = self.episode_stream.E // self.n_groups
+        for g, env in enumerate(self.envs):
+            live = ~self.group_obs[g].done
+            self.group_obs[g], reward, done, successes = env.step(env_actions[g * n:(g + 1) * n])
+            reward = np.where(live, reward if self.reward == "dense" else successes.astype(np.float64), 0.0)
+            self.ep_return[g] += reward
+            self.env_steps += int(live.sum())
+            ended = done & live
+            if ended.any():
+                self.finished_success += list(env.succeeded[ended] / np.maximum(env.ep.n_tasks[ended], 1))
+                self.finished_return += list(self.ep_return[g][ended])
+            if done.all():
+                self.new_batch(g)
+            out.append((reward, done, live))
+        return tuple(np.concatenate(x) for x in zip(*out))
+
+    def pop_finished(self) -> tuple[list[float], list[float]]:
+        out = self.finished_success, self.finished_return
+        self.finished_success, self.finished_return = [], []
+        return out
+
+    def state_dict(self) -> dict:
+        """Everything needed to continue the stream exactly (env arrays, observations, counters)."""
+        envs = [{k: v for k, v in e.__dict__.items() if k not in _NOT_STATE} for e in self.envs]
+        blob = pickle.dumps({"envs": envs, "obs": self.group_obs, "ep_return": self.ep_return, "env_steps": self.env_steps,
+                             "counter": self.episode_stream.counter,
+                             "finished": (self.finished_success, self.finished_return)})
+        return {"blob": torch.frombuffer(bytearray(blob), dtype=torch.uint8).clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        s = pickle.loads(state["blob"].numpy().tobytes())
+        for env, env_state in zip(self.envs, s["envs"]):
+            env.__dict__.update(env_state)
+        self.group_obs, self.ep_return, self.env_steps = s["obs"], s["ep_return"], s["env_steps"]
+        self.episode_stream.counter = s["counter"]
+        self.finished_success, self.finished_return = s["finished"]
+
+    def restart(self) -> None:
+        """Fresh batches for every group (a rank whose env state was not checkpointed)."""
+        for g in range(self.n_groups):
+            self.new_batch(g)
+
+
+@dataclass
+class RolloutBuffer:
+    """One rollout: per-step tensors [T, E, ...] plus the bootstrap value of the state after the last step."""
+
+    tokens: torch.Tensor
+    present: torch.Tensor
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    values: torch.Tensor
+    rewards: torch.Tensor
+    dones: torch.Tensor
+    live: torch.Tensor
+    last_value: torch.Tensor
+
+
+@torch.no_grad()
+def collect_rollout(policy: MATPolicy, env: TrainingEnv, n_steps: int, generator: torch.Generator,
+                    scale: float = 350.0) -> RolloutBuffer:
+    """Sample ``n_steps`` joint actions per episode from ``policy`` in ``env``."""
+    tokens, present, actions, logprobs, values, rewards, dones, live = ([] for _ in range(8))
+    for _ in range(n_steps):
+        tok, pres = env.tokens(scale)
+        a, logp, v = policy.act(tok, pres, generator=generator)
+        r, d, lv = env.step(to_env_actions(a, policy.K))
+        tokens.append(tok), present.append(pres), actions.append(a), logprobs.append(logp), values.append(v)
+        rewards.append(torch.as_tensor(r, dtype=torch.float32))
+        dones.append(torch.as_tensor(d))
+        live.append(torch.as_tensor(lv))
+    tok, pres = env.tokens(scale)
+    _, _, last_value = policy.encode(tok, pres)
+    st = torch.stack
+    return RolloutBuffer(st(tokens), st(present), st(actions), st(logprobs), st(values), st(rewards), st(dones),
+                         st(live), last_value)

@@ -1,0 +1,107 @@
+"""Stage II (§4.4): train the MAT allocator with PPO against a frozen predictor. ``train_policy(cfg) -> dict``."""
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import TensorBoardLogger
+from omegaconf import DictConfig, OmegaConf
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+
+def build_named_predictor(name: str | None):
+    """The frozen predictor named in config (``conf/predictor/<name>.yaml``), or None."""
+    if name is None:
+        return None
+    from mara.predictors import build_predictor
+
+    path = CONF_DIR / "predictor" / f"{name}.yaml"
+    cfg = OmegaConf.load(path) if path.exists() else OmegaConf.create({"name": name})
+    if "name" not in cfg:
+        cfg.name = name
+    return build_predictor(cfg)
+
+
+def load_bank_and_predictor(bank_path: str | None, predictor: dict | str | None):
+    from mara.curves.bank import default_bank_path, load_bank
+
+    bank = load_bank(bank_path or default_bank_path())
+    if isinstance(predictor, dict) and "name" in predictor and len(predictor) > 1:
+        from mara.predictors import build_predictor
+
+        return bank, build_predictor(OmegaConf.create(predictor))
+    name = predictor.get("name") if isinstance(predictor, dict) else predictor
+    return bank, build_named_predictor(name)
+
+
+def resolve_config(cfg: DictConfig) -> dict:
+    """The MAT settings as a plain dict: ``cfg.mat`` (conf/mat/default.yaml), with the pipeline's shared keys
+    (``seed``, ``reward``, ``ckpt_path``, ``predictor``, ``paths.output_dir``, ``sim``, ``bank.path``,
+    ``trainer.accelerator/devices/strategy``) taking precedence when ``cfg`` is the full ``conf/train.yaml``.
+    A bare ``conf/mat/default.yaml`` is accepted too."""
+    if "mat" not in cfg:
+        return OmegaConf.to_container(cfg, resolve=True)
+    c = OmegaConf.to_container(cfg.mat, resolve=True)
+    for key in ("seed", "reward", "ckpt_path"):
+        if cfg.get(key) is not None:
+            c[key] = cfg[key]
+    if cfg.get("predictor") is not None:
+        c["predictor"] = OmegaConf.to_container(cfg.predictor, resolve=True)
+    if cfg.get("paths") is not None and cfg.paths.get("output_dir"):
+        c["output_dir"] = cfg.paths.output_dir
+    if cfg.get("bank") is not None and cfg.bank.get("path"):
+        c["bank_path"] = cfg.bank.path
+    if cfg.get("sim") is not None:
+        for ours, theirs in (("n_nodes", "nodes"), ("max_active", "max_active"), ("n_steps", "steps"),
+                             ("obs_every", "obs_every"), ("beta", "beta")):
+            if cfg.sim.get(theirs) is not None:
+                c["sim"][ours] = cfg.sim[theirs]
+    if cfg.get("trainer") is not None:
+        for key in ("accelerator", "devices", "strategy"):
+            if cfg.trainer.get(key) is not None:
+                c["trainer"][key] = cfg.trainer[key]
+    return c
+
+
+def train_policy(cfg: DictConfig, callbacks: list | None = None) -> dict:
+    """Train per ``cfg.mat`` (conf/mat/default.yaml); returns the best checkpoint path and validation metrics."""
+    from mara.mat.callback import ValidationCallback
+    from mara.mat.module import MATModule
+
+    c = resolve_config(cfg)
+    pred = c["predictor"]
+    pred_name = pred if isinstance(pred, str) or pred is None else pred.get("name")
+    out = Path(c["output_dir"] or f"outputs/mat/{pred_name}_{c['reward']}_seed{c['seed']}_{time.strftime('%Y-%m-%d_%H-%M-%S')}")
+    if c["workload"]["train_root"] + c["seed"] in set(range(5)) | set(c["validation"]["roots"]):
+        raise ValueError("mat.workload.train_root + seed must differ from the evaluation (0–4) and validation roots")
+    L.seed_everything(c["seed"], workers=True, verbose=False)
+    module = MATModule(net=c["net"], ppo=c["ppo"], rollout=c["rollout"], sim=c["sim"], workload=c["workload"],
+                       reward=c["reward"], predictor={"name": pred} if isinstance(pred, str) else pred,
+                       bank_path=c["bank_path"], seed=c["seed"], total_env_steps=c["total_env_steps"],
+                       num_threads=c["num_threads"])
+    tr = c["trainer"]
+    world = tr["devices"] if isinstance(tr["devices"], int) else 1
+    per_iter = world * c["rollout"]["n_episodes"] * c["rollout"]["n_steps"]
+    max_iters = 2 * math.ceil(c["total_env_steps"] / per_iter) + 1  # stops earlier on the env-step count
+    val = c["validation"]
+    val_cb = ValidationCallback(out / "checkpoints", val["roots"], val["n_episodes"], val["every_n_iterations"], c["sim"],
+                                c["rollout"]["scale"], val["baselines"], c["workload"]["task_set"], c["workload"]["load"])
+    last_cb = ModelCheckpoint(dirpath=out / "checkpoints", save_last=True, save_top_k=0, every_n_epochs=1, enable_version_counter=False)
+    trainer = L.Trainer(
+        accelerator=tr["accelerator"], devices=tr["devices"], strategy=tr["strategy"], deterministic=tr["deterministic"],
+        max_epochs=max_iters, callbacks=[val_cb, last_cb, *(callbacks or [])], logger=TensorBoardLogger(str(out), name="tb", version=""),
+        use_distributed_sampler=False, enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1,
+        num_sanity_val_steps=0, default_root_dir=str(out),
+    )
+    t0 = time.time()
+    trainer.fit(module, ckpt_path=c["ckpt_path"])
+    written = out / "checkpoints" / "validation.json"  # by rank 0; the only copy in the parent process under ddp_spawn
+    summary = json.loads(written.read_text()) if written.exists() else val_cb.summary()
+    summary.update(train_seconds=time.time() - t0, output_dir=str(out), last_ckpt=str(out / "checkpoints" / "last.ckpt"),
+                   env_steps=int(trainer.callback_metrics.get("env_steps", float("nan"))) if "env_steps" in trainer.callback_metrics else None)
+    return summary
