@@ -264,10 +264,9 @@ def clairvoyant_episode(arrival, deadline, need, n_nodes: int = 7,
                              solve_time_s=time.perf_counter() - t0, chosen=chosen)
 
 
-def clairvoyant_batch(arrival, deadline, need, n_tasks, n_nodes: int = 7,
-                      time_limit_s: float = 10.0) -> list[ClairvoyantResult]:
-    """Per-episode :func:`clairvoyant_episode` over padded ``[E, N]`` arrays (first ``n_tasks[e]``
-    entries of row ``e`` are real).  ``time_limit_s`` applies to each episode."""
+def per_episode(solve, arrival, deadline, need, n_tasks, *args) -> list[ClairvoyantResult]:
+    """Apply an episode solver ``solve(arrival, deadline, need, *args)`` to each row of padded ``[E, N]``
+    arrays (the first ``n_tasks[e]`` entries of row ``e`` are real)."""
     _cp_model()
     arrival, deadline, need = (np.asarray(a) for a in (arrival, deadline, need))
     n_tasks = np.asarray(n_tasks, dtype=np.int64).reshape(-1)
@@ -275,8 +274,13 @@ def clairvoyant_batch(arrival, deadline, need, n_tasks, n_nodes: int = 7,
         raise ValueError("arrival, deadline, need must be equal-shaped [E, N] arrays")
     if len(n_tasks) != arrival.shape[0]:
         raise ValueError("n_tasks must have one entry per episode")
-    return [clairvoyant_episode(arrival[e, :m], deadline[e, :m], need[e, :m], n_nodes, time_limit_s)
-            for e, m in enumerate(n_tasks)]
+    return [solve(arrival[e, :m], deadline[e, :m], need[e, :m], *args) for e, m in enumerate(n_tasks)]
+
+
+def clairvoyant_batch(arrival, deadline, need, n_tasks, n_nodes: int = 7,
+                      time_limit_s: float = 10.0) -> list[ClairvoyantResult]:
+    """Per-episode :func:`clairvoyant_episode` over padded ``[E, N]`` arrays; ``time_limit_s`` per episode."""
+    return per_episode(clairvoyant_episode, arrival, deadline, need, n_tasks, n_nodes, time_limit_s)
 
 
 # --------------------------------------------------------------------------- realising a schedule

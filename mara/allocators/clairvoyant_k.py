@@ -82,6 +82,7 @@ import numpy as np
 from mara.allocators.clairvoyant import (
     NEVER,
     ClairvoyantResult,
+    per_episode,
     _components,
     _cp_model,
     _stop_at_bound,
@@ -427,15 +428,5 @@ def clairvoyant_k_episode(arrival, deadline, need, n_nodes: int = 7, max_active:
 
 def clairvoyant_k_batch(arrival, deadline, need, n_tasks, n_nodes: int = 7, max_active: int = 10,
                         time_limit_s: float = 10.0) -> list[ClairvoyantResult]:
-    """Per-episode :func:`clairvoyant_k_episode` over padded ``[E, N]`` arrays (first ``n_tasks[e]``
-    entries of row ``e`` are real).  ``time_limit_s`` applies to each episode."""
-    _cp_model()
-    arrival, deadline, need = (np.asarray(a) for a in (arrival, deadline, need))
-    n_tasks = np.asarray(n_tasks, dtype=np.int64).reshape(-1)
-    if arrival.ndim != 2 or arrival.shape != deadline.shape or arrival.shape != need.shape:
-        raise ValueError("arrival, deadline, need must be equal-shaped [E, N] arrays")
-    if len(n_tasks) != arrival.shape[0]:
-        raise ValueError("n_tasks must have one entry per episode")
-    return [clairvoyant_k_episode(arrival[e, :m], deadline[e, :m], need[e, :m], n_nodes, max_active,
-                                  time_limit_s)
-            for e, m in enumerate(n_tasks)]
+    """Per-episode :func:`clairvoyant_k_episode` over padded ``[E, N]`` arrays; ``time_limit_s`` per episode."""
+    return per_episode(clairvoyant_k_episode, arrival, deadline, need, n_tasks, n_nodes, max_active, time_limit_s)
