@@ -204,8 +204,8 @@ def generate_stress_episodes(
     n_infeasible: int = 7,
     n_short: int = 13,
     short_arrival: int = 10,
-    infeasible_budget: int = 130,
-    short_budget: int = 140,
+    infeasible_budget: int = 170,
+    short_budget: int = 180,
     short_need: tuple[int, int] = (22, 35),
     families: tuple[str, ...] = ID_FAMILIES,
 ) -> EpisodeBatch:
@@ -215,7 +215,8 @@ def generate_stress_episodes(
     task gets ε = L(n) for n drawn in ``short_need`` on a curve whose cumulative average first
     reaches that value exactly at batch n. With the admission limit K = 10 only 3 short tasks are
     admitted at first, so a policy must stop serving the early tasks to finish all short ones; the
-    defaults leave too little time after the early deadlines (130) for FIFO/EDF to finish any.
+    defaults leave too little time after the early deadlines (170) for FIFO/EDF to finish any, while
+    every list schedule through the 3 free slots finishes all short tasks by their deadline (190).
     """
     if short_budget - (infeasible_budget - short_arrival) >= short_need[0]:
         raise ValueError("stress scenario: short tasks would still fit after the early deadlines")
