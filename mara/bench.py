@@ -4,7 +4,8 @@ Prints env-steps per second (one step of one episode = one env-step) under FIFO 
 1024 episodes, and the wall time of the full rule-based protocol (FIFO, EDF, Oracle over 3 task sets ×
 4 loads × 5 roots × 12 episodes, episode generation included). Targets on the 2-core reference
 machine: ≥ 500,000 env-steps/s at E = 1024; protocol < 60 s. ``--clairvoyant`` adds the Clairvoyant
-bound over the p = 0.04 protocol (target < 10 minutes); ``--predictors`` adds batched predictor latency.
+bound over the p = 0.04 protocol (target < 10 minutes). Predictor latency is part of the prediction
+benchmark (``python -m mara.evaluate experiment=prediction``).
 """
 from __future__ import annotations
 
@@ -68,7 +69,6 @@ def main(argv=None) -> None:
     ap.add_argument("--bank", default=None, help="bank path or shipped name (default: the shipped default bank)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--clairvoyant", action="store_true", help="also time Clairvoyant over the p=0.04 protocol")
-    ap.add_argument("--predictors", action="store_true", help="also time batched predictor inference")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test of the benchmark itself)")
     args = ap.parse_args(argv)
     bank = load_bank(shipped_bank_path(args.bank) if args.bank else default_bank_path())
@@ -87,11 +87,6 @@ def main(argv=None) -> None:
     if args.clairvoyant:
         secs, n_opt, n = clairvoyant_seconds(bank, roots=roots, episodes=episodes)
         print(f"{f'Clairvoyant p=0.04, {n} episodes (s)':<44}{secs:>16.2f}  < 600   ({n_opt}/{n} proven optimal)")
-    if args.predictors:
-        from mara.predictors.bench import predictor_latency_lines
-
-        for line in predictor_latency_lines(bank):
-            print(line)
 
 
 if __name__ == "__main__":
