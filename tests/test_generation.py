@@ -66,6 +66,17 @@ def test_resume_skips_finished_jobs_and_yields_same_bank(tmp_path):
     assert any((tmp_path / "tb").iterdir())
 
 
+def test_eta_learns_from_finished_shards(tmp_path):
+    shards = tmp_path / "shards"
+    gen.generate([FAM], {"pool": 2}, shard_dir=shards, cap=5, quiet=True)
+    measured = gen.measured_seconds(shards, [FAM, "CNN_Cifar10"])
+    assert set(measured) == {FAM} and 0 < measured[FAM] < 60
+    assert gen.measured_seconds(shards, [FAM], accelerator="gpu") == {}  # CPU times never feed a GPU estimate
+    todo = [gen.Job(FAM, "pool", i, "synthetic") for i in range(2, 6)]
+    reporter = gen._Reporter(todo, parallel=2, quiet=True, prior=measured)
+    assert reporter.eta_seconds() == pytest.approx(4 * measured[FAM] / 2)
+
+
 def test_two_workers_give_the_same_curves(tmp_path):
     gen.generate([FAM], {"pool": 4}, shard_dir=tmp_path / "one", cap=5, workers=1, quiet=True)
     gen.generate([FAM], {"pool": 4}, shard_dir=tmp_path / "two", cap=5, workers=2, quiet=True)

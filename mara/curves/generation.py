@@ -41,8 +41,8 @@ COST_ORDER = (
     "ResNet18_Cifar10",
     "ResNet34_Cifar10",
 )
-#: rough uncontended seconds per curve, used for the ETA until a family has been measured in this run
-COST_GUESS_S = dict(zip(COST_ORDER, (10, 16, 25, 35, 45, 90, 150, 170, 1250, 2600)))
+#: rough uncontended seconds per curve, used for the ETA when a family has no finished shard to learn from
+COST_GUESS_S = dict(zip(COST_ORDER, (10, 16, 25, 35, 45, 90, 150, 170, 130, 240)))
 GROUP_ORDER = ("pool", "fm_val", "fm_train")
 SOURCES = ("real", "synthetic")
 
@@ -252,11 +252,12 @@ def code_version() -> str:
 class _Reporter:
     """Progress: rich bar with ETA on a terminal, one plain line per finished job otherwise."""
 
-    def __init__(self, jobs: list[Job], parallel: int, quiet: bool = False):
+    def __init__(self, jobs: list[Job], parallel: int, quiet: bool = False, prior: dict | None = None):
         from rich.console import Console
 
         self.pending = {j: None for j in jobs}
         self.parallel, self.quiet, self.seen = max(1, parallel), quiet, {}
+        self.prior = dict(prior or {})
         self.console = Console(stderr=True)
         self.n, self.done, self.t0 = len(jobs), 0, time.time()
         self.progress = None
@@ -271,7 +272,9 @@ class _Reporter:
     def eta_seconds(self) -> float:
         def est(fam):
             s = self.seen.get(fam)
-            return sum(s) / len(s) if s else COST_GUESS_S.get(fam, 600)
+            if s:
+                return sum(s) / len(s)
+            return self.prior.get(fam, COST_GUESS_S.get(fam, 600))
 
         return sum(est(j.family) for j in self.pending) / self.parallel
 
@@ -294,6 +297,26 @@ class _Reporter:
     def close(self) -> None:
         if self.progress is not None:
             self.progress.stop()
+
+
+def measured_seconds(shard_dir: str | os.PathLike, families, accelerator: str = "cpu", per_family: int = 20) -> dict:
+    """Mean recorded wall time per curve of each family's finished shards (same accelerator), for the ETA."""
+    import pyarrow.parquet as pq
+
+    out = {}
+    for fam in families:
+        times = []
+        for path in sorted(Path(shard_dir).glob(f"{fam}__*.parquet"))[-per_family:]:
+            try:
+                meta = pq.read_table(path, columns=["meta"]).column("meta")[0].as_py()
+                meta = json.loads(meta) if isinstance(meta, str) else meta
+            except Exception:
+                continue
+            if (meta.get("device", "cpu") == "cpu") == (accelerator == "cpu") and meta.get("wall_time_s"):
+                times.append(float(meta["wall_time_s"]))
+        if times:
+            out[fam] = sum(times) / len(times)
+    return out
 
 
 def _fmt(seconds: float) -> str:
@@ -322,7 +345,8 @@ def generate(families="all", counts: dict | None = None, *, shard_dir: str | os.
         print(f"generate: {len(jobs)} jobs, {len(jobs) - len(todo)} already done, {len(todo)} to run on "
               f"{nproc} {'device process' if gpu else 'worker'}{'es' if nproc > 1 and gpu else 's' if nproc > 1 else ''} "
               f"(rank {rank}/{world}) -> {shard_dir}", file=sys.stderr, flush=True)
-    reporter = _Reporter(todo, nproc, quiet)
+    prior = measured_seconds(shard_dir, sorted({j.family for j in todo}), accelerator)
+    reporter = _Reporter(todo, nproc, quiet, prior)
     results = []
     try:
         if nproc <= 1:
