@@ -15,15 +15,20 @@ def run(cfg: DictConfig) -> None:
     from mara.curves.generation import generate, merge
 
     action = cfg.action
-    if action not in ("generate", "merge", "all"):
-        raise ZooError(f"unknown action {action!r} (use generate, merge or all)")
+    if action not in ("generate", "merge", "all", "ship"):
+        raise ZooError(f"unknown action {action!r} (use generate, merge, all or ship)")
+    if action == "ship":
+        missing = missing_jobs(cfg)
+        if missing:
+            raise ZooError(f"{len(missing)} of the requested curves are not generated yet (first: {missing[0]}); "
+                           "finish `python -m mara.generate_curves` before shipping the bank")
     if action in ("generate", "all"):
         families = cfg.families if isinstance(cfg.families, str) else list(cfg.families)
         generate(families, dict(cfg.counts), shard_dir=cfg.shard_dir, cap=cfg.cap, source=cfg.source,
                  source_overrides=dict(cfg.source_overrides or {}), workers=int(cfg.workers),
                  accelerator=cfg.trainer.accelerator, devices=int(cfg.trainer.devices), data_root=cfg.data_root,
                  cache_dir=cfg.cache_dir, download=bool(cfg.download), max_attempts=int(cfg.max_attempts), quiet=bool(cfg.quiet))
-    if action in ("merge", "all"):
+    if action in ("merge", "all", "ship"):
         out = merge(cfg.shard_dir, cfg.bank_path, cfg.tensorboard_dir, {"request": OmegaConf.to_container(cfg, resolve=True)})
         print(f"merged bank written to {out}", file=sys.stderr)
         if cfg.get("calibrate", True):
@@ -32,6 +37,39 @@ def run(cfg: DictConfig) -> None:
             res = calibrate_bank(out, float(cfg.get("calibration_target", 0.70)))
             print(f"calibrated ε for {len(res['family_params'])} families; Oracle at p=0.04: "
                   + ", ".join(f"{k} {v:.1f} %" for k, v in res["oracle"].items()), file=sys.stderr)
+    if action == "ship":
+        print(f"shipped: {install_bank(out)} is now the package's default bank "
+              "(retrain the shipped FM checkpoint on it, see the README)", file=sys.stderr)
+
+
+def missing_jobs(cfg: DictConfig) -> list[str]:
+    """Curve ids of the configured plan that have no shard yet."""
+    from pathlib import Path
+
+    from mara.curves.generation import plan_jobs
+
+    families = cfg.families if isinstance(cfg.families, str) else list(cfg.families)
+    jobs = plan_jobs(families, dict(cfg.counts), cfg.source, dict(cfg.source_overrides or {}))
+    return [j.curve_id for j in jobs if not (Path(cfg.shard_dir) / j.shard_name).exists()]
+
+
+def install_bank(path, max_mib: float = 20.0):
+    """Copy a merged, calibrated bank to ``mara/data/banks/zoo.parquet`` (the default from then on)."""
+    import shutil
+    from pathlib import Path
+
+    from mara.curves.bank import load_bank, shipped_bank_path
+
+    path = Path(path)
+    load_bank(path)  # validates every row before it can become the default
+    size = path.stat().st_size / 2**20
+    if size > max_mib:
+        raise ZooError(f"bank {path} is {size:.1f} MiB, over the {max_mib:g} MiB a shipped bank may take")
+    dest = shipped_bank_path("zoo")
+    tmp = dest.with_suffix(".parquet.tmp")
+    shutil.copyfile(path, tmp)
+    tmp.replace(dest)
+    return dest
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="generate_curves")

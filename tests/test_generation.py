@@ -123,3 +123,32 @@ def test_entry_point_prints_one_line_on_config_mistake(tmp_path):
     assert out.returncode == 2
     lines = [x for x in out.stderr.splitlines() if x.strip()]
     assert lines == ["error: unknown family Nope (known: " + ", ".join(gen.ALL_FAMILIES) + ")"]
+
+
+def _gen_cfg(tmp_path, **kw):
+    from mara.eval.methods import CONF_DIR
+
+    cfg = OmegaConf.load(CONF_DIR / "generate_curves.yaml")
+    cfg.pop("hydra")
+    cfg.merge_with({"families": [FAM], "counts": {"pool": 2, "fm_val": 1, "fm_train": 0}, "cap": 5,
+                    "out_dir": str(tmp_path), "tensorboard_dir": None, "calibrate": False, "quiet": True, **kw})
+    return cfg
+
+
+def test_ship_refuses_an_incomplete_plan_and_installs_a_complete_one(tmp_path, monkeypatch):
+    from mara import generate_curves as entry
+    from mara.curves import bank as bank_mod
+
+    dest = tmp_path / "pkg" / "zoo.parquet"
+    dest.parent.mkdir()
+    monkeypatch.setattr(bank_mod, "shipped_bank_path", lambda name: dest)
+    gen.generate([FAM], {"pool": 1}, shard_dir=tmp_path / "shards", cap=5, quiet=True)
+    with pytest.raises(ZooError, match="2 of the requested curves are not generated yet"):
+        entry.run(_gen_cfg(tmp_path, action="ship"))
+    assert not dest.exists() and not (tmp_path / "zoo.parquet").exists()
+    entry.run(_gen_cfg(tmp_path, action="generate"))
+    entry.run(_gen_cfg(tmp_path, action="ship"))
+    shipped = load_bank(dest)
+    assert len(shipped) == 3 and _losses(shipped) == _losses(load_bank(tmp_path / "zoo.parquet"))
+    with pytest.raises(ZooError, match="over the 0.001 MiB"):
+        entry.install_bank(tmp_path / "zoo.parquet", max_mib=0.001)
