@@ -39,7 +39,7 @@ def run(cfg: DictConfig) -> None:
                   + ", ".join(f"{k} {v:.1f} %" for k, v in res["oracle"].items()), file=sys.stderr)
     if action == "ship":
         print(f"shipped: {install_bank(out)} is now the package's default bank "
-              "(retrain the shipped FM checkpoint on it, see the README)", file=sys.stderr)
+              "(train its FM checkpoint mara/data/checkpoints/fm_zoo.ckpt next, see the README)", file=sys.stderr)
 
 
 def missing_jobs(cfg: DictConfig) -> list[str]:

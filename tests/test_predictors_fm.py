@@ -103,3 +103,18 @@ def test_ddp_two_process_cpu_training(tiny_bank_path, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "fm.ckpt").exists()
     load_net(tmp_path / "fm.ckpt")
+
+
+def test_shipped_checkpoint_follows_the_bank(tmp_path, monkeypatch):
+    """``ckpt_path: null`` -> the FM trained on the bank in use (fm_<bank>.ckpt), else the default bank's."""
+    from mara.curves import bank as bank_mod
+    from mara.curves.bank import shipped_bank_path
+    from mara.predictors import fm as fm_mod
+
+    ckdir = fm_mod.Path(fm_mod.__file__).resolve().parent.parent / "data" / "checkpoints"
+    assert fm_mod.default_ckpt_path(shipped_bank_path("parametric")) == ckdir / "fm_parametric.ckpt"
+    assert fm_mod.default_ckpt_path(tmp_path / "parametric.parquet") == ckdir / f"fm_{default_bank_path().stem}.ckpt"
+    assert fm_mod.default_ckpt_path().exists()  # the default bank ships its own FM
+    monkeypatch.setattr(bank_mod, "default_bank_path", lambda: tmp_path / "zoo.parquet")
+    assert fm_mod.default_ckpt_path(tmp_path / "other.parquet") == ckdir / "fm_zoo.ckpt"
+    assert fm_mod.default_ckpt_path(shipped_bank_path("parametric")) == ckdir / "fm_parametric.ckpt"

@@ -180,6 +180,6 @@ def run_prediction_experiment(cfg) -> dict:
     fm_cfg = pc.get("fm") or OmegaConf.load(conf_dir / "fm.yaml")
     wls_cfg = pc.get("wls") or OmegaConf.load(conf_dir / "wls.yaml")
     bank = load_bank(cfg.get("bank", {}).get("path") or default_bank_path())
-    return run_prediction_benchmark(bank, build_predictor(fm_cfg), build_predictor(wls_cfg), bank.family_params,
+    return run_prediction_benchmark(bank, build_predictor(fm_cfg, bank.path), build_predictor(wls_cfg), bank.family_params,
                                     Path(cfg.paths.output_dir), n_ranks=int(pc.get("n_ranks", 8)),
                                     obs_every=int(pc.get("obs_every", 10)), seed=int(pc.get("seed", 0)))

@@ -107,7 +107,7 @@ def build_episodes(cfg: DictConfig, bank: CurveBank, protocol: EvalProtocol) -> 
     return EpisodeBatch.concat(batches)
 
 
-def build_predictor_by_name(name: str | None, cfg: DictConfig, cache: dict):
+def build_predictor_by_name(name: str | None, cfg: DictConfig, cache: dict, bank_path=None):
     """The simulator predictor a method asks for (``None``, ``wls`` or ``fm``), built once per run."""
     if name is None:
         return None
@@ -119,7 +119,7 @@ def build_predictor_by_name(name: str | None, cfg: DictConfig, cache: dict):
             from mara.predictors import build_predictor
         except ImportError as exc:
             raise ConfigError(f"predictor {name!r} unavailable: {exc}") from None
-        cache[name] = build_predictor(preds[name])
+        cache[name] = build_predictor(preds[name], bank_path)
     return cache[name]
 
 
@@ -195,7 +195,7 @@ def evaluate_methods(methods: list[str], ep: EpisodeBatch, bank: CurveBank, cfg:
             metrics, extra = run_bound(name, mcfg, ep, cfg.sim)
             rows += _rows_from_metrics(name, ep, metrics, extra=extra)
         else:
-            predictor = build_predictor_by_name(mcfg.get("predictor"), cfg, predictors)
+            predictor = build_predictor_by_name(mcfg.get("predictor"), cfg, predictors, bank.path)
             for seed, alloc in build_allocators(mcfg):
                 rows += _rows_from_metrics(name, ep, run_policy(alloc, ep, bank, cfg.sim, predictor), train_seed=seed)
         timings[name] = time.perf_counter() - t0

@@ -63,7 +63,7 @@ class ValidationCallback(L.Callback):
                                             n_steps=self.sim["n_steps"])
         if self.with_baselines and not self.baselines:
             for name, (cls, pred_name) in baseline_allocators().items():
-                m = run_episodes(self._env(pl_module, build_named_predictor(pred_name)), cls())
+                m = run_episodes(self._env(pl_module, build_named_predictor(pred_name, pl_module.env.bank.path)), cls())
                 self.baselines[name] = float(np.mean(m["success_rate"]))
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
-def build_named_predictor(name: str | None):
+def build_named_predictor(name: str | None, bank_path=None):
     """The frozen predictor named in config (``conf/predictor/<name>.yaml``), or None."""
     if name is None:
         return None
@@ -24,7 +24,7 @@ def build_named_predictor(name: str | None):
     cfg = OmegaConf.load(path) if path.exists() else OmegaConf.create({"name": name})
     if "name" not in cfg:
         cfg.name = name
-    return build_predictor(cfg)
+    return build_predictor(cfg, bank_path)
 
 
 def load_bank_and_predictor(bank_path: str | None, predictor: dict | str | None):
@@ -34,9 +34,9 @@ def load_bank_and_predictor(bank_path: str | None, predictor: dict | str | None)
     if isinstance(predictor, dict) and "name" in predictor and len(predictor) > 1:
         from mara.predictors import build_predictor
 
-        return bank, build_predictor(OmegaConf.create(predictor))
+        return bank, build_predictor(OmegaConf.create(predictor), bank.path)
     name = predictor.get("name") if isinstance(predictor, dict) else predictor
-    return bank, build_named_predictor(name)
+    return bank, build_named_predictor(name, bank.path)
 
 
 def resolve_config(cfg: DictConfig) -> dict:

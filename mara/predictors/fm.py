@@ -20,9 +20,18 @@ from mara.predictors.targets import DELTA, bin_edges, reconstruct_L
 MIN_OBS = 4
 
 
-def default_ckpt_path() -> Path:
-    """The checkpoint shipped with the package."""
-    return Path(__file__).resolve().parent.parent / "data" / "checkpoints" / "fm_default.ckpt"
+def default_ckpt_path(bank_path=None) -> Path:
+    """The shipped FM checkpoint trained on a bank: ``mara/data/checkpoints/fm_<bank>.ckpt`` for a bank shipped in
+    the package (so ``bank=parametric`` gets the FM trained on parametric curves), else the default bank's."""
+    from mara.curves.bank import default_bank_path
+
+    data = Path(__file__).resolve().parent.parent / "data"
+    if bank_path is not None:
+        bank = Path(bank_path).resolve()
+        own = data / "checkpoints" / f"fm_{bank.stem}.ckpt"
+        if bank.parent == (data / "banks").resolve() and own.exists():
+            return own
+    return data / "checkpoints" / f"fm_{default_bank_path().stem}.ckpt"
 
 
 def save_checkpoint(net: FlowNet, hparams: Mapping, path, extra: Mapping | None = None) -> Path:
@@ -56,9 +65,10 @@ class FlowPredictor:
         self._noise: dict[int, torch.Tensor] = {}
 
     @classmethod
-    def from_config(cls, cfg) -> "FlowPredictor":
+    def from_config(cls, cfg, bank_path=None) -> "FlowPredictor":
+        """``ckpt_path`` null: the shipped checkpoint matching ``bank_path`` (see ``default_ckpt_path``)."""
         inf = cfg.get("inference", {}) or {}
-        path = cfg.get("ckpt_path") or default_ckpt_path()
+        path = cfg.get("ckpt_path") or default_ckpt_path(bank_path)
         net, _ = load_net(path)
         per_family = {k: dict(v) for k, v in (inf.get("per_family", {}) or {}).items()}
         return cls(net, n_samples=inf.get("n_samples", 8), n_steps=inf.get("n_steps", 4), per_family=per_family,

@@ -19,24 +19,25 @@ class RemainingPredictor(Protocol):
     def predict_remaining(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None) -> np.ndarray: ...
 
 
-def _wls(cfg):
+def _wls(cfg, bank_path=None):
     from mara.predictors.wls import WLSPredictor
 
     return WLSPredictor.from_config(cfg)
 
 
-def _fm(cfg):
+def _fm(cfg, bank_path=None):
     from mara.predictors.fm import FlowPredictor
 
-    return FlowPredictor.from_config(cfg)
+    return FlowPredictor.from_config(cfg, bank_path)
 
 
 PREDICTORS = {"wls": _wls, "fm": _fm}
 
 
-def build_predictor(cfg_predictor) -> RemainingPredictor:
-    """Predictor named by ``cfg_predictor.name`` (conf/predictor/{fm,wls}.yaml)."""
+def build_predictor(cfg_predictor, bank_path=None) -> RemainingPredictor:
+    """Predictor named by ``cfg_predictor.name`` (conf/predictor/{fm,wls}.yaml); ``bank_path`` picks the shipped
+    FM checkpoint trained on that bank when no ``ckpt_path`` is given."""
     name = cfg_predictor.get("name")
     if name not in PREDICTORS:
         raise ValueError(f"predictor.name must be one of {sorted(PREDICTORS)}, got {name!r}")
-    return PREDICTORS[name](cfg_predictor)
+    return PREDICTORS[name](cfg_predictor, bank_path)
