@@ -37,6 +37,11 @@ def run(cfg: DictConfig) -> None:
             res = calibrate_bank(out, float(cfg.get("calibration_target", 0.70)))
             print(f"calibrated ε for {len(res['family_params'])} families; Oracle at p=0.04: "
                   + ", ".join(f"{k} {v:.1f} %" for k, v in res["oracle"].items()), file=sys.stderr)
+        from pathlib import Path
+
+        from mara.curves.generation import plot_bank_grid
+
+        print(f"curve plot: {plot_bank_grid(out, Path(out).with_name('curves_by_family.png'))}", file=sys.stderr)
     if action == "ship":
         print(f"shipped: {install_bank(out)} is now the package's default bank "
               "(train its FM checkpoint mara/data/checkpoints/fm_zoo.ckpt next, see the README)", file=sys.stderr)

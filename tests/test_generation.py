@@ -150,5 +150,15 @@ def test_ship_refuses_an_incomplete_plan_and_installs_a_complete_one(tmp_path, m
     entry.run(_gen_cfg(tmp_path, action="ship"))
     shipped = load_bank(dest)
     assert len(shipped) == 3 and _losses(shipped) == _losses(load_bank(tmp_path / "zoo.parquet"))
+    assert (tmp_path / "curves_by_family.png").stat().st_size > 0  # the bank's curve plot sits beside it
     with pytest.raises(ZooError, match="over the 0.001 MiB"):
         entry.install_bank(tmp_path / "zoo.parquet", max_mib=0.001)
+
+
+def test_bank_grid_plot_draws_every_family_with_its_targets(small_bank, tmp_path):
+    import matplotlib.image as mpimg
+
+    png = gen.plot_bank_grid(small_bank.path, tmp_path / "grid.png")
+    img = mpimg.imread(png)
+    n = len(small_bank.families)
+    assert img.shape[1] == int(3.4 * min(5, n) * 110) and img.shape[0] == int(2.8 * -(-n // 5) * 110)

@@ -408,8 +408,25 @@ def merge(shard_dir: str | os.PathLike, out_path: str | os.PathLike, tensorboard
     return out
 
 
+def _plot_family(ax, bank, fam: str) -> None:
+    """Cumulative-average loss L of each curve of ``fam`` (coloured by split), with the calibrated target ε
+    (line, or band for an ε range) and the budget range (shaded) when the bank carries them."""
+    for r in bank.rows(fam):
+        ax.plot(np.arange(1, bank.lengths[r] + 1), bank.L[r, : bank.lengths[r]], lw=0.6, alpha=0.6,
+                color={"pool": "C0", "fm_val": "C1", "fm_train": "C2"}[bank.split[r]])
+    fp = (bank.family_params or {}).get(fam, {})
+    if "eps" in fp:
+        ax.axhline(fp["eps"], color="k", ls="--", lw=1)
+    elif "eps_range" in fp:
+        ax.axhspan(*fp["eps_range"], color="k", alpha=0.12)
+    budgets = fp.get("budget") or fp.get("budget_set")
+    if budgets:
+        ax.axvspan(min(budgets), max(budgets), color="C3", alpha=0.12)
+    ax.set(title=f"{fam} ({len(bank.rows(fam))} curves)", xlabel="batch", ylabel="cumulative-average loss", xscale="log")
+
+
 def plot_bank_to_tensorboard(bank_path, log_dir) -> None:
-    """One figure per family: cumulative-average loss L [N] of each curve against batches."""
+    """One TensorBoard figure per family (see ``_plot_family``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -420,10 +437,36 @@ def plot_bank_to_tensorboard(bank_path, log_dir) -> None:
     writer = SummaryWriter(str(log_dir))
     for fam in bank.families:
         fig, ax = plt.subplots(figsize=(6, 4))
-        for r in bank.rows(fam):
-            ax.plot(np.arange(1, bank.lengths[r] + 1), bank.L[r, : bank.lengths[r]], lw=0.6, alpha=0.6,
-                    color={"pool": "C0", "fm_val": "C1", "fm_train": "C2"}[bank.split[r]])
-        ax.set(title=f"{fam} ({len(bank.rows(fam))} curves)", xlabel="batch", ylabel="cumulative-average loss", xscale="log")
+        _plot_family(ax, bank, fam)
         writer.add_figure(f"curves/{fam}", fig)
         plt.close(fig)
     writer.close()
+
+
+def plot_bank_grid(bank_path, png_path) -> Path:
+    """All families of a bank in one PNG: curves by split (pool blue, fm_val orange, fm_train green), target ε
+    dashed (or grey band), budget range shaded red."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bank = load_bank(bank_path)
+    fams = bank.families
+    ncol = min(5, len(fams))
+    nrow = -(-len(fams) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.4 * ncol, 2.8 * nrow), squeeze=False)
+    for ax, fam in zip(axes.flat, fams):
+        _plot_family(ax, bank, fam)
+        ax.title.set_fontsize(9)
+        ax.set_xlabel("batch", fontsize=8)
+        ax.set_ylabel("")
+    for ax in list(axes.flat)[len(fams):]:
+        ax.axis("off")
+    fig.supylabel("cumulative-average loss", x=0.005)
+    fig.tight_layout(rect=(0.012, 0, 1, 1))
+    png_path = Path(png_path)
+    png_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+    return png_path
