@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -37,8 +38,6 @@ def run(cfg: DictConfig) -> None:
             res = calibrate_bank(out, float(cfg.get("calibration_target", 0.70)))
             print(f"calibrated ε for {len(res['family_params'])} families; Oracle at p=0.04: "
                   + ", ".join(f"{k} {v:.1f} %" for k, v in res["oracle"].items()), file=sys.stderr)
-        from pathlib import Path
-
         from mara.curves.generation import plot_bank_grid
 
         print(f"curve plot: {plot_bank_grid(out, Path(out).with_name('curves_by_family.png'))}", file=sys.stderr)
@@ -49,8 +48,6 @@ def run(cfg: DictConfig) -> None:
 
 def missing_jobs(cfg: DictConfig) -> list[str]:
     """Curve ids of the configured plan that have no shard yet."""
-    from pathlib import Path
-
     from mara.curves.generation import plan_jobs
 
     families = cfg.families if isinstance(cfg.families, str) else list(cfg.families)
@@ -61,7 +58,6 @@ def missing_jobs(cfg: DictConfig) -> list[str]:
 def install_bank(path, max_mib: float = 20.0):
     """Copy a merged, calibrated bank to ``mara/data/banks/zoo.parquet`` (the default from then on)."""
     import shutil
-    from pathlib import Path
 
     from mara.curves.bank import load_bank, shipped_bank_path
 

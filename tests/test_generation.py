@@ -155,7 +155,7 @@ def test_ship_refuses_an_incomplete_plan_and_installs_a_complete_one(tmp_path, m
         entry.install_bank(tmp_path / "zoo.parquet", max_mib=0.001)
 
 
-def test_bank_grid_plot_draws_every_family_with_its_targets(small_bank, tmp_path):
+def test_bank_grid_plot_lays_out_every_family(small_bank, tmp_path):
     import matplotlib.image as mpimg
 
     png = gen.plot_bank_grid(small_bank.path, tmp_path / "grid.png")

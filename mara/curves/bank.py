@@ -262,16 +262,18 @@ def merge_tables(paths: Iterable[str | os.PathLike]) -> pa.Table:
     return merged
 
 
+SHIPPED_BANKS_DIR = Path(__file__).resolve().parent.parent / "data" / "banks"
+
+
 def default_bank_path() -> Path:
     """The bank the package ships (the task-zoo bank once present, else the interim parametric bank)."""
-    here = Path(__file__).resolve().parent.parent / "data" / "banks"
-    zoo = here / "zoo.parquet"
-    return zoo if zoo.exists() else here / "parametric.parquet"
+    zoo = SHIPPED_BANKS_DIR / "zoo.parquet"
+    return zoo if zoo.exists() else SHIPPED_BANKS_DIR / "parametric.parquet"
 
 
 def shipped_bank_path(name_or_path: str | os.PathLike) -> Path:
     """A bare name (no '/', no suffix) means a bank shipped in the package; anything else is a path."""
     s = str(name_or_path)
     if "/" not in s and not s.endswith(".parquet"):
-        return Path(__file__).resolve().parent.parent / "data" / "banks" / f"{s}.parquet"
+        return SHIPPED_BANKS_DIR / f"{s}.parquet"
     return Path(s)

@@ -23,15 +23,15 @@ MIN_OBS = 4
 def default_ckpt_path(bank_path=None) -> Path:
     """The shipped FM checkpoint trained on a bank: ``mara/data/checkpoints/fm_<bank>.ckpt`` for a bank shipped in
     the package (so ``bank=parametric`` gets the FM trained on parametric curves), else the default bank's."""
-    from mara.curves.bank import default_bank_path
+    from mara.curves.bank import SHIPPED_BANKS_DIR, default_bank_path
 
-    data = Path(__file__).resolve().parent.parent / "data"
+    ckpts = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
     if bank_path is not None:
         bank = Path(bank_path).resolve()
-        own = data / "checkpoints" / f"fm_{bank.stem}.ckpt"
-        if bank.parent == (data / "banks").resolve() and own.exists():
+        own = ckpts / f"fm_{bank.stem}.ckpt"
+        if bank.parent == SHIPPED_BANKS_DIR and own.exists():
             return own
-    return data / "checkpoints" / f"fm_{default_bank_path().stem}.ckpt"
+    return ckpts / f"fm_{default_bank_path().stem}.ckpt"
 
 
 def save_checkpoint(net: FlowNet, hparams: Mapping, path, extra: Mapping | None = None) -> Path:
