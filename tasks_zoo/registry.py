@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 from omegaconf import DictConfig, OmegaConf
 
-from tasks_zoo import atari, audio, cifar, imdb, montezuma, text, vision, yesno
+from tasks_zoo import archives, atari, audio, cifar, imdb, montezuma, text, vision, yesno
 from tasks_zoo.batching import TensorPairs, seeded_loader
 from tasks_zoo.errors import ZooError
 from tasks_zoo.module import ImageInput, ZooTask
@@ -53,17 +53,17 @@ def build_net(model_cfg) -> nn.Module:
 
 @functools.lru_cache(maxsize=4)
 def load_dataset(dataset: str, source: str, data_root: str, cache_dir: str, download: bool = False):
-    """(dataset name, source) -> torch Dataset of (input, target); cached per process."""
+    """(dataset name, source) -> torch Dataset of (input, target); cached per process. Real data sets are found
+    under ``data_root`` as unpacked folders or archives (unpacked once into ``cache_dir``; see tasks_zoo.archives)."""
     if source not in SOURCES:
         raise ZooError(f"unknown data source {source!r} (use one of: {', '.join(SOURCES)})")
-    if dataset == "cifar10":
-        x, y = cifar.load_cifar10(Path(data_root) / "cifar10", download) if source == "real" else cifar.synthetic_cifar10()
-        return TensorPairs(x, y)
-    if dataset == "yesno":
-        x, y = yesno.load_yesno(data_root) if source == "real" else yesno.synthetic_yesno()
-        return TensorPairs(x, y)
-    if dataset == "imdb":
-        x, y = imdb.load_imdb(data_root) if source == "real" else imdb.synthetic_imdb()
+    real = {"cifar10": cifar.load_cifar10, "yesno": yesno.load_yesno, "imdb": imdb.load_imdb}
+    synthetic = {"cifar10": cifar.synthetic_cifar10, "yesno": yesno.synthetic_yesno, "imdb": imdb.synthetic_imdb}
+    if dataset in real:
+        if source == "real":
+            x, y = real[dataset](archives.locate(dataset, data_root, cache_dir, download))
+        else:
+            x, y = synthetic[dataset]()
         return TensorPairs(x, y)
     if dataset == "montezuma":
         return montezuma.load_montezuma(cache_dir) if source == "real" else montezuma.synthetic_montezuma()

@@ -35,7 +35,7 @@ def _write_cifar(root, n=4):
 
 def test_cifar10_python_batches(tmp_path):
     _write_cifar(tmp_path)
-    x, y = load_cifar10(tmp_path / "cifar10")
+    x, y = load_cifar10(tmp_path / "cifar10" / "cifar-10-batches-py")
     assert x.shape == (20, 3, 32, 32) and x.dtype == torch.uint8
     assert y.tolist()[:4] == [0, 1, 2, 3]
 
@@ -46,7 +46,7 @@ def test_imdb_acl_layout(tmp_path):
         d = tmp_path / "aclImdb" / "train" / sub
         d.mkdir(parents=True, exist_ok=True)
         (d / name).write_text(text)
-    ids, y = load_imdb(tmp_path, max_len=8)
+    ids, y = load_imdb(tmp_path / "aclImdb", max_len=8)
     assert ids.shape == (3, 8) and y.tolist() == [1, 1, 0]
     assert (ids[0, :5] > 1).all() and ids[0, 5] == 0 and ids[2, 3] == 0  # known tokens, right padding
     assert tokenize("Great<br />movie") == ["great", "movie"]
@@ -58,7 +58,7 @@ def test_yesno_wavs(tmp_path):
     rng = np.random.default_rng(0)
     for name in ("0_1_0_0_1_0_1_1.wav", "1_1_1_1_0_0_0_0.wav"):
         sf.write(folder / name, 0.1 * rng.standard_normal(6 * 8000).astype(np.float32), 8000)
-    x, y = load_yesno(tmp_path)
+    x, y = load_yesno(folder)
     assert x.shape == (2, 257, 40) and torch.isfinite(x).all()
     assert y.tolist() == [[0, 1, 0, 0, 1, 0, 1, 1], [1, 1, 1, 1, 0, 0, 0, 0]]
     with pytest.raises(ZooError):

@@ -1,0 +1,73 @@
+"""Issue #12, item 4: can ALSTM_Text reach Table 6's ε (cumulative-average CE ≈ 0.02) within its budget?
+
+Trains the zoo's ALSTM_Text model on the real IMDB training split with the A.2 recipe (Adam, no weight
+decay, no scheduler, mean-reduced CE, full batches of 4 or 8) under two data orders:
+
+* ``shuffled``: the generator's order (reshuffled every epoch from the seed);
+* ``file``: the reviews in the order they are read (``train/pos`` then ``train/neg``), unshuffled, so
+  the first 12,500 examples all carry label 1 — what a loader that forgets to shuffle would feed.
+
+and prints the cumulative-average loss L(s) at the budget range ends (312, 345) and at the cap (690).
+
+    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python docs/notes/issue12_text_probe.py --data-root ../shared/data
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from tasks_zoo.registry import build_net, load_dataset, load_zoo_config
+
+
+def run(family: str, order: str, batch: int, lr: float, steps: int, seed: int, data_root: str) -> np.ndarray:
+    """Per-batch losses [steps] of one run."""
+    cfg = load_zoo_config(family)
+    ds = load_dataset("imdb", "real", data_root, data_root, False)
+    x, y = ds.x, ds.y
+    n = len(y)
+    torch.manual_seed(seed)
+    net = build_net(cfg.model)
+    opt = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=0.0)
+    gen = torch.Generator().manual_seed(seed)
+    losses, perm, pos = [], None, n
+    for _ in range(steps):
+        if pos + batch > n:
+            perm = torch.randperm(n, generator=gen) if order == "shuffled" else torch.arange(n)
+            pos = 0
+        idx = perm[pos : pos + batch]
+        pos += batch
+        loss = F.cross_entropy(net(x[idx]), y[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return np.array(losses)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data-root", default="data_cache")
+    ap.add_argument("--family", default="ALSTM_Text_1")
+    ap.add_argument("--steps", type=int, default=690)
+    ap.add_argument("--orders", default="file,shuffled")
+    ap.add_argument("--configs", default="4:1e-3,8:3e-4", help="batch:lr pairs")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    print(f"| family | order | batch | lr | L(312) | L(345) | L({args.steps}) | mean last-50 batch loss | s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for order in args.orders.split(","):
+        for i, pair in enumerate(args.configs.split(",")):
+            b, lr = pair.split(":")
+            t0 = time.time()
+            ls = run(args.family, order, int(b), float(lr), args.steps, seed=1000 + i, data_root=args.data_root)
+            cum = np.cumsum(ls) / np.arange(1, len(ls) + 1)
+            print(f"| {args.family} | {order} | {b} | {lr} | {cum[311]:.4f} | {cum[344]:.4f} | {cum[-1]:.4f} | "
+                  f"{ls[-50:].mean():.4f} | {time.time() - t0:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
