@@ -44,7 +44,7 @@ def run(family: str, order: str, batch: int, lr: float, steps: int, seed: int, d
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return np.array(losses)
 
 
