@@ -23,10 +23,10 @@ import torch.nn.functional as F
 from tasks_zoo.registry import build_net, load_dataset, load_zoo_config
 
 
-def run(family: str, order: str, batch: int, lr: float, steps: int, seed: int, data_root: str) -> np.ndarray:
+def run(family: str, order: str, batch: int, lr: float, steps: int, seed: int, data_root: str, cache_dir: str) -> np.ndarray:
     """Per-batch losses [steps] of one run."""
     cfg = load_zoo_config(family)
-    ds = load_dataset("imdb", "real", data_root, data_root, False)
+    ds = load_dataset("imdb", "real", data_root, cache_dir, False)
     x, y = ds.x, ds.y
     n = len(y)
     torch.manual_seed(seed)
@@ -51,6 +51,7 @@ def run(family: str, order: str, batch: int, lr: float, steps: int, seed: int, d
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data-root", default="data_cache")
+    ap.add_argument("--cache-dir", default="data_cache", help="where an archive in --data-root is unpacked")
     ap.add_argument("--family", default="ALSTM_Text_1")
     ap.add_argument("--steps", type=int, default=690)
     ap.add_argument("--orders", default="file,shuffled")
@@ -63,7 +64,7 @@ def main() -> None:
         for i, pair in enumerate(args.configs.split(",")):
             b, lr = pair.split(":")
             t0 = time.time()
-            ls = run(args.family, order, int(b), float(lr), args.steps, seed=1000 + i, data_root=args.data_root)
+            ls = run(args.family, order, int(b), float(lr), args.steps, seed=1000 + i, data_root=args.data_root, cache_dir=args.cache_dir)
             cum = np.cumsum(ls) / np.arange(1, len(ls) + 1)
             print(f"| {args.family} | {order} | {b} | {lr} | {cum[311]:.4f} | {cum[344]:.4f} | {cum[-1]:.4f} | "
                   f"{ls[-50:].mean():.4f} | {time.time() - t0:.0f} |", flush=True)

@@ -324,6 +324,17 @@ def _fmt(seconds: float) -> str:
     return f"{h}h{rem // 60:02d}m" if h else f"{rem // 60}m{rem % 60:02d}s"
 
 
+def prepare_real_data(jobs: list[Job], settings: GenerationSettings) -> None:
+    """Find (and unpack or download once) every real data set the jobs need, before any worker starts:
+    missing data stops here with one line, and workers never unpack the same archive side by side."""
+    from tasks_zoo.archives import SPECS, locate
+    from tasks_zoo.registry import load_zoo_config
+
+    needed = {load_zoo_config(j.family).dataset for j in jobs if j.source == "real"}
+    for dataset in sorted(needed & set(SPECS)):
+        locate(dataset, settings.data_root, settings.cache_dir, settings.download)
+
+
 def generate(families="all", counts: dict | None = None, *, shard_dir: str | os.PathLike, cap: int | None = None,
              source: str = "synthetic", source_overrides: dict | None = None, workers: int = 1,
              accelerator: str = "cpu", devices: int = 1, data_root: str = "data_cache", cache_dir: str = "data_cache",
@@ -339,6 +350,7 @@ def generate(families="all", counts: dict | None = None, *, shard_dir: str | os.
     settings = GenerationSettings(shard_dir=str(shard_dir), cap=cap, data_root=str(data_root), cache_dir=str(cache_dir),
                                   download=bool(download), accelerator=accelerator, max_attempts=int(max_attempts),
                                   code_version=code_version())
+    prepare_real_data(todo, settings)
     gpu = accelerator not in ("cpu",)
     nproc = 1 if world > 1 else (int(devices) if gpu else int(workers))
     if not quiet:
