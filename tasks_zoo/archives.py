@@ -136,16 +136,16 @@ def download(spec: DataSpec, cache_dir: Path) -> Path:
     if target.is_file():
         return target
     try:
+        part = cache_dir / f"{PARTIAL_PREFIX}{name}-{os.getpid()}"
         if spec.folder == "cifar-10-batches-py":
             from torchvision.datasets.utils import download_url
 
-            download_url(spec.url, str(cache_dir), name, md5="c58f30108f718f92721af3b95e74349a")
+            download_url(spec.url, str(cache_dir), part.name, md5="c58f30108f718f92721af3b95e74349a")
         else:
             import urllib.request
 
-            part = cache_dir / f"{PARTIAL_PREFIX}{name}-{os.getpid()}"
             urllib.request.urlretrieve(spec.url, part)
-            os.replace(part, target)
+        os.replace(part, target)  # concurrent downloads (e.g. torchrun ranks) each write their own file
     except Exception as exc:
         raise ZooError(f"could not download {spec.title} from {spec.url} ({exc.__class__.__name__}); "
                        f"put {' or '.join(spec.archives)} into the data folder instead") from None

@@ -15,6 +15,16 @@ from tasks_zoo.module import ImageInput, ZooTask
 
 ZOO_CONF_DIR = Path(__file__).resolve().parent.parent / "conf" / "zoo"
 SOURCES = ("real", "synthetic")
+#: ``data_order`` of a zoo config: reshuffled every epoch (default, A.2 as written) or the data set's file order
+DATA_ORDERS = ("shuffled", "file")
+
+
+def data_order(cfg: DictConfig) -> str:
+    """A zoo config's data order (default ``shuffled``); one-line ZooError if unknown."""
+    order = cfg.get("data_order", "shuffled")
+    if order not in DATA_ORDERS:
+        raise ZooError(f"zoo family {cfg.family}: unknown data_order {order!r} (use one of: {', '.join(DATA_ORDERS)})")
+    return order
 
 
 def known_families() -> list[str]:
@@ -74,7 +84,8 @@ def build_task(family: str, *, seed: int, batch_size: int, lr: float, source: st
                data_root: str = "data_cache", cache_dir: str = "data_cache", download: bool = False):
     """One training run's LightningModule and its seeded full-batch loader (seed fixes init and data order)."""
     cfg = load_zoo_config(family)
+    order = data_order(cfg)
     dataset = load_dataset(cfg.dataset, source, str(data_root), str(cache_dir), bool(download))
     torch.manual_seed(seed)
     module = ZooTask(build_net(cfg.model), cfg.loss, lr)
-    return module, seeded_loader(dataset, batch_size, seed)
+    return module, seeded_loader(dataset, batch_size, seed, shuffle=order == "shuffled")

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
+from omegaconf import OmegaConf
 
 from tasks_zoo.errors import ZooError
 from tasks_zoo.cifar import load_cifar10, synthetic_cifar10
@@ -108,3 +109,20 @@ def test_scripted_expert_is_deterministic():
         ex = ScriptedExpert()
         runs.append([ex.act(np.array([0] * 42 + [x])) for x in xs])
     assert runs[0] == runs[1] and all(0 <= a < 18 for a in runs[0])
+
+
+def test_data_order_file_keeps_the_data_set_order_and_default_shuffles(monkeypatch):
+    from tasks_zoo import registry
+
+    base = registry.load_zoo_config("ALSTM_Text_1")
+    assert registry.data_order(base) == "shuffled"
+    ds = load_dataset("imdb", "synthetic", "unused", "unused")
+    _, loader = registry.build_task("ALSTM_Text_1", seed=0, batch_size=4, lr=1e-3)
+    assert not torch.equal(next(iter(loader))[0], ds.x[:4])
+    monkeypatch.setattr(registry, "load_zoo_config", lambda fam: OmegaConf.merge(base, {"data_order": "file"}))
+    _, loader = registry.build_task("ALSTM_Text_1", seed=0, batch_size=4, lr=1e-3)
+    batches = iter(loader)
+    assert torch.equal(next(batches)[0], ds.x[:4]) and torch.equal(next(batches)[0], ds.x[4:8])
+    monkeypatch.setattr(registry, "load_zoo_config", lambda fam: OmegaConf.merge(base, {"data_order": "sorted"}))
+    with pytest.raises(ZooError, match="unknown data_order 'sorted'"):
+        registry.build_task("ALSTM_Text_1", seed=0, batch_size=4, lr=1e-3)

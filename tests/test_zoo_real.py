@@ -6,6 +6,7 @@ of the shared archive); archives are unpacked once into a temporary cache.
 """
 from __future__ import annotations
 
+import json
 import os
 import tarfile
 from pathlib import Path
@@ -105,6 +106,7 @@ def test_generation_on_real_data_writes_a_real_shard(real, tmp_path, family):
     assert [r["status"] for r in res] == ["done"]
     bank = load_bank(tmp_path / f"{family}__real__pool__0000.parquet")
     assert bank.data_source.tolist() == ["real"] and bank.lengths.tolist() == [3] and np.isfinite(bank.ell).all()
+    assert json.loads(bank.meta[0])["data_order"] == "shuffled"
 
 
 def test_real_archive_unpack_killed_midway_leaves_the_cache_usable(real, tmp_path, monkeypatch):

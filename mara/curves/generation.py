@@ -150,7 +150,7 @@ def train_curve(job: Job, settings: GenerationSettings, attempt: int = 0, device
     import torch
 
     from mara.curves.recorder import LossRecorder
-    from tasks_zoo.registry import build_task
+    from tasks_zoo.registry import build_task, data_order, load_zoo_config
 
     _quiet_lightning()
     cap = int(settings.cap or generation_cap(job.family))
@@ -177,6 +177,7 @@ def train_curve(job: Job, settings: GenerationSettings, attempt: int = 0, device
         "device": device, "threads": torch.get_num_threads(), "wall_time_s": round(wall, 3),
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
         "source": f"tasks_zoo:{job.family} ({job.source} data)", "attempt": attempt, "cap": cap,
+        "data_order": data_order(load_zoo_config(job.family)),
         **settings.extra_meta,
     }
     record = {"curve_id": job.curve_id, "family": job.family, "split": job.split, "data_source": job.source,
