@@ -19,9 +19,10 @@ class TensorPairs(Dataset):
         return (self.transform(x) if self.transform else x), self.y[i]
 
 
-def seeded_loader(dataset: Dataset, batch_size: int, seed: int) -> DataLoader:
-    """Full mini-batches only (drop_last), reshuffled each epoch from a generator seeded with ``seed``."""
+def seeded_loader(dataset: Dataset, batch_size: int, seed: int, shuffle: bool = True) -> DataLoader:
+    """Full mini-batches only (drop_last), reshuffled each epoch from a generator seeded with ``seed``
+    (``shuffle=False``: the data set's own order every epoch)."""
     if len(dataset) < batch_size:
         raise ValueError(f"dataset of {len(dataset)} samples is smaller than batch size {batch_size}")
     gen = torch.Generator().manual_seed(int(seed))
-    return DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True, generator=gen, num_workers=0)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=True, generator=gen, num_workers=0)

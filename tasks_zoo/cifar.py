@@ -1,4 +1,4 @@
-"""CIFAR-10 data: the real python batches (torchvision) or a learnable synthetic stand-in, as uint8 [N, 3, 32, 32]."""
+"""CIFAR-10 data: the real python batches or a learnable synthetic stand-in, as uint8 [N, 3, 32, 32]."""
 from __future__ import annotations
 
 import pickle
@@ -14,35 +14,27 @@ MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2470, 0.2435, 0.2616)
 
 
-def _cifar10_class():
-    """torchvision's CIFAR10 reader, checking that the batch files exist rather than their md5 (slow, per worker)."""
-    from torchvision.datasets import CIFAR10
-
-    class PresentCIFAR10(CIFAR10):
-        def _check_integrity(self) -> bool:
-            folder = Path(self.root) / self.base_folder
-            return all((folder / name).is_file() for name, _ in self.train_list + self.test_list)
-
-        def _load_meta(self) -> None:
-            with open(Path(self.root) / self.base_folder / self.meta["filename"], "rb") as fh:
-                self.classes = pickle.load(fh, encoding="latin1")[self.meta["key"]]
-            self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
-
-    return PresentCIFAR10
+def _read_batch(path: Path) -> tuple[np.ndarray, list[int]]:
+    """One python batch file -> data uint8 [n, 3072], labels (keys are bytes or str depending on the pickle)."""
+    with open(path, "rb") as fh:
+        batch = pickle.load(fh, encoding="latin1")
+    get = lambda k: batch[k] if k in batch else batch[k.encode()]  # noqa: E731
+    return np.asarray(get("data"), dtype=np.uint8), list(get("labels"))
 
 
-def load_cifar10(root: str | Path, download: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Real CIFAR-10 training set from ``root/cifar-10-batches-py`` -> x uint8 [50000, 3, 32, 32], y int64 [50000]."""
-    root = Path(root)
-    try:
-        ds = _cifar10_class()(str(root), train=True, download=download)
-    except Exception as exc:  # torchvision raises RuntimeError / URLError / OSError
-        raise ZooError(
-            f"CIFAR-10 not found or unreadable under {root / 'cifar-10-batches-py'} ({exc.__class__.__name__}); put the python "
-            f"batches there, set zoo.download=true where the network allows, or use source=synthetic"
-        ) from None
-    x = torch.from_numpy(np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2)))
-    return x, torch.as_tensor(ds.targets, dtype=torch.int64)
+def load_cifar10(folder: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """CIFAR-10 training set from the python batches in ``folder`` (``cifar-10-batches-py``)
+    -> x uint8 [N, 3, 32, 32], y int64 [N] (N = 50,000 for the real set). The test batch is not read."""
+    folder = Path(folder)
+    xs, ys = [], []
+    for i in range(1, 6):
+        try:
+            data, labels = _read_batch(folder / f"data_batch_{i}")
+        except (OSError, pickle.UnpicklingError, KeyError, EOFError, ValueError) as exc:
+            raise ZooError(f"CIFAR-10 batch {folder / f'data_batch_{i}'} unreadable ({type(exc).__name__})") from None
+        xs.append(data.reshape(-1, 3, 32, 32))
+        ys.extend(labels)
+    return torch.from_numpy(np.concatenate(xs)), torch.tensor(ys, dtype=torch.int64)
 
 
 def synthetic_cifar10(n: int = 4096, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

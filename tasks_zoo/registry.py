@@ -8,13 +8,23 @@ import torch
 import torch.nn as nn
 from omegaconf import DictConfig, OmegaConf
 
-from tasks_zoo import atari, audio, cifar, imdb, montezuma, text, vision, yesno
+from tasks_zoo import archives, atari, audio, cifar, imdb, montezuma, text, vision, yesno
 from tasks_zoo.batching import TensorPairs, seeded_loader
 from tasks_zoo.errors import ZooError
 from tasks_zoo.module import ImageInput, ZooTask
 
 ZOO_CONF_DIR = Path(__file__).resolve().parent.parent / "conf" / "zoo"
 SOURCES = ("real", "synthetic")
+#: ``data_order`` of a zoo config: reshuffled every epoch (default, A.2 as written) or the data set's file order
+DATA_ORDERS = ("shuffled", "file")
+
+
+def data_order(cfg: DictConfig) -> str:
+    """A zoo config's data order (default ``shuffled``); one-line ZooError if unknown."""
+    order = cfg.get("data_order", "shuffled")
+    if order not in DATA_ORDERS:
+        raise ZooError(f"zoo family {cfg.family}: unknown data_order {order!r} (use one of: {', '.join(DATA_ORDERS)})")
+    return order
 
 
 def known_families() -> list[str]:
@@ -53,17 +63,17 @@ def build_net(model_cfg) -> nn.Module:
 
 @functools.lru_cache(maxsize=4)
 def load_dataset(dataset: str, source: str, data_root: str, cache_dir: str, download: bool = False):
-    """(dataset name, source) -> torch Dataset of (input, target); cached per process."""
+    """(dataset name, source) -> torch Dataset of (input, target); cached per process. Real data sets are found
+    under ``data_root`` as unpacked folders or archives (unpacked once into ``cache_dir``; see tasks_zoo.archives)."""
     if source not in SOURCES:
         raise ZooError(f"unknown data source {source!r} (use one of: {', '.join(SOURCES)})")
-    if dataset == "cifar10":
-        x, y = cifar.load_cifar10(Path(data_root) / "cifar10", download) if source == "real" else cifar.synthetic_cifar10()
-        return TensorPairs(x, y)
-    if dataset == "yesno":
-        x, y = yesno.load_yesno(data_root) if source == "real" else yesno.synthetic_yesno()
-        return TensorPairs(x, y)
-    if dataset == "imdb":
-        x, y = imdb.load_imdb(data_root) if source == "real" else imdb.synthetic_imdb()
+    real = {"cifar10": cifar.load_cifar10, "yesno": yesno.load_yesno, "imdb": imdb.load_imdb}
+    synthetic = {"cifar10": cifar.synthetic_cifar10, "yesno": yesno.synthetic_yesno, "imdb": imdb.synthetic_imdb}
+    if dataset in real:
+        if source == "real":
+            x, y = real[dataset](archives.locate(dataset, data_root, cache_dir, download))
+        else:
+            x, y = synthetic[dataset]()
         return TensorPairs(x, y)
     if dataset == "montezuma":
         return montezuma.load_montezuma(cache_dir) if source == "real" else montezuma.synthetic_montezuma()
@@ -74,7 +84,8 @@ def build_task(family: str, *, seed: int, batch_size: int, lr: float, source: st
                data_root: str = "data_cache", cache_dir: str = "data_cache", download: bool = False):
     """One training run's LightningModule and its seeded full-batch loader (seed fixes init and data order)."""
     cfg = load_zoo_config(family)
+    order = data_order(cfg)
     dataset = load_dataset(cfg.dataset, source, str(data_root), str(cache_dir), bool(download))
     torch.manual_seed(seed)
     module = ZooTask(build_net(cfg.model), cfg.loss, lr)
-    return module, seeded_loader(dataset, batch_size, seed)
+    return module, seeded_loader(dataset, batch_size, seed, shuffle=order == "shuffled")

@@ -34,11 +34,11 @@ def features(waves: list[torch.Tensor]) -> torch.Tensor:
     return (x - x.mean()) / (x.std() + 1e-6)
 
 
-def load_yesno(root: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """Real YESNO from ``root/waves_yesno/*.wav`` -> x float32 [N, 257, 40], y float32 [N, 8]."""
+def load_yesno(folder: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """Real YESNO from ``folder/*.wav`` (``folder`` = ``waves_yesno``) -> x float32 [N, 257, 40], y float32 [N, 8]."""
     import soundfile as sf
 
-    folder = Path(root) / "waves_yesno"
+    folder = Path(folder)
     files = sorted(folder.glob("*.wav"))
     if not files:
         raise ZooError(f"YESNO not found: put the *.wav files of waves_yesno (OpenSLR SLR1) in {folder}, or use source=synthetic")

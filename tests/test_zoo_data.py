@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
+from omegaconf import OmegaConf
 
 from tasks_zoo.errors import ZooError
 from tasks_zoo.cifar import load_cifar10, synthetic_cifar10
@@ -35,7 +36,7 @@ def _write_cifar(root, n=4):
 
 def test_cifar10_python_batches(tmp_path):
     _write_cifar(tmp_path)
-    x, y = load_cifar10(tmp_path / "cifar10")
+    x, y = load_cifar10(tmp_path / "cifar10" / "cifar-10-batches-py")
     assert x.shape == (20, 3, 32, 32) and x.dtype == torch.uint8
     assert y.tolist()[:4] == [0, 1, 2, 3]
 
@@ -46,7 +47,7 @@ def test_imdb_acl_layout(tmp_path):
         d = tmp_path / "aclImdb" / "train" / sub
         d.mkdir(parents=True, exist_ok=True)
         (d / name).write_text(text)
-    ids, y = load_imdb(tmp_path, max_len=8)
+    ids, y = load_imdb(tmp_path / "aclImdb", max_len=8)
     assert ids.shape == (3, 8) and y.tolist() == [1, 1, 0]
     assert (ids[0, :5] > 1).all() and ids[0, 5] == 0 and ids[2, 3] == 0  # known tokens, right padding
     assert tokenize("Great<br />movie") == ["great", "movie"]
@@ -58,7 +59,7 @@ def test_yesno_wavs(tmp_path):
     rng = np.random.default_rng(0)
     for name in ("0_1_0_0_1_0_1_1.wav", "1_1_1_1_0_0_0_0.wav"):
         sf.write(folder / name, 0.1 * rng.standard_normal(6 * 8000).astype(np.float32), 8000)
-    x, y = load_yesno(tmp_path)
+    x, y = load_yesno(folder)
     assert x.shape == (2, 257, 40) and torch.isfinite(x).all()
     assert y.tolist() == [[0, 1, 0, 0, 1, 0, 1, 1], [1, 1, 1, 1, 0, 0, 0, 0]]
     with pytest.raises(ZooError):
@@ -108,3 +109,20 @@ def test_scripted_expert_is_deterministic():
         ex = ScriptedExpert()
         runs.append([ex.act(np.array([0] * 42 + [x])) for x in xs])
     assert runs[0] == runs[1] and all(0 <= a < 18 for a in runs[0])
+
+
+def test_data_order_file_keeps_the_data_set_order_and_default_shuffles(monkeypatch):
+    from tasks_zoo import registry
+
+    base = registry.load_zoo_config("ALSTM_Text_1")
+    assert registry.data_order(base) == "shuffled"
+    ds = load_dataset("imdb", "synthetic", "unused", "unused")
+    _, loader = registry.build_task("ALSTM_Text_1", seed=0, batch_size=4, lr=1e-3)
+    assert not torch.equal(next(iter(loader))[0], ds.x[:4])
+    monkeypatch.setattr(registry, "load_zoo_config", lambda fam: OmegaConf.merge(base, {"data_order": "file"}))
+    _, loader = registry.build_task("ALSTM_Text_1", seed=0, batch_size=4, lr=1e-3)
+    batches = iter(loader)
+    assert torch.equal(next(batches)[0], ds.x[:4]) and torch.equal(next(batches)[0], ds.x[4:8])
+    monkeypatch.setattr(registry, "load_zoo_config", lambda fam: OmegaConf.merge(base, {"data_order": "sorted"}))
+    with pytest.raises(ZooError, match="unknown data_order 'sorted'"):
+        registry.build_task("ALSTM_Text_1", seed=0, batch_size=4, lr=1e-3)

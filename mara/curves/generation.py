@@ -150,7 +150,7 @@ def train_curve(job: Job, settings: GenerationSettings, attempt: int = 0, device
     import torch
 
     from mara.curves.recorder import LossRecorder
-    from tasks_zoo.registry import build_task
+    from tasks_zoo.registry import build_task, data_order, load_zoo_config
 
     _quiet_lightning()
     cap = int(settings.cap or generation_cap(job.family))
@@ -177,6 +177,7 @@ def train_curve(job: Job, settings: GenerationSettings, attempt: int = 0, device
         "device": device, "threads": torch.get_num_threads(), "wall_time_s": round(wall, 3),
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
         "source": f"tasks_zoo:{job.family} ({job.source} data)", "attempt": attempt, "cap": cap,
+        "data_order": data_order(load_zoo_config(job.family)),
         **settings.extra_meta,
     }
     record = {"curve_id": job.curve_id, "family": job.family, "split": job.split, "data_source": job.source,
@@ -324,6 +325,17 @@ def _fmt(seconds: float) -> str:
     return f"{h}h{rem // 60:02d}m" if h else f"{rem // 60}m{rem % 60:02d}s"
 
 
+def prepare_real_data(jobs: list[Job], settings: GenerationSettings) -> None:
+    """Find (and unpack or download once) every real data set the jobs need, before any worker starts:
+    missing data stops here with one line, and workers never unpack the same archive side by side."""
+    from tasks_zoo.archives import SPECS, locate
+    from tasks_zoo.registry import load_zoo_config
+
+    needed = {load_zoo_config(j.family).dataset for j in jobs if j.source == "real"}
+    for dataset in sorted(needed & set(SPECS)):
+        locate(dataset, settings.data_root, settings.cache_dir, settings.download)
+
+
 def generate(families="all", counts: dict | None = None, *, shard_dir: str | os.PathLike, cap: int | None = None,
              source: str = "synthetic", source_overrides: dict | None = None, workers: int = 1,
              accelerator: str = "cpu", devices: int = 1, data_root: str = "data_cache", cache_dir: str = "data_cache",
@@ -339,6 +351,7 @@ def generate(families="all", counts: dict | None = None, *, shard_dir: str | os.
     settings = GenerationSettings(shard_dir=str(shard_dir), cap=cap, data_root=str(data_root), cache_dir=str(cache_dir),
                                   download=bool(download), accelerator=accelerator, max_attempts=int(max_attempts),
                                   code_version=code_version())
+    prepare_real_data(todo, settings)
     gpu = accelerator not in ("cpu",)
     nproc = 1 if world > 1 else (int(devices) if gpu else int(workers))
     if not quiet:
@@ -410,7 +423,11 @@ def merge(shard_dir: str | os.PathLike, out_path: str | os.PathLike, tensorboard
 
 def _plot_family(ax, bank, fam: str) -> None:
     """Cumulative-average loss L of each curve of ``fam`` (coloured by split), with the calibrated target ε
-    (line, or band for an ε range) and the budget range (shaded) when the bank carries them."""
+    (black dashed line, or grey band for an ε range), Table 6's ε (purple dotted, or purple band), the budget
+    range (shaded red) when the bank carries them, and a caption: both ε and the mean final L of the pool curves."""
+    from mara.curves.fidelity import family_fidelity
+    from mara.families import PAPER_FAMILY_PARAMS
+
     for r in bank.rows(fam):
         ax.plot(np.arange(1, bank.lengths[r] + 1), bank.L[r, : bank.lengths[r]], lw=0.6, alpha=0.6,
                 color={"pool": "C0", "fm_val": "C1", "fm_train": "C2"}[bank.split[r]])
@@ -419,9 +436,19 @@ def _plot_family(ax, bank, fam: str) -> None:
         ax.axhline(fp["eps"], color="k", ls="--", lw=1)
     elif "eps_range" in fp:
         ax.axhspan(*fp["eps_range"], color="k", alpha=0.12)
+    paper = PAPER_FAMILY_PARAMS.get(fam, {})
+    if "eps" in paper:
+        ax.axhline(paper["eps"], color="C4", ls=":", lw=1.2)
+    elif "eps_range" in paper:
+        ax.axhspan(*paper["eps_range"], color="C4", alpha=0.18)
     budgets = fp.get("budget") or fp.get("budget_set")
     if budgets:
         ax.axvspan(min(budgets), max(budgets), color="C3", alpha=0.12)
+    if len(bank.rows(fam, "pool")):
+        f = family_fidelity(bank, fam)
+        ax.text(0.02, 0.03, f"ε bank {f['eps_calibrated']}\nε paper {f['eps_paper']}\nfinal L {f['final_L']:.3g}",
+                transform=ax.transAxes, fontsize=6.5, va="bottom", ha="left",
+                bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="0.7", alpha=0.8))
     ax.set(title=f"{fam} ({len(bank.rows(fam))} curves)", xlabel="batch", ylabel="cumulative-average loss", xscale="log")
 
 
@@ -444,8 +471,8 @@ def plot_bank_to_tensorboard(bank_path, log_dir) -> None:
 
 
 def plot_bank_grid(bank_path, png_path) -> Path:
-    """All families of a bank in one PNG: curves by split (pool blue, fm_val orange, fm_train green), target ε
-    dashed (or grey band), budget range shaded red."""
+    """All families of a bank in one PNG: curves by split (pool blue, fm_val orange, fm_train green), calibrated
+    ε dashed black (or grey band), Table 6's ε dotted purple (or purple band), budget range shaded red."""
     import matplotlib
 
     matplotlib.use("Agg")
