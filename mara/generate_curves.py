@@ -30,7 +30,8 @@ def run(cfg: DictConfig) -> None:
                  accelerator=cfg.trainer.accelerator, devices=int(cfg.trainer.devices), data_root=cfg.data_root,
                  cache_dir=cfg.cache_dir, download=bool(cfg.download), max_attempts=int(cfg.max_attempts), quiet=bool(cfg.quiet))
     if action in ("merge", "all", "ship"):
-        out = merge(cfg.shard_dir, cfg.bank_path, cfg.tensorboard_dir, {"request": OmegaConf.to_container(cfg, resolve=True)})
+        out = merge(cfg.shard_dir, cfg.bank_path, cfg.tensorboard_dir, {"request": OmegaConf.to_container(cfg, resolve=True)},
+                    jobs=planned_jobs(cfg))
         print(f"merged bank written to {out}", file=sys.stderr)
         if cfg.get("calibrate", True):
             from mara.calibrate import calibrate_bank
@@ -46,13 +47,17 @@ def run(cfg: DictConfig) -> None:
               "(train its FM checkpoint mara/data/checkpoints/fm_zoo.ckpt next, see the README)", file=sys.stderr)
 
 
-def missing_jobs(cfg: DictConfig) -> list[str]:
-    """Curve ids of the configured plan that have no shard yet."""
+def planned_jobs(cfg: DictConfig) -> list:
+    """The jobs of the configured plan (families × counts × source)."""
     from mara.curves.generation import plan_jobs
 
     families = cfg.families if isinstance(cfg.families, str) else list(cfg.families)
-    jobs = plan_jobs(families, dict(cfg.counts), cfg.source, dict(cfg.source_overrides or {}))
-    return [j.curve_id for j in jobs if not (Path(cfg.shard_dir) / j.shard_name).exists()]
+    return plan_jobs(families, dict(cfg.counts), cfg.source, dict(cfg.source_overrides or {}))
+
+
+def missing_jobs(cfg: DictConfig) -> list[str]:
+    """Curve ids of the configured plan that have no shard yet."""
+    return [j.curve_id for j in planned_jobs(cfg) if not (Path(cfg.shard_dir) / j.shard_name).exists()]
 
 
 def install_bank(path, max_mib: float = 20.0):

@@ -142,7 +142,8 @@ def _gen_cfg(tmp_path, **kw):
     cfg = OmegaConf.load(CONF_DIR / "generate_curves.yaml")
     cfg.pop("hydra")
     cfg.merge_with({"families": [FAM], "counts": {"pool": 2, "fm_val": 1, "fm_train": 0}, "cap": 5,
-                    "out_dir": str(tmp_path), "tensorboard_dir": None, "calibrate": False, "quiet": True, **kw})
+                    "out_dir": str(tmp_path), "tensorboard_dir": None, "calibrate": False, "quiet": True,
+                    "source": "synthetic", **kw})
     return cfg
 
 
@@ -164,6 +165,19 @@ def test_ship_refuses_an_incomplete_plan_and_installs_a_complete_one(tmp_path, m
     assert (tmp_path / "curves_by_family.png").stat().st_size > 0  # the bank's curve plot sits beside it
     with pytest.raises(ZooError, match="over the 0.001 MiB"):
         entry.install_bank(tmp_path / "zoo.parquet", max_mib=0.001)
+
+
+def test_merge_takes_only_the_plans_shards(tmp_path):
+    """A real-data bank never picks up stand-in shards lying in the same folder (and vice versa)."""
+    from mara import generate_curves as entry
+
+    gen.generate([FAM], {"pool": 2}, shard_dir=tmp_path / "shards", cap=5, quiet=True)  # synthetic shards
+    stray = gen.Job(FAM, "pool", 0, "real")
+    (tmp_path / "shards" / stray.shard_name).write_bytes((tmp_path / "shards" / gen.Job(FAM, "pool", 0, "synthetic").shard_name).read_bytes())
+    entry.run(_gen_cfg(tmp_path, action="merge", counts={"pool": 2}))
+    assert len(load_bank(tmp_path / "zoo.parquet")) == 2
+    with pytest.raises(Exception):  # every shard of the folder: the stray copy duplicates a curve id
+        load_bank(gen.merge(tmp_path / "shards", tmp_path / "all.parquet"))
 
 
 def test_bank_grid_plot_lays_out_every_family(small_bank, tmp_path):

@@ -393,12 +393,19 @@ def generate(families="all", counts: dict | None = None, *, shard_dir: str | os.
 
 
 def merge(shard_dir: str | os.PathLike, out_path: str | os.PathLike, tensorboard_dir: str | os.PathLike | None = None,
-          extra_meta: dict | None = None) -> Path:
-    """Merge all shards into one bank (rows sorted by curve_id) with provenance metadata; optional TensorBoard plots."""
+          extra_meta: dict | None = None, jobs: list[Job] | None = None) -> Path:
+    """Merge shards into one bank (rows sorted by curve_id) with provenance metadata; optional TensorBoard plots.
+
+    ``jobs``: merge only these jobs' shards (those that exist), so a plan's bank never picks up shards of another
+    plan lying in the same folder (e.g. synthetic stand-ins beside real-data curves); None merges every shard.
+    """
     import torch
 
     shard_dir = Path(shard_dir)
-    paths = sorted(shard_dir.glob("*.parquet"))
+    if jobs is None:
+        paths = sorted(shard_dir.glob("*.parquet"))
+    else:
+        paths = sorted(p for p in (shard_dir / j.shard_name for j in jobs) if p.exists())
     if not paths:
         raise ZooError(f"no shards to merge in {shard_dir}")
     table = merge_tables(paths)
