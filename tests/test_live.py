@@ -154,7 +154,24 @@ def test_bad_input_ends_with_one_line(tmp_path, capsys, override, needle):
     assert len(err) == 1 and needle in err[0]
 
 
-def test_mara_without_checkpoint_is_skipped_with_a_note(tmp_path, capsys):
+def test_mara_runs_live_with_the_shipped_policy_and_replays(tmp_path):
+    res = live_main(cfg_for(tmp_path, "methods=[MARA]", "live.figure=false", "live.workers=inline"))
+    s = res["summary"]["MARA"]
+    assert s["jobs"] > 0 and s["replay"]["beyond_record"] >= 0
+    assert s["replay"]["succeeded"] == sum(r["replay"]["succeeded"] for r in res["runs"])
+
+
+def test_mara_checkpoint_for_other_sim_settings_is_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        run_cli(live_main, cfg_for(tmp_path, "methods=[MARA]", "sim.max_active=3"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "trained for M=2, K=4" in err[0]
+
+
+def test_mara_without_any_checkpoint_is_skipped_with_a_note(tmp_path, monkeypatch):
+    import mara.live.run as run
+
+    monkeypatch.setattr(run, "SHIPPED_POLICY", tmp_path / "absent.ckpt")
     res = live_main(cfg_for(tmp_path, "methods=[MARA,FIFO]", "live.replay=false", "live.figure=false", "live.workers=inline"))
     assert list(res["summary"]) == ["FIFO"]
     assert any("MARA skipped: no policy checkpoint" in n for n in res["notes"])

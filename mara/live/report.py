@@ -87,15 +87,17 @@ def plot_timeline(runs: list[dict], episodes, path: Path, episode: int = 0) -> P
     for ax, r in zip(axes[:, 0], rs):
         for t, m, j in r["timeline"]:
             ax.broken_barh([(t, 1)], (m - 0.4, 0.8), facecolors=cmap(j % 20), edgecolor="none")
+        last = {j: (t, m) for t, m, j in r["timeline"]}
         for j, task in enumerate(tasks):
             ax.axvline(task["arrival"], color=cmap(j % 20), lw=0.8, ls=":", alpha=0.8)
+            if r["status"][j] == 3 and j in last:  # succeeded: a tick after its last batch
+                ax.text(last[j][0] + 1.2, last[j][1], "✓", va="center", fontsize=9, color="k")
         ax.set_yticks(range(n_nodes), [f"node {m}" for m in range(n_nodes)])
         ax.set_ylim(-0.6, n_nodes - 0.4)
         ax.set_title(f"{r['method']}: {r['succeeded']}/{r['n_tasks']} jobs succeeded, utilisation {100 * r['utilization']:.0f} %", fontsize=10)
         ax.invert_yaxis()
-    axes[-1, 0].set_xlabel("step (dotted: job arrival)")
-    handles = [Patch(color=cmap(j % 20), label=f"job {j} {t['family']} " + ("✓" if rs and rs[0]["status"][j] == 3 else ""))
-               for j, t in enumerate(tasks)]
+    axes[-1, 0].set_xlabel("step (dotted: job arrival; ✓: job reached ε)")
+    handles = [Patch(color=cmap(j % 20), label=f"job {j} {t['family']}") for j, t in enumerate(tasks)]
     fig.legend(handles=handles, loc="upper center", ncol=min(4, len(tasks)), fontsize=8, bbox_to_anchor=(0.5, 0.0), frameon=False)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

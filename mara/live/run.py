@@ -11,6 +11,8 @@ from mara.cli import output_dir
 from mara.eval.methods import ConfigError, build_allocators, load_method_cfg
 
 LIVE_BANK = "live_curves.parquet"
+#: MARA policy shipped for the live defaults (M = 2, K = 4, T = 120, budgets x 0.25); see docs/notes/issue15.md
+SHIPPED_POLICY = Path(__file__).resolve().parents[1] / "data" / "checkpoints" / "mara_live.ckpt"
 
 
 def _say(msg: str) -> None:
@@ -63,11 +65,15 @@ def build_method(name: str, cfg: DictConfig, predictors: dict, bank_path):
     from mara.eval.runner import build_predictor_by_name
 
     mcfg = load_method_cfg(name, (cfg.get("method_overrides") or {}).get(name))
+    if name == "MARA" and not mcfg.get("ckpt_path") and not mcfg.get("checkpoints"):
+        ckpt = cfg.live.get("policy_ckpt") or (SHIPPED_POLICY if SHIPPED_POLICY.exists() else None)
+        if ckpt:
+            mcfg.ckpt_path = str(ckpt)
     if mcfg.kind != "policy":
         return None, f"{name} is a bound (kind: {mcfg.kind}), not a schedule; skipped in live mode"
     alloc_spec = mcfg.get("allocator", {})
     if str(alloc_spec.get("_target_", "")).endswith("MATAllocator") and not mcfg.get("ckpt_path") and not mcfg.get("checkpoints"):
-        return None, (f"{name} skipped: no policy checkpoint (the package ships none); train one for these sim settings "
+        return None, (f"{name} skipped: no policy checkpoint; train one for these sim settings "
                       f"(docs: README 'Live mode') and pass '++method_overrides={{{name}: {{ckpt_path: ...}}}}'")
     _, first = build_allocators(mcfg)[0]  # fails with one line if the checkpoint does not load
     policy = getattr(first, "policy", None)
@@ -86,6 +92,12 @@ def export_bank(cfg: DictConfig, bank, out: Path) -> Path:
     from mara.live.episode import scaled_family_params
 
     table = scaled_family_params(bank, bank.families, float(cfg.live.time_scale), float(cfg.live.calibration_target))
+    if cfg.live.get("calibration_bank"):
+        from mara.curves.bank import load_bank, shipped_bank_path
+
+        cal = load_bank(shipped_bank_path(cfg.live.calibration_bank))
+        fams = [f for f in cal.families if len(cal.rows(f, "pool"))]
+        table |= scaled_family_params(cal, fams, float(cfg.live.time_scale), float(cfg.live.calibration_target), base=bank.family_params)
     meta = dict(bank.bank_meta) | {"family_params": table, "live_time_scale": float(cfg.live.time_scale), "scaled_from": str(bank.path)}
     path = Path(cfg.get("bank_out") or out / "live_bank.parquet")
     write_bank(path, pq.read_table(bank.path), meta)
@@ -108,7 +120,7 @@ def live_main(cfg: DictConfig) -> dict:
 
 
 def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
-    from mara.curves.bank import load_bank, write_bank
+    from mara.curves.bank import load_bank, shipped_bank_path, write_bank
     from mara.live.driver import replay, run_live
     from mara.live.episode import live_tasks, scaled_family_params
     from mara.live.report import write_report
@@ -123,7 +135,11 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
     source, note = resolve_data(cfg, fams)
     if note:
         _say(f"note: {note}")
-    table = scaled_family_params(bank, fams, float(lv.time_scale), float(lv.calibration_target))
+    cal_bank = bank
+    if lv.get("calibration_bank"):
+        cal_bank = load_bank(shipped_bank_path(lv.calibration_bank))
+        cal_bank.require_families(fams, "pool", context="live.calibration_bank")
+    table = scaled_family_params(cal_bank, fams, float(lv.time_scale), float(lv.calibration_target), base=bank.family_params)
     episodes = live_tasks(bank, table, fams, float(lv.load), int(lv.root), int(sim["steps"]), int(lv.episodes),
                           source, str(lv.data_root), str(lv.cache_dir))
     preload_datasets([s for _, specs in episodes for s in specs])

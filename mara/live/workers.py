@@ -113,7 +113,12 @@ class ProcessPool:
 
     def start(self, spec: JobSpec, state: bytes | None = None) -> None:
         parent, child = self.ctx.Pipe()
-        p = self.ctx.Process(target=_job_process, args=(child, spec, state, self.device, self.threads, self.crash.get(spec.job_id)),
+        device = self.device
+        if device == "cuda":  # several GPUs on this machine: jobs spread round-robin by id
+            import torch
+
+            device = f"cuda:{spec.job_id % max(1, torch.cuda.device_count())}"
+        p = self.ctx.Process(target=_job_process, args=(child, spec, state, device, self.threads, self.crash.get(spec.job_id)),
                              daemon=True, name=f"mara-live-job{spec.job_id}")
         p.start()
         child.close()
