@@ -55,7 +55,7 @@ def markdown(res: dict) -> str:
     lines = ["# Live run", "",
              f"{c['n_jobs']} real training jobs ({', '.join(c['families'])}, {res['data']} data) per method; "
              f"M = {c['sim']['nodes']} nodes, K = {c['sim']['max_active']}, T = {c['sim']['steps']}, p = {c['load']}, "
-             f"root {c['root']}, {c['episodes']} episode(s), budgets x {c['time_scale']}.", ""]
+             f"root {c['root']}, {c['episodes']} episode(s), budgets x {c['time_scale']}, ε calibrated on {res.get('calibration_bank')}.", ""]
     for note in res["notes"]:
         lines.append(f"- note: {note}")
     lines += ["", "| Method | Success (%) | Node util. (%) | Wall (s) | Batches | Allocator ms/step | Replayed success (%) | Decisions identical | Outcomes identical |",
@@ -106,7 +106,7 @@ def plot_timeline(runs: list[dict], episodes, path: Path, episode: int = 0) -> P
     return path
 
 
-def write_report(cfg: DictConfig, out: Path, runs: list[dict], episodes, table: dict, data: str, notes: list[str], bank_path) -> dict:
+def write_report(cfg: DictConfig, out: Path, runs: list[dict], episodes, table: dict, data: str, notes: list[str], bank_path, calibration_bank: str | None = None) -> dict:
     """Write live_results.json / .md and the timeline figure into ``out``; print the summary; return the results."""
     for r in runs:
         if r.get("replay"):
@@ -118,7 +118,7 @@ def write_report(cfg: DictConfig, out: Path, runs: list[dict], episodes, table: 
         "config": {"families": list(lv.families), "load": float(lv.load), "root": int(lv.root), "episodes": int(lv.episodes),
                    "time_scale": float(lv.time_scale), "workers": str(lv.workers), "sim": OmegaConf.to_container(cfg.sim, resolve=True),
                    "methods": list(dict.fromkeys(x["method"] for x in runs)), "n_jobs": sum(len(t) for t, _ in episodes)},
-        "family_params": table,
+        "family_params": table, "calibration_bank": calibration_bank,
         "episodes": [{"episode": e, "jobs": [dict(t, job=j) for j, t in enumerate(tasks)]} for e, (tasks, _) in enumerate(episodes)],
         "summary": summary,
         "runs": [{k: v for k, v in r.items()} for r in runs],

@@ -92,7 +92,7 @@ def export_bank(cfg: DictConfig, bank, out: Path) -> Path:
     from mara.live.episode import scaled_family_params
 
     table = scaled_family_params(bank, bank.families, float(cfg.live.time_scale), float(cfg.live.calibration_target))
-    if cfg.live.get("calibration_bank"):
+    if cfg.live.get("calibration_bank") not in (None, "auto"):
         from mara.curves.bank import load_bank, shipped_bank_path
 
         cal = load_bank(shipped_bank_path(cfg.live.calibration_bank))
@@ -135,9 +135,12 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
     source, note = resolve_data(cfg, fams)
     if note:
         _say(f"note: {note}")
-    cal_bank = bank
-    if lv.get("calibration_bank"):
-        cal_bank = load_bank(shipped_bank_path(lv.calibration_bank))
+    cal_bank, cal = bank, lv.get("calibration_bank")
+    if cal == "auto":  # real data: the shipped real-data curves of the live families when they cover them
+        real = shipped_bank_path("live_real")
+        cal = real if source == "real" and real.exists() and all(len(load_bank(real).rows(f, "pool")) for f in fams) else None
+    if cal:
+        cal_bank = load_bank(shipped_bank_path(cal))
         cal_bank.require_families(fams, "pool", context="live.calibration_bank")
     table = scaled_family_params(cal_bank, fams, float(lv.time_scale), float(lv.calibration_target), base=bank.family_params)
     episodes = live_tasks(bank, table, fams, float(lv.load), int(lv.root), int(sim["steps"]), int(lv.episodes),
@@ -226,5 +229,5 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
             meta = {"task_set": ["live"], "load": [float(lv.load)], "root": [int(lv.root)], "episode": [r["episode"]]}
             rp = replay(tasks, losses, f(), sim, p, meta)
             r["replay"] = rp
-    res = write_report(cfg, out, runs, episodes, table, source, notes, bank_path if records else None)
+    res = write_report(cfg, out, runs, episodes, table, source, notes, bank_path if records else None, str(cal_bank.path))
     return res
