@@ -175,3 +175,14 @@ def test_mara_without_any_checkpoint_is_skipped_with_a_note(tmp_path, monkeypatc
     res = live_main(cfg_for(tmp_path, "methods=[MARA,FIFO]", "live.replay=false", "live.figure=false", "live.workers=inline"))
     assert list(res["summary"]) == ["FIFO"]
     assert any("MARA skipped: no policy checkpoint" in n for n in res["notes"])
+
+
+def test_live_job_with_a_bank_recipe_reproduces_the_recorded_curve():
+    """Same recipe, same data source as a zoo-bank row: the live job's losses are that row's, batch for batch."""
+    from mara.curves.bank import default_bank_path
+
+    bank = load_bank(default_bank_path())
+    row = int(bank.rows(FAM, "pool")[0])
+    assert bank.data_source[row] == "synthetic"
+    job = TrainingJob(JobSpec(0, FAM, int(bank.seed[row]), int(bank.batch_size[row]), float(bank.lr[row]), source="synthetic"))
+    assert [job.step() for _ in range(8)] == bank.ell[row, :8].tolist()
