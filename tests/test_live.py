@@ -186,3 +186,10 @@ def test_live_job_with_a_bank_recipe_reproduces_the_recorded_curve():
     assert bank.data_source[row] == "synthetic"
     job = TrainingJob(JobSpec(0, FAM, int(bank.seed[row]), int(bank.batch_size[row]), float(bank.lr[row]), source="synthetic"))
     assert [job.step() for _ in range(8)] == bank.ell[row, :8].tolist()
+
+
+def test_missing_real_data_falls_back_to_synthetic_with_a_flag(tmp_path):
+    res = live_main(cfg_for(tmp_path, "methods=[FIFO]", "live.data=real", f"live.data_root={tmp_path / 'nothing'}",
+                            "live.replay=false", "live.figure=false", "live.workers=inline"))
+    assert res["data"] == "synthetic"
+    assert any(n.startswith("real data unavailable") for n in res["notes"])
