@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 SCHEMA_VERSION = "1"
 SPLITS = ("fm_train", "fm_val", "pool")
-DATA_SOURCES = ("real", "synthetic", "parametric")
+DATA_SOURCES = ("real", "synthetic", "parametric", "live")  # live: recorded by mara.live
 
 ARROW_SCHEMA = pa.schema(
     [

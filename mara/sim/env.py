@@ -100,6 +100,7 @@ class BatchedEnv:
         predictor=None,
         beta: float = 0.1,
         compute_reward: bool = False,
+        curve_source=None,
     ) -> None:
         if n_nodes < 1:
             raise ValueError(f"sim.nodes must be >= 1, got {n_nodes}")
@@ -110,6 +111,10 @@ class BatchedEnv:
         self.ep, self.bank = episodes, bank
         self.M, self.K, self.obs_every = n_nodes, max_active, obs_every
         self.predictor, self.beta, self.compute_reward = predictor, beta, compute_reward
+        # live mode (mara.live): ``curve_source.advance(env, actions, served)`` runs the chosen batches for real
+        # and writes their losses into ``bank.L`` (and ``slot_need`` on a crossing) before the step reads them;
+        # None = replay the recorded curves
+        self.curve_source = curve_source
         self.reset()
 
     # ------------------------------------------------------------------ state
@@ -257,6 +262,8 @@ class BatchedEnv:
         self.full_steps += live & (self.n_active >= self.K)
         self.queue_sum += np.where(live, self.n_queued, 0)
         self.slot_s += served
+        if self.curve_source is not None:
+            self.curve_source.advance(self, actions, served)
         first = served & (self.slot_s == 1)
         if first.any():
             self.slot_L0[first] = self.bank.L[self.slot_row[first], 0]

@@ -120,7 +120,7 @@ def episode_rng(root: int, task_set: str, load: float, episode: int) -> np.rando
 
 
 def episodes_from_tasks(tasks: list[list[dict]], bank: CurveBank, meta: dict | None = None, n_steps: int = 500) -> EpisodeBatch:
-    """Pack per-episode task dicts (arrival, budget, eps, curve_row, family) into an EpisodeBatch."""
+    """Pack per-episode task dicts (arrival, budget, eps, curve_row, family; optional cap, else the curve's length)."""
     E = len(tasks)
     meta = meta or {"task_set": ["custom"] * E, "load": [0.0] * E, "root": [0] * E, "episode": list(range(E))}
     N = max(1, max((len(t) for t in tasks), default=1))
@@ -154,7 +154,7 @@ def episodes_from_tasks(tasks: list[list[dict]], bank: CurveBank, meta: dict | N
         b.eps[e, :n] = [d["eps"] for d in ep]
         b.curve_row[e, :n] = rows
         b.need[e, :n] = bank.first_crossing(rows, b.eps[e, :n])
-        b.cap[e, :n] = bank.lengths[rows]
+        b.cap[e, :n] = [d.get("cap", bank.lengths[r]) for d, r in zip(ep, rows)]  # live episodes fix the cap
         b.batch_size[e, :n] = bank.batch_size[rows]
         b.lr[e, :n] = bank.lr[rows]
         b.family[e, :n] = [d["family"] for d in ep]

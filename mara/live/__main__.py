@@ -1,0 +1,26 @@
+"""``python -m mara.live``: the allocators schedule real zoo training jobs (conf/live.yaml).
+
+Examples::
+
+    python -m mara.live live.data_root=/path/to/data_cache methods=[FIFO,EDF]
+    python -m mara.live methods=[MARA,FIFO] '++method_overrides={MARA: {ckpt_path: RUN/policy/checkpoints/best.ckpt}}'
+    python -m mara.live action=export_bank                      # the live-scaled bank, to train MARA for live mode
+    python -m mara.live live.workers=ray live.ray.address=auto  # on the head of a Ray cluster
+"""
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from mara.cli import run_cli
+
+
+@hydra.main(version_base="1.3", config_path="../../conf", config_name="live")
+def main(cfg: DictConfig) -> None:
+    from mara.live.run import live_main
+
+    run_cli(live_main, cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""Live mode end to end: config → live episodes per method → recorded curves → replay → report (``live_main``)."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from mara.cli import output_dir
+from mara.eval.methods import ConfigError, build_allocators, load_method_cfg
+
+LIVE_BANK = "live_curves.parquet"
+#: MARA policy shipped for the live defaults (M = 2, K = 4, T = 120, budgets x 0.25); see docs/notes/issue15.md
+SHIPPED_POLICY = Path(__file__).resolve().parents[1] / "data" / "checkpoints" / "mara_live.ckpt"
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def validate(cfg: DictConfig) -> None:
+    """One-line errors for impossible live settings (before any work)."""
+    from tasks_zoo.registry import known_families
+
+    sim, lv = cfg.sim, cfg.live
+    if int(sim.nodes) < 1:
+        raise ConfigError(f"sim.nodes (M) must be >= 1, got {sim.nodes}")
+    if int(sim.max_active) < 1:
+        raise ConfigError(f"sim.max_active (K) must be >= 1, got {sim.max_active}")
+    if int(sim.steps) < 1:
+        raise ConfigError(f"sim.steps (T) must be >= 1, got {sim.steps}")
+    if not 0.0 <= float(lv.load) <= 1.0:
+        raise ConfigError(f"live.load: arrival probability p must lie in [0, 1], got {lv.load}")
+    if int(lv.episodes) < 1:
+        raise ConfigError(f"live.episodes must be >= 1, got {lv.episodes}")
+    fams = list(lv.families)
+    unknown = [f for f in fams if f not in known_families()]
+    if not fams or unknown:
+        raise ConfigError(f"live.families: unknown famil{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown) or '(none given)'} "
+                          f"(known: {', '.join(known_families())})")
+    if lv.data not in ("real", "synthetic"):
+        raise ConfigError(f"live.data must be real or synthetic, got {lv.data!r}")
+    if lv.workers not in ("process", "inline", "ray"):
+        raise ConfigError(f"live.workers must be process, inline or ray, got {lv.workers!r}")
+
+
+def resolve_data(cfg: DictConfig, specs_families) -> tuple[str, str | None]:
+    """(source, fallback note): real data when ``data_root`` has it for every family, else synthetic, flagged."""
+    from tasks_zoo.errors import ZooError
+    from tasks_zoo.registry import load_dataset, load_zoo_config
+
+    if cfg.live.data == "synthetic":
+        return "synthetic", None
+    try:
+        for fam in specs_families:
+            load_dataset(load_zoo_config(fam).dataset, "real", str(cfg.live.data_root), str(cfg.live.cache_dir), False)
+    except ZooError as exc:
+        return "synthetic", f"real data unavailable ({exc}); running on synthetic stand-ins (data=synthetic)"
+    return "real", None
+
+
+def build_method(name: str, cfg: DictConfig, predictors: dict, bank_path):
+    """(allocator factory, predictor) of a policy method, or (None, reason) when it cannot run live."""
+    from mara.eval.runner import build_predictor_by_name
+
+    mcfg = load_method_cfg(name, (cfg.get("method_overrides") or {}).get(name))
+    if name == "MARA" and not mcfg.get("ckpt_path") and not mcfg.get("checkpoints"):
+        ckpt = cfg.live.get("policy_ckpt") or (SHIPPED_POLICY if SHIPPED_POLICY.exists() else None)
+        if ckpt:
+            mcfg.ckpt_path = str(ckpt)
+    if mcfg.kind != "policy":
+        return None, f"{name} is a bound (kind: {mcfg.kind}), not a schedule; skipped in live mode"
+    alloc_spec = mcfg.get("allocator", {})
+    if str(alloc_spec.get("_target_", "")).endswith("MATAllocator") and not mcfg.get("ckpt_path") and not mcfg.get("checkpoints"):
+        return None, (f"{name} skipped: no policy checkpoint; train one for these sim settings "
+                      f"(docs: README 'Live mode') and pass '++method_overrides={{{name}: {{ckpt_path: ...}}}}'")
+    _, first = build_allocators(mcfg)[0]  # fails with one line if the checkpoint does not load
+    policy = getattr(first, "policy", None)
+    if policy is not None and (policy.M != int(cfg.sim.nodes) or policy.K != int(cfg.sim.max_active)):
+        raise ConfigError(f"method {name!r}: checkpoint was trained for M={policy.M}, K={policy.K}; "
+                          f"live run has sim.nodes={cfg.sim.nodes}, sim.max_active={cfg.sim.max_active}")
+    predictor = build_predictor_by_name(mcfg.get("predictor"), cfg, predictors, bank_path)
+    return (lambda: build_allocators(mcfg)[0][1]), predictor
+
+
+def export_bank(cfg: DictConfig, bank, out: Path) -> Path:
+    """The bank with every family's ε/budget scaled as in live mode (to train a MARA policy for live settings)."""
+    import pyarrow.parquet as pq
+
+    from mara.curves.bank import write_bank
+    from mara.live.episode import scaled_family_params
+
+    table = scaled_family_params(bank, bank.families, float(cfg.live.time_scale), float(cfg.live.calibration_target))
+    if cfg.live.get("calibration_bank") not in (None, "auto"):
+        from mara.curves.bank import load_bank, shipped_bank_path
+
+        cal = load_bank(shipped_bank_path(cfg.live.calibration_bank))
+        fams = [f for f in cal.families if len(cal.rows(f, "pool"))]
+        table |= scaled_family_params(cal, fams, float(cfg.live.time_scale), float(cfg.live.calibration_target), base=bank.family_params)
+    meta = dict(bank.bank_meta) | {"family_params": table, "live_time_scale": float(cfg.live.time_scale), "scaled_from": str(bank.path)}
+    path = Path(cfg.get("bank_out") or out / "live_bank.parquet")
+    write_bank(path, pq.read_table(bank.path), meta)
+    _say(f"wrote {path} (budgets x {cfg.live.time_scale}, ε re-calibrated to {cfg.live.calibration_target:.0%} feasibility)")
+    return path
+
+
+def live_main(cfg: DictConfig) -> dict:
+    """Run ``cfg.action``; returns the results dict (run) or the exported bank path."""
+    from mara.eval.runner import load_bank_from_cfg
+
+    validate(cfg)
+    out = output_dir(cfg)
+    bank = load_bank_from_cfg(cfg)
+    if cfg.action == "export_bank":
+        return {"bank": str(export_bank(cfg, bank, out))}
+    if cfg.action != "run":
+        raise ConfigError(f"action must be run or export_bank, got {cfg.action!r}")
+    return run_live_methods(cfg, bank, out)
+
+
+def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
+    from mara.curves.bank import load_bank, shipped_bank_path, write_bank
+    from mara.live.driver import replay, run_live
+    from mara.live.episode import live_tasks, scaled_family_params
+    from mara.live.report import write_report
+    from mara.live.workers import make_pool, preload_datasets
+
+    lv, sim = cfg.live, OmegaConf.to_container(cfg.sim, resolve=True)
+    fams = list(lv.families)
+    methods = list(cfg.methods)
+    for m in methods:
+        load_method_cfg(m)  # unknown names fail before any work
+    bank.require_families(fams, "pool", context="live.families")
+    source, note = resolve_data(cfg, fams)
+    if note:
+        _say(f"note: {note}")
+    cal_bank, cal = bank, lv.get("calibration_bank")
+    if cal == "auto":  # real data: the shipped real-data curves of the live families when they cover them
+        real = shipped_bank_path("live_real")
+        cal = real if source == "real" and real.exists() and all(len(load_bank(real).rows(f, "pool")) for f in fams) else None
+    if cal:
+        cal_bank = load_bank(shipped_bank_path(cal))
+        cal_bank.require_families(fams, "pool", context="live.calibration_bank")
+    table = scaled_family_params(cal_bank, fams, float(lv.time_scale), float(lv.calibration_target), base=bank.family_params)
+    episodes = live_tasks(bank, table, fams, float(lv.load), int(lv.root), int(sim["steps"]), int(lv.episodes),
+                          source, str(lv.data_root), str(lv.cache_dir))
+    preload_datasets([s for _, specs in episodes for s in specs])
+    predictors, plans, notes = {}, [], [note] if note else []
+    for m in methods:
+        factory, predictor = build_method(m, cfg, predictors, bank.path)
+        if factory is None:
+            _say(f"note: {predictor}")
+            notes.append(predictor)
+            continue
+        plans.append((m, factory, predictor))
+    if not plans:
+        raise ConfigError("no method can run live (see the notes above)")
+    crash = {int(k): int(v) for k, v in (OmegaConf.to_container(lv.crash) or {}).items()}
+    n_jobs = sum(len(t) for t, _ in episodes)
+    _say(f"live: {', '.join(m for m, _, _ in plans)} on {len(episodes)} episode(s), {n_jobs} jobs of {', '.join(fams)} "
+         f"({source} data), M={sim['nodes']} nodes, K={sim['max_active']}, T={sim['steps']}, p={lv.load}, root={lv.root}, "
+         f"workers={lv.workers} -> {out}")
+    tb = None
+    if lv.tensorboard:
+        from torch.utils.tensorboard import SummaryWriter
+
+        tb = SummaryWriter(str(out / "tensorboard"))
+    runs = []
+    for m, factory, predictor in plans:
+        for e, (tasks, specs) in enumerate(episodes):
+            pool = make_pool(str(lv.workers), device=str(lv.device), threads=int(lv.threads), crash=crash,
+                             ray_cfg=OmegaConf.to_container(lv.ray, resolve=True))
+            t0 = time.perf_counter()
+
+            def progress(env, src, m=m, e=e, t0=t0):
+                if tb is not None:
+                    tag = f"{m}/episode{e}"
+                    tb.add_scalar(f"{tag}/active", int(env.n_active[0]), env.t)
+                    tb.add_scalar(f"{tag}/queued", int(env.n_queued[0]), env.t)
+                    tb.add_scalar(f"{tag}/succeeded", int(env.succeeded[0]), env.t)
+                    tb.add_scalar(f"{tag}/failed", int(env.failed[0]), env.t)
+                if env.t % int(lv.progress_every) == 0 or env.done.all():
+                    _say(f"[{m} ep{e}] step {env.t:4d}  active {int(env.n_active[0])}  queued {int(env.n_queued[0])}  "
+                         f"succeeded {int(env.succeeded[0])}  failed {int(env.failed[0])}  batches {len(src.timeline)}  "
+                         f"{time.perf_counter() - t0:6.1f} s")
+
+            meta = {"task_set": ["live"], "load": [float(lv.load)], "root": [int(lv.root)], "episode": [e]}
+            res = run_live(tasks, specs, factory(), pool, sim, predictor, meta, progress)
+            for f in res["worker_failures"]:
+                _say(f"worker failure: {m} episode {e}: job {f['job']} at step {f['step']}: {f['error']} (job marked failed)")
+            runs.append({"method": m, "episode": e, **res})
+    if tb is not None:
+        for r in runs:
+            tag = f"{r['method']}/episode{r['episode']}"
+            for k in ("success_rate", "utilization", "wall_s", "alloc_ms_per_step"):
+                if r[k] is not None:
+                    tb.add_scalar(f"summary/{tag}/{k}", r[k], 0)
+        tb.close()
+    # every job's per-batch losses as curve-bank rows (data_source=live)
+    records = []
+    for r in runs:
+        tasks, specs = episodes[r["episode"]]
+        for j, losses in enumerate(r["losses"]):
+            if not losses:
+                continue
+            t, s = tasks[j], specs[j]
+            records.append({"curve_id": f"live/{r['method']}/root{lv.root}/ep{r['episode']}/job{j:03d}", "family": s.family,
+                            "split": "pool", "data_source": "live", "batch_size": s.batch_size, "lr": s.lr, "seed": s.seed,
+                            "losses": losses, "meta": {"data": source, "method": r["method"], "episode": r["episode"], "job": j,
+                                                       "arrival": t["arrival"], "budget": t["budget"], "eps": t["eps"],
+                                                       "cap": t["cap"], "recipe_row": t["recipe_row"]}})
+    bank_path = out / LIVE_BANK
+    if records:
+        write_bank(bank_path, records, {"generator": "mara.live", "family_params": table, "data": source})
+    if lv.replay and records:
+        import json
+
+        recorded = load_bank(bank_path)  # replay reads the file, validated by the bank loader
+        by_key = {}
+        for i in range(len(recorded)):
+            mt = json.loads(recorded.meta[i])
+            by_key[(mt["method"], mt["episode"], mt["job"])] = recorded.ell[i, : recorded.lengths[i]].tolist()
+        factories = {m: (f, p) for m, f, p in plans}
+        for r in runs:
+            tasks, _ = episodes[r["episode"]]
+            losses = [by_key.get((r["method"], r["episode"], j), []) for j in range(len(tasks))]
+            f, p = factories[r["method"]]
+            meta = {"task_set": ["live"], "load": [float(lv.load)], "root": [int(lv.root)], "episode": [r["episode"]]}
+            rp = replay(tasks, losses, f(), sim, p, meta)
+            r["replay"] = rp
+    res = write_report(cfg, out, runs, episodes, table, source, notes, bank_path if records else None, str(cal_bank.path))
+    return res

@@ -1,0 +1,279 @@
+"""Where live jobs run: a pool of job-owning workers, one per running job, at most M of them busy per step.
+
+Every pool has the same four calls: ``start(spec)`` (a job joins), ``run(job_ids) -> {job_id: loss | WorkerDied}``
+(one batch each, concurrently), ``export(job_id) -> bytes`` (its state, to resume elsewhere) and ``stop(job_id)``.
+A job's model, optimiser and data position live in its worker between steps, so preemption costs nothing
+and a worker that dies takes only its own job with it.
+
+- ``InlinePool``: every job in this process, one after another (debugging, tests).
+- ``ProcessPool``: one OS process per job on this machine (``multiprocessing``; datasets loaded once in the
+  parent and inherited by fork).
+- ``RayPool`` (``pip install -e ".[cluster]"``): one Ray actor per job across every machine of a Ray
+  cluster; each actor reserves ``cpus_per_job`` CPUs and ``gpus_per_job`` GPUs, so Ray's scheduler places
+  jobs on machines and GPUs (the M "nodes" are execution slots: the allocator never runs more than M at once).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from mara.live.job import JobSpec, TrainingJob
+
+
+class WorkerDied(RuntimeError):
+    """A job's worker stopped answering (crashed, killed, lost machine); the job is lost, others are not."""
+
+
+def preload_datasets(specs) -> None:
+    """Load each (dataset, source) the jobs need once in this process (workers forked later inherit them)."""
+    from tasks_zoo.registry import load_dataset, load_zoo_config
+
+    for s in {(s.family, s.source, s.data_root, s.cache_dir) for s in specs}:
+        cfg = load_zoo_config(s[0])
+        load_dataset(cfg.dataset, s[1], str(s[2]), str(s[3]), False)
+
+
+class InlinePool:
+    """All jobs in the calling process (no parallelism); same interface as the worker pools."""
+
+    name = "inline"
+
+    def __init__(self, device: str = "cpu", crash: dict | None = None):
+        self.device, self.jobs, self.crash = device, {}, crash or {}
+
+    def start(self, spec: JobSpec, state: bytes | None = None) -> None:
+        self.jobs[spec.job_id] = TrainingJob.from_bytes(state, self.device) if state else TrainingJob(spec, self.device)
+
+    def run(self, job_ids) -> dict:
+        out = {}
+        for j in job_ids:
+            if self.crash.get(j) is not None and self.jobs[j].processed + 1 >= self.crash[j]:
+                self.jobs.pop(j)
+                out[j] = WorkerDied(f"job {j}: injected crash at batch {self.crash[j]}")
+                continue
+            out[j] = self.jobs[j].step()
+        return out
+
+    def export(self, job_id: int) -> bytes:
+        return self.jobs[job_id].to_bytes()
+
+    def stop(self, job_id: int) -> None:
+        self.jobs.pop(job_id, None)
+
+    def close(self) -> None:
+        self.jobs.clear()
+
+
+# ---- one process per job ---------------------------------------------------------------------------------
+
+
+def _job_process(conn, spec: JobSpec, state: bytes | None, device: str, threads: int, crash_at: int | None) -> None:
+    """A job's process: build (or restore) the job, then answer step/export/stop messages until told to stop."""
+    import torch
+
+    torch.set_num_threads(threads)
+    try:
+        job = TrainingJob.from_bytes(state, device) if state else TrainingJob(spec, device)
+    except Exception as exc:  # report, do not hang the parent
+        conn.send(("err", f"{exc.__class__.__name__}: {exc}"))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg == "step":
+            if crash_at is not None and job.processed + 1 >= crash_at:
+                os._exit(17)  # fault injection (tests, `live.crash`): die like a killed worker, mid-run
+            try:
+                conn.send(("ok", job.step()))
+            except Exception as exc:
+                conn.send(("err", f"{exc.__class__.__name__}: {exc}"))
+        elif msg == "export":
+            conn.send(("ok", job.to_bytes()))
+        elif msg == "stop":
+            conn.close()
+            return
+
+
+class ProcessPool:
+    """One forked OS process per running job on this machine; ``threads`` torch threads each."""
+
+    name = "process"
+
+    def __init__(self, device: str = "cpu", threads: int = 1, crash: dict | None = None, timeout_s: float = 600.0):
+        import multiprocessing as mp
+
+        # fork: workers inherit the parent's imported modules and preloaded datasets (CPU); CUDA needs spawn
+        method = "spawn" if device.startswith("cuda") or "fork" not in mp.get_all_start_methods() else "fork"
+        self.ctx = mp.get_context(method)
+        self.device, self.threads, self.crash, self.timeout_s = device, threads, crash or {}, timeout_s
+        self.procs: dict[int, tuple] = {}
+
+    def start(self, spec: JobSpec, state: bytes | None = None) -> None:
+        parent, child = self.ctx.Pipe()
+        device = self.device
+        if device == "cuda":  # several GPUs on this machine: jobs spread round-robin by id
+            import torch
+
+            device = f"cuda:{spec.job_id % max(1, torch.cuda.device_count())}"
+        p = self.ctx.Process(target=_job_process, args=(child, spec, state, device, self.threads, self.crash.get(spec.job_id)),
+                             daemon=True, name=f"mara-live-job{spec.job_id}")
+        p.start()
+        child.close()
+        self.procs[spec.job_id] = (p, parent)
+        tag, val = self._recv(spec.job_id)
+        if tag != "ready":
+            self.stop(spec.job_id)
+            raise WorkerDied(f"job {spec.job_id} ({spec.family}) could not start: {val}")
+
+    def _recv(self, job_id: int):
+        p, conn = self.procs[job_id]
+        deadline = time.monotonic() + self.timeout_s
+        while not conn.poll(0.05):
+            if not p.is_alive() or time.monotonic() > deadline:
+                code = p.exitcode
+                return "died", f"worker process of job {job_id} {'exited with code ' + str(code) if code is not None else 'timed out'}"
+        try:
+            return conn.recv()
+        except (EOFError, OSError):
+            return "died", f"worker process of job {job_id} closed its pipe (exit code {p.exitcode})"
+
+    def run(self, job_ids) -> dict:
+        job_ids = list(job_ids)
+        for j in job_ids:  # all chosen jobs compute their batch concurrently
+            try:
+                self.procs[j][1].send("step")
+            except (BrokenPipeError, OSError):
+                pass  # reported by _recv
+        out = {}
+        for j in job_ids:
+            tag, val = self._recv(j)
+            if tag == "ok":
+                out[j] = val
+            else:
+                out[j] = WorkerDied(val)
+                self._reap(j)
+        return out
+
+    def export(self, job_id: int) -> bytes:
+        self.procs[job_id][1].send("export")
+        tag, val = self._recv(job_id)
+        if tag != "ok":
+            raise WorkerDied(val)
+        return val
+
+    def _reap(self, job_id: int) -> None:
+        p, conn = self.procs.pop(job_id)
+        conn.close()
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=5)
+
+    def stop(self, job_id: int) -> None:
+        if job_id not in self.procs:
+            return
+        try:
+            self.procs[job_id][1].send("stop")
+        except (BrokenPipeError, OSError):
+            pass
+        self._reap(job_id)
+
+    def close(self) -> None:
+        for j in list(self.procs):
+            self.stop(j)
+
+
+# ---- Ray: one actor per job across a cluster --------------------------------------------------------------
+
+
+class RayPool:
+    """One Ray actor per running job; Ray places actors on the cluster's machines and GPUs.
+
+    Start a cluster with ``ray start --head`` on one machine and ``ray start --address=<head>:6379`` on the
+    others, then run ``python -m mara.live workers=ray`` on the head (``live.ray.address=auto``).
+    """
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, cpus_per_job: float = 1.0, gpus_per_job: float = 0.0,
+                 crash: dict | None = None, threads: int = 1):
+        try:
+            import ray
+        except ImportError:
+            raise RuntimeError('workers=ray needs Ray: pip install -e ".[cluster]"') from None
+        self.ray = ray
+        if not ray.is_initialized():
+            ray.init(address=address or None, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+        self.cpus, self.gpus, self.crash, self.threads = cpus_per_job, gpus_per_job, crash or {}, threads
+        self.actor_cls = ray.remote(_RayJob)
+        self.actors: dict[int, object] = {}
+
+    def start(self, spec: JobSpec, state: bytes | None = None) -> None:
+        actor = self.actor_cls.options(num_cpus=self.cpus, num_gpus=self.gpus, max_restarts=0).remote(
+            spec, state, self.threads, self.crash.get(spec.job_id))
+        try:
+            self.ray.get(actor.ready.remote())
+        except Exception as exc:
+            raise WorkerDied(f"job {spec.job_id} ({spec.family}) could not start: {exc.__class__.__name__}") from None
+        self.actors[spec.job_id] = actor
+
+    def run(self, job_ids) -> dict:
+        futures = {j: self.actors[j].step.remote() for j in job_ids}
+        out = {}
+        for j, f in futures.items():
+            try:
+                out[j] = self.ray.get(f)
+            except Exception as exc:  # RayActorError and friends: the actor (or its machine) is gone
+                out[j] = WorkerDied(f"Ray actor of job {j} died ({exc.__class__.__name__})")
+                self.actors.pop(j, None)
+        return out
+
+    def export(self, job_id: int) -> bytes:
+        return self.ray.get(self.actors[job_id].export.remote())
+
+    def stop(self, job_id: int) -> None:
+        actor = self.actors.pop(job_id, None)
+        if actor is not None:
+            self.ray.kill(actor)
+
+    def close(self) -> None:
+        for j in list(self.actors):
+            self.stop(j)
+
+
+class _RayJob:
+    """The Ray actor body: one TrainingJob on the GPU Ray assigned (if any), else CPU."""
+
+    def __init__(self, spec: JobSpec, state: bytes | None, threads: int, crash_at: int | None):
+        import torch
+
+        torch.set_num_threads(threads)
+        device = "cuda" if torch.cuda.is_available() and os.environ.get("CUDA_VISIBLE_DEVICES") else "cpu"
+        self.job = TrainingJob.from_bytes(state, device) if state else TrainingJob(spec, device)
+        self.crash_at = crash_at
+
+    def ready(self) -> bool:
+        return True
+
+    def step(self) -> float:
+        if self.crash_at is not None and self.job.processed + 1 >= self.crash_at:
+            os._exit(17)
+        return self.job.step()
+
+    def export(self) -> bytes:
+        return self.job.to_bytes()
+
+
+def make_pool(kind: str, *, device: str = "cpu", threads: int = 1, crash: dict | None = None, ray_cfg: dict | None = None):
+    """The worker pool named by ``live.workers``: inline | process | ray."""
+    if kind == "inline":
+        return InlinePool(device, crash)
+    if kind == "process":
+        return ProcessPool(device, threads, crash)
+    if kind == "ray":
+        r = ray_cfg or {}
+        return RayPool(r.get("address"), float(r.get("cpus_per_job", 1.0)), float(r.get("gpus_per_job", 0.0)), crash, threads)
+    raise ValueError(f"live.workers must be inline, process or ray, got {kind!r}")

@@ -1,0 +1,195 @@
+"""Live mode: exact preempt/resume, a tiny live episode replayed decision for decision, worker failures, entry point."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from mara.allocators.rules import EDF, FIFO
+from mara.cli import run_cli
+from mara.curves.bank import load_bank, write_bank
+from mara.eval.methods import CONF_DIR
+from mara.live.driver import replay, run_live
+from mara.live.job import JobSpec, ResumableBatches, TrainingJob
+from mara.live.run import live_main
+from mara.live.workers import InlinePool, ProcessPool, preload_datasets
+from tasks_zoo.batching import TensorPairs, seeded_loader
+
+FAM = "ALSTM_Text_1"  # cheapest to build on synthetic data (no feature extraction)
+SIM = {"nodes": 2, "max_active": 2, "steps": 4, "obs_every": 2}
+
+
+def spec(j, seed=11, bs=4):
+    return JobSpec(job_id=j, family=FAM, seed=seed + j, batch_size=bs, lr=1e-3, source="synthetic")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_batch_order_is_the_zoo_loaders_across_epochs_and_resumes():
+    ds = TensorPairs(torch.arange(50).float(), torch.arange(50))
+    loader = seeded_loader(ds, 8, 123)
+    expected = [b[1].tolist() for _ in range(3) for b in loader]  # 3 epochs of 6 full batches
+    rb = ResumableBatches(ds, 8, 123)
+    got = [rb.next()[1].tolist() for _ in range(8)]
+    state = rb.state_dict()
+    other = ResumableBatches(ds, 8, 999)
+    other.load_state_dict(state)
+    got += [other.next()[1].tolist() for _ in range(len(expected) - 8)]
+    assert got == expected
+
+
+def test_preempted_job_resumes_exactly_in_another_worker():
+    straight = TrainingJob(spec(0))
+    want = [straight.step() for _ in range(7)]
+    first = TrainingJob(spec(0))
+    got = [first.step() for _ in range(3)]
+    blob = first.to_bytes()  # preempted: state leaves this "node"
+    noise = TrainingJob(spec(1))
+    [noise.step() for _ in range(2)]  # another job uses the node meanwhile (global RNG, threads touched)
+    pool = ProcessPool()  # resume in a different OS process
+    try:
+        pool.start(spec(0), state=blob)
+        got += [pool.run([0])[0] for _ in range(4)]
+    finally:
+        pool.close()
+    assert got == want
+
+
+def tiny_tasks(n=3, budget=6, cap=12, eps=(10.0, 0.0, 10.0)):
+    # eps 10 > any loss: success at batch 1 once served; eps 0: never succeeds, fails at its deadline
+    return [{"arrival": a, "budget": budget, "eps": e, "family": FAM, "curve_row": j, "cap": cap, "batch_size": 4, "lr": 1e-3,
+             "recipe_row": "test"} for j, (a, e) in enumerate(zip([0, 0, 1][:n], eps))]
+
+
+@pytest.mark.parametrize("alloc", [FIFO, EDF])
+def test_tiny_live_episode_completes_and_replay_matches_decision_for_decision(alloc, tmp_path):
+    tasks = tiny_tasks(eps=(10.0, 0.0, 0.5))
+    tasks[2]["budget"] = 4
+    specs = [spec(j) for j in range(3)]
+    preload_datasets(specs)
+    live = run_live(tasks, specs, alloc(), ProcessPool(), SIM)
+    assert live["worker_failures"] == []
+    assert all(s in (3, 4) for s in live["status"])  # every job left: succeeded or failed
+    assert live["status"][0] == 3 and live["status"][1] == 4  # eps=10 succeeds at once, eps=0 never
+    steps = [t for t, _, _ in live["timeline"]]
+    assert max(np.bincount(steps)) <= SIM["nodes"]  # at most M batches per step
+    assert len(set((t, m) for t, m, _ in live["timeline"])) == len(live["timeline"])  # a node runs one batch per step
+    assert sum(live["batches"]) == len(live["timeline"])
+    # recorded curves as bank rows (data_source=live), read back through the validating loader, then replayed
+    recs = [{"curve_id": f"live/{j}", "family": FAM, "split": "pool", "data_source": "live", "batch_size": 4, "lr": 1e-3,
+             "seed": specs[j].seed, "losses": ls, "meta": {"job": j}} for j, ls in enumerate(live["losses"]) if ls]
+    bank = load_bank(write_bank(tmp_path / "live.parquet", recs))
+    losses = [[] for _ in tasks]
+    for i in range(len(bank)):
+        losses[json.loads(bank.meta[i])["job"]] = bank.ell[i, : bank.lengths[i]].tolist()
+    rp = replay(tasks, losses, alloc(), SIM)
+    assert rp["decisions"] == live["decisions"]
+    assert rp["status"] == live["status"] and rp["succeeded"] == live["succeeded"]
+    assert rp["beyond_record"] == 0
+
+
+def test_replay_detects_a_different_curve():
+    """The agreement check can fail: a recorded curve that crosses ε earlier changes the replayed decisions."""
+    tasks = tiny_tasks(eps=(0.0, 0.0, 0.0))
+    specs = [spec(j) for j in range(3)]
+    live = run_live(tasks, specs, FIFO(), InlinePool(), SIM)
+    assert live["succeeded"] == 0
+    losses = [list(x) for x in live["losses"]]
+    tasks_easy = [dict(t, eps=10.0) if j == 0 else t for j, t in enumerate(tasks)]
+    rp = replay(tasks_easy, losses, FIFO(), SIM)
+    assert rp["succeeded"] == 1 and rp["decisions"] != live["decisions"]
+
+
+def test_a_dying_worker_fails_its_job_and_keeps_the_others():
+    tasks = tiny_tasks(eps=(0.0, 0.0, 0.0))
+    specs = [spec(j) for j in range(3)]
+    preload_datasets(specs)
+    live = run_live(tasks, specs, FIFO(), ProcessPool(crash={1: 3}), SIM)  # job 1's process exits at its 3rd batch
+    assert [f["job"] for f in live["worker_failures"]] == [1]
+    assert "exit" in live["worker_failures"][0]["error"]
+    assert live["status"][1] == 4 and live["batches"][1] == 2  # two batches recorded before the crash
+    assert live["batches"][0] == tasks[0]["budget"]  # the other jobs ran to their deadlines, results kept
+    assert live["batches"][2] > 0 and all(s == 4 for s in live["status"])
+
+
+def cfg_for(tmp_path, *extra):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("live", overrides=[f"paths.output_dir={tmp_path}", "live.data=synthetic", f"live.families=[{FAM}]",
+                                          "live.time_scale=0.05", "sim.steps=10", "live.load=0.3", "live.root=1000",
+                                          "live.tensorboard=false", *extra])
+
+
+def test_entry_point_runs_fifo_edf_writes_results_and_agreement(tmp_path):
+    res = live_main(cfg_for(tmp_path, "methods=[FIFO,EDF]", "live.figure=true"))
+    out = json.loads((tmp_path / "live_results.json").read_text())
+    assert out["schema"] == "mara.live/1" and out["data"] == "synthetic"
+    for m in ("FIFO", "EDF"):
+        s = out["summary"][m]
+        assert s["jobs"] > 0 and s["replay"]["decisions_identical"] and s["replay"]["outcomes_identical"]
+    assert (tmp_path / "live_timeline.png").stat().st_size > 0
+    bank = load_bank(tmp_path / "live_curves.parquet")
+    assert set(bank.data_source) == {"live"}
+    assert res["summary"]["FIFO"]["batches"] == sum(len(x) for r in out["runs"] if r["method"] == "FIFO" for x in r["losses"])
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("live.families=[NoSuchNet]", "unknown family NoSuchNet"),
+    ("sim.nodes=0", "sim.nodes (M) must be >= 1"),
+    ("++method_overrides={MARA: {ckpt_path: /nonexistent/best.ckpt}}", "cannot build allocator"),
+    ("methods=[NoSuchMethod]", "unknown method"),
+])
+def test_bad_input_ends_with_one_line(tmp_path, capsys, override, needle):
+    cfg = cfg_for(tmp_path, "methods=[MARA,FIFO]", override)
+    with pytest.raises(SystemExit) as exc:
+        run_cli(live_main, cfg)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0]
+
+
+def test_mara_runs_live_with_the_shipped_policy_and_replays(tmp_path):
+    res = live_main(cfg_for(tmp_path, "methods=[MARA]", "live.figure=false", "live.workers=inline"))
+    s = res["summary"]["MARA"]
+    assert s["jobs"] > 0 and s["replay"]["beyond_record"] >= 0
+    assert s["replay"]["succeeded"] == sum(r["replay"]["succeeded"] for r in res["runs"])
+
+
+def test_mara_checkpoint_for_other_sim_settings_is_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        run_cli(live_main, cfg_for(tmp_path, "methods=[MARA]", "sim.max_active=3"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "trained for M=2, K=4" in err[0]
+
+
+def test_mara_without_any_checkpoint_is_skipped_with_a_note(tmp_path, monkeypatch):
+    import mara.live.run as run
+
+    monkeypatch.setattr(run, "SHIPPED_POLICY", tmp_path / "absent.ckpt")
+    res = live_main(cfg_for(tmp_path, "methods=[MARA,FIFO]", "live.replay=false", "live.figure=false", "live.workers=inline"))
+    assert list(res["summary"]) == ["FIFO"]
+    assert any("MARA skipped: no policy checkpoint" in n for n in res["notes"])
+
+
+def test_live_job_with_a_bank_recipe_reproduces_the_recorded_curve():
+    """Same recipe, same data source as a zoo-bank row: the live job's losses are that row's, batch for batch."""
+    from mara.curves.bank import default_bank_path
+
+    bank = load_bank(default_bank_path())
+    row = int(bank.rows(FAM, "pool")[0])
+    assert bank.data_source[row] == "synthetic"
+    job = TrainingJob(JobSpec(0, FAM, int(bank.seed[row]), int(bank.batch_size[row]), float(bank.lr[row]), source="synthetic"))
+    assert [job.step() for _ in range(8)] == bank.ell[row, :8].tolist()
+
+
+def test_missing_real_data_falls_back_to_synthetic_with_a_flag(tmp_path):
+    res = live_main(cfg_for(tmp_path, "methods=[FIFO]", "live.data=real", f"live.data_root={tmp_path / 'nothing'}",
+                            "live.replay=false", "live.figure=false", "live.workers=inline"))
+    assert res["data"] == "synthetic"
+    assert any(n.startswith("real data unavailable") for n in res["notes"])
