@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +76,9 @@ def results_markdown(res: dict, title: str = "Evaluation") -> str:
             f"total solve time {c['solve_time_s']:.1f} s (max {c['max_solve_time_s']:.2f} s per episode).",
             "",
         ]
+    for status in ("skipped", "failed"):
+        for m, reason in (res.get(status) or {}).items():
+            lines += [f"**{m} {status}:** {reason}", ""]
     if res.get("prediction_markdown"):
         lines += [res["prediction_markdown"], ""]
     return "\n".join(lines)
@@ -127,15 +131,24 @@ def log_tensorboard(res: dict, out_dir: Path) -> None:
                         w.add_scalar(f"eval/success_rate/{ts}/{m}", cell["mean"], global_step=int(round(float(ld) * 100)))
 
 
-def write_results(res: dict, out_dir: Path, title: str = "Evaluation", tensorboard: bool = True) -> dict[str, Path]:
-    """Write results.json, results.md, the load figure and TensorBoard scalars into ``out_dir``."""
+def write_text_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` via a temporary file and a rename: readers never see half a file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+def write_results(res: dict, out_dir: Path, title: str = "Evaluation", tensorboard: bool = True, figures: bool = True) -> dict[str, Path]:
+    """Write results.json, results.md (atomically), the load figure and TensorBoard scalars into ``out_dir``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / "results.json", "md": out_dir / "results.md"}
     clean = {k: v for k, v in res.items() if k != "prediction_markdown"}
-    paths["json"].write_text(json.dumps(clean, indent=1, default=_json_default))
-    paths["md"].write_text(results_markdown(res, title))
-    fig = plot_load_curve(res, out_dir / "success_vs_load.png")
+    write_text_atomic(paths["json"], json.dumps(clean, indent=1, default=_json_default))
+    write_text_atomic(paths["md"], results_markdown(res, title))
+    fig = plot_load_curve(res, out_dir / "success_vs_load.png") if figures else None
     if fig:
         paths["figure"] = fig
     if tensorboard:
