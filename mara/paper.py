@@ -129,7 +129,7 @@ def run_trainings(cfg: DictConfig, out: Path, fm_ckpt: str | None) -> list[dict]
                 n_done = sum(1 for f in futures if f.done())
                 detail = f"{n_done}/{len(pending)} finished; running: " + ", ".join(
                     f"{futures[f]['method']} s{futures[f]['seed']} {100 * _last_percent(Path(futures[f]['dir']) / 'train.log'):.0f}%"
-                    for f in running if f.running())
+                    for f in running if (Path(futures[f]["dir"]) / "train.log").exists())
                 progress.update((n_done + partial) / len(pending) if running else 1.0, detail)
         log.info(f"trainings: finished in {fmt_seconds(time.time() - t0)}")
     return [dict(_plain(j), **(done[id(j)] or {})) for j in jobs]
