@@ -15,6 +15,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from mara.cli import output_dir, run_cli
+from mara.eval.methods import ConfigError
 
 
 def evaluate(cfg: DictConfig) -> dict:
@@ -30,6 +31,8 @@ def evaluate(cfg: DictConfig) -> dict:
     from mara.runlog import Progress, log, setup_logging
 
     setup_logging()
+    if cfg.get("experiment_kind") == "paper":
+        raise ConfigError("experiment=paper trains as well as evaluates: run it as python -m mara.train experiment=paper")
     out = output_dir(cfg)
     if cfg.get("experiment_kind") == "prediction":
         from mara.eval.prediction_cli import run_prediction

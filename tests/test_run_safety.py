@@ -164,3 +164,44 @@ def test_paper_protocol_tiny_end_to_end_and_resumes(tmp_path, small_bank):
     assert (tmp_path / "docs" / "figures" / "paper_figure4.png").exists()
     p = _run("-m", "mara.report", f"run={tmp_path}", timeout=120)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_progress_lines_are_throttled_with_eta():
+    import logging
+
+    from mara.runlog import Progress
+
+    t = [0.0]
+    lines = []
+
+    class H(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    lg = logging.getLogger("mara.test_progress")
+    lg.addHandler(H())
+    lg.setLevel(logging.INFO)
+    p = Progress("stage", every_s=20, logger=lg, clock=lambda: t[0])
+    for i in range(1, 101):  # 100 updates, one second apart
+        t[0] = float(i)
+        p.update(i / 100)
+    assert lines[0].startswith("stage:   1.0%") and "ETA 1m39s" in lines[0]  # 1 s for 1 % → 99 s left
+    assert len(lines) == 1 + 100 // 20 and lines[-1].startswith("stage: 100.0%") and "ETA" not in lines[-1]
+
+
+def test_lightning_lines_once_and_no_tips(caplog):
+    import logging
+
+    from mara.runlog import setup_logging
+
+    caplog.set_level(logging.INFO)
+    pl = logging.getLogger("lightning.pytorch")
+    pl.addHandler(logging.StreamHandler())  # what Lightning does when imported before logging is configured
+    pl.propagate = False
+    setup_logging()
+    assert pl.handlers == [] and pl.propagate  # its records reach the root handlers (terminal + log file) once
+    lg = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    lg.info("GPU available: False, used: False")
+    lg.info("💡 Tip: For seamless cloud logging ... try installing [litlogger]")
+    shown = [r.getMessage() for r in caplog.records if all(f.filter(r) for h in logging.getLogger().handlers for f in h.filters)]
+    assert shown.count("GPU available: False, used: False") == 1 and not any("Tip" in m for m in shown)

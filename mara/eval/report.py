@@ -55,6 +55,13 @@ def results_markdown(res: dict, title: str = "Evaluation") -> str:
             key = "Average" if "Average" in summary[m] else next(iter(summary[m]))
             lines.append(f"| {m} | " + " | ".join(_fmt(summary[m][key].get(ld)) for ld in loads) + " |")
         lines.append("")
+    counts = summarize(res.get("rows") or [], key="n_tasks", scale=1.0)
+    if counts and loads:
+        lines += ["## Tasks per episode (counted; equal weight to the task sets)", "", "| Method | " + " | ".join(f"p={ld}" for ld in loads) + " |", "|---" * (len(loads) + 1) + "|"]
+        for m in [m for m in methods if m in counts]:
+            key = "Average" if "Average" in counts[m] else next(iter(counts[m]))
+            lines.append(f"| {m} | " + " | ".join(_fmt(counts[m][key].get(ld)) for ld in loads) + " |")
+        lines.append("")
     diag = res.get("diagnostics") or {}
     diag_methods = [m for m in methods if diag.get(m, {}).get("utilization", {}).get("mean") is not None]
     if diag_methods:
