@@ -159,7 +159,8 @@ def _evaluation(cfg: DictConfig, folder: Path, methods: list[str], overrides: di
     usable = [m for m in methods if m not in trained or overrides.get(m, {}).get("checkpoints")]
     for m in sorted(set(methods) - set(usable)):
         log.warning(f"{folder.name}: {m} has no finished training, not evaluated")
-    updates = {"paths.output_dir": str(folder), "methods": usable, "method_overrides": overrides, "eval.resume": True}
+    updates = {"paths.output_dir": str(folder), "methods": usable, "method_overrides": overrides, "eval.resume": True,
+               "experiment_kind": None}
     if fm_ckpt:
         updates["predictors.fm.ckpt_path"] = fm_ckpt
     if scenario is not None:

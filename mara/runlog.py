@@ -83,27 +83,6 @@ class Progress:
         return True
 
 
-def progress_callback(what: str, fraction_of, every_s: float = 20.0):
-    """A Lightning callback logging ``what``'s progress (``fraction_of(trainer, pl_module)`` in [0, 1]) with an
-    ETA after each training batch, throttled to one line every ``every_s`` seconds (rank 0 only)."""
-    import lightning as L
-
-    class _ProgressCallback(L.Callback):
-        def on_train_start(self, trainer, pl_module) -> None:
-            self.progress = Progress(what, every_s)
-
-        def on_train_batch_end(self, trainer, pl_module, *args) -> None:
-            if trainer.is_global_zero:
-                f = fraction_of(trainer, pl_module)
-                self.progress.update(min(f, 0.999), f"epoch {trainer.current_epoch}")
-
-        def on_train_end(self, trainer, pl_module) -> None:
-            if trainer.is_global_zero:
-                self.progress.update(1.0, f"epoch {trainer.current_epoch}")
-
-    return _ProgressCallback()
-
-
 def flat_hparams(d: dict, prefix: str = "") -> dict:
     """Nested config → flat {a/b: scalar} for TensorBoard's HParams view (lists and None become strings)."""
     out = {}

@@ -200,7 +200,8 @@ def test_lightning_lines_once_and_no_tips(caplog):
     pl.propagate = False
     setup_logging()
     assert pl.handlers == [] and pl.propagate  # its records reach the root handlers (terminal + log file) once
-    lg = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    lg = logging.getLogger("lightning.pytorch.utilities.test_once")  # a child, as Lightning's rank_zero logger
+    lg.setLevel(logging.INFO)
     lg.info("GPU available: False, used: False")
     lg.info("💡 Tip: For seamless cloud logging ... try installing [litlogger]")
     shown = [r.getMessage() for r in caplog.records if all(f.filter(r) for h in logging.getLogger().handlers for f in h.filters)]

@@ -72,7 +72,8 @@ def train_policy(cfg: DictConfig, callbacks: list | None = None) -> dict:
     """Train per ``cfg.mat`` (conf/mat/default.yaml); returns the best checkpoint path and validation metrics."""
     from mara.mat.callback import ValidationCallback
     from mara.mat.module import MATModule
-    from mara.runlog import log_hparams, progress_callback, setup_logging
+    from mara.progress_callback import ProgressCallback
+    from mara.runlog import log_hparams, setup_logging
 
     setup_logging()
     c = resolve_config(cfg)
@@ -95,7 +96,7 @@ def train_policy(cfg: DictConfig, callbacks: list | None = None) -> dict:
                                 c["rollout"]["scale"], val["baselines"], c["workload"]["task_set"], c["workload"]["load"])
     last_cb = ModelCheckpoint(dirpath=out / "checkpoints", save_last=True, save_top_k=0, every_n_epochs=1, enable_version_counter=False)
     what = c.get("run_name") or f"policy ({pred_name}, {c['reward']}, seed {c['seed']})"
-    prog_cb = progress_callback(what, lambda tr, m: m.global_env_steps / max(c["total_env_steps"], 1))
+    prog_cb = ProgressCallback(what, total_env_steps=int(c["total_env_steps"]))
     trainer = L.Trainer(
         accelerator=tr["accelerator"], devices=tr["devices"], strategy=tr["strategy"], deterministic=tr["deterministic"],
         max_epochs=max_iters, callbacks=[val_cb, last_cb, prog_cb, *(callbacks or [])], logger=TensorBoardLogger(str(out), name="tb", version=""),

@@ -35,7 +35,8 @@ def _trainer_kwargs(cfg_trainer) -> dict:
 
 def train_predictor(cfg: DictConfig) -> dict:
     """Train FM on the bank's fm_train split, early-stop on val/fm_loss, export ``<output_dir>/fm.ckpt``."""
-    from mara.runlog import log_hparams, progress_callback, setup_logging
+    from mara.progress_callback import ProgressCallback
+    from mara.runlog import log_hparams, setup_logging
 
     setup_logging()
     pc = cfg.predictor
@@ -53,8 +54,7 @@ def train_predictor(cfg: DictConfig) -> dict:
     ckpt_cb = ModelCheckpoint(dirpath=out / "checkpoints", monitor=monitor, mode="min", save_last=True,
                               filename="fm-{epoch:03d}")
     callbacks = [ckpt_cb, EarlyStopping(monitor=monitor, mode="min", patience=int(tc.patience)),
-                 progress_callback("predictor (FM)", lambda tr, m: (tr.current_epoch + (tr.fit_loop.epoch_loop.batch_progress.current.completed
-                                   / max(tr.num_training_batches, 1))) / max(tr.max_epochs, 1))]
+                 ProgressCallback("predictor (FM)")]
     logger = TensorBoardLogger(str(out), name="tensorboard", default_hp_metric=False)
     kw = _trainer_kwargs(cfg.get("trainer"))
     kw.setdefault("max_epochs", int(tc.get("max_epochs", 50)))  # the shipped checkpoint: 50 epochs (~8 min on 1 core)
