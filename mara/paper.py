@@ -112,6 +112,8 @@ def run_trainings(cfg: DictConfig, out: Path, fm_ckpt: str | None) -> list[dict]
         log.info(f"trainings: {len(pending)} to run ({len(jobs) - len(pending)} done), {workers} at a time; logs in <run>/policy/<method>/seed<S>/train.log")
         progress = Progress(f"trainings ({len(pending)} runs)")
         t0 = time.time()
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):  # inherited by the workers before any import
+            os.environ[var] = "1"
         with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
             futures = {pool.submit(_train_job, OmegaConf.to_yaml(_job_cfg(cfg, j, fm_ckpt), resolve=True), _plain(j)): j for j in pending}
             running = set(futures)
