@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mara.cli import output_dir, run_cli
 from mara.eval.methods import ConfigError
+from mara.runlog import log
 
 STAGES = ("all", "predictor", "policy", "evaluate")
 
@@ -80,12 +81,12 @@ def train(cfg: DictConfig) -> dict:
         for m in cfg.methods:
             if m.startswith("MARA"):
                 if not policy_ckpt and not overrides.get(m, {}).get("checkpoints"):
-                    print(f"note: skipping {m} in the evaluation (no trained policy checkpoint)")
+                    log.warning(f"skipping {m} in the evaluation (no trained policy checkpoint)")
                     continue
                 if policy_ckpt and m == _trained_method(cfg):
                     overrides.setdefault(m, {})["checkpoints"] = [{"train_seed": int(cfg.seed), "ckpt_path": str(policy_ckpt)}]
                 elif not overrides.get(m, {}).get("checkpoints"):
-                    print(f"note: skipping {m} (this run trains {_trained_method(cfg)})")
+                    log.warning(f"skipping {m} (this run trains {_trained_method(cfg)})")
                     continue
             methods.append(m)
         ecfg = _stage_cfg(cfg, out / "evaluation")
@@ -101,8 +102,6 @@ def _use_run_folder_checkpoints(cfg: DictConfig, out: Path, stage: str) -> None:
     """A later stage in an existing run folder uses that run's products: ``<run>/predictor/fm.ckpt`` (unless a
     predictor checkpoint is given) and, for ``stage=evaluate``, ``<run>/policy/checkpoints/best.ckpt`` (unless
     ``policy_ckpt`` is given)."""
-    from mara.runlog import log
-
     fm = out / "predictor" / "fm.ckpt"
     if fm.exists() and not cfg.predictor.get("ckpt_path"):
         with open_dict(cfg):
