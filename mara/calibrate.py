@@ -79,8 +79,16 @@ def calibrate(cfg: DictConfig) -> dict:
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="calibrate")
-def main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> None:
     run_cli(calibrate, cfg)
+
+
+def main() -> None:
+    """The command line: config-group choices are checked first (one line, exit 2), then Hydra composes."""
+    from mara.cli import check_group_overrides
+
+    check_group_overrides()
+    _hydra_main()
 
 
 if __name__ == "__main__":

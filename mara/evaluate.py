@@ -15,17 +15,24 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from mara.cli import output_dir, run_cli
+from mara.eval.methods import ConfigError
 
 
 def evaluate(cfg: DictConfig) -> dict:
-    """Run the evaluation protocol of ``cfg``; writes results into the run folder and returns them."""
-    from rich.console import Console
+    """Run the evaluation protocol of ``cfg``; writes results into the run folder and returns them.
 
+    ``results.json`` / ``results.md`` are rewritten (atomically) after every method, so a failure later loses
+    nothing; a method that cannot be evaluated is listed under ``skipped`` / ``failed`` with a one-line reason.
+    With ``eval.resume=true`` the methods already in the folder's ``results.json`` (same protocol) are kept.
+    """
     from mara.eval.methods import load_method_cfg
     from mara.eval.report import build_results, write_results
     from mara.eval.runner import build_episodes, evaluate_methods, load_bank_from_cfg, protocol_from_cfg
+    from mara.runlog import Progress, log, setup_logging
 
-    console = Console(stderr=True)
+    setup_logging()
+    if cfg.get("experiment_kind") == "paper":
+        raise ConfigError("experiment=paper trains as well as evaluates: run it as python -m mara.train experiment=paper")
     out = output_dir(cfg)
     if cfg.get("experiment_kind") == "prediction":
         from mara.eval.prediction_cli import run_prediction
@@ -37,35 +44,87 @@ def evaluate(cfg: DictConfig) -> dict:
         load_method_cfg(m)
     bank = load_bank_from_cfg(cfg)
     episodes = build_episodes(cfg, bank, protocol)
-    console.print(
-        f"[bold]evaluate[/] {', '.join(methods)} on {episodes.E} episodes "
+    log.info(
+        f"evaluate {', '.join(methods)} on {episodes.E} episodes "
         f"({protocol.scenario}: task sets {protocol.task_sets if protocol.scenario != 'stress' else ['stress']}, "
         f"loads {protocol.loads if protocol.scenario != 'stress' else '-'}, roots {protocol.roots}, {protocol.episodes} each) "
         f"from {bank.path}"
     )
-    rows, timings = evaluate_methods(methods, episodes, bank, cfg, log=lambda s: console.print(s))
-    extra = {"timings": timings, "protocol": OmegaConf.to_container(cfg.eval, resolve=True) | {"loads": protocol.loads, "scenario": protocol.scenario}, "bank": str(bank.path)}
-    cl = [r for r in rows if r["method"] == "Clairvoyant"]
-    if cl:
-        times = [r["solve_time_s"] for r in cl]
-        extra["clairvoyant"] = {
-            "n_episodes": len(cl),
-            "n_optimal": sum(bool(r["optimal"]) for r in cl),
-            "solve_time_s": float(sum(times)),
-            "max_solve_time_s": float(max(times)),
-            "admission_limit": bool(load_method_cfg("Clairvoyant", (cfg.get("method_overrides") or {}).get("Clairvoyant")).get("admission_limit", True)),
-        }
-    res = build_results(rows, extra)
-    paths = write_results(res, out, title=f"Evaluation ({protocol.scenario})", tensorboard=bool(cfg.eval.get("tensorboard", True)))
-    console.print(Path(paths["md"]).read_text())
-    console.print(f"[green]wrote[/] {paths['json']} and {paths['md']}")
+    proto = OmegaConf.to_container(cfg.eval, resolve=True) | {"loads": protocol.loads, "scenario": protocol.scenario,
+                                                              "queue_capacity": cfg.sim.get("queue_capacity")}
+    proto.pop("resume", None)
+    proto.pop("tensorboard", None)
+    overrides = OmegaConf.to_container(cfg.method_overrides, resolve=True) if cfg.get("method_overrides") else {}
+    base = {"protocol": proto, "bank": str(bank.path), "method_overrides": overrides}
+    done_rows = _resumable_rows(out / "results.json", base, methods) if cfg.eval.get("resume", False) else {}
+    title = f"Evaluation ({protocol.scenario})"
+
+    def assemble(rows, notes, timings):
+        extra = dict(base, timings=dict(timings))
+        extra["skipped"] = {m: n["reason"] for m, n in notes.items() if n["status"] == "skipped"}
+        extra["failed"] = {m: n["reason"] for m, n in notes.items() if n["status"] == "failed"}
+        cl = [r for r in rows if r["method"] == "Clairvoyant"]
+        if cl:
+            times = [r["solve_time_s"] for r in cl]
+            extra["clairvoyant"] = {
+                "n_episodes": len(cl),
+                "n_optimal": sum(bool(r["optimal"]) for r in cl),
+                "solve_time_s": float(sum(times)),
+                "max_solve_time_s": float(max(times)),
+                "admission_limit": bool(load_method_cfg("Clairvoyant", (cfg.get("method_overrides") or {}).get("Clairvoyant")).get("admission_limit", True)),
+            }
+        return build_results(rows, extra)
+
+    def checkpoint(rows, notes, timings):  # after every method: what is done is on disk
+        write_results(assemble(rows, notes, timings), out, title=title, tensorboard=False, figures=False)
+
+    bars: dict = {}
+
+    def progress(method, fraction):
+        bars.setdefault(method, Progress(f"evaluate {method}")).update(fraction)
+
+    rows, timings, notes = evaluate_methods(methods, episodes, bank, cfg, progress=progress, log=log.info,
+                                            on_method_done=checkpoint, done_rows=done_rows)
+    res = assemble(rows, notes, timings)
+    paths = write_results(res, out, title=title, tensorboard=bool(cfg.eval.get("tensorboard", True)))
+    print(Path(paths["md"]).read_text())
+    for m, n in notes.items():
+        log.warning(f"{m} {n['status']}: {n['reason']}")
+    log.info(f"wrote {paths['json']} and {paths['md']}")
     res["paths"] = {k: str(v) for k, v in paths.items()}
     return res
 
 
+def _resumable_rows(path: Path, base: dict, methods: list[str]) -> dict:
+    """{method: rows} of an earlier results.json in this folder with the same protocol and bank (else {})."""
+    import json
+
+    if not path.exists():
+        return {}
+    try:
+        old = json.loads(path.read_text())
+    except ValueError:
+        return {}
+    if any(old.get(k) != json.loads(json.dumps(base[k])) for k in base):
+        return {}
+    out: dict = {}
+    for r in old.get("rows", []):
+        if r["method"] in methods:
+            out.setdefault(r["method"], []).append(r)
+    return out
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
-def main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> None:
     run_cli(evaluate, cfg)
+
+
+def main() -> None:
+    """The command line: config-group choices are checked first (one line, exit 2), then Hydra composes."""
+    from mara.cli import check_group_overrides
+
+    check_group_overrides()
+    _hydra_main()
 
 
 if __name__ == "__main__":

@@ -79,12 +79,20 @@ def install_bank(path, max_mib: float = 20.0):
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="generate_curves")
-def main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> None:
     try:
         run(cfg)
     except (ZooError, BankError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+
+
+def main() -> None:
+    """The command line: config-group choices are checked first (one line, exit 2), then Hydra composes."""
+    from mara.cli import check_group_overrides
+
+    check_group_overrides()
+    _hydra_main()
 
 
 if __name__ == "__main__":

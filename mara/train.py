@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mara.cli import output_dir, run_cli
 from mara.eval.methods import ConfigError
+from mara.runlog import log
 
 STAGES = ("all", "predictor", "policy", "evaluate")
 
@@ -43,9 +44,15 @@ def train(cfg: DictConfig) -> dict:
     if cfg.get("reward", "dense") not in ("dense", "sparse"):
         raise ConfigError(f"reward must be 'dense' or 'sparse', got {cfg.reward!r}")
     out = output_dir(cfg)
+    if cfg.get("experiment_kind") == "paper":
+        from mara.paper import run_paper
+
+        return run_paper(cfg, out)
     result: dict = {"output_dir": str(out)}
     run = lambda s: stage in ("all", s)  # noqa: E731
     pred_name = cfg.predictor.get("name", "fm")
+    if stage in ("policy", "evaluate"):
+        _use_run_folder_checkpoints(cfg, out, stage)
 
     if run("predictor") and pred_name == "fm" and not (stage == "all" and cfg.predictor.get("ckpt_path")):
         from mara.predictors.train import train_predictor
@@ -74,12 +81,12 @@ def train(cfg: DictConfig) -> dict:
         for m in cfg.methods:
             if m.startswith("MARA"):
                 if not policy_ckpt and not overrides.get(m, {}).get("checkpoints"):
-                    print(f"note: skipping {m} in the evaluation (no trained policy checkpoint)")
+                    log.warning(f"skipping {m} in the evaluation (no trained policy checkpoint)")
                     continue
                 if policy_ckpt and m == _trained_method(cfg):
                     overrides.setdefault(m, {})["checkpoints"] = [{"train_seed": int(cfg.seed), "ckpt_path": str(policy_ckpt)}]
                 elif not overrides.get(m, {}).get("checkpoints"):
-                    print(f"note: skipping {m} (this run trains {_trained_method(cfg)})")
+                    log.warning(f"skipping {m} (this run trains {_trained_method(cfg)})")
                     continue
             methods.append(m)
         ecfg = _stage_cfg(cfg, out / "evaluation")
@@ -91,6 +98,25 @@ def train(cfg: DictConfig) -> dict:
     return result
 
 
+def _use_run_folder_checkpoints(cfg: DictConfig, out: Path, stage: str) -> None:
+    """A later stage in an existing run folder uses that run's products: ``<run>/predictor/fm.ckpt`` (unless a
+    predictor checkpoint is given) and, for ``stage=evaluate``, ``<run>/policy/checkpoints/best.ckpt`` (unless
+    ``policy_ckpt`` is given)."""
+    fm = out / "predictor" / "fm.ckpt"
+    if fm.exists() and not cfg.predictor.get("ckpt_path"):
+        with open_dict(cfg):
+            if cfg.predictor.get("name", "fm") == "fm":
+                cfg.predictor.ckpt_path = str(fm)
+            if "predictors" in cfg and "fm" in cfg.predictors:
+                cfg.predictors.fm.ckpt_path = str(fm)
+        log.info(f"using this run's predictor {fm}")
+    best = out / "policy" / "checkpoints" / "best.ckpt"
+    if stage == "evaluate" and not cfg.get("policy_ckpt") and best.exists():
+        with open_dict(cfg):
+            cfg.policy_ckpt = str(best)
+        log.info(f"using this run's policy {best}")
+
+
 def _trained_method(cfg: DictConfig) -> str:
     """The paper name of the policy this run trains."""
     if cfg.get("reward", "dense") == "sparse":
@@ -99,8 +125,16 @@ def _trained_method(cfg: DictConfig) -> str:
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
-def main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> None:
     run_cli(train, cfg)
+
+
+def main() -> None:
+    """The command line: config-group choices are checked first (one line, exit 2), then Hydra composes."""
+    from mara.cli import check_group_overrides
+
+    check_group_overrides()
+    _hydra_main()
 
 
 if __name__ == "__main__":

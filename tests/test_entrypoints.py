@@ -158,3 +158,9 @@ def test_train_smoke_pipeline(tmp_path, small_bank):
     res = json.loads((run / "evaluation" / "results.json").read_text())
     assert {"MARA", "LARA", "FIFO", "Oracle"} <= set(res["summary"])
     assert any(r["method"] == "MARA" and r["train_seed"] == 0 for r in res["rows"])
+    # stage=evaluate in the finished run folder finds the run's policy (and predictor) checkpoints by itself
+    p = _run("-m", "mara.train", "experiment=smoke", "stage=evaluate", "methods=[MARA,FIFO]", f"bank.path={small_bank.path}", f"hydra.run.dir={run}")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "using this run's policy" in p.stdout + p.stderr and "using this run's predictor" in p.stdout + p.stderr
+    res = json.loads((run / "evaluation" / "results.json").read_text())
+    assert set(res["summary"]) == {"MARA", "FIFO"} and not res["skipped"] and not res["failed"]

@@ -180,3 +180,25 @@ def test_concat_pads(small_bank):
     c = EpisodeBatch.concat([a, b])
     assert c.E == 4 and c.N == max(a.N, b.N)
     assert c.valid.sum() == a.n_tasks.sum() + b.n_tasks.sum()
+
+
+def test_bounded_queue_turns_away_and_does_not_count(linear_bank):
+    # K = 1, Q = 1: of four tasks at t = 0 one is admitted, one waits, the two latest are turned away;
+    # a fifth task at t = 1 (task 0 still active, task 1 waiting) finds the queue full and is turned away too
+    tasks = [task(0, 2, 10), task(0, 2, 10), task(0, 2, 10), task(0, 2, 10), task(1, 1, 10)]
+    ep = episodes_from_tasks([tasks], linear_bank)
+    env = BatchedEnv(ep, linear_bank, n_nodes=1, max_active=1, queue_capacity=1)
+    m = run_episodes(env, FIFO())
+    assert env.status[0].tolist() == [3, 3, 5, 5, 5]
+    assert m["turned_away"][0] == 3 and m["n_tasks"][0] == 2 and m["succeeded"][0] == 2
+    assert m["success_rate"][0] == 1.0 and m["oracle"][0] == 2
+    unbounded = run_episodes(BatchedEnv(ep, linear_bank, n_nodes=1, max_active=1), FIFO())
+    assert unbounded["n_tasks"][0] == 5 and unbounded["turned_away"][0] == 0
+
+
+def test_queue_capacity_none_changes_nothing(linear_bank):
+    ep = episodes_from_tasks([[task(0, 3, 10), task(0, 2, 4), task(1, 2, 9)]], linear_bank)
+    a = run_episodes(BatchedEnv(ep, linear_bank, n_nodes=1, max_active=1), FIFO())
+    b = run_episodes(BatchedEnv(ep, linear_bank, n_nodes=1, max_active=1, queue_capacity=100), FIFO())
+    for k in ("n_tasks", "succeeded", "failed", "waiting", "queue_full"):
+        assert np.array_equal(a[k], b[k])

@@ -64,6 +64,10 @@ NEVER = int(np.iinfo(np.int32).max)
 _MISSING_ORTOOLS = "Clairvoyant needs OR-Tools: pip install 'mara[bounds]'"
 
 
+class MissingORTools(ImportError, RuntimeError):
+    """OR-Tools is not installed: an optional dependency missing (an ImportError; a RuntimeError for older callers)."""
+
+
 @dataclass
 class ClairvoyantResult:
     successes: int  # best schedule found
@@ -78,7 +82,7 @@ def _cp_model():
     try:
         from ortools.sat.python import cp_model
     except ImportError:  # ModuleNotFoundError included
-        raise RuntimeError(_MISSING_ORTOOLS) from None
+        raise MissingORTools(_MISSING_ORTOOLS) from None
     return cp_model
 
 

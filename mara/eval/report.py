@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +55,13 @@ def results_markdown(res: dict, title: str = "Evaluation") -> str:
             key = "Average" if "Average" in summary[m] else next(iter(summary[m]))
             lines.append(f"| {m} | " + " | ".join(_fmt(summary[m][key].get(ld)) for ld in loads) + " |")
         lines.append("")
+    counts = summarize(res.get("rows") or [], key="n_tasks", scale=1.0)
+    if counts and loads:
+        lines += ["## Tasks per episode (counted; equal weight to the task sets)", "", "| Method | " + " | ".join(f"p={ld}" for ld in loads) + " |", "|---" * (len(loads) + 1) + "|"]
+        for m in [m for m in methods if m in counts]:
+            key = "Average" if "Average" in counts[m] else next(iter(counts[m]))
+            lines.append(f"| {m} | " + " | ".join(_fmt(counts[m][key].get(ld)) for ld in loads) + " |")
+        lines.append("")
     diag = res.get("diagnostics") or {}
     diag_methods = [m for m in methods if diag.get(m, {}).get("utilization", {}).get("mean") is not None]
     if diag_methods:
@@ -75,6 +83,9 @@ def results_markdown(res: dict, title: str = "Evaluation") -> str:
             f"total solve time {c['solve_time_s']:.1f} s (max {c['max_solve_time_s']:.2f} s per episode).",
             "",
         ]
+    for status in ("skipped", "failed"):
+        for m, reason in (res.get(status) or {}).items():
+            lines += [f"**{m} {status}:** {reason}", ""]
     if res.get("prediction_markdown"):
         lines += [res["prediction_markdown"], ""]
     return "\n".join(lines)
@@ -127,15 +138,24 @@ def log_tensorboard(res: dict, out_dir: Path) -> None:
                         w.add_scalar(f"eval/success_rate/{ts}/{m}", cell["mean"], global_step=int(round(float(ld) * 100)))
 
 
-def write_results(res: dict, out_dir: Path, title: str = "Evaluation", tensorboard: bool = True) -> dict[str, Path]:
-    """Write results.json, results.md, the load figure and TensorBoard scalars into ``out_dir``."""
+def write_text_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` via a temporary file and a rename: readers never see half a file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+def write_results(res: dict, out_dir: Path, title: str = "Evaluation", tensorboard: bool = True, figures: bool = True) -> dict[str, Path]:
+    """Write results.json, results.md (atomically), the load figure and TensorBoard scalars into ``out_dir``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / "results.json", "md": out_dir / "results.md"}
     clean = {k: v for k, v in res.items() if k != "prediction_markdown"}
-    paths["json"].write_text(json.dumps(clean, indent=1, default=_json_default))
-    paths["md"].write_text(results_markdown(res, title))
-    fig = plot_load_curve(res, out_dir / "success_vs_load.png")
+    write_text_atomic(paths["json"], json.dumps(clean, indent=1, default=_json_default))
+    write_text_atomic(paths["md"], results_markdown(res, title))
+    fig = plot_load_curve(res, out_dir / "success_vs_load.png") if figures else None
     if fig:
         paths["figure"] = fig
     if tensorboard:

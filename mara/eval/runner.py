@@ -23,7 +23,7 @@ from mara.sim.workload import (
     generate_stress_episodes,
 )
 
-ROW_KEYS = ("n_tasks", "succeeded", "success_rate", "utilization", "queue_full", "waiting", "ready")
+ROW_KEYS = ("n_tasks", "succeeded", "success_rate", "utilization", "queue_full", "waiting", "ready", "turned_away")
 
 
 @dataclass
@@ -148,21 +148,27 @@ def _rows_from_metrics(method: str, ep: EpisodeBatch, metrics: dict, train_seed=
     return rows
 
 
-def run_policy(allocator, ep: EpisodeBatch, bank: CurveBank, sim: DictConfig, predictor=None) -> dict:
-    """Per-episode metrics of one allocator over all episodes (one batched simulator)."""
-    env = BatchedEnv(ep, bank, int(sim.nodes), int(sim.max_active), int(sim.obs_every), predictor=predictor)
+def run_policy(allocator, ep: EpisodeBatch, bank: CurveBank, sim: DictConfig, predictor=None, progress=None) -> dict:
+    """Per-episode metrics of one allocator over all episodes (one batched simulator).
+
+    ``progress(step, limit)``, if given, is called after every simulator step (it throttles itself)."""
+    qcap = sim.get("queue_capacity")
+    env = BatchedEnv(ep, bank, int(sim.nodes), int(sim.max_active), int(sim.obs_every), predictor=predictor,
+                     queue_capacity=None if qcap is None else int(qcap))
     obs = env.reset()
     allocator.reset(ep.E)
     limit = ep.horizon + ep.n_steps + 2
-    for _ in range(limit):
+    for step in range(limit):
         if env.done.all():
             break
         obs, _, _, _ = env.step(allocator.act(obs))
+        if progress is not None:
+            progress(step + 1, limit)
     return env.metrics()
 
 
-def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: DictConfig) -> tuple[dict, dict]:
-    """Per-episode successes of a bound; returns (metrics, extra row fields)."""
+def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: DictConfig, progress=None) -> tuple[dict, dict]:
+    """Per-episode successes of a bound; returns (metrics, extra row fields). ``progress(fraction)`` per episode."""
     n = ep.n_tasks
     if name == "Oracle":
         succ = ep.oracle_successes()
@@ -172,11 +178,16 @@ def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: DictConfig) ->
         if mcfg.get("admission_limit", True):  # exact, with the FIFO admission limit K
             from mara.allocators.clairvoyant_k import clairvoyant_k_batch
 
-            res = clairvoyant_k_batch(ep.arrival, ep.deadline, ep.need, ep.n_tasks, n_nodes=int(sim.nodes), max_active=int(sim.max_active), time_limit_s=limit)
+            solve = lambda sl: clairvoyant_k_batch(ep.arrival[sl], ep.deadline[sl], ep.need[sl], ep.n_tasks[sl], n_nodes=int(sim.nodes), max_active=int(sim.max_active), time_limit_s=limit)  # noqa: E731
         else:  # K relaxed: a looser, faster upper bound
             from mara.allocators.clairvoyant import clairvoyant_batch
 
-            res = clairvoyant_batch(ep.arrival, ep.deadline, ep.need, ep.n_tasks, n_nodes=int(sim.nodes), time_limit_s=limit)
+            solve = lambda sl: clairvoyant_batch(ep.arrival[sl], ep.deadline[sl], ep.need[sl], ep.n_tasks[sl], n_nodes=int(sim.nodes), time_limit_s=limit)  # noqa: E731
+        res = []
+        for e in range(ep.E):  # one episode at a time, so a long solve still reports progress
+            res += solve(slice(e, e + 1))
+            if progress is not None:
+                progress((e + 1) / ep.E)
         succ = np.array([r.upper_bound for r in res])
         extra = {"optimal": [bool(r.optimal) for r in res], "solve_time_s": [float(r.solve_time_s) for r in res]}
     else:
@@ -185,24 +196,62 @@ def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: DictConfig) ->
     return metrics, extra
 
 
-def evaluate_methods(methods: list[str], ep: EpisodeBatch, bank: CurveBank, cfg: DictConfig, progress=None, log=print) -> tuple[list[dict], dict]:
-    """Evaluate each named method on the same episodes; returns (rows, timings in seconds)."""
+def method_outcome_note(exc: BaseException) -> tuple[str, str]:
+    """(status, one-line reason) for a method that could not be evaluated: ``skipped`` when an (optional)
+    dependency cannot be imported, ``failed`` for any other error."""
+    status = "skipped" if isinstance(exc, ImportError) else "failed"
+    msg = " ".join(str(exc).split()) or type(exc).__name__
+    if status == "failed" and not isinstance(exc, ConfigError):
+        msg = f"{type(exc).__name__}: {msg}"
+    return status, msg
+
+
+def evaluate_one(name: str, mcfg: DictConfig, ep: EpisodeBatch, bank: CurveBank, cfg: DictConfig, predictors: dict, progress=None) -> list[dict]:
+    """Rows of one method on every episode (one allocator per training seed for learned policies)."""
+    if mcfg.kind == "bound":
+        metrics, extra = run_bound(name, mcfg, ep, cfg.sim, progress=progress)
+        return _rows_from_metrics(name, ep, metrics, extra=extra)
+    predictor = build_predictor_by_name(mcfg.get("predictor"), cfg, predictors, bank.path)
+    rows = []
+    allocators = build_allocators(mcfg)
+    for i, (seed, alloc) in enumerate(allocators):
+        tick = None if progress is None else (lambda s, n, i=i: progress((i + s / n) / len(allocators)))
+        rows += _rows_from_metrics(name, ep, run_policy(alloc, ep, bank, cfg.sim, predictor, progress=tick), train_seed=seed)
+    return rows
+
+
+def evaluate_methods(methods: list[str], ep: EpisodeBatch, bank: CurveBank, cfg: DictConfig, progress=None, log=print,
+                     on_method_done=None, done_rows: dict | None = None) -> tuple[list[dict], dict, dict]:
+    """Evaluate each named method on the same episodes; returns (rows, timings in seconds, notes).
+
+    A method that cannot be evaluated does not stop the others: a missing optional dependency (ImportError)
+    marks it ``skipped``, any other error ``failed``: ``notes[method] = {"status", "reason"}`` (one line).
+    ``on_method_done(rows, notes, timings)`` is called after every method (the caller writes results then);
+    ``done_rows`` ({method: rows}) are reused as they are (a resumed evaluation).
+    ``progress(method, fraction)`` is called while a method runs.
+    """
     cfgs = [load_method_cfg(m, (cfg.get("method_overrides") or {}).get(m)) for m in methods]  # fail fast on names
-    rows, timings, predictors = [], {}, {}
+    rows, timings, predictors, notes = [], {}, {}, {}
+    done_rows = done_rows or {}
     for name, mcfg in zip(methods, cfgs):
+        if name in done_rows:
+            rows += done_rows[name]
+            log(f"  {name:<12} (already evaluated in this run folder, kept)")
+            continue
         t0 = time.perf_counter()
-        if mcfg.kind == "bound":
-            metrics, extra = run_bound(name, mcfg, ep, cfg.sim)
-            rows += _rows_from_metrics(name, ep, metrics, extra=extra)
+        tick = None if progress is None else (lambda f, name=name: progress(name, f))
+        try:
+            rows += evaluate_one(name, mcfg, ep, bank, cfg, predictors, progress=tick)
+        except Exception as exc:  # one method's failure never loses the others' rows
+            status, reason = method_outcome_note(exc)
+            notes[name] = {"status": status, "reason": reason}
+            log(f"  {name:<12} {status}: {reason}")
         else:
-            predictor = build_predictor_by_name(mcfg.get("predictor"), cfg, predictors, bank.path)
-            for seed, alloc in build_allocators(mcfg):
-                rows += _rows_from_metrics(name, ep, run_policy(alloc, ep, bank, cfg.sim, predictor), train_seed=seed)
-        timings[name] = time.perf_counter() - t0
-        if progress is not None:
-            progress(name)
-        log(f"  {name:<12} {timings[name]:8.2f} s")
-    return rows, timings
+            timings[name] = time.perf_counter() - t0
+            log(f"  {name:<12} {timings[name]:8.2f} s")
+        if on_method_done is not None:
+            on_method_done(rows, notes, timings)
+    return rows, timings, notes
 
 
 def protocol_from_cfg(cfg: DictConfig) -> EvalProtocol:

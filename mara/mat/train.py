@@ -72,7 +72,10 @@ def train_policy(cfg: DictConfig, callbacks: list | None = None) -> dict:
     """Train per ``cfg.mat`` (conf/mat/default.yaml); returns the best checkpoint path and validation metrics."""
     from mara.mat.callback import ValidationCallback
     from mara.mat.module import MATModule
+    from mara.progress_callback import ProgressCallback
+    from mara.runlog import log_hparams, setup_logging
 
+    setup_logging()
     c = resolve_config(cfg)
     pred = c["predictor"]
     pred_name = pred if isinstance(pred, str) or pred is None else pred.get("name")
@@ -92,9 +95,11 @@ def train_policy(cfg: DictConfig, callbacks: list | None = None) -> dict:
     val_cb = ValidationCallback(out / "checkpoints", val["roots"], val["n_episodes"], val["every_n_iterations"], c["sim"],
                                 c["rollout"]["scale"], val["baselines"], c["workload"]["task_set"], c["workload"]["load"])
     last_cb = ModelCheckpoint(dirpath=out / "checkpoints", save_last=True, save_top_k=0, every_n_epochs=1, enable_version_counter=False)
+    what = c.get("run_name") or f"policy ({pred_name}, {c['reward']}, seed {c['seed']})"
+    prog_cb = ProgressCallback(what, total_env_steps=int(c["total_env_steps"]))
     trainer = L.Trainer(
         accelerator=tr["accelerator"], devices=tr["devices"], strategy=tr["strategy"], deterministic=tr["deterministic"],
-        max_epochs=max_iters, callbacks=[val_cb, last_cb, *(callbacks or [])], logger=TensorBoardLogger(str(out), name="tb", version=""),
+        max_epochs=max_iters, callbacks=[val_cb, last_cb, prog_cb, *(callbacks or [])], logger=TensorBoardLogger(str(out), name="tb", version=""),
         use_distributed_sampler=False, enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1,
         num_sanity_val_steps=0, default_root_dir=str(out),
     )
@@ -104,4 +109,8 @@ def train_policy(cfg: DictConfig, callbacks: list | None = None) -> dict:
     summary = json.loads(written.read_text()) if written.exists() else val_cb.summary()
     summary.update(train_seconds=time.time() - t0, output_dir=str(out), last_ckpt=str(out / "checkpoints" / "last.ckpt"),
                    env_steps=int(trainer.callback_metrics.get("env_steps", float("nan"))) if "env_steps" in trainer.callback_metrics else None)
+    if trainer.is_global_zero:
+        final = {k: summary.get(k) for k in ("val_success_rate", "best_iteration", "train_seconds", "env_steps")}
+        final.update({f"val_{k}": v for k, v in (summary.get("val_baselines") or {}).items()})
+        log_hparams(out / "tb", {k: v for k, v in c.items() if k not in ("output_dir", "ckpt_path")}, final)
     return summary

@@ -35,6 +35,10 @@ def _trainer_kwargs(cfg_trainer) -> dict:
 
 def train_predictor(cfg: DictConfig) -> dict:
     """Train FM on the bank's fm_train split, early-stop on val/fm_loss, export ``<output_dir>/fm.ckpt``."""
+    from mara.progress_callback import ProgressCallback
+    from mara.runlog import log_hparams, setup_logging
+
+    setup_logging()
     pc = cfg.predictor
     tc = pc.train
     L.seed_everything(int(cfg.get("seed", 0)), workers=True)
@@ -49,7 +53,8 @@ def train_predictor(cfg: DictConfig) -> dict:
     monitor = tc.get("monitor", "val/fm_loss")
     ckpt_cb = ModelCheckpoint(dirpath=out / "checkpoints", monitor=monitor, mode="min", save_last=True,
                               filename="fm-{epoch:03d}")
-    callbacks = [ckpt_cb, EarlyStopping(monitor=monitor, mode="min", patience=int(tc.patience))]
+    callbacks = [ckpt_cb, EarlyStopping(monitor=monitor, mode="min", patience=int(tc.patience)),
+                 ProgressCallback("predictor (FM)")]
     logger = TensorBoardLogger(str(out), name="tensorboard", default_hp_metric=False)
     kw = _trainer_kwargs(cfg.get("trainer"))
     kw.setdefault("max_epochs", int(tc.get("max_epochs", 50)))  # the shipped checkpoint: 50 epochs (~8 min on 1 core)
@@ -72,6 +77,8 @@ def train_predictor(cfg: DictConfig) -> dict:
         fm_path = save_checkpoint(module.net, net_kw, out / "fm.ckpt",
                                   extra={"bank": str(bank.path), "seed": int(cfg.get("seed", 0)), **result})
         result["fm_ckpt"] = str(fm_path)
+        log_hparams(out / "tensorboard", {"predictor": OmegaConf.to_container(pc, resolve=True), "seed": int(cfg.get("seed", 0)),
+                                          "max_epochs": int(kw["max_epochs"])}, result)
     return result
 
 

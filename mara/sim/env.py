@@ -4,7 +4,9 @@ Shapes: ``[E, K]`` episodes × active slots, ``[E, N]`` episodes × tasks, ``[E,
 
 One step ``t``:
   1. arrivals with ``arrival == t`` join the FIFO admission queue; the queue head is admitted while
-     fewer than K tasks are active (a task keeps its slot until it leaves);
+     fewer than K tasks are active (a task keeps its slot until it leaves); with a bounded waiting
+     queue (``queue_capacity`` Q) the arrivals that still find Q tasks waiting are turned away: they
+     never enter the system and are not counted in ``n_tasks`` (``turned_away`` counts them);
   2. the allocator sees the observation and returns, per node, a slot index or ``IDLE`` (-1);
   3. each chosen task executes one batch; a task succeeds the moment its processed batches reach the
      first crossing of ε (``need``) — its executable steps are ``arrival <= t < deadline``;
@@ -101,6 +103,7 @@ class BatchedEnv:
         beta: float = 0.1,
         compute_reward: bool = False,
         curve_source=None,
+        queue_capacity: int | None = None,
     ) -> None:
         if n_nodes < 1:
             raise ValueError(f"sim.nodes must be >= 1, got {n_nodes}")
@@ -108,6 +111,9 @@ class BatchedEnv:
             raise ValueError(f"sim.max_active must be >= 1, got {max_active}")
         if obs_every < 1:
             raise ValueError(f"sim.obs_every must be >= 1, got {obs_every}")
+        if queue_capacity is not None and queue_capacity < 0:
+            raise ValueError(f"sim.queue_capacity must be >= 0 or null (unbounded), got {queue_capacity}")
+        self.queue_capacity = queue_capacity
         self.ep, self.bank = episodes, bank
         self.M, self.K, self.obs_every = n_nodes, max_active, obs_every
         self.predictor, self.beta, self.compute_reward = predictor, beta, compute_reward
@@ -136,6 +142,7 @@ class BatchedEnv:
         self.succeeded = np.zeros(E, dtype=np.int64)
         self.failed = np.zeros(E, dtype=np.int64)
         self.arrived = np.zeros(E, dtype=np.int64)
+        self.turned_away = np.zeros(E, dtype=np.int64)
         self.done = np.zeros(E, dtype=bool)
         # diagnostics
         self.steps = np.zeros(E, dtype=np.int64)
@@ -165,6 +172,12 @@ class BatchedEnv:
             cnt = new.sum(axis=1)
             self.n_queued += cnt
             self.arrived += cnt
+        self._admit_queue_head()
+        if self.queue_capacity is not None:
+            self._turn_away_overflow()
+
+    def _admit_queue_head(self) -> None:
+        """Admit queued tasks in arrival order while fewer than K are active."""
         n_free = self.K - self.n_active
         rows = np.flatnonzero((n_free > 0) & (self.n_queued > 0))
         if len(rows) == 0:
@@ -178,6 +191,24 @@ class BatchedEnv:
         ar, at = np.nonzero(admit)  # row-major: per row in queue order
         ur, us = np.nonzero(use)  # per row in slot order; same per-row counts
         er = rows[ar]
+        self._fill_slots(er, at, us, rows, n_admit)
+
+    def _turn_away_overflow(self) -> None:
+        """Bounded waiting queue: the latest arrivals beyond ``queue_capacity`` waiting tasks leave uncounted."""
+        over = self.n_queued - self.queue_capacity
+        rows = np.flatnonzero(over > 0)
+        if len(rows) == 0:
+            return
+        queued = self.status[rows] == 1
+        rank_from_back = np.cumsum(queued[:, ::-1], axis=1)[:, ::-1]  # 1 = latest arrival in the queue
+        drop = queued & (rank_from_back <= over[rows, None])
+        dr, dt = np.nonzero(drop)
+        self.status[rows[dr], dt] = 5
+        self.n_queued[rows] -= over[rows]
+        self.turned_away[rows] += over[rows]
+
+    def _fill_slots(self, er, at, us, rows, n_admit) -> None:
+        ep = self.ep
         self.status[er, at] = 2
         self.n_queued[rows] -= n_admit
         self.slot_task[er, us] = at
@@ -315,7 +346,7 @@ class BatchedEnv:
     # ------------------------------------------------------------ metrics
     def metrics(self) -> dict[str, np.ndarray]:
         """Per-episode outcome and operational diagnostics (ARCHITECTURE §8). Arrays [E]."""
-        n = self.ep.n_tasks
+        n = self.ep.n_tasks - self.turned_away  # tasks turned away at a full waiting queue never entered
         steps = np.maximum(self.steps, 1)
         reached = (self.ready_time >= 0) & self.valid
         n_ready = reached.sum(axis=1)
@@ -331,6 +362,8 @@ class BatchedEnv:
             "waiting": self.queue_sum / steps,
             "ready": ready_mean,
             "steps": self.steps.copy(),
+            "turned_away": self.turned_away.copy(),
+            "oracle": (((self.ep.need <= self.ep.budget) & self.valid) & (self.status != 5)).sum(axis=1),
         }
 
 

@@ -1,0 +1,46 @@
+"""``python -m mara.report run=<folder> [readme=README.md]``: (re)write a paper-protocol run's report.md /
+report.json and, with ``readme=``, regenerate the README's results section between
+``<!-- results:begin -->`` and ``<!-- results:end -->`` from it (figures copied to docs/figures/paper_*.png).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+
+def main(argv: list[str] | None = None) -> int:
+    from mara.eval.paper_report import copy_figures_for_readme, readme_markdown, replace_readme_section, write_report
+    from mara.eval.report import write_text_atomic
+
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        cfg = OmegaConf.from_dotlist(args)
+        unknown = set(cfg) - {"run", "readme"}
+        if unknown:
+            raise ValueError(f"unknown option(s) {', '.join(sorted(unknown))}; usage: python -m mara.report run=<folder> [readme=README.md]")
+        if not cfg.get("run"):
+            raise ValueError("usage: python -m mara.report run=<folder> [readme=README.md]")
+        run = Path(str(cfg.run))
+        if not (run / "evaluation" / "results.json").exists():
+            raise FileNotFoundError(f"{run} holds no evaluation/results.json (not a finished experiment=paper run)")
+        paths = write_report(run)
+        print(f"wrote {paths['md']} and {paths['json']}")
+        if cfg.get("readme"):
+            readme = Path(str(cfg.readme))
+            import json
+
+            rep = json.loads(Path(paths["json"]).read_text())
+            copies = copy_figures_for_readme(rep, readme.parent / "docs" / "figures")
+            section = readme_markdown(rep) + "".join(f"\n![{p.stem}](docs/figures/{p.name})" for p in copies) + "\n"
+            write_text_atomic(readme, replace_readme_section(readme.read_text(), section))
+            print(f"updated the results section of {readme}")
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
