@@ -190,6 +190,7 @@ def test_live_job_with_a_bank_recipe_reproduces_the_recorded_curve():
 
 def test_missing_real_data_falls_back_to_synthetic_with_a_flag(tmp_path):
     res = live_main(cfg_for(tmp_path, "methods=[FIFO]", "live.data=real", f"live.data_root={tmp_path / 'nothing'}",
+                            f"live.cache_dir={tmp_path / 'cache'}",
                             "live.replay=false", "live.figure=false", "live.workers=inline"))
     assert res["data"] == "synthetic"
     assert any(n.startswith("real data unavailable") for n in res["notes"])
