@@ -86,6 +86,13 @@ def run_lofo(bank: CurveBank, fm_cfg, wls_cfg, out_dir, families=None, test_spli
             log(f"fold {held}: trained on {len(others)} families in {res['wall_s']:.0f} s ({res['epochs']} epochs)")
         torch.set_num_threads(1)
         fm = FlowPredictor.from_config(OmegaConf.merge(fm_cfg, {"ckpt_path": str(ckpt)}))
+        if fm.novelty is None:  # a checkpoint from before the novelty score: its reference from the fold's own data
+            from mara.predictors.data import CurveDataModule
+            from mara.predictors.train import compute_novelty
+
+            dm = CurveDataModule(bank, seed=seed, families=[f for f in fams if f != held],
+                                 **OmegaConf.to_container(fm_cfg.data, resolve=True))
+            fm.novelty = compute_novelty(fm.net, dm)
         q = fold_queries(bank, held, test_splits, bank.family_params, n_ranks, obs_every, seed)
         folds[held] = {name: evaluate_predictor(p, bank, q, obs_every, n_ranks)[0] for name, p in (("FM", fm), ("WLS", wls))}
         folds[held]["test_families"] = sorted(set(bank.family[q["rows"]].tolist()))

@@ -94,8 +94,11 @@ class FlowNet(nn.Module):
         self.context = nn.Sequential(nn.Linear(gru_hidden + n_static, ctx_dim), nn.SiLU(), nn.Linear(ctx_dim, ctx_dim))
         self.velocity = VelocityMLP(n_bins, ctx_dim, mlp_hidden, time_dim)
 
+    def context_vector(self, x: torch.Tensor, lengths: torch.Tensor, static: torch.Tensor) -> torch.Tensor:
+        """Raw features -> the prefix's context vector c [B, ctx_dim] (what the novelty score measures)."""
+        h = self.encoder(self.hist_norm(x), lengths)
+        return self.context(torch.cat([h, self.static_norm(static)], dim=-1))
+
     def encode(self, x: torch.Tensor, lengths: torch.Tensor, static: torch.Tensor) -> torch.Tensor:
         """Raw features -> context term for the velocity net [B, mlp_hidden]."""
-        h = self.encoder(self.hist_norm(x), lengths)
-        ctx = self.context(torch.cat([h, self.static_norm(static)], dim=-1))
-        return self.velocity.context_term(ctx)
+        return self.velocity.context_term(self.context_vector(x, lengths, static))

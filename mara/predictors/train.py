@@ -77,6 +77,7 @@ def fit_flow(bank, pc, cfg_trainer, out: Path, seed: int = 0, families=None) -> 
             state = torch.load(best, map_location="cpu", weights_only=False)["state_dict"]
             module.load_state_dict(state)
         result.update(calibrate_band(module.net, pc, dm))
+        result["novelty"] = {k: v.tolist() for k, v in compute_novelty(module.net, dm).items()}
         fm_path = save_checkpoint(module.net, net_kw, out / "fm.ckpt",
                                   extra={"bank": str(bank.path), "seed": seed, **result})
         result["fm_ckpt"] = str(fm_path)
@@ -91,6 +92,23 @@ def seen_families(dm) -> list[str]:
     seen = set(fam[dm.train_rows]) | set(fam[dm.val_rows]) | set(train_bank.family[ex.rows]) \
         | set(fam[dm.val_set.rows]) | set(fam[dm.val_q[0]])
     return sorted(str(f) for f in seen)
+
+
+def compute_novelty(net, dm, n_train: int = 4096) -> dict:
+    """Novelty reference for the fallback score: Gaussian fit of the context vectors of epoch-0 training
+    examples, d² quantiles of the validation examples (training families only)."""
+    from mara.predictors.fm import novelty_stats
+
+    _, ex = dm.train_examples_for_epoch(0)
+
+    def ctx(e, n):
+        n = min(n, len(e.n_obs))
+        H = int(e.n_obs[:n].max())
+        with torch.inference_mode():
+            return net.eval().context_vector(torch.from_numpy(e.x[:n, :H].astype("float32")), torch.from_numpy(e.n_obs[:n]),
+                                             torch.from_numpy(e.static[:n].astype("float32"))).double().numpy()
+
+    return novelty_stats(ctx(ex, n_train), ctx(dm.val_set, len(dm.val_set.n_obs)))
 
 
 def calibrate_band(net, pc, dm) -> dict:
