@@ -152,3 +152,25 @@ def test_wls_band_brackets_its_point_estimate():
     p = WLSPredictor()
     lo, med, hi = p.predict_quantiles(*args)[0]
     assert lo < med < hi and med == p.predict_remaining(*args)[0]
+
+
+def test_band_reaches_the_allocators(small_bank):
+    """The simulator's observations carry the predictor's band: lo ≤ pred_remaining ≤ hi for every slot."""
+    from mara.allocators.rules import FIFO
+    from mara.sim.env import BatchedEnv, run_episodes
+    from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
+
+    class Recording(FIFO):
+        def act(self, obs):
+            self.seen.append((obs.pred_remaining_lo, obs.pred_remaining, obs.pred_remaining_hi, obs.present))
+            return super().act(obs)
+
+    ep = generate_episodes(small_bank, small_bank.family_params, PAPER_TASK_SETS["ID"], 0.07, 0, 2, n_steps=120)
+    for cfg in (OmegaConf.load(FM_YAML), OmegaConf.load("conf/predictor/wls.yaml")):
+        alloc = Recording()
+        alloc.seen = []
+        run_episodes(BatchedEnv(ep, small_bank, predictor=build_predictor(cfg)), alloc)
+        lo, med, hi, present = (np.stack(a) for a in zip(*alloc.seen))
+        assert np.all(lo <= med) and np.all(med <= hi)
+        if cfg.name == "fm":
+            assert (hi > lo)[present].any()

@@ -60,7 +60,7 @@ def make_examples(bank: CurveBank, rows: np.ndarray, n: int, rng: np.random.Gene
     C_edges = interp_C(np.nan_to_num(C_rows), bs, edges)
     y = interval_targets(C_edges, edges, L0, delta)
     return Examples(r, n_obs, h_b, history_features(S, Lh, n_obs, bs, feature_set),
-                    static_context(bs, bank.lr[r], L0, h_b * bs, feature_set), y)
+                    static_context(bs, bank.lr[r], L0, h_b * bs, feature_set, S, Lh, n_obs), y)
 
 
 class ExampleDataset(Dataset):

@@ -12,6 +12,9 @@ Two feature sets (a checkpoint records which one it was trained with; old checkp
   ``[log n, log(L/L_now), Δlog n, Δlog(L/L_now)]`` with n = S/bs, static ``[log lr, log horizon_batches]``.
   The targets (Eq. 5) are already relative to L(S0), so a v2 prediction is invariant to rescaling the loss
   and to the batch size at fixed step count.
+- ``v3``: v2 plus the power-law fit that WLS extrapolates (γ-weighted, LARA.md) as static inputs
+  ``[θ₁, ln L̂(S_now) − ln L_now, weighted residual std]``: the net starts from the baseline's extrapolation and
+  learns the deviation from it; all three are invariant to loss and sample rescaling.
 """
 from __future__ import annotations
 
@@ -19,8 +22,8 @@ import numpy as np
 
 N_HIST_FEATURES = 4
 N_STATIC = 4
-FEATURE_SETS = ("v1", "v2")
-N_STATIC_BY_SET = {"v1": 4, "v2": 2}
+FEATURE_SETS = ("v1", "v2", "v3")
+N_STATIC_BY_SET = {"v1": 4, "v2": 2, "v3": 5}
 
 
 def history_features(S: np.ndarray, L: np.ndarray, lengths: np.ndarray, batch_size=None, feature_set: str = "v1") -> np.ndarray:
@@ -33,7 +36,7 @@ def history_features(S: np.ndarray, L: np.ndarray, lengths: np.ndarray, batch_si
     valid = np.arange(H)[None, :] < lengths[:, None]
     last = np.clip(lengths - 1, 0, H - 1)
     L_now = L[np.arange(B), last]
-    if feature_set == "v2":
+    if feature_set in ("v2", "v3"):
         S = S / np.asarray(batch_size, np.float64)[:, None]
     elif feature_set != "v1":
         raise ValueError(f"feature_set must be one of {FEATURE_SETS}, got {feature_set!r}")
@@ -45,13 +48,37 @@ def history_features(S: np.ndarray, L: np.ndarray, lengths: np.ndarray, batch_si
     return np.where(valid[..., None], x, 0.0)
 
 
-def static_context(batch_size, lr, L_now, horizon_samples, feature_set: str = "v1") -> np.ndarray:
-    """v1: [log bs, log lr, log L_now, log horizon] (ε deliberately excluded); v2: [log lr, log horizon/bs].
+def static_context(batch_size, lr, L_now, horizon_samples, feature_set: str = "v1", S=None, L=None, lengths=None) -> np.ndarray:
+    """v1: [log bs, log lr, log L_now, log horizon] (ε deliberately excluded); v2: [log lr, log horizon/bs];
+    v3: v2 + [θ₁, ln L̂(S_now) − ln L_now, residual std] of the WLS power-law fit of the prefix (needs S, L, lengths).
     [B] arrays -> [B, n_static]."""
     if feature_set == "v1":
         cols = [batch_size, lr, L_now, horizon_samples]
-    elif feature_set == "v2":
+    elif feature_set in ("v2", "v3"):
         cols = [lr, np.asarray(horizon_samples, np.float64) / np.asarray(batch_size, np.float64)]
     else:
         raise ValueError(f"feature_set must be one of {FEATURE_SETS}, got {feature_set!r}")
-    return np.stack([np.log(np.maximum(np.asarray(c, np.float64), 1e-12)) for c in cols], axis=-1)
+    out = np.stack([np.log(np.maximum(np.asarray(c, np.float64), 1e-12)) for c in cols], axis=-1)
+    if feature_set == "v3":
+        out = np.concatenate([out, power_law_features(S, L, lengths)], axis=-1)
+    return out
+
+
+def power_law_features(S, L, lengths, gamma: float = 0.9) -> np.ndarray:
+    """[θ₁, ln L̂(S_now) − ln L_now, weighted residual std] of the WLS fit ln L = θ₀ + θ₁ ln S: [B, 3]."""
+    from mara.predictors.wls import wls_fit
+
+    S = np.asarray(S, np.float64)
+    L = np.asarray(L, np.float64)
+    lengths = np.asarray(lengths, np.int64)
+    B, H = S.shape
+    t0, t1 = wls_fit(S, L, lengths, gamma)
+    last = np.clip(lengths - 1, 0, H - 1)
+    S_now, L_now = S[np.arange(B), last], L[np.arange(B), last]
+    gap = t0 + t1 * np.log(S_now) - np.log(L_now)
+    idx = np.arange(H)[None, :]
+    valid = idx < lengths[:, None]
+    w = np.where(valid, gamma ** np.clip(lengths[:, None] - 1 - idx, 0, None), 0.0)
+    r = np.where(valid, np.log(np.where(valid, L, 1.0)) - t0[:, None] - t1[:, None] * np.log(np.where(valid, S, 1.0)), 0.0)
+    sd = np.sqrt((w * r * r).sum(1) / np.maximum(w.sum(1), 1e-12))
+    return np.nan_to_num(np.stack([t1, gap, sd], axis=-1))

@@ -114,7 +114,7 @@ class FlowPredictor:
         H = int(lengths.max())
         fs = getattr(self.net, "feature_set", "v1")
         x = torch.from_numpy(history_features(S[:, :H], L[:, :H], lengths, bs, fs).astype(np.float32))
-        st = torch.from_numpy(static_context(bs, lr, L0, h, fs).astype(np.float32))
+        st = torch.from_numpy(static_context(bs, lr, L0, h, fs, S[:, :H], L[:, :H], lengths).astype(np.float32))
         return x, st, S0, L0, h
 
     def _sample(self, S, L, lengths, cap_remaining, batch_size, lr, n_samples: int, n_steps: int):
