@@ -21,18 +21,23 @@ from mara.predictors.uncertainty import DEFAULT_QUANTILES, apply_offset
 MIN_OBS = 4
 
 
-def default_ckpt_path(bank_path=None) -> Path:
-    """The shipped FM checkpoint trained on a bank: ``mara/data/checkpoints/fm_<bank>.ckpt`` for a bank shipped in
-    the package (so ``bank=parametric`` gets the FM trained on parametric curves), else the default bank's."""
+def default_ckpt_path(bank_path=None, variant: str | None = None) -> Path:
+    """The shipped FM checkpoint trained on a bank: ``mara/data/checkpoints/fm_<bank>[_<variant>].ckpt`` for a bank
+    shipped in the package (so ``bank=parametric`` gets the FM trained on parametric curves), else the default
+    bank's. ``variant`` (``predictor.ckpt_variant``) names a later predictor, e.g. ``v3`` -> fm_zoo_v3.ckpt."""
     from mara.curves.bank import SHIPPED_BANKS_DIR, default_bank_path
 
     ckpts = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
+    suffix = f"_{variant}" if variant else ""
     if bank_path is not None:
         bank = Path(bank_path).resolve()
-        own = ckpts / f"fm_{bank.stem}.ckpt"
+        own = ckpts / f"fm_{bank.stem}{suffix}.ckpt"
         if bank.parent == SHIPPED_BANKS_DIR and own.exists():
             return own
-    return ckpts / f"fm_{default_bank_path().stem}.ckpt"
+    path = ckpts / f"fm_{default_bank_path().stem}{suffix}.ckpt"
+    if variant and not path.exists():
+        raise FileNotFoundError(f"no shipped FM checkpoint {path.name} (predictor.ckpt_variant={variant!r})")
+    return path
 
 
 def save_checkpoint(net: FlowNet, hparams: Mapping, path, extra: Mapping | None = None) -> Path:
@@ -84,7 +89,7 @@ class FlowPredictor:
         """``ckpt_path`` null: the shipped checkpoint matching ``bank_path`` (see ``default_ckpt_path``)."""
         inf = cfg.get("inference", {}) or {}
         band = cfg.get("band", {}) or {}
-        path = cfg.get("ckpt_path") or default_ckpt_path(bank_path)
+        path = cfg.get("ckpt_path") or default_ckpt_path(bank_path, cfg.get("ckpt_variant"))
         net, blob = load_net(path)
         extra = blob.get("extra", {}) or {}
         per_family = {k: dict(v) for k, v in (inf.get("per_family", {}) or {}).items()}
