@@ -174,3 +174,25 @@ def test_band_reaches_the_allocators(small_bank):
         assert np.all(lo <= med) and np.all(med <= hi)
         if cfg.name == "fm":
             assert (hi > lo)[present].any()
+
+
+#: docs/notes/issue13.md, Table 1 (`python -m mara.evaluate experiment=prediction predictors.fm.ckpt_variant=v3`)
+TABLE1_V3 = {"ID": (52.32, 0.9148, 0.805), "RL_OOD": (98.57, 0.7929, 0.536), "ViT_OOD": (63.87, 0.7083, 0.661)}
+
+
+@pytest.mark.slow
+def test_shipped_v3_checkpoint_reproduces_table1(tmp_path):
+    from mara.eval.prediction import run_prediction_benchmark
+
+    bank = load_bank(default_bank_path())
+    cfg = OmegaConf.load(FM_YAML)
+    cfg.ckpt_variant = "v3"
+    fm = build_predictor(cfg, bank.path)
+    assert fm.net.feature_set == "v3" and fm.novelty is not None and fm.band_offset != 0.0
+    res = run_prediction_benchmark(bank, fm, build_predictor(OmegaConf.load("conf/predictor/wls.yaml")),
+                                   bank.family_params, tmp_path)
+    for ts, (mae, acc, cov) in TABLE1_V3.items():
+        r = res[ts]["FM"]
+        assert r["mae"] == pytest.approx(mae, rel=0.02), ts
+        assert r["budget_acc"] == pytest.approx(acc, abs=0.01), ts
+        assert r["coverage"] == pytest.approx(cov, abs=0.01), ts
