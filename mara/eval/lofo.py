@@ -51,7 +51,7 @@ def lofo_summary(folds: dict) -> dict:
 
 
 def run_lofo(bank: CurveBank, fm_cfg, wls_cfg, out_dir, families=None, test_splits=("fm_val", "pool"), seed: int = 0,
-             n_ranks: int = 8, obs_every: int = 10, max_epochs: int = 15, train_examples: int = 8192,
+             n_ranks: int = 8, obs_every: int = 10, max_epochs: int = 10, train_examples: int = 4096,
              reuse_dir=None, trainer_extra: dict | None = None, log=print) -> dict:
     """Train (or reuse) one FM per held-out family, evaluate FM and WLS on it; writes lofo.md and lofo.json."""
     import torch
@@ -119,7 +119,7 @@ def run_lofo_experiment(cfg, out: Path) -> dict:
     bank = load_bank(shipped_bank_path(path) if path else default_bank_path())
     res = run_lofo(bank, fm_cfg, wls_cfg, out, families=lc.get("families"), test_splits=tuple(lc.get("test_splits", ("fm_val", "pool"))),
                    seed=int(lc.get("seed", 0)), n_ranks=int(lc.get("n_ranks", 8)), obs_every=int(lc.get("obs_every", 10)),
-                   max_epochs=int(lc.get("max_epochs", 15)), train_examples=int(lc.get("train_examples", 8192)),
+                   max_epochs=int(lc.get("max_epochs", 10)), train_examples=int(lc.get("train_examples", 4096)),
                    reuse_dir=lc.get("reuse_dir"))
     print("# Leave-one-family-out prediction\n\n" + res["markdown"])
     print(f"wrote {out / 'lofo.md'} and {out / 'lofo.json'}")

@@ -77,9 +77,9 @@ def fit_flow(bank, pc, cfg_trainer, out: Path, seed: int = 0, families=None) -> 
             state = torch.load(best, map_location="cpu", weights_only=False)["state_dict"]
             module.load_state_dict(state)
         result.update(calibrate_band(module.net, pc, dm))
-        result["novelty"] = {k: v.tolist() for k, v in compute_novelty(module.net, dm).items()}
+        novelty = {k: v.tolist() for k, v in compute_novelty(module.net, dm).items()}  # checkpoint only
         fm_path = save_checkpoint(module.net, net_kw, out / "fm.ckpt",
-                                  extra={"bank": str(bank.path), "seed": seed, **result})
+                                  extra={"bank": str(bank.path), "seed": seed, **result, "novelty": novelty})
         result["fm_ckpt"] = str(fm_path)
     return result
 
