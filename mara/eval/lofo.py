@@ -91,7 +91,7 @@ def run_lofo(bank: CurveBank, fm_cfg, wls_cfg, out_dir, families=None, test_spli
             from mara.predictors.train import compute_novelty
 
             dm = CurveDataModule(bank, seed=seed, families=[f for f in fams if f != held],
-                                 **OmegaConf.to_container(fm_cfg.data, resolve=True))
+                                 **OmegaConf.to_container(fm_cfg.data, resolve=True) | {"feature_set": fm.net.feature_set})
             fm.novelty = compute_novelty(fm.net, dm)
         q = fold_queries(bank, held, test_splits, bank.family_params, n_ranks, obs_every, seed)
         folds[held] = {name: evaluate_predictor(p, bank, q, obs_every, n_ranks)[0] for name, p in (("FM", fm), ("WLS", wls))}
