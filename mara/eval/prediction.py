@@ -20,6 +20,7 @@ from mara.predictors.data import observe, true_remaining
 from mara.predictors.uncertainty import band_metrics
 from mara.predictors.wls import wls_fit
 
+CONF_PREDICTOR = Path(__file__).resolve().parents[2] / "conf" / "predictor"
 TASK_SETS = {"ID": (tuple(ID_FAMILIES), "fm_val"), "RL_OOD": (("RLExpertConfig",), "pool"),
              "ViT_OOD": (("ViT_Cifar10_1",), "pool")}
 
