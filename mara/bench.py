@@ -5,7 +5,9 @@ Prints env-steps per second (one step of one episode = one env-step) under FIFO 
 4 loads × 5 roots × 12 episodes, episode generation included). Targets on the 2-core reference
 machine: ≥ 500,000 env-steps/s at E = 1024; protocol < 60 s. ``--clairvoyant`` adds the Clairvoyant
 bound over the p = 0.04 protocol (target < 10 minutes). Predictor latency is part of the prediction
-benchmark (``python -m mara.evaluate experiment=prediction``).
+benchmark (``python -m mara.evaluate experiment=prediction``); ``--predictors`` times the shipped FM checkpoints
+(paper v1 and issue-13 v3) interleaved in one process on the ID Table-1 prefixes (target ≤ 0.25 ms/prefix,
+batched, one thread), so a loaded machine inflates both alike.
 """
 from __future__ import annotations
 
@@ -64,16 +66,51 @@ def clairvoyant_seconds(bank, roots=5, episodes=12, time_limit_s=10.0) -> tuple[
     return time.perf_counter() - t0, sum(r.optimal for r in res), len(res)
 
 
+def predictor_ms_per_prefix(bank, variants=(None, "v3"), repeats: int = 7) -> tuple[dict, int]:
+    """Best-of-``repeats`` ms per prefix of one batched ``predict_remaining`` call per FM checkpoint variant,
+    interleaved, on the ID fm_val Table-1 queries (one thread)."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from mara.eval.prediction import CONF_PREDICTOR, build_queries
+    from mara.families import ID_FAMILIES
+    from mara.predictors import build_predictor
+    from mara.predictors.data import observe
+
+    torch.set_num_threads(1)
+    q = build_queries(bank, [f for f in ID_FAMILIES if len(bank.rows(f, "fm_val"))], "fm_val", bank.family_params)
+    S, L = observe(bank, q["rows"], q["n_obs"])
+    args = (S, L, q["n_obs"], q["eps"], q["cap"], bank.batch_size[q["rows"]], bank.lr[q["rows"]])
+    preds = {}
+    for v in variants:
+        cfg = OmegaConf.load(CONF_PREDICTOR / "fm.yaml")
+        cfg.ckpt_variant = v
+        preds[v or "v1"] = build_predictor(cfg, bank.path)
+    best = {k: np.inf for k in preds}
+    for _ in range(repeats):
+        for k, p in preds.items():
+            t0 = time.perf_counter()
+            p.predict_remaining(*args)
+            best[k] = min(best[k], time.perf_counter() - t0)
+    return {k: 1e3 * v / len(q["rows"]) for k, v in best.items()}, len(q["rows"])
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description="MARA benchmarks (simulator and protocol speed)")
     ap.add_argument("--bank", default=None, help="bank path or shipped name (default: the shipped default bank)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--clairvoyant", action="store_true", help="also time Clairvoyant over the p=0.04 protocol")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test of the benchmark itself)")
+    ap.add_argument("--predictors", action="store_true", help="only time the shipped FM checkpoints (v1, v3)")
     args = ap.parse_args(argv)
     bank = load_bank(shipped_bank_path(args.bank) if args.bank else default_bank_path())
     print(f"bank: {bank.path} ({len(bank)} curves)")
     print(f"{'benchmark':<44}{'value':>16}  target")
+    if args.predictors:
+        ms, n = predictor_ms_per_prefix(bank)
+        for k, v in ms.items():
+            print(f"{f'FM {k} ms/prefix, {n} ID prefixes batched':<44}{v:>16.4f}  <= 0.25")
+        return
     sizes = (1, 8) if args.quick else (1, 64, 1024)
     for E in sizes:
         sps, steps = env_steps_per_second(bank, E, repeats=args.repeats if E < 1024 else max(1, args.repeats - 1))

@@ -38,6 +38,10 @@ def evaluate(cfg: DictConfig) -> dict:
         from mara.eval.prediction_cli import run_prediction
 
         return run_prediction(cfg, out)
+    if cfg.get("experiment_kind") == "prediction_lofo":
+        from mara.eval.lofo import run_lofo_experiment
+
+        return run_lofo_experiment(cfg, out)
     protocol = protocol_from_cfg(cfg)
     methods = list(cfg.methods)
     for m in methods:  # fail fast on unknown names, before any work

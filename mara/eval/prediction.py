@@ -17,8 +17,10 @@ import numpy as np
 from mara.curves.bank import CurveBank
 from mara.families import ID_FAMILIES
 from mara.predictors.data import observe, true_remaining
+from mara.predictors.uncertainty import band_metrics
 from mara.predictors.wls import wls_fit
 
+CONF_PREDICTOR = Path(__file__).resolve().parents[2] / "conf" / "predictor"
 TASK_SETS = {"ID": (tuple(ID_FAMILIES), "fm_val"), "RL_OOD": (("RLExpertConfig",), "pool"),
              "ViT_OOD": (("ViT_Cifar10_1",), "pool")}
 
@@ -52,6 +54,12 @@ def build_queries(bank: CurveBank, families, split: str, family_params: dict, n_
     return q
 
 
+def concat_queries(qs: list[dict]) -> dict:
+    """One query set from several (e.g. a family's fm_val and pool queries)."""
+    qs = [q for q in qs if len(q["rows"])]
+    return {k: np.concatenate([q[k] for q in qs]) for k in qs[0]} if qs else {}
+
+
 def _timed(fn, repeats: int = 3):
     best, out = np.inf, None
     for _ in range(repeats):
@@ -71,13 +79,19 @@ def evaluate_predictor(predictor, bank: CurveBank, q: dict, obs_every: int = 10,
                                            bank.lr[rows], family=bank.family[rows])
 
     pred, secs = _timed(call)
+    band = {}
+    if hasattr(predictor, "predict_quantiles"):
+        S, L = observe(bank, rows, q["n_obs"], obs_every)
+        qs = predictor.predict_quantiles(S, L, q["n_obs"], q["eps"], q["cap"], bank.batch_size[rows], bank.lr[rows],
+                                         family=bank.family[rows])
+        band = band_metrics(qs, q["truth"])
     s0 = q["n_obs"] * obs_every
     err = np.abs(pred - q["truth"])
     pred_ok = s0 + pred <= q["budget"]
     true_ok = q["first"] <= q["budget"]
     per_rank = [float(err[q["rank"] == k].mean()) if (q["rank"] == k).any() else float("nan") for k in range(n_ranks)]
     return {"mae": float(err.mean()), "budget_acc": float((pred_ok == true_ok).mean()),
-            "ms_per_prefix": 1e3 * secs / len(rows), "per_rank_mae": per_rank, "n_queries": int(len(rows))}, pred
+            "ms_per_prefix": 1e3 * secs / len(rows), "per_rank_mae": per_rank, "n_queries": int(len(rows)), **band}, pred
 
 
 def _figure(bank, fm, wls, q, out_dir: Path, results: dict, obs_every: int, rank: int = 3) -> list[str]:
@@ -137,11 +151,14 @@ def _figure(bank, fm, wls, q, out_dir: Path, results: dict, obs_every: int, rank
 
 
 def table1_markdown(results: dict) -> str:
-    lines = ["| Task set | Method | MAE (batches) | Budget acc. (%) | ms / prefix |", "|---|---|---:|---:|---:|"]
+    lines = ["| Task set | Method | MAE (batches) | Budget acc. (%) | q10–q90 coverage (%) | band width | ms / prefix |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     for ts, res in results.items():
         for m in ("FM", "WLS"):
             r = res[m]
-            lines.append(f"| {ts} | {m} | {r['mae']:.2f} | {100 * r['budget_acc']:.2f} | {r['ms_per_prefix']:.4f} |")
+            cov = f"{100 * r['coverage']:.1f}" if "coverage" in r else "–"
+            wid = f"{r['band_width']:.1f}" if "band_width" in r else "–"
+            lines.append(f"| {ts} | {m} | {r['mae']:.2f} | {100 * r['budget_acc']:.2f} | {cov} | {wid} | {r['ms_per_prefix']:.4f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -169,7 +186,8 @@ def run_prediction_benchmark(bank: CurveBank, fm, wls, family_params: dict, out_
 
 
 def run_prediction_experiment(cfg) -> dict:
-    """Config entry (``experiment=prediction``): bank.path, paths.output_dir, prediction.{fm,wls,n_ranks,seed,obs_every}."""
+    """Config entry (``experiment=prediction``): bank.path, paths.output_dir, prediction.{fm,wls,n_ranks,seed,obs_every};
+    FM/WLS settings: prediction.fm/wls, else predictors.fm/wls (so ``predictors.fm.ckpt_path=...`` picks a checkpoint)."""
     from omegaconf import OmegaConf
 
     from mara.curves.bank import default_bank_path, load_bank
@@ -177,8 +195,9 @@ def run_prediction_experiment(cfg) -> dict:
 
     conf_dir = Path(__file__).resolve().parents[2] / "conf" / "predictor"
     pc = cfg.get("prediction", {}) or {}
-    fm_cfg = pc.get("fm") or OmegaConf.load(conf_dir / "fm.yaml")
-    wls_cfg = pc.get("wls") or OmegaConf.load(conf_dir / "wls.yaml")
+    composed = cfg.get("predictors", {}) or {}  # evaluate.yaml composes conf/predictor/* here (CLI-overridable)
+    fm_cfg = pc.get("fm") or composed.get("fm") or OmegaConf.load(conf_dir / "fm.yaml")
+    wls_cfg = pc.get("wls") or composed.get("wls") or OmegaConf.load(conf_dir / "wls.yaml")
     bank = load_bank(cfg.get("bank", {}).get("path") or default_bank_path())
     return run_prediction_benchmark(bank, build_predictor(fm_cfg, bank.path), build_predictor(wls_cfg), bank.family_params,
                                     Path(cfg.paths.output_dir), n_ranks=int(pc.get("n_ranks", 8)),

@@ -42,7 +42,7 @@ class Examples:
 
 def make_examples(bank: CurveBank, rows: np.ndarray, n: int, rng: np.random.Generator, obs_every: int = 10,
                   n_bins: int = 32, prefix_max_frac: float = 0.6, p_full_horizon: float = 0.5,
-                  min_horizon_batches: int = 32, delta: float = DELTA) -> Examples:
+                  min_horizon_batches: int = 32, delta: float = DELTA, feature_set: str = "v1") -> Examples:
     """Sample n (curve, prefix, horizon) examples; full-suffix horizons (what inference queries) with prob p_full."""
     r = rng.choice(np.asarray(rows), size=n)
     length = bank.lengths[r]
@@ -59,7 +59,8 @@ def make_examples(bank: CurveBank, rows: np.ndarray, n: int, rng: np.random.Gene
     C_rows = bank.C_samples[r]
     C_edges = interp_C(np.nan_to_num(C_rows), bs, edges)
     y = interval_targets(C_edges, edges, L0, delta)
-    return Examples(r, n_obs, h_b, history_features(S, Lh, n_obs), static_context(bs, bank.lr[r], L0, h_b * bs), y)
+    return Examples(r, n_obs, h_b, history_features(S, Lh, n_obs, bs, feature_set),
+                    static_context(bs, bank.lr[r], L0, h_b * bs, feature_set, S, Lh, n_obs), y)
 
 
 class ExampleDataset(Dataset):
@@ -131,12 +132,14 @@ class CurveDataModule(L.LightningDataModule):
     def __init__(self, bank: CurveBank, seed: int = 0, batch_size: int = 256, train_examples: int = 16384,
                  val_examples: int = 2048, obs_every: int = 10, n_bins: int = 32, prefix_max_frac: float = 0.6,
                  p_full_horizon: float = 0.5, min_horizon_batches: int = 32, val_queries_per_curve: int = 8,
-                 num_workers: int = 0, families=None):
+                 num_workers: int = 0, families=None, feature_set: str = "v1", stretch_p: float = 0.0,
+                 stretch_range=(0.5, 2.0)):
         super().__init__()
         self.bank, self.seed = bank, int(seed)
         self.batch_size, self.train_examples, self.val_examples = int(batch_size), int(train_examples), int(val_examples)
         self.kw = dict(obs_every=obs_every, n_bins=n_bins, prefix_max_frac=prefix_max_frac,
-                       p_full_horizon=p_full_horizon, min_horizon_batches=min_horizon_batches)
+                       p_full_horizon=p_full_horizon, min_horizon_batches=min_horizon_batches, feature_set=feature_set)
+        self.stretch_p, self.stretch_range = float(stretch_p), tuple(float(v) for v in stretch_range)
         fam_ok = np.isin(bank.family, list(families)) if families is not None else np.ones(len(bank), bool)
         self.train_rows = np.flatnonzero((bank.split == "fm_train") & fam_ok)
         self.val_rows = np.flatnonzero((bank.split == "fm_val") & fam_ok)
@@ -152,10 +155,21 @@ class CurveDataModule(L.LightningDataModule):
         self.stats = {"hist": (xs.mean(0), xs.std(0)), "static": (ref.static.mean(0), ref.static.std(0)),
                       "target": (ref.y.mean(0), ref.y.std(0))}
 
+    def train_examples_for_epoch(self, epoch: int) -> tuple[CurveBank, Examples]:
+        """The epoch's training examples and the bank their ``rows`` index (time-stretched copies of the
+        fm_train curves when ``stretch_p`` > 0; the unstretched bank otherwise)."""
+        rng = np.random.default_rng([self.seed, 100, epoch])
+        bank, rows = self.bank, self.train_rows
+        if self.stretch_p > 0:
+            from mara.predictors.augment import draw_stretch, stretched_bank
+
+            factors = draw_stretch(len(rows), np.random.default_rng([self.seed, 200, epoch]), self.stretch_p, *self.stretch_range)
+            bank, rows = stretched_bank(self.bank, rows, factors), np.arange(len(rows))
+        return bank, make_examples(bank, rows, self.train_examples, rng, **self.kw)
+
     def train_dataloader(self):
         epoch = self.trainer.current_epoch if self.trainer is not None else 0
-        ex = make_examples(self.bank, self.train_rows, self.train_examples,
-                           np.random.default_rng([self.seed, 100, epoch]), **self.kw)
+        _, ex = self.train_examples_for_epoch(epoch)
         return DataLoader(ExampleDataset(ex), batch_size=self.batch_size, shuffle=True, collate_fn=collate,
                           num_workers=self.num_workers, generator=torch.Generator().manual_seed(self.seed + epoch))
 

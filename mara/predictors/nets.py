@@ -75,12 +75,18 @@ class VelocityMLP(nn.Module):
 
 
 class FlowNet(nn.Module):
-    """History encoder + static context → context vector; velocity field over standardised targets."""
+    """History encoder + static context → context vector; velocity field over standardised targets.
+    ``feature_set`` (features.py) names the inputs the net was trained on; it fixes ``n_static``."""
 
     def __init__(self, n_bins: int = 32, gru_hidden: int = 64, ctx_dim: int = 64, mlp_hidden: int = 128,
-                 time_dim: int = 32, n_hist_features: int = 4, n_static: int = 4):
+                 time_dim: int = 32, n_hist_features: int = 4, n_static: int | None = None, feature_set: str = "v1"):
         super().__init__()
-        self.n_bins = n_bins
+        from mara.predictors.features import FEATURE_SETS, N_STATIC_BY_SET
+
+        if feature_set not in FEATURE_SETS:
+            raise ValueError(f"feature_set must be one of {FEATURE_SETS}, got {feature_set!r}")
+        self.n_bins, self.feature_set = n_bins, feature_set  # checkpoints without feature_set are v1
+        n_static = N_STATIC_BY_SET[feature_set] if n_static is None else n_static
         self.hist_norm = Standardizer(n_hist_features)
         self.static_norm = Standardizer(n_static)
         self.target_norm = Standardizer(n_bins)
@@ -88,8 +94,11 @@ class FlowNet(nn.Module):
         self.context = nn.Sequential(nn.Linear(gru_hidden + n_static, ctx_dim), nn.SiLU(), nn.Linear(ctx_dim, ctx_dim))
         self.velocity = VelocityMLP(n_bins, ctx_dim, mlp_hidden, time_dim)
 
+    def context_vector(self, x: torch.Tensor, lengths: torch.Tensor, static: torch.Tensor) -> torch.Tensor:
+        """Raw features -> the prefix's context vector c [B, ctx_dim] (what the novelty score measures)."""
+        h = self.encoder(self.hist_norm(x), lengths)
+        return self.context(torch.cat([h, self.static_norm(static)], dim=-1))
+
     def encode(self, x: torch.Tensor, lengths: torch.Tensor, static: torch.Tensor) -> torch.Tensor:
         """Raw features -> context term for the velocity net [B, mlp_hidden]."""
-        h = self.encoder(self.hist_norm(x), lengths)
-        ctx = self.context(torch.cat([h, self.static_norm(static)], dim=-1))
-        return self.velocity.context_term(ctx)
+        return self.velocity.context_term(self.context_vector(x, lengths, static))

@@ -4,6 +4,12 @@ Shapes: ``B`` tasks, ``H`` padded history. S, L [B, H] float64 (processed sample
 loss), lengths [B] int, eps [B], cap_remaining [B] int batches, batch_size [B], lr [B];
 optional ``family`` [B] str selects per-family inference settings. Returns [B] float remaining
 batches in [0, cap_remaining]; fewer than 4 observations → cap_remaining.
+
+Uncertainty: a predictor may also offer ``predict_quantiles`` (same arguments) -> [B, Q] ordered remaining
+batches at its ``quantiles`` (default q10, q50, q90; the middle column equals ``predict_remaining``). FM: flow-
+sample quantiles with a conformal offset calibrated on validation curves; WLS: a heuristic slope-error band.
+``predict_band`` gives (lo, median, hi) for any predictor (a degenerate band lo = median = hi for predictors
+without ``predict_quantiles``), so existing callers of ``predict_remaining`` are unaffected.
 """
 from __future__ import annotations
 
@@ -17,6 +23,15 @@ class RemainingPredictor(Protocol):
     name: str
 
     def predict_remaining(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None) -> np.ndarray: ...
+
+
+def predict_band(predictor, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None):
+    """(lo [B], median [B], hi [B]) remaining batches: the predictor's outer quantiles and its median."""
+    if hasattr(predictor, "predict_quantiles"):
+        q = predictor.predict_quantiles(S, L, lengths, eps, cap_remaining, batch_size, lr, family=family)
+        return q[:, 0], q[:, q.shape[1] // 2], q[:, -1]
+    med = predictor.predict_remaining(S, L, lengths, eps, cap_remaining, batch_size, lr, family=family)
+    return med, med, med
 
 
 def _wls(cfg, bank_path=None):

@@ -40,12 +40,18 @@ def train_predictor(cfg: DictConfig) -> dict:
 
     setup_logging()
     pc = cfg.predictor
-    tc = pc.train
-    L.seed_everything(int(cfg.get("seed", 0)), workers=True)
-    torch.set_num_threads(int(tc.get("num_threads", 1)))
     bank = load_bank(cfg.get("bank", {}).get("path") or default_bank_path())
-    out = Path(cfg.paths.output_dir)
-    dm = CurveDataModule(bank, seed=int(cfg.get("seed", 0)), **OmegaConf.to_container(pc.data, resolve=True))
+    return fit_flow(bank, pc, cfg.get("trainer"), Path(cfg.paths.output_dir), seed=int(cfg.get("seed", 0)))
+
+
+def fit_flow(bank, pc, cfg_trainer, out: Path, seed: int = 0, families=None) -> dict:
+    """Train the flow net on ``bank``'s fm_train curves of ``families`` (None: all), validating on their fm_val
+    curves; calibrate the conformal band offset on those fm_val queries; export ``out/fm.ckpt``."""
+    tc = pc.train
+    L.seed_everything(seed, workers=True)
+    torch.set_num_threads(int(tc.get("num_threads", 1)))
+    out = Path(out)
+    dm = CurveDataModule(bank, seed=seed, families=families, **OmegaConf.to_container(pc.data, resolve=True))
     net_kw = OmegaConf.to_container(pc.net, resolve=True)
     module = FlowPredictorModule(net_kw, lr=tc.lr, weight_decay=tc.weight_decay, stats=dm.stats,
                                  figure_every_n_epochs=tc.get("figure_every_n_epochs", 5),
@@ -56,7 +62,7 @@ def train_predictor(cfg: DictConfig) -> dict:
     callbacks = [ckpt_cb, EarlyStopping(monitor=monitor, mode="min", patience=int(tc.patience)),
                  ProgressCallback("predictor (FM)")]
     logger = TensorBoardLogger(str(out), name="tensorboard", default_hp_metric=False)
-    kw = _trainer_kwargs(cfg.get("trainer"))
+    kw = _trainer_kwargs(cfg_trainer)
     kw.setdefault("max_epochs", int(tc.get("max_epochs", 50)))  # the shipped checkpoint: 50 epochs (~8 min on 1 core)
     kw.setdefault("gradient_clip_val", tc.get("gradient_clip_val", 1.0))
     kw.setdefault("enable_model_summary", False)
@@ -65,7 +71,8 @@ def train_predictor(cfg: DictConfig) -> dict:
     t0 = time.time()
     trainer.fit(module, datamodule=dm)
     result = {"wall_s": time.time() - t0, "epochs": trainer.current_epoch,
-              "best_ckpt": ckpt_cb.best_model_path, "best_score": float(ckpt_cb.best_model_score or float("nan"))}
+              "best_ckpt": ckpt_cb.best_model_path, "best_score": float(ckpt_cb.best_model_score or float("nan")),
+              "seen_families": seen_families(dm)}
     for key in ("val/fm_loss", "val/mae_fm", "val/mae_wls"):
         if key in trainer.callback_metrics:
             result[key] = float(trainer.callback_metrics[key])
@@ -74,12 +81,60 @@ def train_predictor(cfg: DictConfig) -> dict:
         if best:
             state = torch.load(best, map_location="cpu", weights_only=False)["state_dict"]
             module.load_state_dict(state)
+        result.update(calibrate_band(module.net, pc, dm))
+        novelty = {k: v.tolist() for k, v in compute_novelty(module.net, dm).items()}  # checkpoint only
         fm_path = save_checkpoint(module.net, net_kw, out / "fm.ckpt",
-                                  extra={"bank": str(bank.path), "seed": int(cfg.get("seed", 0)), **result})
+                                  extra={"bank": str(bank.path), "seed": seed, **result, "novelty": novelty})
         result["fm_ckpt"] = str(fm_path)
         log_hparams(out / "tensorboard", {"predictor": OmegaConf.to_container(pc, resolve=True), "seed": int(cfg.get("seed", 0)),
                                           "max_epochs": int(kw["max_epochs"])}, result)
     return result
+
+
+def seen_families(dm) -> list[str]:
+    """Every family whose curves reach training or validation: train/val rows, an epoch's (augmented) training
+    examples, the validation examples and the validation MAE queries."""
+    fam = dm.bank.family
+    train_bank, ex = dm.train_examples_for_epoch(0)
+    seen = set(fam[dm.train_rows]) | set(fam[dm.val_rows]) | set(train_bank.family[ex.rows]) \
+        | set(fam[dm.val_set.rows]) | set(fam[dm.val_q[0]])
+    return sorted(str(f) for f in seen)
+
+
+def compute_novelty(net, dm, n_train: int = 4096) -> dict:
+    """Novelty reference for the fallback score: Gaussian fit of the context vectors of epoch-0 training
+    examples, d² quantiles of the validation examples (training families only)."""
+    from mara.predictors.fm import novelty_stats
+
+    _, ex = dm.train_examples_for_epoch(0)
+
+    def ctx(e, n):
+        n = min(n, len(e.n_obs))
+        H = int(e.n_obs[:n].max())
+        with torch.inference_mode():
+            return net.eval().context_vector(torch.from_numpy(e.x[:n, :H].astype("float32")), torch.from_numpy(e.n_obs[:n]),
+                                             torch.from_numpy(e.static[:n].astype("float32"))).double().numpy()
+
+    return novelty_stats(ctx(ex, n_train), ctx(dm.val_set, len(dm.val_set.n_obs)))
+
+
+def calibrate_band(net, pc, dm) -> dict:
+    """Split-conformal offset of the q10–q90 band on the validation queries (training families' fm_val only)."""
+    from mara.predictors.data import observe, true_remaining
+    from mara.predictors.fm import FlowPredictor
+    from mara.predictors.uncertainty import conformal_offset
+
+    inf = pc.get("inference", {}) or {}
+    band = pc.get("band", {}) or {}
+    pred = FlowPredictor(net, n_samples=inf.get("n_samples", 8), n_steps=inf.get("n_steps", 4), band_offset=0.0)
+    rows, n_obs, eps = dm.val_q
+    k = pc.data.get("obs_every", 10)
+    S, Lh = observe(dm.bank, rows, n_obs, k)
+    truth, cap = true_remaining(dm.bank, rows, n_obs, eps, k)
+    q = pred.predict_quantiles(S, Lh, n_obs, eps, cap, dm.bank.batch_size[rows], dm.bank.lr[rows])
+    cover = float(band.get("coverage", 0.8))
+    off = conformal_offset(q[:, 0], q[:, -1], truth, cover)
+    return {"band_offset": off, "band_coverage_target": cover, "band_n_calibration": int(len(rows))}
 
 
 def _cli(argv: list[str]) -> None:

@@ -89,17 +89,61 @@ def wls_remaining(theta0, theta1, S_now, eps, batch_size, cap_remaining) -> np.n
     return np.clip(rem, 0.0, cap)
 
 
+def wls_slope_se(S, L, lengths, theta0, theta1, gamma: float = 0.9) -> np.ndarray:
+    """Heuristic standard error of θ₁: weighted residual variance σ² = Σw r²/max(Σw − 2, 1) times (A⁻¹)₁₁. [B]."""
+    S = np.asarray(S, np.float64)
+    L = np.asarray(L, np.float64)
+    lengths = np.asarray(lengths, np.int64)
+    B, H = S.shape
+    idx = np.arange(H)[None, :]
+    valid = idx < lengths[:, None]
+    centre = np.log(S[np.arange(B), np.clip(lengths - 1, 0, H - 1)])
+    w = np.where(valid, gamma ** np.clip(lengths[:, None] - 1 - idx, 0, None), 0.0)
+    lnS = np.log(np.where(valid, S, 1.0))
+    r = np.where(valid, np.log(np.where(valid, L, 1.0)) - theta0[:, None] - theta1[:, None] * lnS, 0.0)
+    u = np.where(valid, lnS - centre[:, None], 0.0)
+    a00, a01, a11 = w.sum(1), (w * u).sum(1), (w * u * u).sum(1)
+    det = np.maximum(a00 * a11 - a01 * a01, 1e-300)
+    sigma2 = (w * r * r).sum(1) / np.maximum(a00 - 2.0, 1.0)
+    return np.sqrt(sigma2 * a00 / det)
+
+
 class WLSPredictor:
-    """RemainingPredictor using ``wls_fit`` + ``wls_remaining`` (LARA)."""
+    """RemainingPredictor using ``wls_fit`` + ``wls_remaining`` (LARA).
+
+    ``predict_quantiles`` gives a heuristic band, not a calibrated one: the crossing under slopes θ₁ ∓ z·se(θ₁)
+    (z = 1.2816, the normal q10/q90) through the same current point, se from the weighted residuals
+    (``wls_slope_se``). With the γ-weighted, nearly noise-free cumulative-average prefixes it is narrow."""
 
     name = "wls"
 
-    def __init__(self, gamma: float = 0.9, ridge: float = 1e-10, min_obs: int = MIN_OBS):
-        self.gamma, self.ridge, self.min_obs = float(gamma), float(ridge), int(min_obs)
+    def __init__(self, gamma: float = 0.9, ridge: float = 1e-10, min_obs: int = MIN_OBS, band_z: float = 1.2816):
+        self.gamma, self.ridge, self.min_obs, self.band_z = float(gamma), float(ridge), int(min_obs), float(band_z)
 
     @classmethod
     def from_config(cls, cfg) -> "WLSPredictor":
-        return cls(gamma=cfg.get("gamma", 0.9), ridge=cfg.get("ridge", 1e-10), min_obs=cfg.get("min_obs", MIN_OBS))
+        return cls(gamma=cfg.get("gamma", 0.9), ridge=cfg.get("ridge", 1e-10), min_obs=cfg.get("min_obs", MIN_OBS),
+                   band_z=cfg.get("band_z", 1.2816))
+
+    def predict_quantiles(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None) -> np.ndarray:
+        """[B, 3] = (lo, median, hi) remaining batches: steeper slope → sooner (lo), flatter → later (hi)."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        cap = np.asarray(cap_remaining, dtype=np.float64)
+        out = np.repeat(cap[:, None], 3, axis=1)
+        warm = lengths >= self.min_obs
+        if warm.any():
+            S_w, L_w, n_w = np.asarray(S, np.float64)[warm], np.asarray(L, np.float64)[warm], lengths[warm]
+            t0, t1 = wls_fit(S_w, L_w, n_w, self.gamma, self.ridge)
+            S_now = S_w[np.arange(len(n_w)), n_w - 1]
+            se = wls_slope_se(S_w, L_w, n_w, t0, t1, self.gamma)
+            logc = np.log(S_now)
+            args = (S_now, np.asarray(eps, np.float64)[warm], np.asarray(batch_size)[warm], cap[warm])
+            cols = []
+            for d in (-self.band_z, 0.0, self.band_z):
+                t1d = t1 + d * se
+                cols.append(wls_remaining(t0 + t1 * logc - t1d * logc, t1d, *args))
+            out[warm] = np.sort(np.stack(cols, axis=1), axis=1)
+        return out
 
     def predict_remaining(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None) -> np.ndarray:
         lengths = np.asarray(lengths, dtype=np.int64)

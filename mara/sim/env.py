@@ -23,6 +23,7 @@ from functools import cached_property
 import numpy as np
 
 from mara.curves.bank import NEVER, CurveBank
+from mara.predictors.protocol import predict_band
 from mara.sim.workload import EpisodeBatch
 
 IDLE = -1
@@ -36,12 +37,15 @@ class Observation:
     allocator pays only for what it reads.
     """
 
-    def __init__(self, t, slot_task, slot_s, slot_arrival, slot_deadline, slot_cap, slot_pred, slot_pred_s, n_queued, done, n_nodes, max_active, obs_every):
+    def __init__(self, t, slot_task, slot_s, slot_arrival, slot_deadline, slot_cap, slot_pred, slot_pred_s, n_queued, done, n_nodes, max_active, obs_every,
+                 slot_pred_lo=None, slot_pred_hi=None):
         self.t = t
         self.task = slot_task  # [E, K] int task index (arrival order), -1 if empty
         self.present = slot_task >= 0  # [E, K] bool
         self._s, self._arr, self._dl, self._cap = slot_s, slot_arrival, slot_deadline, slot_cap
         self._pred, self._pred_s, self._every = slot_pred, slot_pred_s, obs_every
+        self._pred_lo = slot_pred if slot_pred_lo is None else slot_pred_lo  # no band given: degenerate band
+        self._pred_hi = slot_pred if slot_pred_hi is None else slot_pred_hi
         self.n_queued = n_queued  # [E] int
         self.done = done  # [E] bool
         self.n_nodes = n_nodes
@@ -83,6 +87,18 @@ class Observation:
         warm = self.n_obs >= WARMUP_OBS
         est = np.clip(self._pred - (self._s - self._pred_s), 0, None)
         return np.where(warm, est, self.cap_remaining).astype(np.float64)
+
+    def _aged(self, pred) -> np.ndarray:
+        warm = self.n_obs >= WARMUP_OBS
+        return np.where(warm, np.clip(pred - (self._s - self._pred_s), 0, None), self.cap_remaining).astype(np.float64)
+
+    @cached_property
+    def pred_remaining_lo(self) -> np.ndarray:  # [E, K] lower end (q10) of the predictor's band, aged like pred_remaining
+        return self._aged(self._pred_lo)
+
+    @cached_property
+    def pred_remaining_hi(self) -> np.ndarray:  # [E, K] upper end (q90) of the predictor's band
+        return self._aged(self._pred_hi)
 
     @cached_property
     def warmup(self) -> np.ndarray:  # [E, K] float fraction of the 4-observation warm-up done
@@ -138,6 +154,8 @@ class BatchedEnv:
         self.slot_cap = np.ones((E, K), dtype=np.int64)
         self.slot_pred = np.zeros((E, K), dtype=np.float64)  # estimate at the last observation
         self.slot_pred_s = np.zeros((E, K), dtype=np.int64)  # processed batches at that observation
+        self.slot_pred_lo = np.zeros((E, K), dtype=np.float64)  # the predictor's band (q10, q90) at that observation
+        self.slot_pred_hi = np.zeros((E, K), dtype=np.float64)
         self.n_queued = np.zeros(E, dtype=np.int64)
         self.succeeded = np.zeros(E, dtype=np.int64)
         self.failed = np.zeros(E, dtype=np.int64)
@@ -221,13 +239,15 @@ class BatchedEnv:
         self.slot_row[er, us] = ep.curve_row[er, at]
         self.slot_L0[er, us] = np.nan
         self.slot_pred[er, us] = 0.0
+        self.slot_pred_lo[er, us] = 0.0
+        self.slot_pred_hi[er, us] = 0.0
         self.slot_pred_s[er, us] = 0
 
     def observe(self) -> Observation:
         return Observation(
             self.t, self.slot_task.copy(), self.slot_s.copy(), self.slot_arrival.copy(), self.slot_deadline.copy(),
             self.slot_cap.copy(), self.slot_pred.copy(), self.slot_pred_s.copy(), self.n_queued.copy(), self.done.copy(),
-            self.M, self.K, self.obs_every,
+            self.M, self.K, self.obs_every, slot_pred_lo=self.slot_pred_lo.copy(), slot_pred_hi=self.slot_pred_hi.copy(),
         )
 
     def _served_mask(self, actions: np.ndarray) -> np.ndarray:
@@ -265,10 +285,13 @@ class BatchedEnv:
         L = np.where(mask, L, 0.0)
         S = np.where(mask, S, 0.0)
         tk = self.slot_task[er, ks]
-        est = self.predictor.predict_remaining(
-            S, L, n, self.slot_eps[er, ks], np.maximum(self.slot_cap[er, ks] - s, 0), bs, self.ep.lr[er, tk], family=self.ep.family[er, tk]
+        lo, est, hi = predict_band(
+            self.predictor, S, L, n, self.slot_eps[er, ks], np.maximum(self.slot_cap[er, ks] - s, 0), bs, self.ep.lr[er, tk],
+            family=self.ep.family[er, tk]
         )
         self.slot_pred[er, ks] = est
+        self.slot_pred_lo[er, ks] = lo
+        self.slot_pred_hi[er, ks] = hi
         self.slot_pred_s[er, ks] = s
 
     def _potential(self) -> np.ndarray:
