@@ -35,8 +35,7 @@ def _trainer_kwargs(cfg_trainer) -> dict:
 
 def train_predictor(cfg: DictConfig) -> dict:
     """Train FM on the bank's fm_train split, early-stop on val/fm_loss, export ``<output_dir>/fm.ckpt``."""
-    from mara.progress_callback import ProgressCallback
-    from mara.runlog import log_hparams, setup_logging
+    from mara.runlog import setup_logging
 
     setup_logging()
     pc = cfg.predictor
@@ -47,6 +46,9 @@ def train_predictor(cfg: DictConfig) -> dict:
 def fit_flow(bank, pc, cfg_trainer, out: Path, seed: int = 0, families=None) -> dict:
     """Train the flow net on ``bank``'s fm_train curves of ``families`` (None: all), validating on their fm_val
     curves; calibrate the conformal band offset on those fm_val queries; export ``out/fm.ckpt``."""
+    from mara.progress_callback import ProgressCallback
+    from mara.runlog import log_hparams
+
     tc = pc.train
     L.seed_everything(seed, workers=True)
     torch.set_num_threads(int(tc.get("num_threads", 1)))
@@ -86,7 +88,7 @@ def fit_flow(bank, pc, cfg_trainer, out: Path, seed: int = 0, families=None) -> 
         fm_path = save_checkpoint(module.net, net_kw, out / "fm.ckpt",
                                   extra={"bank": str(bank.path), "seed": seed, **result, "novelty": novelty})
         result["fm_ckpt"] = str(fm_path)
-        log_hparams(out / "tensorboard", {"predictor": OmegaConf.to_container(pc, resolve=True), "seed": int(cfg.get("seed", 0)),
+        log_hparams(out / "tensorboard", {"predictor": OmegaConf.to_container(pc, resolve=True), "seed": seed,
                                           "max_epochs": int(kw["max_epochs"])}, result)
     return result
 
