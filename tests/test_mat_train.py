@@ -21,7 +21,7 @@ def tiny_cfg(tmp_path, **over):
         "sim.n_nodes=3", "sim.max_active=5", "sim.n_steps=100", "workload.load=0.06",
         "rollout.n_episodes=8", "rollout.n_steps=16", "rollout.n_groups=4", "rollout.stagger=25", "ppo.update_epochs=2", "ppo.n_minibatches=2",
         "validation.roots=[1000]", "validation.n_episodes=2", "validation.every_n_iterations=100",
-        "validation.baselines=false", "net.d_model=16", "net.d_ff=32",
+        "validation.baselines=false", "net.d_model=16", "net.d_ff=32", "imitation.enabled=false", "validation.at_start=false",
     ])
     cfg.merge_with_dotlist([f"{k}={v}" for k, v in over.items()])
     return cfg

@@ -79,7 +79,7 @@ def clone(policy: MATPolicy, data: dict, epochs: int, lr: float, batch_size: int
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
             opt.step()
-            tot += float(loss) * len(idx)
+            tot += float(loss.detach()) * len(idx)
         losses.append(tot / n)
     return losses
 
