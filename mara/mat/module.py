@@ -100,10 +100,9 @@ class MATModule(L.LightningModule):
                 pg_loss = ppo_clip_loss(newlogprob, b_logprobs[mb_inds], mb_advantages, ppo["clip_coef"])
                 v_loss = value_loss(newvalue, b_returns[mb_inds])
                 ent = entropy_bonus(entropy)
+                loss = mat_loss(pg_loss, v_loss, ent, ppo["vf_coef"], ppo["ent_coef"])
                 if self.current_epoch < ppo.get("value_warmup_iterations", 0):  # fit the value head to a cloned policy first
-                    loss = ppo["vf_coef"] * v_loss
-                else:
-                    loss = mat_loss(pg_loss, v_loss, ent, ppo["vf_coef"], ppo["ent_coef"])
+                    loss = ppo["vf_coef"] * v_loss + 0.0 * loss  # policy terms kept at weight 0 so DDP sees every parameter
                 opt.zero_grad()
                 self.manual_backward(loss)
                 self.clip_gradients(opt, gradient_clip_val=ppo["max_grad_norm"], gradient_clip_algorithm="norm")
