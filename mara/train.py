@@ -78,7 +78,10 @@ def train(cfg: DictConfig) -> dict:
         methods = []
         overrides = OmegaConf.to_container(cfg.method_overrides, resolve=True) if cfg.get("method_overrides") else {}
         policy_ckpt = (result.get("policy") or {}).get("best_ckpt") or cfg.get("policy_ckpt")
-        for m in cfg.methods:
+        listed = list(cfg.methods)
+        if policy_ckpt and _trained_method(cfg) not in listed and "MARA" in listed:
+            listed[listed.index("MARA")] = _trained_method(cfg)  # e.g. mat=paper trains MARA-paper
+        for m in listed:
             if m.startswith("MARA"):
                 if not policy_ckpt and not overrides.get(m, {}).get("checkpoints"):
                     log.warning(f"skipping {m} in the evaluation (no trained policy checkpoint)")
@@ -121,7 +124,10 @@ def _trained_method(cfg: DictConfig) -> str:
     """The paper name of the policy this run trains."""
     if cfg.get("reward", "dense") == "sparse":
         return "MARA-sparse"
-    return "MARA-WLS" if cfg.predictor.get("name") == "wls" else "MARA"
+    if cfg.predictor.get("name") == "wls":
+        return "MARA-WLS"
+    mat = cfg.get("mat") or {}
+    return "MARA" if (mat.get("imitation") or {}).get("enabled", False) else "MARA-paper"
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")

@@ -22,12 +22,33 @@ def available_methods() -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / "method").glob("*.yaml"))
 
 
+def _with_defaults(cfg: DictConfig, name: str, depth: int = 0) -> DictConfig:
+    """A method config may start from others: ``defaults: [BASE, _self_]`` merges BASE's config first."""
+    defaults = cfg.pop("defaults", None)
+    if not defaults:
+        return cfg
+    if depth > 5:
+        raise ConfigError(f"method {name!r}: defaults nest too deep")
+    out = OmegaConf.create({})
+    for d in defaults:
+        if d == "_self_":
+            out = OmegaConf.merge(out, cfg)
+            continue
+        base = CONF_DIR / "method" / f"{d}.yaml"
+        if not base.exists():
+            raise ConfigError(f"method {name!r}: defaults entry {d!r} is not a method")
+        out = OmegaConf.merge(out, _with_defaults(OmegaConf.load(base), d, depth + 1))
+    if "_self_" not in defaults:
+        out = OmegaConf.merge(out, cfg)
+    return out
+
+
 def load_method_cfg(name: str, overrides: DictConfig | dict | None = None) -> DictConfig:
     """The method config for ``name`` (exact file stem), merged with per-method ``overrides``."""
     path = CONF_DIR / "method" / f"{name}.yaml"
     if not path.exists():
         raise ConfigError(f"unknown method {name!r}; available: {', '.join(available_methods())}")
-    cfg = OmegaConf.load(path)
+    cfg = _with_defaults(OmegaConf.load(path), name)
     if overrides:
         cfg = OmegaConf.merge(cfg, overrides)
     if cfg.get("kind") not in ("policy", "bound"):

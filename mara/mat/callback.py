@@ -29,10 +29,11 @@ def validation_episodes(bank, roots, n_episodes: int, task_set: str = "ID", load
 
 
 def baseline_allocators() -> dict:
-    """FIFO, EDF and (when present) LARA with the predictor each needs: name -> (allocator factory, predictor name)."""
+    """FIFO, EDF, Slack-FM and (when present) LARA with the predictor each needs: name -> (allocator factory, predictor name)."""
     from mara.allocators.rules import EDF, FIFO
+    from mara.allocators.slack import SlackRule
 
-    out = {"FIFO": (FIFO, None), "EDF": (EDF, None)}
+    out = {"FIFO": (FIFO, None), "EDF": (EDF, None), "Slack-FM": (SlackRule, "fm")}
     try:
         from mara.allocators.lara import LARA
 
@@ -44,7 +45,8 @@ def baseline_allocators() -> dict:
 
 class ValidationCallback(L.Callback):
     def __init__(self, dirpath: str, roots, n_episodes: int, every_n_iterations: int, sim: dict, scale: float = 350.0,
-                 baselines: bool = True, task_set: str = "ID", load: float = 0.04) -> None:
+                 baselines: bool = True, task_set: str = "ID", load: float = 0.04, at_start: bool = False) -> None:
+        self.at_start = at_start  # also validate (and checkpoint) the policy before the first PPO iteration (iteration 0)
         self.dirpath, self.roots, self.n_episodes = Path(dirpath), list(roots), n_episodes
         self.task_set, self.load = task_set, load
         self.every, self.sim, self.scale, self.with_baselines = every_n_iterations, sim, scale, baselines
@@ -66,10 +68,17 @@ class ValidationCallback(L.Callback):
                 m = run_episodes(self._env(pl_module, build_named_predictor(pred_name, pl_module.env.bank.path)), cls())
                 self.baselines[name] = float(np.mean(m["success_rate"]))
 
+    def on_train_start(self, trainer, pl_module) -> None:
+        if self.at_start and trainer.current_epoch == 0 and not self.history:
+            self._validate(trainer, pl_module, 0)
+
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         it = trainer.current_epoch + 1
         if it % self.every and not trainer.should_stop and it < trainer.max_epochs:
             return
+        self._validate(trainer, pl_module, it)
+
+    def _validate(self, trainer, pl_module, it: int) -> None:
         t0 = time.time()
         was_training = pl_module.policy.training
         pl_module.policy.eval()
@@ -82,7 +91,8 @@ class ValidationCallback(L.Callback):
             self.best_score, self.best_iteration = score, it
             self.best_path = str(self.dirpath / "best.ckpt")
         log["val/best_success_rate"] = self.best_score
-        pl_module.log_dict(log, on_step=False, on_epoch=True, batch_size=1)
+        if it > 0:  # iteration 0 (before training) is recorded in the history only
+            pl_module.log_dict(log, on_step=False, on_epoch=True, batch_size=1)
         self.history.append({"iteration": it, "env_steps": pl_module.global_env_steps, "val_success_rate": score,
                              "seconds": time.time() - t0})
         if improved:  # collective under DDP: every rank calls it, rank 0 writes

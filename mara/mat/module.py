@@ -19,7 +19,7 @@ from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout
 class MATModule(L.LightningModule):
     def __init__(self, net: dict, ppo: dict, rollout: dict, sim: dict, workload: dict, reward: str = "dense",
                  predictor: dict | None = None, bank_path: str | None = None, seed: int = 0,
-                 total_env_steps: int = 100_000, num_threads: int = 1) -> None:
+                 total_env_steps: int = 100_000, num_threads: int = 1, imitation: dict | None = None) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -45,6 +45,27 @@ class MATModule(L.LightningModule):
         self.generator = torch.Generator().manual_seed(hp.seed * 1000 + rank)
         if self._pending_env_state is not None:
             self._restore_env(self._pending_env_state)
+        elif (hp.imitation or {}).get("enabled") and not getattr(self, "imitation_report", None):
+            self.imitation_report = self.warm_start(bank, predictor)
+
+    def warm_start(self, bank, predictor) -> dict:
+        """Imitation warm start (``mat.imitation``): clone the teacher rule into the policy before PPO."""
+        from mara.eval.methods import build_allocators, load_method_cfg
+        from mara.mat.imitation import imitate
+
+        hp, im = self.hparams, self.hparams.imitation
+        # the teacher reads the estimates the simulator carries, i.e. MAT's own frozen predictor
+        teacher = build_allocators(load_method_cfg(im["teacher"]))[0][1]
+
+        def make_env(r: int) -> TrainingEnv:  # fresh training episodes per round (never evaluation/validation roots)
+            stream = EpisodeStream(bank, bank.family_params, hp.workload["task_set"], hp.workload["load"],
+                                   hp.workload["train_root"] + hp.seed + 7919 * (r + 1), im["n_episodes"],
+                                   n_steps=hp.sim["n_steps"])
+            return TrainingEnv(stream, bank, predictor, hp.reward, hp.sim["beta"], hp.sim["n_nodes"], hp.sim["max_active"],
+                               hp.sim["obs_every"], hp.rollout["n_groups"], im.get("stagger", hp.rollout["stagger"]))
+
+        return imitate(self.policy, make_env, teacher, im, seed=hp.seed, scale=hp.rollout["scale"],
+                       log=lambda s: print(s, flush=True))
 
     def train_dataloader(self):
         return DataLoader([0], batch_size=None)  # one PPO iteration per epoch
@@ -80,6 +101,8 @@ class MATModule(L.LightningModule):
                 v_loss = value_loss(newvalue, b_returns[mb_inds])
                 ent = entropy_bonus(entropy)
                 loss = mat_loss(pg_loss, v_loss, ent, ppo["vf_coef"], ppo["ent_coef"])
+                if self.current_epoch < ppo.get("value_warmup_iterations", 0):  # fit the value head to a cloned policy first
+                    loss = ppo["vf_coef"] * v_loss + 0.0 * loss  # policy terms kept at weight 0 so DDP sees every parameter
                 opt.zero_grad()
                 self.manual_backward(loss)
                 self.clip_gradients(opt, gradient_clip_val=ppo["max_grad_norm"], gradient_clip_algorithm="norm")

@@ -86,14 +86,16 @@ def train_policy(cfg: DictConfig, callbacks: list | None = None) -> dict:
     module = MATModule(net=c["net"], ppo=c["ppo"], rollout=c["rollout"], sim=c["sim"], workload=c["workload"],
                        reward=c["reward"], predictor={"name": pred} if isinstance(pred, str) else pred,
                        bank_path=c["bank_path"], seed=c["seed"], total_env_steps=c["total_env_steps"],
-                       num_threads=c["num_threads"])
+                       num_threads=c["num_threads"],
+                       imitation=c.get("imitation") if c.get("ckpt_path") is None else None)  # a resumed run is past it
     tr = c["trainer"]
     world = tr["devices"] if isinstance(tr["devices"], int) else 1
     per_iter = world * c["rollout"]["n_episodes"] * c["rollout"]["n_steps"]
     max_iters = 2 * math.ceil(c["total_env_steps"] / per_iter) + 1  # stops earlier on the env-step count
     val = c["validation"]
     val_cb = ValidationCallback(out / "checkpoints", val["roots"], val["n_episodes"], val["every_n_iterations"], c["sim"],
-                                c["rollout"]["scale"], val["baselines"], c["workload"]["task_set"], c["workload"]["load"])
+                                c["rollout"]["scale"], val["baselines"], c["workload"]["task_set"], c["workload"]["load"],
+                                at_start=val.get("at_start", False))
     last_cb = ModelCheckpoint(dirpath=out / "checkpoints", save_last=True, save_top_k=0, every_n_epochs=1, enable_version_counter=False)
     what = c.get("run_name") or f"policy ({pred_name}, {c['reward']}, seed {c['seed']})"
     prog_cb = ProgressCallback(what, total_env_steps=int(c["total_env_steps"]))
@@ -107,6 +109,9 @@ def train_policy(cfg: DictConfig, callbacks: list | None = None) -> dict:
     trainer.fit(module, ckpt_path=c["ckpt_path"])
     written = out / "checkpoints" / "validation.json"  # by rank 0; the only copy in the parent process under ddp_spawn
     summary = json.loads(written.read_text()) if written.exists() else val_cb.summary()
+    if getattr(module, "imitation_report", None):
+        summary["imitation"] = module.imitation_report
+        (out / "checkpoints" / "imitation.json").write_text(json.dumps(module.imitation_report, indent=1))
     summary.update(train_seconds=time.time() - t0, output_dir=str(out), last_ckpt=str(out / "checkpoints" / "last.ckpt"),
                    env_steps=int(trainer.callback_metrics.get("env_steps", float("nan"))) if "env_steps" in trainer.callback_metrics else None)
     if trainer.is_global_zero:

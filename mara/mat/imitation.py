@@ -1,0 +1,120 @@
+"""Imitation warm start for the MAT policy (issue #14): behaviour cloning of a rule teacher, then DAgger.
+
+The teacher is any allocator (default: the least-slack rule ``SlackRule`` reading the same frozen predictor
+as MAT). Its env actions ``[E, M]`` (slot per node in its priority order, IDLE after) become MAT choices
+``0..K`` (K = idle), and the loss is the teacher-forced negative log-likelihood of the whole joint action
+(``MATPolicy.evaluate``), so node i learns the teacher's i-th pick given picks 0..i-1.
+
+DAgger rounds roll the *student* (argmax) through fresh training episodes and label every visited state
+with the teacher's action; the data set is aggregated and the student retrained on all of it.
+
+Pure pieces: ``teacher_choices`` (env actions → choices), ``served_sets_equal`` (agreement metric: same set
+of served slots, node order irrelevant since nodes are identical).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from mara.mat.nets import MATPolicy, to_env_actions
+from mara.mat.rollout import TrainingEnv
+
+
+def teacher_choices(env_actions: np.ndarray, n_slots: int) -> torch.Tensor:
+    """Env actions [E, M] (slot or IDLE = -1) -> MAT choices [E, M] long in 0..K (K = idle)."""
+    a = np.asarray(env_actions).astype(np.int64).copy()
+    a[a < 0] = n_slots
+    return torch.as_tensor(a)
+
+
+def served_sets_equal(a: torch.Tensor, b: torch.Tensor, n_slots: int) -> torch.Tensor:
+    """Per row: do choice vectors a, b [B, M] serve the same set of slots? -> [B] bool."""
+    oa = torch.nn.functional.one_hot(a, n_slots + 1)[..., :n_slots].sum(1)
+    ob = torch.nn.functional.one_hot(b, n_slots + 1)[..., :n_slots].sum(1)
+    return (oa == ob).all(dim=1)
+
+
+@torch.no_grad()
+def collect_labelled_states(env: TrainingEnv, teacher, n_steps: int, student: MATPolicy | None = None,
+                            scale: float = 350.0) -> dict[str, torch.Tensor]:
+    """Step ``env`` ``n_steps`` times acting with ``student`` (argmax) or, when None, the teacher; record
+    every live state's tokens, present mask and the teacher's choices. -> dict of [B, ...] tensors."""
+    toks, pres, acts = [], [], []
+    n = env.episode_stream.E // env.n_groups
+    for _ in range(n_steps):
+        tok, p = env.tokens(scale)
+        teach = np.concatenate([teacher.act(o) for o in env.group_obs])
+        live = torch.as_tensor(np.concatenate([~o.done for o in env.group_obs]))
+        if student is None:
+            act = teach
+        else:
+            a, _, _ = student.act(tok, p, deterministic=True)
+            act = to_env_actions(a, student.K)
+        toks.append(tok[live]), pres.append(p[live]), acts.append(teacher_choices(teach, tok.shape[1])[live])
+        env.step(act)
+    assert n > 0
+    return {"tokens": torch.cat(toks), "present": torch.cat(pres), "actions": torch.cat(acts)}
+
+
+def merge(a: dict | None, b: dict) -> dict:
+    return b if a is None else {k: torch.cat([a[k], b[k]]) for k in a}
+
+
+def clone(policy: MATPolicy, data: dict, epochs: int, lr: float, batch_size: int, generator: torch.Generator,
+          max_grad_norm: float = 1.0) -> list[float]:
+    """Behaviour cloning: minimise −log π(teacher joint action | state) over ``data``. Returns mean loss per epoch."""
+    opt = torch.optim.Adam(policy.parameters(), lr=lr, eps=1e-5)
+    n = len(data["actions"])
+    losses = []
+    policy.train()
+    for _ in range(epochs):
+        perm = torch.randperm(n, generator=generator)
+        tot = 0.0
+        for idx in torch.split(perm, batch_size):
+            logp, _, _ = policy.evaluate(data["tokens"][idx], data["present"][idx], data["actions"][idx])
+            loss = -logp.mean()
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
+            opt.step()
+            tot += float(loss.detach()) * len(idx)
+        losses.append(tot / n)
+    return losses
+
+
+@torch.no_grad()
+def agreement(policy: MATPolicy, data: dict, batch_size: int = 4096) -> float:
+    """Fraction of states where the argmax policy serves exactly the teacher's set of slots."""
+    policy.eval()
+    hits = 0
+    for s in range(0, len(data["actions"]), batch_size):
+        sl = slice(s, s + batch_size)
+        a, _, _ = policy.act(data["tokens"][sl], data["present"][sl], deterministic=True)
+        hits += int(served_sets_equal(a, data["actions"][sl], policy.K).sum())
+    policy.train()
+    return hits / max(len(data["actions"]), 1)
+
+
+def imitate(policy: MATPolicy, make_env, teacher, cfg: dict, seed: int = 0, scale: float = 350.0, log=print) -> dict:
+    """BC on teacher rollouts, then ``cfg['dagger_rounds']`` DAgger rounds; trains ``policy`` in place.
+
+    ``make_env(i)`` returns a fresh ``TrainingEnv`` on training episodes for round i. Returns a report with
+    the per-round data size, loss and agreement on the round's data (training states) and on the next round's
+    fresh states (held out: collected before that round's training).
+    """
+    g = torch.Generator().manual_seed(seed)
+    data, report, t0 = None, {"rounds": []}, time.time()
+    for r in range(1 + int(cfg["dagger_rounds"])):
+        new = collect_labelled_states(make_env(r), teacher, int(cfg["n_steps"]), None if r == 0 else policy, scale)
+        held_out = agreement(policy, new) if r > 0 else None
+        data = merge(data, new)
+        losses = clone(policy, data, int(cfg["epochs"]), float(cfg["lr"]), int(cfg["batch_size"]), g)
+        rec = {"round": r, "states": len(data["actions"]), "new_states": len(new["actions"]), "loss": losses[-1],
+               "agreement_train": agreement(policy, data), "agreement_new_before_training": held_out,
+               "seconds": time.time() - t0}
+        report["rounds"].append(rec)
+        log(f"imitation round {r}: {rec}")
+    report["agreement_train"] = report["rounds"][-1]["agreement_train"]
+    return report
