@@ -54,7 +54,8 @@ def training_jobs(cfg: DictConfig, out: Path) -> list[dict]:
             continue
         for seed in cfg.paper.seeds:
             jobs.append({"method": method, "seed": int(seed), "predictor": spec.get("predictor", "fm"),
-                         "reward": spec.get("reward", "dense"), "dir": out / "policy" / method / f"seed{int(seed)}"})
+                         "reward": spec.get("reward", "dense"), "mat": spec.get("mat"),
+                         "dir": out / "policy" / method / f"seed{int(seed)}"})
     return jobs
 
 
@@ -85,8 +86,13 @@ def _job_cfg(cfg: DictConfig, job: dict, fm_ckpt: str | None) -> DictConfig:
         pred["ckpt_path"] = fm_ckpt or pred.get("ckpt_path")
     else:
         pred = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "predictor" / f"{job['predictor']}.yaml"), resolve=True)
-    return _with(cfg, seed=job["seed"], reward=job["reward"], predictor=pred, **{"paths.output_dir": str(job["dir"])},
-                 **{"mat.run_name": f"policy {job['method']} seed {job['seed']}"})
+    mat = cfg.mat
+    if job.get("mat"):  # another training recipe (conf/mat/<name>.yaml, e.g. paper), laid over the composed default
+        recipe = OmegaConf.load(CONF_DIR / "mat" / f"{job['mat']}.yaml")
+        recipe.pop("defaults", None)
+        mat = OmegaConf.merge(cfg.mat, recipe)
+    return _with(cfg, seed=job["seed"], reward=job["reward"], predictor=pred, mat=OmegaConf.to_container(mat, resolve=True),
+                 **{"paths.output_dir": str(job["dir"])}, **{"mat.run_name": f"policy {job['method']} seed {job['seed']}"})
 
 
 def _last_percent(log_file: Path) -> float:

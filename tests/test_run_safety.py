@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from mara.cli import unknown_group_option
 from mara.eval import paper_numbers as P
@@ -112,7 +113,30 @@ TINY_PAPER = [
     "mat.rollout={n_episodes:4,n_steps:16,n_groups:2,stagger:20}",
     "mat.validation={roots:[1000],n_episodes:1,every_n_iterations:2,baselines:false}", "eval.roots=1", "eval.episodes=1",
     "sim.loads=[0.04,0.07]", "paper.seeds=[0]", "paper.prediction.n_ranks=2", "++method_overrides={Clairvoyant:{time_limit_s:1}}",
+    # MARA-paper trains by conf/mat/paper.yaml whatever mat.* says (100k steps): left out here, its recipe is tested below
+    "paper.methods=[MARA,MARA-WLS,MARA-sparse,Slack-FM,LARA,LARA-FM,FIFO,EDF,Oracle,Clairvoyant]",
 ]
+
+
+def test_paper_trainings_follow_their_recipe(tmp_path):
+    """experiment=paper trains MARA by conf/mat/default.yaml and MARA-paper by conf/mat/paper.yaml (PPO only)."""
+    from hydra import compose, initialize_config_dir
+
+    from mara.eval.methods import CONF_DIR
+    from mara.paper import _job_cfg, training_jobs
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+        cfg = compose("train", overrides=["experiment=paper"])
+    jobs = training_jobs(cfg, tmp_path)
+    assert sorted({j["method"] for j in jobs}) == ["MARA", "MARA-WLS", "MARA-paper", "MARA-sparse"]
+    assert len(jobs) == 4 * len(cfg.paper.seeds)
+    by = {j["method"]: _job_cfg(cfg, j, None) for j in jobs if j["seed"] == 0}
+    paper = OmegaConf.load(CONF_DIR / "mat" / "paper.yaml")
+    assert by["MARA"].mat.imitation.enabled and by["MARA"].mat.total_env_steps == cfg.mat.total_env_steps
+    assert not by["MARA-paper"].mat.imitation.enabled
+    assert by["MARA-paper"].mat.total_env_steps == paper.total_env_steps and by["MARA-paper"].mat.ppo.lr == paper.ppo.lr
+    assert by["MARA-paper"].mat.run_name == "policy MARA-paper seed 0" and by["MARA-WLS"].predictor.name == "wls"
+    assert by["MARA-sparse"].reward == "sparse"
 
 
 def test_paper_protocol_tiny_end_to_end_and_resumes(tmp_path, small_bank):

@@ -10,7 +10,8 @@ import numpy as np
 from mara.eval.metrics import summarize, summarize_diagnostics
 
 SCHEMA = "mara.results/1"
-PAPER_ORDER = ["MARA", "MARA-WLS", "MARA-sparse", "LARA", "LARA-FM", "FIFO", "EDF", "Oracle", "Clairvoyant"]
+PAPER_ORDER = ["MARA", "MARA-WLS", "MARA-sparse", "MARA-paper", "Slack-FM", "Slack-WLS", "LARA", "LARA-FM", "LARA-best",
+               "LARA-FM-best", "FIFO", "EDF", "Oracle", "Clairvoyant"]
 
 
 def _fmt(cell) -> str:
