@@ -111,6 +111,7 @@ TINY_PAPER = [
     "predictor.train.patience=1", "predictor.inference={n_samples:1,n_steps:1,per_family:{}}",
     "predictors.fm.inference={n_samples:1,n_steps:1,per_family:{}}", "mat.total_env_steps=128",
     "mat.rollout={n_episodes:4,n_steps:16,n_groups:2,stagger:20}",
+    "mat.imitation={n_episodes:4,n_steps:20,stagger:10,dagger_rounds:0,epochs:1}",
     "mat.validation={roots:[1000],n_episodes:1,every_n_iterations:2,baselines:false}", "eval.roots=1", "eval.episodes=1",
     "sim.loads=[0.04,0.07]", "paper.seeds=[0]", "paper.prediction.n_ranks=2", "++method_overrides={Clairvoyant:{time_limit_s:1}}",
     # MARA-paper trains by conf/mat/paper.yaml whatever mat.* says (100k steps): left out here, its recipe is tested below

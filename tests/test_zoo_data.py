@@ -115,7 +115,10 @@ def test_data_order_file_keeps_the_data_set_order_and_default_shuffles(monkeypat
     from tasks_zoo import registry
 
     base = registry.load_zoo_config("ALSTM_Text_1")
-    assert registry.data_order(base) == "shuffled"
+    assert registry.data_order(base) == "file"  # the text families read IMDB as Table 6 did (README: text families)
+    assert registry.data_order(registry.load_zoo_config("CNN_Cifar10")) == "shuffled"  # the default
+    base.pop("data_order")
+    monkeypatch.setattr(registry, "load_zoo_config", lambda fam: base)
     ds = load_dataset("imdb", "synthetic", "unused", "unused")
     _, loader = registry.build_task("ALSTM_Text_1", seed=0, batch_size=4, lr=1e-3)
     assert not torch.equal(next(iter(loader))[0], ds.x[:4])
