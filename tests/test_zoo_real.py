@@ -106,7 +106,9 @@ def test_generation_on_real_data_writes_a_real_shard(real, tmp_path, family):
     assert [r["status"] for r in res] == ["done"]
     bank = load_bank(tmp_path / f"{family}__real__pool__0000.parquet")
     assert bank.data_source.tolist() == ["real"] and bank.lengths.tolist() == [3] and np.isfinite(bank.ell).all()
-    assert json.loads(bank.meta[0])["data_order"] == "shuffled"
+    from tasks_zoo.registry import data_order, load_zoo_config
+
+    assert json.loads(bank.meta[0])["data_order"] == data_order(load_zoo_config(family))  # file for the text families
 
 
 def test_real_archive_unpack_killed_midway_leaves_the_cache_usable(real, tmp_path, monkeypatch):
