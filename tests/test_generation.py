@@ -176,7 +176,9 @@ def test_merge_takes_only_the_plans_shards(tmp_path):
     (tmp_path / "shards" / stray.shard_name).write_bytes((tmp_path / "shards" / gen.Job(FAM, "pool", 0, "synthetic").shard_name).read_bytes())
     entry.run(_gen_cfg(tmp_path, action="merge", counts={"pool": 2}))
     assert len(load_bank(tmp_path / "zoo.parquet")) == 2
-    with pytest.raises(Exception):  # every shard of the folder: the stray copy duplicates a curve id
+    from mara.curves.bank import BankError
+
+    with pytest.raises(BankError, match="duplicate curve_id"):  # every shard of the folder: the stray copy's id repeats
         load_bank(gen.merge(tmp_path / "shards", tmp_path / "all.parquet"))
 
 
