@@ -1,41 +1,34 @@
 """``python -m mara.train experiment=paper``: the paper's whole protocol (§5, A.3) in one resumable run.
 
-Stages, each into its own folder of the run and each skipped when its marker (``DONE.json``) is there:
-  1. ``predictor/``           the FM stage, once (``fm.ckpt``);
-  2. ``policy/<method>/seed<S>/`` MAT-PPO for every learned method × training seed (``paper.trained``), in
-                              parallel worker processes (``paper.workers``, one thread each);
-  3. ``evaluation/``          every method of ``paper.methods`` on identical episodes (per-method resume);
-  4. ``stress/``              the infeasible-task stress scenario (§5.4), same methods;
-  5. ``prediction/``          the prediction benchmark (Table 1, Figure 3) with this run's FM checkpoint;
-  6. ``report.md`` / ``report.json``: Tables 1–5 and Figures 3–4 beside the paper's numbers.
+The protocol is a graph of single-threaded jobs (:mod:`mara.jobs`) that ``paper.workers`` processes run side by side,
+costliest ready job first, each in its own folder of the run and each skipped on a rerun when its ``DONE.json`` is there:
+  ``predictor/``                       the FM stage, once (``fm.ckpt``);
+  ``policy/<method>/seed<S>/``         MAT-PPO for every learned method × training seed (``paper.trained``), after the FM
+                                       stage when the method reads FM estimates;
+  ``evaluation/methods/<method>/``     one method on the protocol's identical episodes — the rules and bounds start at
+                                       once, a learned method when its trainings are finished;
+  ``stress/methods/<method>/``         the same on the infeasible-task stress scenario (§5.4);
+  ``prediction/``                      the prediction benchmark (Table 1, Figure 3) with this run's FM checkpoint.
+Then, in this process: ``evaluation/results.json`` and ``stress/results.json`` merged from the methods' folders, and
+``report.md`` / ``report.json`` (Tables 1–5 and Figures 3–4 beside the paper's numbers).
 """
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
-import os
-import re
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mara.eval.methods import CONF_DIR, ConfigError
+from mara.eval.methods import CONF_DIR, ConfigError, load_method_cfg
 from mara.eval.report import write_text_atomic
-from mara.runlog import Progress, fmt_seconds, log, setup_logging
+from mara.jobs import Job, run_jobs
+from mara.runlog import fmt_seconds, log, setup_logging
 
-MARKER = "DONE.json"
-
-
-def _done(folder: Path) -> dict | None:
-    p = folder / MARKER
-    return json.loads(p.read_text()) if p.exists() else None
-
-
-def _mark(folder: Path, info: dict) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(folder / MARKER, json.dumps(info, indent=1, default=str))
+# Single-thread CPU minutes of each kind of job (start order and ETA weights), measured on these 2 cores: a default
+# MAT training ≈ 6 min (341 s user time), Clairvoyant ≈ 13 min of CP-SAT over 720 episodes; the rest estimated.
+COST = {"predictor": 5.0, "train": 6.0, "train_paper": 4.0, "prediction": 2.0, "bound": 13.0, "fm_method": 2.0,
+        "learned_eval": 4.0, "rule": 0.5, "stress": 0.15}
 
 
 def _with(cfg: DictConfig, **updates) -> DictConfig:
@@ -55,29 +48,8 @@ def training_jobs(cfg: DictConfig, out: Path) -> list[dict]:
         for seed in cfg.paper.seeds:
             jobs.append({"method": method, "seed": int(seed), "predictor": spec.get("predictor", "fm"),
                          "reward": spec.get("reward", "dense"), "mat": spec.get("mat"),
-                         "dir": out / "policy" / method / f"seed{int(seed)}"})
+                         "dir": str(out / "policy" / method / f"seed{int(seed)}")})
     return jobs
-
-
-def _train_job(cfg_yaml: str, job: dict) -> dict:
-    """Worker process: one MAT training, single-threaded, logging into its own folder's ``train.log``."""
-    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
-    import torch
-
-    torch.set_num_threads(1)
-    folder = Path(job["dir"])
-    folder.mkdir(parents=True, exist_ok=True)
-    setup_logging(folder / "train.log")
-    from mara.mat.train import train_policy
-
-    cfg = OmegaConf.create(cfg_yaml)
-    t0 = time.time()
-    summary = train_policy(cfg)
-    best = folder / "checkpoints" / "best.ckpt"
-    info = {"method": job["method"], "seed": job["seed"], "best_ckpt": str(best) if best.exists() else summary.get("last_ckpt"),
-            "val_success_rate": summary.get("val_success_rate"), "wall_s": time.time() - t0}
-    _mark(folder, info)
-    return info
 
 
 def _job_cfg(cfg: DictConfig, job: dict, fm_ckpt: str | None) -> DictConfig:
@@ -95,175 +67,197 @@ def _job_cfg(cfg: DictConfig, job: dict, fm_ckpt: str | None) -> DictConfig:
                  **{"paths.output_dir": str(job["dir"])}, **{"mat.run_name": f"policy {job['method']} seed {job['seed']}"})
 
 
-def _last_percent(log_file: Path) -> float:
-    """The last progress percentage a worker wrote into its log (0 if none yet)."""
-    try:
-        text = log_file.read_text()[-4000:]
-    except OSError:
-        return 0.0
-    found = re.findall(r": +(\d+(?:\.\d+)?)% ", text)
-    return float(found[-1]) / 100 if found else 0.0
+def _fm_from(deps: dict, fm_ckpt: str | None) -> str | None:
+    """This run's FM checkpoint: the predictor job's, else the configured one (None: the shipped checkpoint)."""
+    if "predictor" in deps:
+        if deps["predictor"] is None:
+            raise RuntimeError("the FM predictor stage failed (see predictor/job.log)")
+        return deps["predictor"]["fm_ckpt"]
+    return fm_ckpt
 
 
-def run_trainings(cfg: DictConfig, out: Path, fm_ckpt: str | None) -> list[dict]:
-    """Every pending (method, seed) training, ``paper.workers`` at a time; finished ones are skipped."""
-    jobs = training_jobs(cfg, out)
-    done = {id(j): _done(j["dir"]) for j in jobs}
-    pending = [j for j in jobs if not done[id(j)]]
-    for j in jobs:
-        if done[id(j)]:
-            log.info(f"trainings: {j['method']} seed {j['seed']} already done ({j['dir']}), skipped")
-    if pending:
-        workers = max(1, min(int(cfg.paper.workers), len(pending)))
-        log.info(f"trainings: {len(pending)} to run ({len(jobs) - len(pending)} done), {workers} at a time; logs in <run>/policy/<method>/seed<S>/train.log")
-        progress = Progress(f"trainings ({len(pending)} runs)")
-        t0 = time.time()
-        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):  # inherited by the workers before any import
-            os.environ[var] = "1"
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
-            futures = {pool.submit(_train_job, OmegaConf.to_yaml(_job_cfg(cfg, j, fm_ckpt), resolve=True), _plain(j)): j for j in pending}
-            running = set(futures)
-            while running:
-                finished, running = wait(running, timeout=15, return_when=FIRST_COMPLETED)
-                for f in finished:
-                    j = futures[f]
-                    try:
-                        info = f.result()
-                        done[id(j)] = info
-                        log.info(f"trainings: {j['method']} seed {j['seed']} finished in {fmt_seconds(info['wall_s'])}, best validation {info['val_success_rate']}")
-                    except Exception as exc:  # one failed training does not stop the others
-                        log.error(f"trainings: {j['method']} seed {j['seed']} failed: {' '.join(str(exc).split())}")
-                partial = sum(_last_percent(Path(futures[f]["dir"]) / "train.log") for f in running)
-                n_done = sum(1 for f in futures if f.done())
-                detail = f"{n_done}/{len(pending)} finished; running: " + ", ".join(
-                    f"{futures[f]['method']} s{futures[f]['seed']} {100 * _last_percent(Path(futures[f]['dir']) / 'train.log'):.0f}%"
-                    for f in running if (Path(futures[f]["dir"]) / "train.log").exists())
-                progress.update((n_done + partial) / len(pending) if running else 1.0, detail)
-        log.info(f"trainings: finished in {fmt_seconds(time.time() - t0)}")
-    return [dict(_plain(j), **(done[id(j)] or {})) for j in jobs]
+# ------------------------------------------------------------------------------------ jobs (worker side)
+def _predictor_job(cfg_yaml: str, *, deps: dict) -> dict:
+    from mara.predictors.train import train_predictor
+
+    r = train_predictor(OmegaConf.create(cfg_yaml))
+    return {"fm_ckpt": r.get("fm_ckpt"), "wall_s": r.get("wall_s"), "val_mae_fm": r.get("val/mae_fm")}
 
 
-def _plain(job: dict) -> dict:
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in job.items()}
+def _train_job(cfg_yaml: str, job: dict, fm_ckpt: str | None, *, deps: dict) -> dict:
+    """One MAT training (single-threaded) into the job's folder."""
+    from mara.mat.train import train_policy
+
+    cfg = OmegaConf.create(cfg_yaml)
+    if job["predictor"] == "fm":
+        cfg = _with(cfg, **{"predictor.ckpt_path": _fm_from(deps, fm_ckpt) or cfg.predictor.get("ckpt_path")})
+    t0 = time.time()
+    summary = train_policy(cfg)
+    best = Path(job["dir"]) / "checkpoints" / "best.ckpt"
+    return {"method": job["method"], "seed": job["seed"], "best_ckpt": str(best) if best.exists() else summary.get("last_ckpt"),
+            "val_success_rate": summary.get("val_success_rate"), "wall_s": time.time() - t0}
 
 
-def method_overrides(cfg: DictConfig, trainings: list[dict]) -> dict:
-    """``method_overrides`` giving each learned method its finished checkpoints (one per training seed)."""
-    over = OmegaConf.to_container(cfg.method_overrides, resolve=True) if cfg.get("method_overrides") else {}
-    for t in trainings:
-        if t.get("best_ckpt"):
-            over.setdefault(t["method"], {}).setdefault("checkpoints", []).append({"train_seed": t["seed"], "ckpt_path": t["best_ckpt"]})
-    return over
-
-
-def _evaluation(cfg: DictConfig, folder: Path, methods: list[str], overrides: dict, fm_ckpt: str | None, scenario=None) -> dict:
+def _eval_job(cfg_yaml: str, method: str, folder: str, fm_ckpt: str | None, scenario: str | None, learned: bool, *, deps: dict) -> dict:
+    """One method on the protocol's episodes (a learned method: one allocator per finished training seed)."""
     from mara.evaluate import evaluate
 
-    info = _done(folder)
-    if info:
-        log.info(f"{folder.name}: already done, skipped")
-        return info
-    trained = set(cfg.paper.trained)
-    usable = [m for m in methods if m not in trained or overrides.get(m, {}).get("checkpoints")]
-    for m in sorted(set(methods) - set(usable)):
-        log.warning(f"{folder.name}: {m} has no finished training, not evaluated")
-    updates = {"paths.output_dir": str(folder), "methods": usable, "method_overrides": overrides, "eval.resume": True,
-               "experiment_kind": None}
-    if fm_ckpt:
-        updates["predictors.fm.ckpt_path"] = fm_ckpt
+    cfg = OmegaConf.create(cfg_yaml)
+    over = OmegaConf.to_container(cfg.method_overrides, resolve=True) if cfg.get("method_overrides") else {}
+    if learned:
+        ckpts = [{"train_seed": d["seed"], "ckpt_path": d["best_ckpt"]} for d in deps.values()
+                 if d and d.get("method") == method and d.get("best_ckpt")]
+        if not ckpts:
+            raise RuntimeError(f"{method}: no finished training to evaluate")
+        over.setdefault(method, {})["checkpoints"] = sorted(ckpts, key=lambda c: c["train_seed"])
+    updates = {"paths.output_dir": folder, "methods": [method], "method_overrides": over, "eval.resume": True,
+               "eval.tensorboard": False, "experiment_kind": None}
+    fm = _fm_from(deps, fm_ckpt)
+    if fm:
+        updates["predictors.fm.ckpt_path"] = fm
     if scenario is not None:
         updates["scenario"] = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "scenario" / f"{scenario}.yaml"))
-    t0 = time.time()
     res = evaluate(_with(cfg, **updates))
-    info = {"wall_s": time.time() - t0, "methods": usable, "skipped": res.get("skipped"), "failed": res.get("failed")}
-    if not res.get("failed") and usable == list(methods):
-        _mark(folder, info)
-    return info
+    if res.get("failed"):
+        raise RuntimeError(res["failed"][method])
+    return {"method": method, "skipped": res.get("skipped") or {}, "eval_s": (res.get("timings") or {}).get(method)}
 
 
-def _prediction(cfg: DictConfig, folder: Path, fm_ckpt: str | None) -> dict:
+def _prediction_job(cfg_yaml: str, fm_ckpt: str | None, *, deps: dict) -> dict:
     from mara.eval.prediction import run_prediction_experiment
 
-    info = _done(folder)
-    if info:
-        log.info("prediction: already done, skipped")
-        return info
+    cfg = OmegaConf.create(cfg_yaml)
+    fm = _fm_from(deps, fm_ckpt)
+    if fm:
+        cfg = _with(cfg, **{"prediction.fm.ckpt_path": fm})
+    run_prediction_experiment(cfg)
+    return {}
+
+
+# ------------------------------------------------------------------------------------ the graph (parent side)
+def _uses_fm(cfg: DictConfig, method: str) -> bool:
+    if method in cfg.paper.trained:
+        return cfg.paper.trained[method].get("predictor", "fm") == "fm"
+    return load_method_cfg(method).get("predictor") == "fm"
+
+
+def _eval_cost(cfg: DictConfig, method: str) -> float:
+    if method in cfg.paper.trained:
+        return COST["learned_eval"]
+    if method == "Clairvoyant":
+        return COST["bound"]
+    return COST["fm_method"] if _uses_fm(cfg, method) else COST["rule"]
+
+
+def build_jobs(cfg: DictConfig, out: Path) -> list[Job]:
+    """Every job of the protocol with its dependencies (see the module docstring)."""
+    jobs: list[Job] = []
+    fm_ckpt = cfg.predictor.get("ckpt_path")
+    has_fm_job = bool(cfg.paper.get("train_predictor", True) and not fm_ckpt)
+    fm_dep = ("predictor",) if has_fm_job else ()
+    if has_fm_job:
+        pc = _with(cfg, **{"paths.output_dir": str(out / "predictor")})
+        jobs.append(Job("predictor", out / "predictor", _predictor_job, (OmegaConf.to_yaml(pc, resolve=True),), cost=COST["predictor"]))
+    trained_by: dict[str, list[str]] = {}
+    for t in training_jobs(cfg, out):
+        name = f"train {t['method']} s{t['seed']}"
+        trained_by.setdefault(t["method"], []).append(name)
+        deps = fm_dep if t["predictor"] == "fm" else ()
+        jobs.append(Job(name, Path(t["dir"]), _train_job, (OmegaConf.to_yaml(_job_cfg(cfg, t, None), resolve=True), t, fm_ckpt),
+                        deps=deps, cost=COST["train_paper"] if t.get("mat") == "paper" else COST["train"]))
+    base_yaml = OmegaConf.to_yaml(cfg, resolve=True)
+    scenarios = [("evaluation", None, 1.0)]
+    if cfg.paper.get("stress_scenario"):
+        scenarios.append(("stress", str(cfg.paper.stress_scenario), COST["stress"]))
+    for folder_name, scenario, scale in scenarios:
+        for m in cfg.paper.methods:
+            learned = m in cfg.paper.trained
+            deps = (fm_dep if _uses_fm(cfg, m) else ()) + tuple(trained_by.get(m, ()))
+            folder = out / folder_name / "methods" / m
+            jobs.append(Job(f"{folder_name} {m}", folder, _eval_job, (base_yaml, m, str(folder), fm_ckpt, scenario, learned),
+                            deps=deps, cost=scale * _eval_cost(cfg, m)))
     fm = OmegaConf.to_container(cfg.predictor if cfg.predictor.get("name", "fm") == "fm" else OmegaConf.load(CONF_DIR / "predictor" / "fm.yaml"), resolve=True)
-    if fm_ckpt:
-        fm["ckpt_path"] = fm_ckpt
-    pc = OmegaConf.to_container(cfg.paper.prediction, resolve=True) if cfg.paper.get("prediction") else {}
-    pc["fm"] = fm
-    t0 = time.time()
-    log.info("prediction: FM vs WLS benchmark (Table 1, Figure 3)")
-    run_prediction_experiment(_with(cfg, prediction=pc, **{"paths.output_dir": str(folder)}))
-    info = {"wall_s": time.time() - t0}
-    _mark(folder, info)
-    return info
+    pcfg = OmegaConf.to_container(cfg.paper.prediction, resolve=True) if cfg.paper.get("prediction") else {}
+    pcfg["fm"] = fm
+    pred_cfg = _with(cfg, prediction=pcfg, **{"paths.output_dir": str(out / "prediction")})
+    jobs.append(Job("prediction", out / "prediction", _prediction_job, (OmegaConf.to_yaml(pred_cfg, resolve=True), fm_ckpt),
+                    deps=fm_dep, cost=COST["prediction"]))
+    return jobs
+
+
+_SECTION_KEYS = {"schema", "rows", "summary", "diagnostics", "timings", "skipped", "failed", "method_overrides", "paths"}
+
+
+def merge_results(folder: Path, methods: list[str], errors: dict, title: str) -> dict:
+    """``<folder>/results.json`` / ``results.md`` / figure / TensorBoard from the methods' own folders, in ``methods``
+    order; a method whose job failed is listed under ``failed`` with its one-line reason."""
+    from mara.eval.report import build_results, write_results
+
+    rows, timings, skipped, failed, overrides, extra = [], {}, {}, {}, {}, {}
+    for m in methods:
+        err = errors.get(f"{folder.name} {m}")
+        p = folder / "methods" / m / "results.json"
+        if err is not None:
+            failed[m] = err
+            continue
+        if not p.exists():
+            continue
+        r = json.loads(p.read_text())
+        rows += r.get("rows", [])
+        timings.update(r.get("timings") or {})
+        skipped.update(r.get("skipped") or {})
+        failed.update(r.get("failed") or {})
+        overrides.update(r.get("method_overrides") or {})
+        extra.update({k: v for k, v in r.items() if k not in _SECTION_KEYS})
+    res = build_results(rows, dict(extra, timings=timings, skipped=skipped, failed=failed, method_overrides=overrides))
+    write_results(res, folder, title=title)
+    return res
+
+
+def _job_times(jobs: list[Job], results: dict) -> dict:
+    """Seconds of single-threaded job time by kind (summed over every invocation that ran them)."""
+    kinds = {"predictor": "predictor", "train": "trainings", "evaluation": "evaluation", "stress": "stress", "prediction": "prediction"}
+    out: dict = {}
+    for j in jobs:
+        info = results.get(j.name)
+        if info and isinstance(info.get("wall_s"), (int, float)):
+            k = kinds[j.name.split(" ")[0]]
+            out[k] = out.get(k, 0.0) + float(info["wall_s"])
+    return out
 
 
 def run_paper(cfg: DictConfig, out: Path) -> dict:
-    """Run (or resume) every stage of the paper protocol in ``out``; returns what each stage did."""
+    """Run (or resume) the paper protocol in ``out``; returns what each job did."""
     from mara.eval.paper_report import write_report
 
     setup_logging()
     if "paper" not in cfg:
         raise ConfigError("experiment_kind=paper needs a 'paper' block (conf/experiment/paper.yaml)")
+    for m in cfg.paper.methods:  # fail fast on unknown names, before any work
+        if m not in cfg.paper.trained:
+            load_method_cfg(m)
     t_start = time.time()
-    timings = json.loads((out / "stage_timings.json").read_text()) if (out / "stage_timings.json").exists() else {}
-    stages = ["predictor", "trainings", "evaluation", "stress", "prediction", "report"]
-    result: dict = {"output_dir": str(out)}
-
-    def stage(i, name):
-        log.info(f"== stage {i}/{len(stages)}: {name} · elapsed {fmt_seconds(time.time() - t_start)}")
-        return time.time()
-
-    # 1. FM predictor, once
-    t = stage(1, "predictor")
-    fm_ckpt = cfg.predictor.get("ckpt_path")
-    pred_dir = out / "predictor"
-    if cfg.paper.get("train_predictor", True) and not fm_ckpt:
-        info = _done(pred_dir)
-        if not info:
-            from mara.predictors.train import train_predictor
-
-            r = train_predictor(_with(cfg, **{"paths.output_dir": str(pred_dir)}))
-            info = {"fm_ckpt": r.get("fm_ckpt"), "wall_s": r.get("wall_s"), "val_mae_fm": r.get("val/mae_fm")}
-            _mark(pred_dir, info)
-        else:
-            log.info("predictor: already done, skipped")
-        fm_ckpt = info.get("fm_ckpt")
-    result["predictor"] = {"fm_ckpt": fm_ckpt}
-    _timed(timings, "predictor", t, out)
-
-    # 2. MAT trainings (parallel, resumable per run)
-    t = stage(2, "trainings")
-    trainings = run_trainings(cfg, out, fm_ckpt)
-    result["trainings"] = trainings
-    _timed(timings, "trainings", t, out)
-
-    overrides = method_overrides(cfg, trainings)
+    tfile = out / "stage_timings.json"
+    timings = json.loads(tfile.read_text()) if tfile.exists() else {}
+    if "wall_s" not in timings:  # an older run folder's per-stage walls
+        timings = {"wall_s": float(sum(v for v in timings.values() if isinstance(v, (int, float))))}
+    jobs = build_jobs(cfg, out)
+    workers = int(cfg.paper.get("workers", 2))
+    log.info(f"paper protocol: {len(jobs)} jobs (FM stage, {sum(j.name.startswith('train') for j in jobs)} trainings, "
+             f"{sum(j.name.startswith(('evaluation', 'stress')) for j in jobs)} method evaluations, prediction) on {workers} workers")
+    results, errors = run_jobs(jobs, workers, title="paper")
     methods = list(cfg.paper.methods)
-    # 3. evaluation on identical episodes, 4. stress
-    t = stage(3, "evaluation")
-    result["evaluation"] = _evaluation(cfg, out / "evaluation", methods, overrides, fm_ckpt)
-    _timed(timings, "evaluation", t, out)
-    t = stage(4, "stress")
-    result["stress"] = _evaluation(cfg, out / "stress", methods, overrides, fm_ckpt, scenario=cfg.paper.get("stress_scenario", "stress"))
-    _timed(timings, "stress", t, out)
-    # 5. prediction benchmark
-    t = stage(5, "prediction")
-    result["prediction"] = _prediction(cfg, out / "prediction", fm_ckpt)
-    _timed(timings, "prediction", t, out)
-    # 6. report
-    t = stage(6, "report")
-    result["report"] = {k: str(v) for k, v in write_report(out, timings=timings).items()}
-    _timed(timings, "report", t, out)
+    merged = {"evaluation": merge_results(out / "evaluation", methods, errors, "Evaluation (random)")}
+    if cfg.paper.get("stress_scenario"):
+        merged["stress"] = merge_results(out / "stress", methods, errors, "Evaluation (stress)")
+    timings["wall_s"] = timings["wall_s"] + (time.time() - t_start)
+    timings.update({"workers": workers, "job_s": _job_times(jobs, results)})
+    write_text_atomic(tfile, json.dumps(timings, indent=1))
+    paths = write_report(out, timings=timings)
+    for name, reason in errors.items():
+        log.warning(f"{name} failed: {reason}")
     log.info(f"paper protocol: done in {fmt_seconds(time.time() - t_start)} (this invocation); report: {out / 'report.md'}")
+    result = {"output_dir": str(out), "jobs": results, "errors": errors, "report": {k: str(v) for k, v in paths.items()},
+              "skipped": {k: v.get("skipped") for k, v in merged.items()}}
     write_text_atomic(out / "train_result.json", json.dumps(result, indent=1, default=str))
     return result
-
-
-def _timed(timings: dict, name: str, t0: float, out: Path) -> None:
-    """Wall time of each stage, summed over invocations (a resumed stage adds only what it did)."""
-    timings[name] = timings.get(name, 0.0) + (time.time() - t0)
-    write_text_atomic(out / "stage_timings.json", json.dumps(timings, indent=1))

@@ -171,12 +171,18 @@ def test_paper_protocol_tiny_end_to_end_and_resumes(tmp_path, small_bank):
     assert [r["tasks_per_episode"]["paper"] for r in rep["protocol"]] == [19.70, 31.75]
     assert len(rep["trainings"]) == 3
     markers = {q: q.stat().st_mtime_ns for q in run.rglob("DONE.json")}
-    assert len(markers) == 3 + 4  # 3 trainings; predictor, evaluation, stress, prediction
+    n_jobs = 1 + 3 + 2 * 10 + 1  # predictor, 3 trainings, 10 methods x (evaluation, stress), prediction
+    assert len(markers) == n_jobs
+    # every job's own output went into its folder's job.log, not the terminal
+    assert "Trainer.fit" not in p.stdout + p.stderr and (run / "evaluation" / "methods" / "FIFO" / "job.log").stat().st_size > 0
+    ev = json.loads((run / "evaluation" / "results.json").read_text())
+    assert [m for m in ev["summary"]] and {r["method"] for r in ev["rows"]} >= {"MARA", "FIFO", "Clairvoyant"}
+    assert ev["clairvoyant"]["n_episodes"] > 0 and (run / "evaluation" / "success_vs_load.png").exists()
     # a rerun skips every finished stage and training
     p = _run(*args, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     out = p.stdout + p.stderr
-    assert out.count("already done") == 3 + 4
+    assert f"{n_jobs} of {n_jobs} jobs already done, skipped" in out
     assert {q: q.stat().st_mtime_ns for q in run.rglob("DONE.json")} == markers
     assert "Trainer.fit" not in out and "evaluate FIFO" not in out
     # the README results section is generated from the report

@@ -201,9 +201,12 @@ def report_markdown(rep: dict) -> str:
          f"Run folder `{rep['run']}`. Every table: ours (mean ± sample std over training seeds × evaluation roots for "
          "learned methods, over roots otherwise; §5.1 two-stage averaging), the paper's published value, and ours − paper. "
          "The paper's numbers come from `mara/eval/paper_numbers.py`.", ""]
-    if rep.get("stage_timings_s"):
-        L += ["Wall time per stage: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in rep["stage_timings_s"].items())
-              + f" (total {sum(rep['stage_timings_s'].values()) / 60:.1f} min).", ""]
+    t = rep.get("stage_timings_s") or {}
+    if isinstance(t.get("wall_s"), (int, float)):
+        jobs = t.get("job_s") or {}
+        L += [f"Wall time {t['wall_s'] / 60:.1f} min on {t.get('workers', '?')} single-threaded workers (summed over "
+              "invocations of this run folder); job time by kind: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in jobs.items())
+              + f" (sum {sum(jobs.values()) / 60:.1f} min).", ""]
     for status in ("skipped", "failed"):
         for m, why in (rep.get(status) or {}).items():
             L += [f"**{m} {status}:** {why}", ""]
