@@ -132,7 +132,7 @@ def run_jobs(jobs: list[Job], workers: int, title: str = "jobs", poll_s: float =
     total_cost = sum(j.cost for j in pending)
     this_run = {j.name for j in pending}
     rank = critical_path(jobs)
-    progress = Progress(f"{title} ({len(pending)} jobs)", every_s=poll_s)
+    progress = Progress(f"{title} ({len(pending)} jobs)", every_s=30.0)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):  # inherited before any import
         os.environ[var] = "1"
     t0 = time.time()

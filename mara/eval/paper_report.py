@@ -130,6 +130,45 @@ def protocol_stats(res: dict) -> list[dict]:
     return out
 
 
+def by_load(summary: dict, stress: dict) -> list[dict]:
+    """Every method's average success (%) at every load and in the stress scenario (Figure 4's numbers)."""
+    loads = sorted({ld for m in summary.values() for ts in m.values() for ld in ts}, key=float)
+    rows = []
+    for m in _ordered(summary):
+        key = "Average" if "Average" in summary[m] else next(iter(summary[m]))
+        st = (stress.get(m) or {})
+        st_cell = _cell(next(iter((st.get("stress") or next(iter(st.values()), {})).values()), None)) if st else None
+        rows.append({"method": m, "loads": {ld: _cell(summary[m][key].get(ld)) for ld in loads}, "stress": st_cell})
+    return rows
+
+
+def paired_differences(rows: list[dict], ref: str = "MARA", load: float = 0.04) -> list[dict]:
+    """``ref`` minus every other method at ``load`` on identical episodes: mean and standard error of the
+    per-episode difference (learned methods averaged over training seeds first), next to the paper's
+    difference of Table 2 / Table 5 averages where both methods are there."""
+    per: dict = {}
+    for r in rows:
+        if abs(float(r["load"]) - load) > 1e-9:
+            continue
+        k = (r["task_set"], r["root"], r["episode"])
+        per.setdefault(r["method"], {}).setdefault(k, []).append(100.0 * r["success_rate"])
+    if ref not in per:
+        return []
+    base = {k: float(np.mean(v)) for k, v in per[ref].items()}
+    paper_avg = {m: v["Average"][0] for m, v in {**P.TABLE2, **P.TABLE5}.items() if "Average" in v}
+    out = []
+    for m in _ordered(per):
+        if m == ref:
+            continue
+        d = np.array([base[k] - float(np.mean(v)) for k, v in per[m].items() if k in base])
+        if not len(d):
+            continue
+        se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else None
+        pd = (paper_avg[ref] - paper_avg[m]) if ref in paper_avg and m in paper_avg else None
+        out.append({"method": m, "diff": float(d.mean()), "se": se, "n_episodes": int(len(d)), "paper_diff": pd})
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- figures
 def figure4(summary: dict, path: Path) -> Path | None:
     """Success vs load for every method (Oracle and Clairvoyant dashed), ±1 sample std, paper's stated points hollow."""
@@ -186,6 +225,10 @@ def build_report(run: Path, timings: dict | None = None) -> dict:
         "loads": sorted({float(ld) for m in summary.values() for ts in m.values() for ld in ts}),
         "skipped": {**(ev.get("skipped") or {}), **{f"{k} (stress)": v for k, v in (st.get("skipped") or {}).items()}},
         "failed": {**(ev.get("failed") or {}), **{f"{k} (stress)": v for k, v in (st.get("failed") or {}).items()}},
+        "by_load": by_load(summary, st.get("summary") or {}),
+        "mara_minus": paired_differences(ev.get("rows") or []),
+        "bank": ev.get("bank"),
+        "bank_sources": _bank_sources(ev.get("bank")),
         "clairvoyant": ev.get("clairvoyant"),
         "evaluation_protocol": ev.get("protocol"),
         "stage_timings_s": timings or _load(run / "stage_timings.json") or {},
@@ -196,11 +239,56 @@ def build_report(run: Path, timings: dict | None = None) -> dict:
     return rep
 
 
+def _bank_sources(path) -> dict | None:
+    """{data_source: [families]} of the evaluated bank (None when it cannot be read)."""
+    try:
+        import pyarrow.parquet as pq
+
+        t = pq.read_table(path, columns=["family", "data_source"]).to_pydict()
+    except Exception:
+        return None
+    out: dict = {}
+    for fam, src in sorted(set(zip(t["family"], t["data_source"]))):
+        out.setdefault(src, []).append(fam)
+    return out
+
+
+def _bank_line(rep: dict) -> str:
+    src = rep.get("bank_sources")
+    if not src:
+        return f"Bank: `{rep.get('bank')}`."
+    parts = [f"{k}: {', '.join(v)}" for k, v in sorted(src.items())]
+    return f"Bank: `{Path(str(rep.get('bank'))).name}` ({'; '.join(parts)})."
+
+
+def _by_load_md(rep: dict) -> list[str]:
+    rows = rep.get("by_load") or []
+    if not rows:
+        return []
+    loads = list(rows[0]["loads"])
+    L = ["| Method | " + " | ".join(f"p = {ld}" for ld in loads) + " | stress |", "|---|" + "---:|" * (len(loads) + 1)]
+    for r in rows:
+        cells = [_ms(c["mean"], c["std"]) if c else DASH for c in r["loads"].values()]
+        st = r["stress"]
+        L.append(f"| {r['method']} | " + " | ".join(cells) + f" | {_ms(st['mean'], st['std']) if st else DASH} |")
+    return L
+
+
+def _minus_md(rep: dict) -> list[str]:
+    rows = rep.get("mara_minus") or []
+    if not rows:
+        return []
+    L = ["| MARA minus | ours (± s.e., paired over episodes) | episodes | paper (Table 2/5 averages) |", "|---|---:|---:|---:|"]
+    for r in rows:
+        L.append(f"| {r['method']} | {_f(r['diff'], sign=True)} ± {_f(r['se'])} | {r['n_episodes']} | {_f(r['paper_diff'], sign=True)} |")
+    return L
+
+
 def report_markdown(rep: dict) -> str:
     L = ["# MARA paper protocol — report", "",
          f"Run folder `{rep['run']}`. Every table: ours (mean ± sample std over training seeds × evaluation roots for "
          "learned methods, over roots otherwise; §5.1 two-stage averaging), the paper's published value, and ours − paper. "
-         "The paper's numbers come from `mara/eval/paper_numbers.py`.", ""]
+         "The paper's numbers come from `mara/eval/paper_numbers.py`.", "", _bank_line(rep), ""]
     t = rep.get("stage_timings_s") or {}
     if isinstance(t.get("wall_s"), (int, float)):
         jobs = t.get("job_s") or {}
@@ -243,6 +331,10 @@ def report_markdown(rep: dict) -> str:
     L += ["", "Paper Oracle at p = 0.07 is derived from §5.6 (MARA 50.53 + gap 21.19); the paper states no other Figure-4 values as numbers.", ""]
     if rep["figures"].get("figure4"):
         L += ["## Figure 4 — success rate vs load", "", f"![Figure 4]({Path(rep['figures']['figure4']).name})", ""]
+    if rep.get("by_load"):
+        L += ["Average success (%) over the three task sets at every load, and in the stress scenario:", "", *_by_load_md(rep), ""]
+    if rep.get("mara_minus"):
+        L += ["## MARA against every other method at p = 0.04", "", *_minus_md(rep), ""]
     if rep.get("clairvoyant"):
         c = rep["clairvoyant"]
         L += [f"Clairvoyant: {c['n_optimal']}/{c['n_episodes']} episodes solved to proven optimality (others: CP-SAT's proven upper bound), "
@@ -274,11 +366,18 @@ def write_report(run: Path, timings: dict | None = None) -> dict[str, Path]:
 # ------------------------------------------------------------------------------------------- README part
 def readme_markdown(rep: dict) -> str:
     """The README's results section: the report's headline tables (generated, never typed by hand)."""
+    t = rep.get("stage_timings_s") or {}
+    took = f" It took {t['wall_s'] / 60:.0f} min on {t.get('workers', '?')} single-threaded workers." if isinstance(t.get("wall_s"), (int, float)) else ""
     L = [f"Generated by `python -m mara.report run={rep['run']} readme=README.md` from the run's `report.json` "
-         "(`python -m mara.train experiment=paper`). Ours: mean ± sample std over training seeds × roots; paper: published.", ""]
+         f"(`python -m mara.train experiment=paper`).{took} {_bank_line(rep)} Every method on identical episodes "
+         "(3 task sets × 5 roots × 12 episodes per load); ours: mean ± sample std over training seeds × roots; paper: published.", ""]
     L += ["**Success rate (%) at p = 0.04, average over the three task sets (Table 2)**", "", "| Method | ours | paper | Δ |", "|---|---:|---:|---:|"]
     for r in rep["table2"]:
         L.append(f"| {r['method']} | " + " | ".join(_md_pair(r["Average"])) + " |")
+    if rep.get("by_load"):
+        L += ["", "**Every method at every load (Figure 4) and in the stress scenario (Table 3)** — average success (%)", "", *_by_load_md(rep)]
+    if rep.get("mara_minus"):
+        L += ["", "**MARA minus each method at p = 0.04**, per-episode differences on identical episodes", "", *_minus_md(rep)]
     L += ["", "**Stress test (Table 3)**", "", "| Method | ours | paper | Δ |", "|---|---:|---:|---:|"]
     for r in rep["table3"]:
         L.append(f"| {r['method']} | " + " | ".join(_md_pair(r["success"])) + " |")
