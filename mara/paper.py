@@ -15,6 +15,7 @@ Then, in this process: ``evaluation/results.json`` and ``stress/results.json`` m
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -242,7 +243,12 @@ def run_paper(cfg: DictConfig, out: Path) -> dict:
     if "wall_s" not in timings:  # an older run folder's per-stage walls
         timings = {"wall_s": float(sum(v for v in timings.values() if isinstance(v, (int, float))))}
     jobs = build_jobs(cfg, out)
-    workers = int(cfg.paper.get("workers", 2))
+    workers = cfg.paper.get("workers")
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    workers = int(workers)
+    if workers < 1:
+        raise ConfigError(f"paper.workers must be >= 1 (or null: one per usable core), got {workers}")
     log.info(f"paper protocol: {len(jobs)} jobs (FM stage, {sum(j.name.startswith('train') for j in jobs)} trainings, "
              f"{sum(j.name.startswith(('evaluation', 'stress')) for j in jobs)} method evaluations, prediction) on {workers} workers")
     results, errors = run_jobs(jobs, workers, title="paper")

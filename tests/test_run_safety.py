@@ -38,6 +38,12 @@ def test_unknown_group_option_exits_2_with_one_line(module):
     assert "Traceback" not in p.stderr
 
 
+def test_paper_workers_must_be_positive(tmp_path):
+    p = _run("-m", "mara.train", "experiment=paper", "paper.workers=0", f"hydra.run.dir={tmp_path}", timeout=120)
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == ["error: paper.workers must be >= 1 (or null: one per usable core), got 0"]
+    assert not (tmp_path / "predictor").exists()  # refused before any work
+
+
 def test_unknown_group_option_rules():
     assert unknown_group_option(["experiment=smoke", "sim.loads=[0.04]", "hydra.run.dir=x", "seed=1"]) is None
     assert unknown_group_option(["experiment=null", "predictor=wls", "-m", "experiment=smoke,paper"]) is None
