@@ -4,7 +4,8 @@
 #   scripts/ship_real_bank.sh [OUT]      # OUT: run folders (default outputs/real_bank); rerun to resume
 #
 # Every step is skipped when its result is already there, so an interrupted run continues where it stopped.
-#  1. ship: merge the plan's 780 shards, calibrate, validate, install mara/data/banks/zoo.parquet
+#  1. ship: merge the plan's 780 shards, calibrate, validate, install mara/data/banks/zoo.parquet, and remove the
+#     stand-in (synthetic) shards from data/zoo_bank/shards/;
 #     (refuses while any curve of the plan is missing: `python -m mara.generate_curves` first);
 #  2. the bank's FM checkpoints: fm_zoo.ckpt (the paper's v1 inputs, the default) and fm_zoo_v3.ckpt (issue 13);
 #  3. the shipped MARA policies mara_zoo_seed{0,1,2}.ckpt (python -m mara.train stage=policy, default recipe);
@@ -20,6 +21,8 @@ step() { printf '\n== %s · %s\n' "$(date +%H:%M:%S)" "$*"; }
 if [ ! -e "$OUT/shipped" ]; then
   step "1/5 ship the real bank"
   python -m mara.generate_curves action=ship
+  # the stand-in curves leave the tree (git history keeps them; `bank=parametric` stays the fast test bank)
+  find data/zoo_bank/shards -name '*__synthetic__*.parquet' -delete
   touch "$OUT/shipped"
 fi
 
