@@ -157,10 +157,8 @@ def run_jobs(jobs: list[Job], workers: int, title: str = "jobs", poll_s: float =
             run_txt = ", ".join(f"{j.name} {100 * last_percent(Path(j.folder) / j.log_name):.0f}%" for j, _ in running.values())
             progress.update(min((done_cost + partial) / total_cost, 0.999) if (pending or running) else 1.0,
                             f"· {n_finished}/{len(jobs)} finished" + (f"; running: {run_txt}" if run_txt else ""))
-            if not running:  # nothing can start: a dependency cycle
-                for j in pending:
-                    errors[j.name] = "not run: its dependencies never finished (cycle)"
-                break
+            if not running:  # unreachable: unknown dependencies and cycles are refused above
+                raise RuntimeError(f"{title}: no job can start ({', '.join(j.name for j in pending)})")
             finished, _ = wait(list(running), timeout=poll_s, return_when=FIRST_COMPLETED)
             for f in finished:
                 j, started = running.pop(f)
