@@ -92,11 +92,10 @@ def _train_job(cfg_yaml: str, job: dict, fm_ckpt: str | None, *, deps: dict) -> 
     cfg = OmegaConf.create(cfg_yaml)
     if job["predictor"] == "fm":
         cfg = _with(cfg, **{"predictor.ckpt_path": _fm_from(deps, fm_ckpt) or cfg.predictor.get("ckpt_path")})
-    t0 = time.time()
     summary = train_policy(cfg)
     best = Path(job["dir"]) / "checkpoints" / "best.ckpt"
     return {"method": job["method"], "seed": job["seed"], "best_ckpt": str(best) if best.exists() else summary.get("last_ckpt"),
-            "val_success_rate": summary.get("val_success_rate"), "wall_s": time.time() - t0}
+            "val_success_rate": summary.get("val_success_rate")}  # wall_s: added by mara.jobs for every job
 
 
 def _eval_job(cfg_yaml: str, method: str, folder: str, fm_ckpt: str | None, scenario: str | None, learned: bool, *, deps: dict) -> dict:
