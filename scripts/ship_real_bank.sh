@@ -65,7 +65,7 @@ wait "$a" || { echo "FM v3 training failed: see $OUT/fm_v3.log" >&2; exit 1; }
 wait "$b" || { echo "a policy training failed: see $OUT/mara_seed*.log and $OUT/live_mara.log" >&2; exit 1; }
 
 step "4/5 fidelity against Table 6; the README's two live runs"
-python -m mara.fidelity out_dir=docs/fidelity
+python -m mara.fidelity out_dir=docs/fidelity readme=README.md
 [ -e "$OUT/live/live_results.json" ] || python -m mara.live hydra.run.dir="$OUT/live"
 [ -e "$OUT/live6/live_results.json" ] || python -m mara.live 'methods=[MARA,Slack-FM,FIFO,EDF,LARA,LARA-FM]' live.episodes=3 live.load=0.1 hydra.run.dir="$OUT/live6"
 

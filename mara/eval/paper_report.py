@@ -392,15 +392,11 @@ def readme_markdown(rep: dict) -> str:
     return "\n".join(L)
 
 
-BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
-
-
 def replace_readme_section(readme_text: str, section: str) -> str:
     """Replace the text between the results markers; a README without both markers is an error."""
-    i, j = readme_text.find(BEGIN), readme_text.find(END)
-    if i < 0 or j < i:
-        raise ValueError(f"README has no '{BEGIN}' … '{END}' markers to fill")
-    return readme_text[: i + len(BEGIN)] + "\n" + section.rstrip() + "\n" + readme_text[j:]
+    from mara.readme_sections import replace_section
+
+    return replace_section(readme_text, section, "results")
 
 
 def copy_figures_for_readme(rep: dict, dest: Path) -> list[Path]:
