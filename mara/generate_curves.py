@@ -16,8 +16,14 @@ def run(cfg: DictConfig) -> None:
     from mara.curves.generation import generate, merge
 
     action = cfg.action
-    if action not in ("generate", "merge", "all", "ship"):
-        raise ZooError(f"unknown action {action!r} (use generate, merge, all or ship)")
+    if action not in ("generate", "merge", "all", "ship", "status"):
+        raise ZooError(f"unknown action {action!r} (use generate, merge, all, ship or status)")
+    if action == "status":
+        from mara.curves.generation import COST_GUESS_S
+        from mara.curves.plan_status import plan_status, status_markdown
+
+        print(status_markdown(plan_status(planned_jobs(cfg), cfg.shard_dir, COST_GUESS_S), int(cfg.workers)))
+        return
     if action == "ship":
         missing = missing_jobs(cfg)
         if missing:

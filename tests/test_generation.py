@@ -189,3 +189,34 @@ def test_bank_grid_plot_lays_out_every_family(small_bank, tmp_path):
     img = mpimg.imread(png)
     n = len(small_bank.families)
     assert img.shape[1] == int(3.4 * min(5, n) * 110) and img.shape[0] == int(2.8 * -(-n // 5) * 110)
+
+
+def test_status_counts_shards_and_their_recorded_cost(tmp_path, capsys):
+    """action=status: done / planned per family and split, compute = (wall − recorded pause) × threads from each
+    shard's meta, missing curves estimated at the family's mean so far."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mara import generate_curves as entry
+    from mara.curves.plan_status import curve_cost_s, plan_status, shard_meta
+
+    shards = tmp_path / "shards"
+    gen.generate([FAM], {"pool": 2}, shard_dir=shards, cap=5, quiet=True)
+    jobs = gen.plan_jobs([FAM], {"pool": 3, "fm_val": 2, "fm_train": 0}, "synthetic")
+    paths = [shards / gen.Job(FAM, "pool", i, "synthetic").shard_name for i in range(2)]
+    # record a pause in the first shard's meta, as for a worker stopped while the machine ran something else
+    t = pq.read_table(paths[0])
+    meta = json.loads(t.column("meta")[0].as_py()) | {"wall_time_s": 100.0, "paused_s": 60.0, "threads": 2}
+    col = pa.array([json.dumps(meta)], type=t.schema.field("meta").type)
+    pq.write_table(t.set_column(t.schema.get_field_index("meta"), t.schema.field("meta"), col), paths[0])
+    second = shard_meta(paths[1])
+    assert curve_cost_s(shard_meta(paths[0])) == pytest.approx(80.0)  # (100 − 60) × 2
+    rows = plan_status(jobs, shards, {FAM: 999.0})
+    assert [(r["split"], r["done"], r["planned"]) for r in rows] == [("pool", 2, 3), ("fm_val", 0, 2)]
+    mean = (80.0 + float(second["wall_time_s"])) / 2
+    assert rows[0]["spent_s"] == pytest.approx(80.0 + float(second["wall_time_s"]))
+    assert rows[0]["remaining_s"] == pytest.approx(mean) and rows[1]["remaining_s"] == pytest.approx(2 * mean)
+    assert plan_status(jobs, tmp_path / "empty", {FAM: 10.0})[1]["remaining_s"] == 20.0  # no shard yet: the guess
+    entry.run(_gen_cfg(tmp_path, action="status", counts={"pool": 3, "fm_val": 2, "fm_train": 0}, workers=2))
+    out = capsys.readouterr().out
+    assert f"| {FAM} | pool | synthetic | 2 / 3 |" in out and "2 of 5 curves finished" in out and "on 2 workers" in out
