@@ -61,7 +61,8 @@ def test_resume_skips_finished_jobs_and_yields_same_bank(tmp_path):
     assert _losses(bank_a) == _losses(bank_b) and len(bank_b) == 4
     assert set(bank_b.data_source) == {"synthetic"} and bank_b.lengths.tolist() == [5] * 4
     meta = json.loads(bank_b.meta[0])
-    assert {"code_version", "torch_version", "device", "wall_time_s", "created_at", "source"} <= set(meta)
+    assert {"code_version", "torch_version", "device", "wall_time_s", "cpu_time_s", "created_at", "source"} <= set(meta)
+    assert 0 < meta["cpu_time_s"]
     assert bank_b.bank_meta["composition"] == {FAM: {"pool": 3, "fm_val": 1}}
     assert any((tmp_path / "tb").iterdir())
 
@@ -207,14 +208,16 @@ def test_status_counts_shards_and_their_recorded_cost(tmp_path, capsys):
     # record a pause in the first shard's meta, as for a worker stopped while the machine ran something else
     t = pq.read_table(paths[0])
     meta = json.loads(t.column("meta")[0].as_py()) | {"wall_time_s": 100.0, "paused_s": 60.0, "threads": 2}
+    meta.pop("cpu_time_s")  # an older shard: cost from its wall time
     col = pa.array([json.dumps(meta)], type=t.schema.field("meta").type)
     pq.write_table(t.set_column(t.schema.get_field_index("meta"), t.schema.field("meta"), col), paths[0])
     second = shard_meta(paths[1])
     assert curve_cost_s(shard_meta(paths[0])) == pytest.approx(80.0)  # (100 − 60) × 2
     rows = plan_status(jobs, shards, {FAM: 999.0})
     assert [(r["split"], r["done"], r["planned"]) for r in rows] == [("pool", 2, 3), ("fm_val", 0, 2)]
-    mean = (80.0 + float(second["wall_time_s"])) / 2
-    assert rows[0]["spent_s"] == pytest.approx(80.0 + float(second["wall_time_s"]))
+    assert curve_cost_s(second) == second["cpu_time_s"] and curve_cost_s(second | {"cpu_time_s": None}) == second["wall_time_s"]
+    mean = (80.0 + float(second["cpu_time_s"])) / 2
+    assert rows[0]["spent_s"] == pytest.approx(80.0 + float(second["cpu_time_s"]))
     assert rows[0]["remaining_s"] == pytest.approx(mean) and rows[1]["remaining_s"] == pytest.approx(2 * mean)
     assert plan_status(jobs, tmp_path / "empty", {FAM: 10.0})[1]["remaining_s"] == 20.0  # no shard yet: the guess
     entry.run(_gen_cfg(tmp_path, action="status", counts={"pool": 3, "fm_val": 2, "fm_train": 0}, workers=2))

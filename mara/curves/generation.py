@@ -164,9 +164,9 @@ def train_curve(job: Job, settings: GenerationSettings, attempt: int = 0, device
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, callbacks=[recorder],
         use_distributed_sampler=False, num_sanity_val_steps=0, limit_val_batches=0, precision="32-true",
     )
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     trainer.fit(module, train_dataloaders=loader)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0  # cpu: this process's CPU time, all its threads
     if recorder.failure:
         return None, recorder.failure
     if len(recorder.losses) != cap:
@@ -175,6 +175,7 @@ def train_curve(job: Job, settings: GenerationSettings, attempt: int = 0, device
     meta = {
         "code_version": settings.code_version, "torch_version": torch.__version__, "lightning_version": L.__version__,
         "device": device, "threads": torch.get_num_threads(), "wall_time_s": round(wall, 3),
+        "cpu_time_s": round(cpu, 3),
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
         "source": f"tasks_zoo:{job.family} ({job.source} data)", "attempt": attempt, "cap": cap,
         "data_order": data_order(load_zoo_config(job.family)),

@@ -1,8 +1,9 @@
 """How far a generation plan has got and what it cost (``python -m mara.generate_curves action=status``).
 
 Per family and split: curves finished / planned; the compute the finished ones took, read from each shard's
-``meta`` (``wall_time_s`` × ``threads``, less ``paused_s`` where a run was recorded as paused, e.g. by SIGSTOP
-while the machine ran something else); and what the missing ones should take (the family's mean per finished
+``meta`` (``cpu_time_s``, the training process's CPU time, where recorded; in older shards ``wall_time_s`` ×
+``threads``, less ``paused_s`` where a run was recorded as paused, e.g. by SIGSTOP while the machine ran something
+else); and what the missing ones should take (the family's mean per finished
 curve, or ``COST_GUESS_S`` before any is finished). Pure functions over shard files; nothing is written.
 """
 from __future__ import annotations
@@ -21,7 +22,9 @@ def shard_meta(path: Path) -> dict:
 
 
 def curve_cost_s(meta: dict) -> float:
-    """Compute seconds one curve took: (wall time − recorded pause) × threads."""
+    """Compute seconds one curve took: its recorded CPU time, else (wall time − recorded pause) × threads."""
+    if meta.get("cpu_time_s") is not None:
+        return float(meta["cpu_time_s"])
     wall = float(meta.get("wall_time_s") or 0.0) - float(meta.get("paused_s") or 0.0)
     return max(wall, 0.0) * int(meta.get("threads") or 1)
 
