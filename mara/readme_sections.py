@@ -3,8 +3,6 @@ command (``python -m mara.report ... readme=README.md`` fills ``results``, ``pyt
 readme=README.md`` fills ``fidelity``), never typed by hand."""
 from __future__ import annotations
 
-from pathlib import Path
-
 
 def markers(name: str) -> tuple[str, str]:
     return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
@@ -18,12 +16,3 @@ def replace_section(text: str, section: str, name: str) -> str:
         raise ValueError(f"README has no '{begin}' … '{end}' markers to fill")
     return text[: i + len(begin)] + "\n" + section.rstrip() + "\n" + text[j:]
 
-
-def update_readme(readme: Path, section: str, name: str) -> Path:
-    """Rewrite the ``name`` section of ``readme`` in place (atomically)."""
-    from mara.eval.report import write_text_atomic
-
-    readme = Path(readme)
-    if not readme.exists():
-        raise FileNotFoundError(f"README {readme} does not exist")
-    return write_text_atomic(readme, replace_section(readme.read_text(), section, name))

@@ -11,8 +11,9 @@ from omegaconf import OmegaConf
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mara.eval.paper_report import copy_figures_for_readme, readme_markdown, replace_readme_section, write_report
+    from mara.eval.paper_report import copy_figures_for_readme, readme_markdown, write_report
     from mara.eval.report import write_text_atomic
+    from mara.readme_sections import replace_section
 
     args = sys.argv[1:] if argv is None else argv
     try:
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
             rep = json.loads(Path(paths["json"]).read_text())
             copies = copy_figures_for_readme(rep, readme.parent / "docs" / "figures")
             section = readme_markdown(rep) + "".join(f"\n![{p.stem}](docs/figures/{p.name})" for p in copies) + "\n"
-            write_text_atomic(readme, replace_readme_section(readme.read_text(), section))
+            write_text_atomic(readme, replace_section(readme.read_text(), section, "results"))
             print(f"updated the results section of {readme}")
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)

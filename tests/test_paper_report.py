@@ -33,3 +33,15 @@ def test_by_load_lists_every_method_with_its_stress_cell():
     assert table["MARA"]["loads"]["0.07"]["mean"] == pytest.approx(35.0)
     assert table["FIFO"]["loads"]["0.07"] is None and table["FIFO"]["stress"] is None
     assert table["MARA"]["stress"]["mean"] == pytest.approx(65.0)
+
+
+def test_readme_sections_replace_between_their_own_markers_only():
+    from mara.readme_sections import replace_section
+
+    text = "a\n<!-- results:begin -->\nold\n<!-- results:end -->\nb\n<!-- fidelity:begin -->\nkeep\n<!-- fidelity:end -->\n"
+    out = replace_section(text, "new\n\n", "results")
+    assert out == text.replace("\nold\n", "\nnew\n")
+    with pytest.raises(ValueError, match="live:begin"):
+        replace_section(text, "x", "live")
+    with pytest.raises(ValueError, match="results:begin"):  # end before begin is not a section
+        replace_section("<!-- results:end -->\n<!-- results:begin -->\n", "x", "results")

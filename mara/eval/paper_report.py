@@ -392,13 +392,6 @@ def readme_markdown(rep: dict) -> str:
     return "\n".join(L)
 
 
-def replace_readme_section(readme_text: str, section: str) -> str:
-    """Replace the text between the results markers; a README without both markers is an error."""
-    from mara.readme_sections import replace_section
-
-    return replace_section(readme_text, section, "results")
-
-
 def copy_figures_for_readme(rep: dict, dest: Path) -> list[Path]:
     """Copy the report's figures next to the README (docs/figures/paper_*.png); returns the copies."""
     dest.mkdir(parents=True, exist_ok=True)
