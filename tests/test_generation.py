@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from mara.curves.bank import load_bank
@@ -62,7 +63,7 @@ def test_resume_skips_finished_jobs_and_yields_same_bank(tmp_path):
     assert set(bank_b.data_source) == {"synthetic"} and bank_b.lengths.tolist() == [5] * 4
     meta = json.loads(bank_b.meta[0])
     assert {"code_version", "torch_version", "device", "wall_time_s", "cpu_time_s", "created_at", "source"} <= set(meta)
-    assert 0 < meta["cpu_time_s"]
+    assert 0 < meta["cpu_time_s"] and meta["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert bank_b.bank_meta["composition"] == {FAM: {"pool": 3, "fm_val": 1}}
     assert any((tmp_path / "tb").iterdir())
 

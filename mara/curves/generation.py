@@ -175,7 +175,7 @@ def train_curve(job: Job, settings: GenerationSettings, attempt: int = 0, device
     meta = {
         "code_version": settings.code_version, "torch_version": torch.__version__, "lightning_version": L.__version__,
         "device": device, "threads": torch.get_num_threads(), "wall_time_s": round(wall, 3),
-        "cpu_time_s": round(cpu, 3),
+        "cpu_time_s": round(cpu, 3), "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # e.g. AVX2 / AVX512
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
         "source": f"tasks_zoo:{job.family} ({job.source} data)", "attempt": attempt, "cap": cap,
         "data_order": data_order(load_zoo_config(job.family)),
