@@ -16,7 +16,7 @@
 #  4. side by side: fm_zoo_v3.ckpt (issue 13) | the live-mode policy mara_live.ckpt (live-scaled bank);
 #  5. the README's other measurements into OUT: Table-6 fidelity (docs/fidelity/ and the README), the rules on the
 #     evaluation episodes, Table 1 with the v3 predictor, leave-one-family-out, the LARA readings on validation
-#     roots, and the two live runs.
+#     roots, and the two live runs; then the README's tables from them (`python -m mara.readme_tables`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-outputs/real_bank}"
@@ -95,5 +95,7 @@ if todo 5; then
   wait "$a" || { echo "a measurement failed: see $OUT/rules.log, $OUT/prediction_v3.log, $OUT/lara_sweep.*.log" >&2; exit 1; }
   wait "$b" || { echo "a measurement failed: see $OUT/lofo.log, $OUT/live.log" >&2; exit 1; }
 fi
-step "done: review git diff (README, docs/, $CK); update the README's other tables from $OUT (rules*/results.md,
-prediction_v3/, lofo/, lara_sweep.md, live*/live_results.md, fm_v3.log, paper/policy/MARA/seed*/ imitation logs); commit"
+step "the README's measured tables from $OUT (python -m mara.readme_tables)"
+python -m mara.readme_tables run="$OUT" readme=README.md
+step "done: review git diff (README, docs/, $CK); update the README's prose around the tables and the numbers typed
+in it (imitation: paper/policy/MARA/seed*/, FM v3: fm_v3.log, live_mara.log); commit"
