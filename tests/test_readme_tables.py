@@ -38,7 +38,7 @@ def test_rules_and_lara_sweep_read_the_averages(tmp_path):
     _write(run / "lara_sweep" / "faithful" / "results.json", build_results(_rows("LARA", [0.25, 0.35]) + _rows("LARA-FM", [0.6, 0.6])))
     readme = _readme(tmp_path)
     written = fill_readme(run, readme)
-    assert written == {"rules": True, "prediction": False, "lofo": False, "lara_sweep": True, "live": False}
+    assert written == {"rules": True, "prediction": False, "lofo": False, "lara_sweep": True, "live": False, "imitation": False}
     text = readme.read_text()
     # Slack-FM: roots 50 % and 70 % -> 60 ± 14.14 at every load; stress 85 ± 7.07; LARA has no stress run
     assert "| Slack-FM (predictor-guided rule) | 60.00 ± 14.14 | 60.00 ± 14.14 | 60.00 ± 14.14 | 60.00 ± 14.14 | 85.00 ± 7.07 |" in text
@@ -96,3 +96,18 @@ def test_entry_point_errors_are_one_line(tmp_path):
     assert p.returncode == 2 and p.stderr.startswith("usage:")
     p = subprocess.run(cmd + [f"run={tmp_path}", f"readme={readme}"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and "rules: left as it is" in p.stdout and readme.read_text().count("old ") == len(SECTIONS)
+
+
+def test_imitation_section_reads_each_seed(tmp_path):
+    run = tmp_path / "out"
+    ck = run / "paper" / "policy" / "MARA" / "seed1" / "checkpoints"
+    _write(ck / "imitation.json", {"rounds": [{"round": 0, "states": 100, "agreement_train": 0.995},
+                                             {"round": 1, "states": 200, "agreement_train": 0.99,
+                                              "agreement_new_before_training": 0.97}]})
+    _write(ck / "validation.json", {"best_iteration": 4, "val_success_rate": 0.63,
+                                    "val_baselines": {"Slack-FM": 0.62, "FIFO": 0.5, "EDF": 0.45, "LARA": 0.55},
+                                    "history": [{"iteration": 0, "env_steps": 0, "val_success_rate": 0.61},
+                                                {"iteration": 4, "env_steps": 8192, "val_success_rate": 0.63}]})
+    readme = _readme(tmp_path)
+    assert fill_readme(run, readme, names=["imitation"]) == {"imitation": True}
+    assert "| 1 | 200 | 99.5 | 99.0 | 97.0 | 61.0 | 63.0 | 4, 8,192 | 62.0 | 50.0 | 45.0 | 55.0 |" in readme.read_text()
