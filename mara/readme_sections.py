@@ -1,7 +1,7 @@
 """Generated sections of the README: text between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` is written by a
 command (``python -m mara.report ... readme=README.md`` fills ``results``, ``python -m mara.fidelity ...
 readme=README.md`` fills ``fidelity``, ``python -m mara.readme_tables run=OUT readme=README.md`` fills ``rules``,
-``prediction``, ``lofo``, ``lara_sweep``, ``live`` and ``imitation``), never typed by hand."""
+``prediction``, ``lofo``, ``lara_sweep``, ``live``, ``imitation`` and ``checkpoints``), never typed by hand."""
 from __future__ import annotations
 
 

@@ -14,6 +14,7 @@ written by their own commands.
 | ``lara_sweep`` | ``lara_sweep/<reading>/results.json`` |
 | ``live`` | ``live/live_results.md``, ``live6/live_results.md`` |
 | ``imitation`` | ``paper/policy/MARA/seed*/checkpoints/imitation.json`` and ``validation.json`` |
+| ``checkpoints`` | ``fm_v1/predictor/fm.ckpt``, ``fm_v3/predictor/fm.ckpt``, ``live_mara/policy/checkpoints/validation.json`` |
 """
 from __future__ import annotations
 
@@ -169,8 +170,44 @@ def imitation_section(run: Path) -> str | None:
     return "\n".join(lines) + "\n"
 
 
+FM_CHECKPOINTS = [("fm_v1", "fm_zoo.ckpt (paper inputs, the default)",
+                   "python -m mara.train stage=predictor predictor.net.feature_set=v1"),
+                  ("fm_v3", "fm_zoo_v3.ckpt (v3 inputs)", "python -m mara.train stage=predictor trainer.max_epochs=40")]
+
+
+def checkpoints_section(run: Path) -> str | None:
+    fms = [(label, cmd, run / folder / "predictor" / "fm.ckpt") for folder, label, cmd in FM_CHECKPOINTS]
+    live = _json(run / "live_mara" / "policy" / "checkpoints" / "validation.json")
+    if not any(p.exists() for *_, p in fms) and live is None:
+        return None
+    lines = []
+    if any(p.exists() for *_, p in fms):
+        import torch
+
+        lines += ["| shipped FM checkpoint | command | epochs | val. FM loss | val. MAE FM / WLS (batches) | conformal offset | "
+                  "training wall time (s) |", "|---|---|---:|---:|---:|---:|---:|"]
+        for label, cmd, path in fms:
+            if not path.exists():
+                continue
+            x = torch.load(path, map_location="cpu", weights_only=False).get("extra", {})
+            f = lambda k, fmt: format(x[k], fmt) if isinstance(x.get(k), (int, float)) else "–"  # noqa: E731
+            lines.append(f"| `{label.split(' ', 1)[0]}` {label.split(' ', 1)[1]} | `{cmd}` | {x.get('epochs', '–')} | "
+                         f"{f('val/fm_loss', '.3f')} | {f('val/mae_fm', '.1f')} / {f('val/mae_wls', '.1f')} | "
+                         f"{f('band_offset', '.3f')} | {f('wall_s', '.0f')} |")
+        lines.append("")
+    if live is not None:
+        hist = live.get("history") or []
+        best = next((h for h in hist if h["iteration"] == live.get("best_iteration")), None)
+        base = ", ".join(f"{m} {_pct(v)}" for m, v in (live.get("val_baselines") or {}).items())
+        lines.append(f"`mara_live.ckpt` (the live-mode policy, M = 2, K = 4, trained on the live-scaled bank): best validation "
+                     f"success {_pct(live.get('val_success_rate'))} % at iteration {live.get('best_iteration')}"
+                     + (f" ({best['env_steps']:,} env steps)" if best else "") + f"; the rules on the same episodes: {base}.")
+    return "\n".join(lines) + "\n"
+
+
 SECTIONS = {"rules": rules_section, "prediction": prediction_section, "lofo": lofo_section,
-            "lara_sweep": lara_sweep_section, "live": live_section, "imitation": imitation_section}
+            "lara_sweep": lara_sweep_section, "live": live_section, "imitation": imitation_section,
+            "checkpoints": checkpoints_section}
 
 
 def fill_readme(run: Path, readme: Path, names=None) -> dict[str, bool]:

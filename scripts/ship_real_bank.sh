@@ -98,4 +98,4 @@ fi
 step "the README's measured tables from $OUT (python -m mara.readme_tables)"
 python -m mara.readme_tables run="$OUT" readme=README.md
 step "done: review git diff (README, docs/, $CK); update the README's prose around the generated tables and the
-numbers still typed in it (FM v3: $OUT/fm_v3.log, live policy: $OUT/live_mara.log); commit"
+numbers still typed in it (logs: $OUT/*.log); commit"

@@ -38,7 +38,7 @@ def test_rules_and_lara_sweep_read_the_averages(tmp_path):
     _write(run / "lara_sweep" / "faithful" / "results.json", build_results(_rows("LARA", [0.25, 0.35]) + _rows("LARA-FM", [0.6, 0.6])))
     readme = _readme(tmp_path)
     written = fill_readme(run, readme)
-    assert written == {"rules": True, "prediction": False, "lofo": False, "lara_sweep": True, "live": False, "imitation": False}
+    assert written == {"rules": True, "prediction": False, "lofo": False, "lara_sweep": True, "live": False, "imitation": False, "checkpoints": False}
     text = readme.read_text()
     # Slack-FM: roots 50 % and 70 % -> 60 ± 14.14 at every load; stress 85 ± 7.07; LARA has no stress run
     assert "| Slack-FM (predictor-guided rule) | 60.00 ± 14.14 | 60.00 ± 14.14 | 60.00 ± 14.14 | 60.00 ± 14.14 | 85.00 ± 7.07 |" in text
@@ -111,3 +111,22 @@ def test_imitation_section_reads_each_seed(tmp_path):
     readme = _readme(tmp_path)
     assert fill_readme(run, readme, names=["imitation"]) == {"imitation": True}
     assert "| 1 | 200 | 99.5 | 99.0 | 97.0 | 61.0 | 63.0 | 4, 8,192 | 62.0 | 50.0 | 45.0 | 55.0 |" in readme.read_text()
+
+
+def test_checkpoints_section_reads_the_checkpoints_training_record(tmp_path):
+    import torch
+
+    run = tmp_path / "out"
+    (run / "fm_v3" / "predictor").mkdir(parents=True)
+    torch.save({"state_dict": {}, "hparams": {}, "extra": {"epochs": 40, "val/fm_loss": 0.3051, "val/mae_fm": 38.52,
+                                                          "val/mae_wls": 144.9, "band_offset": 0.0594, "wall_s": 987.9}},
+               run / "fm_v3" / "predictor" / "fm.ckpt")
+    _write(run / "live_mara" / "policy" / "checkpoints" / "validation.json",
+           {"best_iteration": 4, "val_success_rate": 0.577, "val_baselines": {"FIFO": 0.563},
+            "history": [{"iteration": 4, "env_steps": 8192, "val_success_rate": 0.577}]})
+    readme = _readme(tmp_path)
+    assert fill_readme(run, readme, names=["checkpoints"]) == {"checkpoints": True}
+    text = readme.read_text()
+    assert "| `fm_zoo_v3.ckpt` (v3 inputs) | `python -m mara.train stage=predictor trainer.max_epochs=40` | 40 | 0.305 | 38.5 / 144.9 | 0.059 | 988 |" in text
+    assert "fm_zoo.ckpt` (paper" not in text  # no v1 run in the folder: no row
+    assert "best validation success 57.7 % at iteration 4 (8,192 env steps); the rules on the same episodes: FIFO 56.3." in text
