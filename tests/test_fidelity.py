@@ -10,7 +10,7 @@ import pytest
 
 from mara.curves.bank import default_bank_path, load_bank, write_bank
 from mara.curves.fidelity import LAST_BATCHES, budget_range, eps_mid, family_fidelity, fidelity_table, to_markdown
-from mara.families import ALL_FAMILIES, PAPER_FAMILY_PARAMS
+from mara.families import ALL_FAMILIES, OOD_FAMILIES, PAPER_FAMILY_PARAMS
 from tests.conftest import linear_records
 
 
@@ -45,6 +45,20 @@ def test_shipped_bank_table_has_every_family():
         assert 0.0 <= r["reach_paper_eps"] <= 1.0
     md = to_markdown(rows)
     assert md.count("\n") == 2 + len(rows) and all(f"| {f} |" in md for f in ALL_FAMILIES)
+
+
+def test_shipped_default_bank_is_all_real_with_the_paper_composition():
+    """The default bank is the real-data bank: every row real, all ten families, fm_train 50 / fm_val 10 / pool 30 per ID
+    family and pool 30 per OOD family, each curve with its recipe's data order recorded (README "Curve banks")."""
+    bank = load_bank(default_bank_path())
+    assert set(bank.data_source) == {"real"} and len(bank) == 780
+    assert bank.bank_meta["data_sources"] == ["real"] and sorted(bank.families) == sorted(ALL_FAMILIES)
+    for fam in ALL_FAMILIES:
+        want = {"pool": 30} if fam in OOD_FAMILIES else {"fm_train": 50, "fm_val": 10, "pool": 30}
+        assert {sp: len(bank.rows(fam, sp)) for sp in ("fm_train", "fm_val", "pool") if len(bank.rows(fam, sp))} == want, fam
+        assert bank.bank_meta["composition"][fam] == want
+    text_orders = {json.loads(m).get("data_order") for m, f in zip(bank.meta, bank.family) if f.startswith("ALSTM_Text")}
+    assert text_orders == {"file"}  # the text families' documented decision ("The text families")
 
 
 def test_entry_point_writes_table_json_plot_and_readme_section(tmp_path):

@@ -211,3 +211,27 @@ def test_missing_real_data_falls_back_to_synthetic_with_a_flag(tmp_path):
                             "live.replay=false", "live.figure=false", "live.workers=inline"))
     assert res["data"] == "synthetic"
     assert any(n.startswith("real data unavailable") for n in res["notes"])
+
+
+def test_exported_training_bank_has_the_live_runs_epsilon(tmp_path):
+    """A policy for live mode trains on the ε a live run with the same settings will set (calibration_bank=auto)."""
+    import pyarrow.parquet as pq
+
+    from mara.curves.bank import shipped_bank_path
+    from mara.live.episode import scaled_family_params
+    from mara.live.run import calibration_bank
+
+    fams = ["TSFM_Audio_1", "LSTM_Cifar10", "ALSTM_Text_1"]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("live", overrides=[f"paths.output_dir={tmp_path}", "action=export_bank", f"bank_out={tmp_path / 'b.parquet'}"])
+    live_main(cfg)
+    table = json.loads(pq.read_metadata(tmp_path / "b.parquet").metadata[b"mara.bank"])["family_params"]
+    real = load_bank(shipped_bank_path("live_real"))
+    assert calibration_bank(cfg, fams, "real").path == real.path  # auto + real data -> the shipped real-data curves
+    assert calibration_bank(cfg, fams, "synthetic") is None        # synthetic jobs -> the recipe bank's own curves
+    bank = load_bank(shipped_bank_path("zoo"))
+    want = scaled_family_params(real, fams, 0.25, 0.70, base=bank.family_params)
+    for f in fams:
+        assert table[f]["eps"] == pytest.approx(want[f]["eps"]) and table[f]["budget"] == list(want[f]["budget"])
+    other = scaled_family_params(bank, bank.families, 0.25, 0.70)["CNN_Cifar10"]
+    assert table["CNN_Cifar10"]["eps"] == pytest.approx(other["eps"])  # families live_real lacks keep the bank's own

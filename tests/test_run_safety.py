@@ -201,6 +201,14 @@ def test_paper_protocol_tiny_end_to_end_and_resumes(tmp_path, small_bank):
     assert (tmp_path / "docs" / "figures" / "paper_figure4.png").exists()
     p = _run("-m", "mara.report", f"run={tmp_path}", timeout=120)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
+    # the README's imitation and prediction tables read this run's own files (python -m mara.readme_tables)
+    from mara.readme_tables import fill_readme
+
+    readme.write_text("<!-- imitation:begin -->\n<!-- imitation:end -->\n<!-- prediction:begin -->\n<!-- prediction:end -->\n")
+    assert fill_readme(tmp_path, readme, names=["imitation", "prediction"]) == {"imitation": True, "prediction": True}
+    text = readme.read_text()
+    assert "\n| 0 | " in text.split("<!-- imitation:end -->")[0]  # seed 0's row
+    assert "| ID | FM (paper inputs) | " in text and "| ID | FM v3 | – |" in text
 
 
 def test_progress_lines_are_throttled_with_eta():
@@ -243,11 +251,3 @@ def test_lightning_lines_once_and_no_tips(caplog):
     lg.info("💡 Tip: For seamless cloud logging ... try installing [litlogger]")
     shown = [r.getMessage() for r in caplog.records if all(f.filter(r) for h in logging.getLogger().handlers for f in h.filters)]
     assert shown.count("GPU available: False, used: False") == 1 and not any("Tip" in m for m in shown)
-    # the README's imitation and prediction tables read this run's own files (python -m mara.readme_tables)
-    from mara.readme_tables import fill_readme
-
-    readme.write_text("<!-- imitation:begin -->\n<!-- imitation:end -->\n<!-- prediction:begin -->\n<!-- prediction:end -->\n")
-    assert fill_readme(tmp_path, readme, names=["imitation", "prediction"]) == {"imitation": True, "prediction": True}
-    text = readme.read_text()
-    assert "\n| 0 | " in text.split("<!-- imitation:end -->")[0]  # seed 0's row
-    assert "| ID | FM (paper inputs) | " in text and "| ID | FM v3 | – |" in text

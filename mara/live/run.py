@@ -84,6 +84,34 @@ def build_method(name: str, cfg: DictConfig, predictors: dict, bank_path):
     return (lambda: build_allocators(mcfg)[0][1]), predictor
 
 
+def calibration_bank(cfg: DictConfig, fams, source: str):
+    """The bank whose pool curves set the live ε of ``fams`` (``None``: the recipe bank itself).
+
+    ``live.calibration_bank``: ``auto`` takes the shipped real-data curves (``live_real``) when the jobs train on
+    real data and those curves cover every family; ``null`` the recipe bank; a name or path that bank.
+    """
+    from mara.curves.bank import load_bank, shipped_bank_path
+
+    cal = cfg.live.get("calibration_bank")
+    if cal == "auto":
+        real = shipped_bank_path("live_real")
+        cal = real if source == "real" and real.exists() and all(len(load_bank(real).rows(f, "pool")) for f in fams) else None
+    if not cal:
+        return None
+    cal_bank = load_bank(shipped_bank_path(cal))
+    cal_bank.require_families(fams, "pool", context="live.calibration_bank")
+    return cal_bank
+
+
+def display_path(path) -> str:
+    """``path`` relative to the working directory when it lies below it (README tables stay machine-independent)."""
+    p = Path(path).resolve()
+    try:
+        return str(p.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)
+
+
 def export_bank(cfg: DictConfig, bank, out: Path) -> Path:
     """The bank with every family's ε/budget scaled as in live mode (to train a MARA policy for live settings)."""
     import pyarrow.parquet as pq
@@ -92,12 +120,13 @@ def export_bank(cfg: DictConfig, bank, out: Path) -> Path:
     from mara.live.episode import scaled_family_params
 
     table = scaled_family_params(bank, bank.families, float(cfg.live.time_scale), float(cfg.live.calibration_target))
-    if cfg.live.get("calibration_bank") not in (None, "auto"):
-        from mara.curves.bank import load_bank, shipped_bank_path
-
-        cal = load_bank(shipped_bank_path(cfg.live.calibration_bank))
-        fams = [f for f in cal.families if len(cal.rows(f, "pool"))]
+    # the same calibration bank a live run with these settings uses (auto: real data -> live_real), so the policy
+    # trains on the ε a live run will set
+    fams = [f for f in cfg.live.families if f in bank.families]  # in live.families' order, as a live run calibrates
+    cal = calibration_bank(cfg, fams, str(cfg.live.data))
+    if cal is not None:
         table |= scaled_family_params(cal, fams, float(cfg.live.time_scale), float(cfg.live.calibration_target), base=bank.family_params)
+        _say(f"ε of {', '.join(fams)} calibrated on {display_path(cal.path)}")
     meta = dict(bank.bank_meta) | {"family_params": table, "live_time_scale": float(cfg.live.time_scale), "scaled_from": str(bank.path)}
     path = Path(cfg.get("bank_out") or out / "live_bank.parquet")
     write_bank(path, pq.read_table(bank.path), meta)
@@ -120,7 +149,7 @@ def live_main(cfg: DictConfig) -> dict:
 
 
 def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
-    from mara.curves.bank import load_bank, shipped_bank_path, write_bank
+    from mara.curves.bank import load_bank, write_bank
     from mara.live.driver import replay, run_live
     from mara.live.episode import live_tasks, scaled_family_params
     from mara.live.report import write_report
@@ -135,13 +164,7 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
     source, note = resolve_data(cfg, fams)
     if note:
         _say(f"note: {note}")
-    cal_bank, cal = bank, lv.get("calibration_bank")
-    if cal == "auto":  # real data: the shipped real-data curves of the live families when they cover them
-        real = shipped_bank_path("live_real")
-        cal = real if source == "real" and real.exists() and all(len(load_bank(real).rows(f, "pool")) for f in fams) else None
-    if cal:
-        cal_bank = load_bank(shipped_bank_path(cal))
-        cal_bank.require_families(fams, "pool", context="live.calibration_bank")
+    cal_bank = calibration_bank(cfg, fams, source) or bank
     table = scaled_family_params(cal_bank, fams, float(lv.time_scale), float(lv.calibration_target), base=bank.family_params)
     episodes = live_tasks(bank, table, fams, float(lv.load), int(lv.root), int(sim["steps"]), int(lv.episodes),
                           source, str(lv.data_root), str(lv.cache_dir))
@@ -229,5 +252,5 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
             meta = {"task_set": ["live"], "load": [float(lv.load)], "root": [int(lv.root)], "episode": [r["episode"]]}
             rp = replay(tasks, losses, f(), sim, p, meta)
             r["replay"] = rp
-    res = write_report(cfg, out, runs, episodes, table, source, notes, bank_path if records else None, str(cal_bank.path))
+    res = write_report(cfg, out, runs, episodes, table, source, notes, bank_path if records else None, display_path(cal_bank.path))
     return res
