@@ -34,14 +34,15 @@ def one_thread():
     torch.set_num_threads(n)
 
 
-def test_batch_order_is_the_zoo_loaders_across_epochs_and_resumes():
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_batch_order_is_the_zoo_loaders_across_epochs_and_resumes(shuffle):
     ds = TensorPairs(torch.arange(50).float(), torch.arange(50))
-    loader = seeded_loader(ds, 8, 123)
+    loader = seeded_loader(ds, 8, 123, shuffle=shuffle)
     expected = [b[1].tolist() for _ in range(3) for b in loader]  # 3 epochs of 6 full batches
-    rb = ResumableBatches(ds, 8, 123)
+    rb = ResumableBatches(ds, 8, 123, shuffle=shuffle)
     got = [rb.next()[1].tolist() for _ in range(8)]
     state = rb.state_dict()
-    other = ResumableBatches(ds, 8, 999)
+    other = ResumableBatches(ds, 8, 999, shuffle=shuffle)
     other.load_state_dict(state)
     got += [other.next()[1].tolist() for _ in range(len(expected) - 8)]
     assert got == expected
@@ -235,3 +236,24 @@ def test_exported_training_bank_has_the_live_runs_epsilon(tmp_path):
         assert table[f]["eps"] == pytest.approx(want[f]["eps"]) and table[f]["budget"] == list(want[f]["budget"])
     other = scaled_family_params(bank, bank.families, 0.25, 0.70)["CNN_Cifar10"]
     assert table["CNN_Cifar10"]["eps"] == pytest.approx(other["eps"])  # families live_real lacks keep the bank's own
+    # curves cut at the live cap, so a cold task's cap_remaining (its predicted remaining) is what live mode shows
+    from mara.families import generation_cap
+
+    out = load_bank(tmp_path / "b.parquet")
+    assert len(out) == len(bank)
+    for i in (0, len(out) - 1):
+        assert out.lengths[i] == min(bank.lengths[i], generation_cap(out.family[i], table))
+    assert out.lengths.max() <= max(generation_cap(f, table) for f in out.families) < bank.lengths.max()
+
+
+def test_a_file_order_family_trains_live_in_file_order():
+    """ALSTM_Text_1 has data_order: file; a live job must see the batches its bank curve saw (not a reshuffled stream)."""
+    job = TrainingJob(spec(0, bs=4))
+    assert not job.batches.shuffle
+    from tasks_zoo.registry import build_task
+
+    _, loader = build_task(FAM, seed=11, batch_size=4, lr=1e-3)
+    first = next(iter(loader))
+    x, y = job.batches.next()
+    assert torch.equal(x, first[0]) and torch.equal(y, first[1])
+

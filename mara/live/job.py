@@ -34,17 +34,17 @@ class JobSpec:
 
 
 class ResumableBatches:
-    """Mini-batches of ``dataset`` in ``seeded_loader(dataset, batch_size, seed)`` order, with a resumable position.
+    """Mini-batches of ``dataset`` in ``seeded_loader(dataset, batch_size, seed, shuffle)`` order, with a resumable position.
 
     Per epoch a seeded ``DataLoader`` draws, from its generator: one int64 (the iterator's base seed),
     one ``randperm(n)`` (the order), and — when the epoch's last full batch has been taken and the sampler
     is exhausted — one more ``randperm(n)`` that yields nothing. The same draws happen here.
     """
 
-    def __init__(self, dataset, batch_size: int, seed: int):
+    def __init__(self, dataset, batch_size: int, seed: int, shuffle: bool = True):
         if len(dataset) < batch_size:
             raise ValueError(f"dataset of {len(dataset)} samples is smaller than batch size {batch_size}")
-        self.dataset, self.batch_size = dataset, int(batch_size)
+        self.dataset, self.batch_size, self.shuffle = dataset, int(batch_size), bool(shuffle)
         self.n = len(dataset)
         self.per_epoch = self.n // self.batch_size
         self.gen = torch.Generator().manual_seed(int(seed))
@@ -54,12 +54,14 @@ class ResumableBatches:
     def _start_epoch(self) -> None:
         self.epoch_state = self.gen.get_state()
         torch.empty((), dtype=torch.int64).random_(generator=self.gen)  # the DataLoader iterator's base seed
-        self.perm = torch.randperm(self.n, generator=self.gen)
+        # shuffle=False (a family with data_order: file): the data set's own order every epoch, as seeded_loader
+        self.perm = torch.randperm(self.n, generator=self.gen) if self.shuffle else torch.arange(self.n)
         self.pos = 0
 
     def next(self):
         if self.pos >= self.per_epoch:
-            torch.randperm(self.n, generator=self.gen)  # the exhausted sampler's trailing draw
+            if self.shuffle:
+                torch.randperm(self.n, generator=self.gen)  # the exhausted sampler's trailing draw
             self.epoch += 1
             self._start_epoch()
         idx = self.perm[self.pos * self.batch_size : (self.pos + 1) * self.batch_size].tolist()
@@ -86,7 +88,9 @@ class TrainingJob:
                                     data_root=spec.data_root, cache_dir=spec.cache_dir)
         self.module = module.to(self.device)
         self.optimizer = self.module.configure_optimizers()
-        self.batches = ResumableBatches(loader.dataset, spec.batch_size, spec.seed)
+        # the zoo loader's order: reshuffled per epoch, or the file order of families with data_order: file
+        shuffled = isinstance(loader.sampler, torch.utils.data.RandomSampler)
+        self.batches = ResumableBatches(loader.dataset, spec.batch_size, spec.seed, shuffle=shuffled)
         self.processed = 0
 
     def step(self) -> float:

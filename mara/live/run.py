@@ -117,6 +117,7 @@ def export_bank(cfg: DictConfig, bank, out: Path) -> Path:
     import pyarrow.parquet as pq
 
     from mara.curves.bank import write_bank
+    from mara.families import generation_cap
     from mara.live.episode import scaled_family_params
 
     table = scaled_family_params(bank, bank.families, float(cfg.live.time_scale), float(cfg.live.calibration_target))
@@ -129,8 +130,15 @@ def export_bank(cfg: DictConfig, bank, out: Path) -> Path:
         _say(f"ε of {', '.join(fams)} calibrated on {display_path(cal.path)}")
     meta = dict(bank.bank_meta) | {"family_params": table, "live_time_scale": float(cfg.live.time_scale), "scaled_from": str(bank.path)}
     path = Path(cfg.get("bank_out") or out / "live_bank.parquet")
-    write_bank(path, pq.read_table(bank.path), meta)
-    _say(f"wrote {path} (budgets x {cfg.live.time_scale}, ε re-calibrated to {cfg.live.calibration_target:.0%} feasibility)")
+    # every curve cut at the live cap (twice the scaled largest budget, as live_tasks sets it): the simulator takes a
+    # task's cap from its curve's length, and a cold task's predicted remaining batches is its cap_remaining, so a
+    # policy trained on full-length curves would meet cold tasks in live mode it never saw in training
+    records = pq.read_table(bank.path).to_pylist()
+    for r in records:
+        r["losses"] = r["losses"][: generation_cap(r["family"], table)]
+    write_bank(path, records, meta)
+    _say(f"wrote {path} (budgets x {cfg.live.time_scale}, ε re-calibrated to {cfg.live.calibration_target:.0%} feasibility, "
+         f"curves cut at the live cap)")
     return path
 
 
