@@ -95,7 +95,10 @@ def calibration_bank(cfg: DictConfig, fams, source: str):
     cal = cfg.live.get("calibration_bank")
     if cal == "auto":
         real = shipped_bank_path("live_real")
-        cal = real if source == "real" and real.exists() and all(len(load_bank(real).rows(f, "pool")) for f in fams) else None
+        if source != "real" or not real.exists():
+            return None
+        real_bank = load_bank(real)  # read once: checked for coverage and returned
+        return real_bank if all(len(real_bank.rows(f, "pool")) for f in fams) else None
     if not cal:
         return None
     cal_bank = load_bank(shipped_bank_path(cal))
