@@ -118,9 +118,24 @@ def _resumable_rows(path: Path, base: dict, methods: list[str]) -> dict:
     return out
 
 
+def all_methods_failed(res: dict | None) -> str | None:
+    """The one-line reason when a run produced no result at all: every requested method failed or was skipped."""
+    if not res or res.get("rows"):
+        return None
+    notes = {**(res.get("skipped") or {}), **(res.get("failed") or {})}
+    if not notes:
+        return None
+    return "no method produced a result: " + "; ".join(f"{m}: {why}" for m, why in notes.items())
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
 def _hydra_main(cfg: DictConfig) -> None:
-    run_cli(evaluate, cfg)
+    import sys
+
+    msg = all_methods_failed(run_cli(evaluate, cfg))
+    if msg:
+        print(f"error: {msg}", file=sys.stderr)
+        sys.exit(1)
 
 
 def main() -> None:

@@ -16,7 +16,8 @@ import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mara.cli import output_dir, run_cli
-from mara.eval.methods import ConfigError
+from mara.eval.methods import ConfigError, load_method_cfg
+from mara.eval.runner import check_number, protocol_from_cfg
 from mara.runlog import log
 
 STAGES = ("all", "predictor", "policy", "evaluate")
@@ -43,6 +44,7 @@ def train(cfg: DictConfig) -> dict:
         raise ConfigError(f"stage must be one of {', '.join(STAGES)}, got {stage!r}")
     if cfg.get("reward", "dense") not in ("dense", "sparse"):
         raise ConfigError(f"reward must be 'dense' or 'sparse', got {cfg.reward!r}")
+    check_run_config(cfg)
     out = output_dir(cfg)
     if cfg.get("experiment_kind") == "paper":
         from mara.paper import run_paper
@@ -96,9 +98,22 @@ def train(cfg: DictConfig) -> dict:
         with open_dict(ecfg):
             ecfg.methods = methods
             ecfg.method_overrides = overrides
-        result["evaluation"] = {k: v for k, v in evaluate(ecfg).items() if k in ("summary", "paths", "timings")}
+        from mara.evaluate import all_methods_failed
+
+        res = evaluate(ecfg)
+        result["evaluation"] = {k: v for k, v in res.items() if k in ("summary", "paths", "timings")}
+        if all_methods_failed(res):
+            result["error"] = all_methods_failed(res)
     (out / "train_result.json").write_text(json.dumps(result, indent=1, default=str))
     return result
+
+
+def check_run_config(cfg: DictConfig) -> None:
+    """Every setting the later stages read, checked before any work starts (one-line ConfigError)."""
+    check_number("seed", cfg.get("seed", 0), int)
+    protocol_from_cfg(cfg)  # sim.* and eval.*
+    for m in cfg.get("methods") or []:
+        load_method_cfg(m)
 
 
 def _use_run_folder_checkpoints(cfg: DictConfig, out: Path, stage: str) -> None:
@@ -132,7 +147,12 @@ def _trained_method(cfg: DictConfig) -> str:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def _hydra_main(cfg: DictConfig) -> None:
-    run_cli(train, cfg)
+    import sys
+
+    result = run_cli(train, cfg)
+    if isinstance(result, dict) and result.get("error"):
+        print(f"error: {result['error']}", file=sys.stderr)
+        sys.exit(1)
 
 
 def main() -> None:

@@ -31,9 +31,10 @@ def tiny(tmp_path, bank_path, *extra, name="evaluate"):
 GROUPS = ["sim", "bank", "family_params", "scenario", "eval", "trainer"]
 
 
-@pytest.mark.parametrize("primary", ["calibrate", "generate_curves"])
-def test_other_primaries_compose(primary):
-    assert cfg_for(primary) is not None
+@pytest.mark.parametrize("primary, keys", [("calibrate", {"bank", "target", "seed"}),
+                                           ("generate_curves", {"families", "counts", "workers", "data_root", "action"})])
+def test_other_primaries_compose(primary, keys):
+    assert keys <= set(cfg_for(primary).keys())
 
 
 @pytest.mark.parametrize("primary", ["evaluate", "train"])
@@ -53,9 +54,11 @@ def test_every_method_and_standalone_config_loads():
     for name in available_methods():
         cfg = load_method_cfg(name)
         assert cfg.name == name and cfg.kind in ("policy", "bound")
-    for sub in ("taskset", "zoo", "predictor", "mat"):
+    expected = {"taskset": {"name", "families"}, "zoo": {"family"}, "predictor": {"name"}, "mat": {"ppo"}}
+    for sub, keys in expected.items():
         for path in (CONF_DIR / sub).glob("*.yaml"):
-            assert OmegaConf.load(path) is not None
+            cfg = OmegaConf.load(path)
+            assert keys <= set(cfg.keys()), f"{path}: missing {keys - set(cfg.keys())}"
 
 
 def test_evaluate_end_to_end(tmp_path, small_bank):
@@ -91,6 +94,12 @@ def test_evaluate_stress_rule_baselines_fail(tmp_path, small_bank):
         ("sim.nodes=0", ConfigError, "sim.nodes must be >= 1"),
         ("bank.path=/nonexistent/bank.parquet", BankError, "file not found"),
         ("eval.task_sets=[ID,XYZ]", ConfigError, "unknown task set"),
+        ("sim.loads=[0.04,abc]", ConfigError, "sim.loads must be a number, got 'abc'"),
+        ("sim.loads=0.04", ConfigError, "sim.loads must be a list"),
+        ("sim.max_active=2.5", ConfigError, "sim.max_active must be an integer"),
+        ("eval.roots=[0,x]", ConfigError, "eval.roots must be an integer"),
+        ("eval.episodes=many", ConfigError, "eval.episodes must be an integer"),
+        ("sim.queue_capacity=-1", ConfigError, "sim.queue_capacity must be null or >= 0"),
     ],
 )
 def test_config_mistakes(tmp_path, small_bank, override, error, needle):
@@ -124,6 +133,33 @@ def test_cli_errors_are_one_line(tmp_path, small_bank):
         assert len(lines) == 1 and needle in lines[0] and "Traceback" not in p.stderr
 
 
+def test_train_checks_config_before_any_work(tmp_path):
+    """A bad value stops mara.train at once with one line, before the predictor stage writes anything."""
+    run = tmp_path / "run"
+    for override, needle in [("sim.loads=[0.04,abc]", "sim.loads must be a number, got 'abc'"),
+                             ("seed=1.5", "seed must be an integer"), ("methods=[FIFO,Nope]", "unknown method 'Nope'")]:
+        p = _run("-m", "mara.train", override, f"hydra.run.dir={run}")
+        assert p.returncode == 2, p.stderr[-2000:]
+        lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
+        assert len(lines) == 1 and needle in lines[0], p.stderr[-2000:]
+        assert not (run / "predictor").exists()
+
+
+def test_corrupt_policy_checkpoint_fails_the_run(tmp_path, small_bank):
+    """A policy checkpoint that is not one: a one-line reason, and exit 1 when it was the only method asked for."""
+    bad = tmp_path / "bad.ckpt"
+    bad.write_text("garbage")
+    common = [f"bank.path={small_bank.path}", "eval.roots=1", "eval.episodes=1", "sim.loads=[0.04]", "eval.tensorboard=false",
+              f"+method_overrides={{MARA:{{checkpoints:[{{train_seed:0,ckpt_path:{bad}}}]}}}}"]
+    p = _run("-m", "mara.evaluate", "methods=[MARA]", f"hydra.run.dir={tmp_path}/only", *common)
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert "is not a readable PyTorch checkpoint" in p.stderr and "Traceback" not in p.stderr
+    p = _run("-m", "mara.evaluate", "methods=[MARA,FIFO]", f"hydra.run.dir={tmp_path}/both", *common)
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = json.loads((tmp_path / "both" / "results.json").read_text())
+    assert "not a readable PyTorch checkpoint" in res["failed"]["MARA"] and "FIFO" in res["summary"]
+
+
 def test_cli_evaluate_and_train_run(tmp_path, small_bank):
     common = [f"bank.path={small_bank.path}", "eval.roots=1", "eval.episodes=1", "sim.loads=[0.04]", "eval.tensorboard=false"]
     p = _run("-m", "mara.evaluate", "methods=[FIFO,Oracle]", f"hydra.run.dir={tmp_path}/ev", *common)
@@ -140,12 +176,27 @@ def test_bench_quick():
     assert "env-steps/s, E=8" in p.stdout and "rule protocol" in p.stdout
 
 
-def test_bank_write_is_atomic(tmp_path):
+def test_bank_write_is_atomic(tmp_path, monkeypatch):
+    """A write that dies half-way leaves the previous bank untouched and no partial file behind."""
+    import pyarrow.parquet as pq
+
+    from mara.curves.bank import load_bank
     from tests.conftest import linear_records
 
     path = write_bank(tmp_path / "x.parquet", linear_records(1, 5))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.parquet"]
     assert oct(path.stat().st_mode & 0o777) == "0o644"
+    before = path.read_bytes()
+
+    def dies_half_way(table, where, **kw):
+        Path(where).write_bytes(b"PAR1 half a file")
+        raise KeyboardInterrupt("killed while writing")
+
+    monkeypatch.setattr(pq, "write_table", dies_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        write_bank(path, linear_records(2, 7))
+    assert path.read_bytes() == before and load_bank(path).ell.shape == (1, 5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.parquet"]
 
 
 def test_train_smoke_pipeline(tmp_path, small_bank):

@@ -43,7 +43,9 @@ def resolve_roots(roots) -> list[int]:
         if roots < 1:
             raise ConfigError(f"eval.roots must be >= 1 (or a list of roots), got {roots}")
         return list(range(roots))
-    return [int(r) for r in roots]
+    if isinstance(roots, (str, float)) or roots is None:
+        raise ConfigError(f"eval.roots must be an integer n (roots 0..n-1) or a list of roots, got {roots!r}")
+    return [check_number("eval.roots", r, int) for r in roots]
 
 
 def task_sets_from_cfg(cfg: DictConfig) -> dict[str, TaskSet]:
@@ -54,17 +56,37 @@ def task_sets_from_cfg(cfg: DictConfig) -> dict[str, TaskSet]:
     return out
 
 
+def check_number(where: str, value, kind=float):
+    """``kind(value)``, or a one-line ConfigError naming the setting (``sim.loads=[0.04,abc]``)."""
+    if isinstance(value, bool) or value is None:
+        raise ConfigError(f"{where} must be a number, got {value!r}")
+    try:
+        out = kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where} must be {'an integer' if kind is int else 'a number'}, got {value!r}") from None
+    if kind is int and float(value) != out:
+        raise ConfigError(f"{where} must be an integer, got {value!r}")
+    return out
+
+
 def validate_sim_cfg(sim: DictConfig) -> None:
-    """One-line errors for impossible simulator settings."""
-    for p in sim.loads:
-        if not 0.0 <= float(p) <= 1.0:
+    """One-line errors for impossible simulator settings (non-numbers included)."""
+    loads = sim.loads
+    if isinstance(loads, (str, int, float)) or loads is None:
+        raise ConfigError(f"sim.loads must be a list of arrival probabilities, got {loads!r}")
+    if len(loads) == 0:
+        raise ConfigError("sim.loads must name at least one arrival probability")
+    for p in loads:
+        if not 0.0 <= check_number("sim.loads", p) <= 1.0:
             raise ConfigError(f"sim.loads: arrival probability p must lie in [0, 1], got {p}")
-    if int(sim.nodes) < 1:
-        raise ConfigError(f"sim.nodes must be >= 1, got {sim.nodes}")
-    if int(sim.max_active) < 1:
-        raise ConfigError(f"sim.max_active must be >= 1, got {sim.max_active}")
-    if int(sim.steps) < 1:
-        raise ConfigError(f"sim.steps must be >= 1, got {sim.steps}")
+    for key in ("nodes", "max_active", "steps", "obs_every"):
+        if key in sim and check_number(f"sim.{key}", sim[key], int) < 1:
+            raise ConfigError(f"sim.{key} must be >= 1, got {sim[key]}")
+    if "beta" in sim:
+        check_number("sim.beta", sim.beta)
+    q = sim.get("queue_capacity")
+    if q is not None and check_number("sim.queue_capacity", q, int) < 0:
+        raise ConfigError(f"sim.queue_capacity must be null or >= 0, got {q}")
 
 
 def family_params_from_cfg(cfg: DictConfig, bank: CurveBank, families) -> dict:
@@ -257,7 +279,7 @@ def evaluate_methods(methods: list[str], ep: EpisodeBatch, bank: CurveBank, cfg:
 def protocol_from_cfg(cfg: DictConfig) -> EvalProtocol:
     scenario = cfg.scenario.name if cfg.get("scenario") else "random"
     validate_sim_cfg(cfg.sim)
-    if int(cfg.eval.episodes) < 1:
+    if check_number("eval.episodes", cfg.eval.episodes, int) < 1:
         raise ConfigError(f"eval.episodes must be >= 1, got {cfg.eval.episodes}")
     return EvalProtocol(
         task_sets=list(cfg.eval.task_sets),

@@ -41,10 +41,21 @@ class MATAllocator(PolicyAllocator):
                              "or set +method_overrides.<METHOD>.ckpt_path=<run>/policy/checkpoints/best.ckpt")
         if not Path(ckpt_path).exists():
             raise ValueError(f"policy checkpoint {ckpt_path} not found")
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        ckpt = read_policy_checkpoint(ckpt_path)
         hp = ckpt["hyper_parameters"]
         policy = MATPolicy(n_slots=hp["sim"]["max_active"], n_nodes=hp["sim"]["n_nodes"], **hp["net"])
         policy.load_state_dict({k[len("policy."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("policy.")})
         policy.eval()
         super().__init__(policy, deterministic, hp["rollout"]["scale"], seed)
         self.ckpt_path, self.predictor_name = ckpt_path, (hp.get("predictor") or {}).get("name")
+
+
+def read_policy_checkpoint(path) -> dict:
+    """A MAT Lightning checkpoint as a dict; a file that is not one is a one-line ``ValueError`` naming it."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # pickle, zip and torch errors alike: the file is not a checkpoint
+        raise ValueError(f"policy checkpoint {path} is not a readable PyTorch checkpoint ({type(exc).__name__})") from None
+    if not isinstance(ckpt, dict) or "hyper_parameters" not in ckpt or "state_dict" not in ckpt:
+        raise ValueError(f"policy checkpoint {path} is not a MAT policy checkpoint (no hyper_parameters/state_dict)")
+    return ckpt
