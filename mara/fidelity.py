@@ -2,9 +2,9 @@
 
 Per family: calibrated ε and budget range next to Table 6's ε and available time, and the loss the pool
 curves reach (see ``mara.curves.fidelity``). Writes ``fidelity.md``, ``fidelity.json`` and the curve plot
-``curves_by_family.png`` (both ε drawn) into ``out_dir`` and prints the markdown table. With ``readme=README.md``
-it also rewrites the README's section between ``<!-- fidelity:begin -->`` and ``<!-- fidelity:end -->`` (the table
-and the plot, copied to ``docs/figures/fidelity_curves_by_family.png`` beside the README).
+``curves_by_family.png`` (both ε drawn) into ``out_dir`` and prints the markdown table. With ``readme=docs/results.md``
+it also rewrites that page's section between ``<!-- fidelity:begin -->`` and ``<!-- fidelity:end -->`` (the table
+and the plot, copied to ``docs/figures/fidelity_curves_by_family.png``).
 """
 from __future__ import annotations
 
@@ -56,14 +56,14 @@ def readme_section(md: str, bank_path: Path, figure: str, command: str) -> str:
 
 def write_readme_section(readme: Path, md: str, bank_path: Path, png: Path, cfg: DictConfig) -> Path:
     from mara.eval.report import write_text_atomic
-    from mara.readme_sections import replace_section
+    from mara.readme_sections import figure_link, figures_dir, replace_section
 
     if not readme.exists():
         raise FileNotFoundError(f"README {readme} does not exist")
-    fig = readme.parent / "docs" / "figures" / "fidelity_curves_by_family.png"
+    fig = figures_dir(readme) / "fidelity_curves_by_family.png"
     bank_arg = f" bank.path={cfg.bank.path}" if cfg.bank.get("path") else ""
-    command = f"python -m mara.fidelity{bank_arg} out_dir={cfg.out_dir} readme={readme.name}"
-    section = readme_section(md, Path(bank_path), fig.relative_to(readme.parent).as_posix(), command)
+    command = f"python -m mara.fidelity{bank_arg} out_dir={cfg.out_dir} readme={cfg.readme}"
+    section = readme_section(md, Path(bank_path), figure_link(readme, fig), command)
     text = replace_section(readme.read_text(), section, "fidelity")  # missing markers: an error before anything is written
     fig.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(png, fig)

@@ -1,8 +1,24 @@
-"""Generated sections of the README: text between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` is written by a
-command (``python -m mara.report ... readme=README.md`` fills ``results``, ``python -m mara.fidelity ...
-readme=README.md`` fills ``fidelity``, ``python -m mara.readme_tables run=OUT readme=README.md`` fills ``rules``,
-``prediction``, ``lofo``, ``lara_sweep``, ``live``, ``imitation`` and ``checkpoints``), never typed by hand."""
+"""Generated sections of a page (``docs/results.md``): text between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->``
+is written by a command (``python -m mara.report ... readme=docs/results.md`` fills ``results``,
+``python -m mara.fidelity ... readme=docs/results.md`` fills ``fidelity``, ``python -m mara.readme_tables run=OUT
+readme=docs/results.md`` fills ``rules``, ``prediction``, ``lofo``, ``lara_sweep``, ``live``, ``imitation`` and
+``checkpoints``), never typed by hand."""
 from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def figures_dir(page: Path) -> Path:
+    """Where a page's figures live: ``docs/figures`` of the repository the page belongs to (the page may be
+    ``docs/results.md`` or a README at the repository root)."""
+    page = Path(page)
+    return page.parent / "figures" if page.parent.name == "docs" else page.parent / "docs" / "figures"
+
+
+def figure_link(page: Path, figure: Path) -> str:
+    """The markdown path of ``figure`` as seen from ``page``."""
+    return Path(os.path.relpath(Path(figure).resolve(), Path(page).resolve().parent)).as_posix()
 
 
 def markers(name: str) -> tuple[str, str]:

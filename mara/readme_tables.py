@@ -1,4 +1,4 @@
-"""``python -m mara.readme_tables run=OUT readme=README.md``: the README's measured tables from a re-measurement folder.
+"""``python -m mara.readme_tables run=OUT readme=docs/results.md``: the measured tables of docs/results.md from a re-measurement folder.
 
 ``OUT`` is the folder ``scripts/ship_real_bank.sh`` fills (or any folder with the same layout). Each section below
 is written between its ``<!-- NAME:begin -->`` / ``<!-- NAME:end -->`` markers, headed by the command that measured
@@ -239,11 +239,11 @@ def main(argv: list[str]) -> int:
     args = dict(a.split("=", 1) for a in argv if "=" in a)
     bad = [a for a in argv if "=" not in a] + sorted(set(args) - {"run", "readme", "sections"})
     if bad or "run" not in args:
-        print("usage: python -m mara.readme_tables run=OUT [readme=README.md] [sections=rules,lofo,...]", file=sys.stderr)
+        print("usage: python -m mara.readme_tables run=OUT [readme=docs/results.md] [sections=rules,lofo,...]", file=sys.stderr)
         return 2
     names = [s for s in args.get("sections", "").split(",") if s] or None
     try:
-        written = fill_readme(Path(args["run"]), Path(args.get("readme", "README.md")), names)
+        written = fill_readme(Path(args["run"]), Path(args.get("readme", "docs/results.md")), names)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,5 +1,5 @@
-"""``python -m mara.report run=<folder> [readme=README.md]``: (re)write a paper-protocol run's report.md /
-report.json and, with ``readme=``, regenerate the README's results section between
+"""``python -m mara.report run=<folder> [readme=docs/results.md]``: (re)write a paper-protocol run's report.md /
+report.json and, with ``readme=``, regenerate the results section of that page between
 ``<!-- results:begin -->`` and ``<!-- results:end -->`` from it (figures copied to docs/figures/paper_*.png).
 """
 from __future__ import annotations
@@ -13,16 +13,16 @@ from omegaconf import OmegaConf
 def main(argv: list[str] | None = None) -> int:
     from mara.eval.paper_report import copy_figures_for_readme, readme_markdown, write_report
     from mara.eval.report import write_text_atomic
-    from mara.readme_sections import replace_section
+    from mara.readme_sections import figure_link, figures_dir, replace_section
 
     args = sys.argv[1:] if argv is None else argv
     try:
         cfg = OmegaConf.from_dotlist(args)
         unknown = set(cfg) - {"run", "readme"}
         if unknown:
-            raise ValueError(f"unknown option(s) {', '.join(sorted(unknown))}; usage: python -m mara.report run=<folder> [readme=README.md]")
+            raise ValueError(f"unknown option(s) {', '.join(sorted(unknown))}; usage: python -m mara.report run=<folder> [readme=docs/results.md]")
         if not cfg.get("run"):
-            raise ValueError("usage: python -m mara.report run=<folder> [readme=README.md]")
+            raise ValueError("usage: python -m mara.report run=<folder> [readme=docs/results.md]")
         run = Path(str(cfg.run))
         if not (run / "evaluation" / "results.json").exists():
             raise FileNotFoundError(f"{run} holds no evaluation/results.json (not a finished experiment=paper run)")
@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
             import json
 
             rep = json.loads(Path(paths["json"]).read_text())
-            copies = copy_figures_for_readme(rep, readme.parent / "docs" / "figures")
-            section = readme_markdown(rep) + "".join(f"\n![{p.stem}](docs/figures/{p.name})" for p in copies) + "\n"
+            copies = copy_figures_for_readme(rep, figures_dir(readme))
+            section = readme_markdown(rep, str(cfg.readme)) + "".join(f"\n![{p.stem}]({figure_link(readme, p)})" for p in copies) + "\n"
             write_text_atomic(readme, replace_section(readme.read_text(), section, "results"))
             print(f"updated the results section of {readme}")
     except (ValueError, FileNotFoundError) as exc:

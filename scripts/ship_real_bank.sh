@@ -46,7 +46,7 @@ if todo 3; then
   step "3/5 the paper's protocol on the real bank with fm_zoo.ckpt (resumable), the shipped MARA policies, the README's results"
   python -m mara.train experiment=paper predictor.ckpt_path="$PWD/$CK/fm_zoo.ckpt" hydra.run.dir="$OUT/paper"
   for s in 0 1 2; do cp "$OUT/paper/policy/MARA/seed$s/checkpoints/best.ckpt" "$CK/mara_zoo_seed$s.ckpt"; done
-  python -m mara.report run="$OUT/paper" readme=README.md
+  python -m mara.report run="$OUT/paper" readme=docs/results.md
 fi
 
 fm_v3() {
@@ -89,13 +89,13 @@ lofo_and_live() {
 }
 if todo 5; then
   step "5/5 fidelity against Table 6; side by side: rules, Table 1 (v3), LARA readings | LOFO, the two live runs"
-  python -m mara.fidelity out_dir=docs/fidelity readme=README.md
+  python -m mara.fidelity out_dir=docs/fidelity readme=docs/results.md
   rules & a=$!
   lofo_and_live & b=$!
   wait "$a" || { echo "a measurement failed: see $OUT/rules.log, $OUT/prediction_v3.log, $OUT/lara_sweep.*.log" >&2; exit 1; }
   wait "$b" || { echo "a measurement failed: see $OUT/lofo.log, $OUT/live.log" >&2; exit 1; }
 fi
 step "the README's measured tables from $OUT (python -m mara.readme_tables)"
-python -m mara.readme_tables run="$OUT" readme=README.md
+python -m mara.readme_tables run="$OUT" readme=docs/results.md
 step "done: review git diff (README, docs/, $CK); update the README's prose around the generated tables and the
 numbers still typed in it (logs: $OUT/*.log); commit"

@@ -3,6 +3,7 @@ missing markers and bad arguments."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import subprocess
 import sys
 
@@ -130,3 +131,24 @@ def test_checkpoints_section_reads_the_checkpoints_training_record(tmp_path):
     assert "| `fm_zoo_v3.ckpt` (v3 inputs) | `python -m mara.train stage=predictor trainer.max_epochs=40` | 40 | 0.305 | 38.5 / 144.9 | 0.059 | 988 |" in text
     assert "fm_zoo.ckpt` (paper" not in text  # no v1 run in the folder: no row
     assert "best validation success 57.7 % at iteration 4 (8,192 env steps); the rules on the same episodes: FIFO 56.3." in text
+
+
+def test_figures_of_a_docs_page_and_of_a_root_readme(tmp_path):
+    from mara.readme_sections import figure_link, figures_dir
+
+    page = tmp_path / "docs" / "results.md"
+    assert figures_dir(page) == tmp_path / "docs" / "figures"
+    assert figure_link(page, tmp_path / "docs" / "figures" / "a.png") == "figures/a.png"
+    readme = tmp_path / "README.md"
+    assert figures_dir(readme) == tmp_path / "docs" / "figures"
+    assert figure_link(readme, tmp_path / "docs" / "figures" / "a.png") == "docs/figures/a.png"
+
+
+def test_the_results_page_has_every_generated_section():
+    """docs/results.md carries the markers of every section the commands fill (a missing pair would make them fail)."""
+    from mara.readme_sections import markers
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "results.md").read_text()
+    for name in [*SECTIONS, "results", "fidelity"]:
+        begin, end = markers(name)
+        assert 0 <= text.find(begin) < text.find(end), name
