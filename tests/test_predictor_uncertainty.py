@@ -177,7 +177,7 @@ def test_band_reaches_the_allocators(small_bank):
             assert (hi > lo)[present].any()
 
 
-#: README "Measured: Table 1", FM v3 rows on the real-data bank
+#: docs/results.md "Prediction: Table 1", FM v3 rows on the real-data bank
 #: (`python -m mara.evaluate experiment=prediction predictors.fm.ckpt_variant=v3`, scripts/ship_real_bank.sh)
 TABLE1_V3 = {"ID": (44.10, 0.8915, 0.817), "RL_OOD": (108.62, 0.8143, 0.343), "ViT_OOD": (115.59, 0.8805, 0.698)}
 

@@ -146,6 +146,7 @@ def test_paper_trainings_follow_their_recipe(tmp_path):
     assert by["MARA-sparse"].reward == "sparse"
 
 
+@pytest.mark.slow  # ≈ 3-4 min here: the whole protocol (FM, 3 trainings, 10 methods, stress, prediction) and a resume
 def test_paper_protocol_tiny_end_to_end_and_resumes(tmp_path, small_bank):
     run = tmp_path / "paper"
     args = ["-m", "mara.train", *TINY_PAPER, f"bank.path={small_bank.path}", f"hydra.run.dir={run}"]
