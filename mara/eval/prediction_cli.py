@@ -9,6 +9,7 @@ from omegaconf import DictConfig, open_dict
 
 def run_prediction(cfg: DictConfig, out: Path) -> dict:
     """Run the FM-vs-WLS prediction benchmark; merge it into results.json (``prediction``) and results.md."""
+    from mara.eval.decision_metrics import decision_markdown
     from mara.eval.prediction import run_prediction_experiment, table1_markdown
 
     with open_dict(cfg):
@@ -23,6 +24,12 @@ def run_prediction(cfg: DictConfig, out: Path) -> dict:
     data["prediction"] = results
     path.write_text(json.dumps(data, indent=1))
     md = "# Remaining-resource prediction (Table 1)\n\n" + table1_markdown(results)
+    decisions = {ts: r.get("decision") for ts, r in results.items() if r.get("decision")}
+    if decisions:
+        md += ("\n## Decision-relevant metrics (issue 21)\n\nAt each query (s0 batches processed, budget B): "
+               "\"finishes within B if served from now on\" predicted (s0 + estimate ≤ B) against the truth; accuracy "
+               "overall and by number of observations (queries in brackets), the two error rates, and the Spearman rank "
+               "correlation of predicted and true slack (B − s0 − remaining).\n\n" + decision_markdown(decisions))
     md += "\n![Figure 3a](fig3a_trajectory.png)\n![Figure 3b](fig3b_mae_vs_rank.png)\n"
     (out / "results.md").write_text(md)
     _log_figures(out)
