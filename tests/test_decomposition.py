@@ -56,6 +56,6 @@ def test_report_shows_the_decomposition():
     assert "## Gap decomposition" in md
     assert "| allocation gap (Clairvoyant − Slack-Truth) | +5.00 ± 5.00 |" in md
     assert "| prediction gap of MARA (Slack-Truth − MARA) | +7.50 ± 2.50 |" in md
-    assert "| Slack-FM | 50.0 ± 0.00 % |" in md
+    assert "| Slack-FM | 50.0 ± 0.0 % |" in md
     assert "| MARA − best rule | +2.50 ± 2.50 |" in md
     assert decomposition_markdown({}) == []

@@ -96,7 +96,7 @@ def _pm(c: dict | None, key: str = "diff", pct: bool = False) -> str:
     if not c or c.get(key) is None:
         return "–"
     scale, unit = (100.0, " %") if pct else (1.0, "")
-    se = "" if c.get("se") is None else f" ± {scale * c['se']:.2f}"
+    se = "" if c.get("se") is None else (f" ± {scale * c['se']:.1f}" if pct else f" ± {c['se']:.2f}")
     return f"{scale * c[key]:+.2f}{se}{unit}" if not pct else f"{scale * c[key]:.1f}{se}{unit}"
 
 
