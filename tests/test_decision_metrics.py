@@ -56,3 +56,33 @@ def test_benchmark_reports_decisions(tmp_path, small_bank):
     for r in res.values():
         assert 0.0 <= r["acc"] <= 1.0 and r["n"] == len(q["rows"])
         assert sum(b["n"] for b in r["by_obs"].values()) == r["n"]  # every query is warm (≥ 4 observations)
+
+
+def test_decision_points_with_the_truth_are_perfect(small_bank):
+    """At the simulator's decision points the truth predictor's estimate is the truth: every decision right."""
+    from mara.allocators.slack import SlackRule
+    from mara.eval.decision_points import collect_decision_points, decision_point_metrics
+    from mara.predictors.truth import TruthPredictor
+    from mara.sim.env import BatchedEnv
+    from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
+
+    eps = generate_episodes(small_bank, small_bank.family_params, PAPER_TASK_SETS["ID"], 0.07, 1003, 4)
+    pts = collect_decision_points(BatchedEnv(eps, small_bank, predictor=TruthPredictor()), SlackRule(), quantiles=(0.05,))
+    assert len(pts["tau"]) > 100 and set(pts) >= {"median", "q10", "q90", "q0.05"}
+    assert np.all(pts["n_obs"] >= 4)
+    np.testing.assert_allclose(pts["median"], pts["truth"])
+    m = decision_point_metrics(pts)
+    for name in ("median", "q10", "q90", "q0.05"):
+        assert m[name]["acc"] == 1.0 and m[name]["slack_spearman"] == pytest.approx(1.0, abs=1e-3)  # float ties
+    assert 0 < np.mean(pts["truth"] <= pts["tau"]) < 1  # both kinds of decision occur
+
+
+def test_decision_points_from_config(tmp_path, small_bank):
+    from mara.eval.decision_points import decision_points_from_cfg
+    from tests.test_entrypoints import tiny
+
+    cfg = tiny(tmp_path, small_bank.path, "experiment=prediction", "eval.task_sets=[ID]",
+               "prediction.decision_points.loads=[0.07]", "~prediction.decision_points.policies.FM")
+    out = decision_points_from_cfg(cfg)
+    assert out["_meta"]["n_episodes"] == 2 and set(out) == {"WLS", "_meta"}
+    assert {"median", "q10", "q90"} <= set(out["WLS"]) and 0 <= out["WLS"]["median"]["acc"] <= 1
