@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mara.cli import output_dir, run_cli
 from mara.eval.methods import ConfigError
@@ -25,7 +25,7 @@ def evaluate(cfg: DictConfig) -> dict:
     nothing; a method that cannot be evaluated is listed under ``skipped`` / ``failed`` with a one-line reason.
     With ``eval.resume=true`` the methods already in the folder's ``results.json`` (same protocol) are kept.
     """
-    from mara.eval.methods import load_method_cfg
+    from mara.eval.methods import check_predictor_allowed, load_method_cfg, with_shipped_policies
     from mara.eval.report import build_results, write_results
     from mara.eval.runner import build_episodes, evaluate_methods, load_bank_from_cfg, protocol_from_cfg
     from mara.runlog import Progress, log, setup_logging
@@ -44,9 +44,18 @@ def evaluate(cfg: DictConfig) -> dict:
         return run_lofo_experiment(cfg, out)
     protocol = protocol_from_cfg(cfg)
     methods = list(cfg.methods)
-    for m in methods:  # fail fast on unknown names, before any work
-        load_method_cfg(m)
+    overrides = OmegaConf.to_container(cfg.method_overrides, resolve=True) if cfg.get("method_overrides") else {}
+    for m in methods:  # fail fast on unknown names and on a learned policy given the truth predictor, before any work
+        check_predictor_allowed(load_method_cfg(m, overrides.get(m)))
     bank = load_bank_from_cfg(cfg)
+    if cfg.get("shipped_policies", True):  # a learned method given no checkpoint evaluates the shipped policies
+        overrides, shipped = with_shipped_policies(methods, overrides, bank.path)
+        for m, paths in shipped.items():
+            log.info(f"{m}: no checkpoint given, evaluating the shipped policies {', '.join(Path(p).name for p in paths)}")
+        if shipped:
+            cfg = cfg.copy()
+            with open_dict(cfg):
+                cfg.method_overrides = overrides
     episodes = build_episodes(cfg, bank, protocol)
     log.info(
         f"evaluate {', '.join(methods)} on {episodes.E} episodes "
@@ -58,7 +67,6 @@ def evaluate(cfg: DictConfig) -> dict:
                                                               "queue_capacity": cfg.sim.get("queue_capacity")}
     proto.pop("resume", None)
     proto.pop("tensorboard", None)
-    overrides = OmegaConf.to_container(cfg.method_overrides, resolve=True) if cfg.get("method_overrides") else {}
     base = {"protocol": proto, "bank": str(bank.path), "method_overrides": overrides}
     done_rows = _resumable_rows(out / "results.json", base, methods) if cfg.eval.get("resume", False) else {}
     title = f"Evaluation ({protocol.scenario})"

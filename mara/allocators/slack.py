@@ -10,8 +10,15 @@ stages and the M nodes go to the tasks in stage order, one node per task (work-c
 
 Ties: earlier deadline, then earlier arrival (task index). The ordering key is a pure function
 (``slack_keys``); ``SlackRule.act`` sorts all episodes at once.
+
+Band-aware variant (issue 21, ``Slack-FM-q``): with ``quantile: q`` the finishable test reads the q-quantile of
+the predictor's band instead of its median (``band_quantile``: a split log-normal through the band's q10 / q50 /
+q90 in log1p batches), and ``slack_at`` says which estimate the least-slack order reads (``median`` or
+``quantile``). ``quantile: null`` is the plain rule.
 """
 from __future__ import annotations
+
+from statistics import NormalDist
 
 import numpy as np
 
@@ -28,6 +35,21 @@ def slack_stage(present, cap_remaining, n_obs, pred, tau, warm_obs: int = WARMUP
     return np.where(servable, stage, SKIP)
 
 
+def band_quantile(lo, med, hi, q: float, band=(0.1, 0.9)) -> np.ndarray:
+    """The q-quantile of a band given by its lower quantile ``lo`` (at ``band[0]``), median and upper quantile ``hi``
+    (at ``band[1]``): a split normal in log1p space (each side's scale fixed by its own band end), so
+    q = band[0] gives lo, 0.5 the median, band[1] hi, and quantiles outside the band extrapolate. Values ≥ 0."""
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"quantile must lie in (0, 1), got {q}")
+    m = np.log1p(np.maximum(np.asarray(med, dtype=np.float64), 0.0))
+    z = NormalDist().inv_cdf(q)
+    if q == 0.5:
+        return np.expm1(m)
+    end, zb = (lo, NormalDist().inv_cdf(band[0])) if q < 0.5 else (hi, NormalDist().inv_cdf(band[1]))
+    e = np.log1p(np.maximum(np.asarray(end, dtype=np.float64), 0.0))
+    return np.maximum(np.expm1(m + (z / zb) * (e - m)), 0.0)
+
+
 def slack_keys(stage, pred, tau, deadline, task) -> tuple[np.ndarray, ...]:
     """Lexicographic sort keys, most significant first: stage, within-stage key, deadline, arrival."""
     within = np.where(stage == FINISHABLE, tau - pred, deadline.astype(np.float64))
@@ -39,10 +61,17 @@ class SlackRule:
 
     name = "Slack"
 
-    def __init__(self, warm_obs: int = WARMUP_OBS, name: str | None = None) -> None:
+    def __init__(self, warm_obs: int = WARMUP_OBS, name: str | None = None, quantile: float | None = None,
+                 slack_at: str = "median", band=(0.1, 0.9)) -> None:
         if warm_obs < 1:
             raise ValueError(f"Slack.warm_obs must be >= 1, got {warm_obs}")
+        if quantile is not None and not 0.0 < float(quantile) < 1.0:
+            raise ValueError(f"Slack.quantile must lie in (0, 1) or be null, got {quantile}")
+        if slack_at not in ("median", "quantile"):
+            raise ValueError(f"Slack.slack_at must be 'median' or 'quantile', got {slack_at!r}")
         self.warm_obs = int(warm_obs)
+        self.quantile = None if quantile is None else float(quantile)
+        self.slack_at, self.band = slack_at, (float(band[0]), float(band[1]))
         if name:
             self.name = name
 
@@ -52,8 +81,11 @@ class SlackRule:
     def act(self, obs: Observation) -> np.ndarray:
         tau = obs.remaining_time.astype(np.float64)
         pred = np.nan_to_num(np.asarray(obs.pred_remaining, dtype=np.float64), nan=np.inf)
-        stage = slack_stage(obs.present, obs.cap_remaining, obs.n_obs, pred, tau, self.warm_obs)
-        keys = slack_keys(stage, pred, tau, obs.deadline, obs.task)
+        feas = pred
+        if self.quantile is not None:
+            feas = np.nan_to_num(band_quantile(obs.pred_remaining_lo, pred, obs.pred_remaining_hi, self.quantile, self.band), nan=np.inf)
+        stage = slack_stage(obs.present, obs.cap_remaining, obs.n_obs, feas, tau, self.warm_obs)
+        keys = slack_keys(stage, feas if self.slack_at == "quantile" else pred, tau, obs.deadline, obs.task)
         order = np.lexsort(tuple(reversed(keys)), axis=-1)  # lexsort: last key is primary
         M = obs.n_nodes
         m = min(M, order.shape[1])

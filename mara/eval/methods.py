@@ -56,6 +56,58 @@ def load_method_cfg(name: str, overrides: DictConfig | dict | None = None) -> Di
     return cfg
 
 
+PRIVILEGED_PREDICTORS = ("truth",)  # bounds: read the task's own curve (mara/predictors/truth.py)
+
+
+def is_learned(cfg: DictConfig) -> bool:
+    """A learned policy: its allocator loads trained weights (``ckpt_path`` / ``checkpoints``, or a mara.mat target)."""
+    target = str((cfg.get("allocator") or {}).get("_target_", ""))
+    return cfg.get("kind") == "policy" and ("ckpt_path" in cfg or "checkpoints" in cfg or target.startswith("mara.mat."))
+
+
+def check_predictor_allowed(cfg: DictConfig) -> None:
+    """A learned policy may never be evaluated with a privileged (bound-only) predictor: one-line ConfigError."""
+    pred = cfg.get("predictor")
+    if pred in PRIVILEGED_PREDICTORS and is_learned(cfg):
+        raise ConfigError(f"method {cfg.name!r}: predictor {pred!r} is a perfect-prediction bound (it reads the task's "
+                          f"own curve) and is refused to learned policies at evaluation time; use fm or wls")
+
+
+SHIPPED_CKPT_DIR = Path(__file__).resolve().parents[1] / "data" / "checkpoints"
+
+
+def shipped_policy_checkpoints(cfg: DictConfig, bank_path) -> list[dict]:
+    """``[{train_seed, ckpt_path}, ...]`` of the policies shipped for a learned method (``shipped: <prefix>`` in its
+    config: ``mara/data/checkpoints/<prefix>_<bank>_seed<N>.ckpt`` for a bank shipped in the package); [] if none."""
+    import re
+
+    from mara.curves.bank import SHIPPED_BANKS_DIR
+
+    prefix = cfg.get("shipped")
+    bank = Path(bank_path).resolve()
+    if not prefix or bank.parent != SHIPPED_BANKS_DIR.resolve():
+        return []
+    pat = re.compile(rf"^{re.escape(str(prefix))}_{re.escape(bank.stem)}_seed(\d+)\.ckpt$")
+    found = [(int(m.group(1)), p) for p in SHIPPED_CKPT_DIR.glob("*.ckpt") if (m := pat.match(p.name))]
+    return [{"train_seed": seed, "ckpt_path": str(p)} for seed, p in sorted(found)]
+
+
+def with_shipped_policies(methods: list[str], overrides: dict, bank_path) -> tuple[dict, dict]:
+    """Per-method overrides where every learned method given no checkpoint (no ``ckpt_path``, no ``checkpoints``)
+    evaluates its shipped policies instead; returns (overrides, {method: [checkpoint paths]} that were filled in).
+    Used by ``python -m mara.evaluate`` only: training runs pass their own fresh checkpoints."""
+    out, used = dict(overrides), {}
+    for m in methods:
+        cfg = load_method_cfg(m, out.get(m))
+        if not is_learned(cfg) or cfg.get("ckpt_path") or cfg.get("checkpoints"):
+            continue
+        ckpts = shipped_policy_checkpoints(cfg, bank_path)
+        if ckpts:
+            out[m] = dict(out.get(m) or {}, checkpoints=ckpts)
+            used[m] = [c["ckpt_path"] for c in ckpts]
+    return out, used
+
+
 def build_allocators(cfg: DictConfig) -> list[tuple[int | None, object]]:
     """Instantiate a policy method's allocator(s): ``[(train_seed or None, allocator), ...]``."""
     from hydra.utils import instantiate

@@ -13,6 +13,7 @@ import numpy as np
 
 from mara.eval import paper_numbers as P
 from mara.eval.metrics import summarize
+from mara.eval.decomposition import decomposition_markdown, gap_decomposition
 from mara.eval.report import PAPER_ORDER, write_text_atomic
 
 DASH = "–"
@@ -227,6 +228,7 @@ def build_report(run: Path, timings: dict | None = None) -> dict:
         "failed": {**(ev.get("failed") or {}), **{f"{k} (stress)": v for k, v in (st.get("failed") or {}).items()}},
         "by_load": by_load(summary, st.get("summary") or {}),
         "mara_minus": paired_differences(ev.get("rows") or []),
+        "decomposition": gap_decomposition(ev.get("rows") or []),  # allocation / prediction gap (issue 21)
         "bank": ev.get("bank"),
         "bank_sources": _bank_sources(ev.get("bank")),
         "clairvoyant": ev.get("clairvoyant"),
@@ -335,6 +337,7 @@ def report_markdown(rep: dict) -> str:
         L += ["Average success (%) over the three task sets at every load, and in the stress scenario:", "", *_by_load_md(rep), ""]
     if rep.get("mara_minus"):
         L += ["## MARA against every other method at p = 0.04", "", *_minus_md(rep), ""]
+    L += decomposition_markdown(rep.get("decomposition") or {}, PAPER_ORDER)
     if rep.get("clairvoyant"):
         c = rep["clairvoyant"]
         L += [f"Clairvoyant: {c['n_optimal']}/{c['n_episodes']} episodes solved to proven optimality (others: CP-SAT's proven upper bound), "
@@ -378,6 +381,9 @@ def readme_markdown(rep: dict, page: str = "docs/results.md") -> str:
         L += ["", "**Every method at every load (Figure 4) and in the stress scenario (Table 3)** — average success (%)", "", *_by_load_md(rep)]
     if rep.get("mara_minus"):
         L += ["", "**MARA minus each method at p = 0.04**, per-episode differences on identical episodes", "", *_minus_md(rep)]
+    dec = decomposition_markdown(rep.get("decomposition") or {}, PAPER_ORDER)
+    if dec:
+        L += ["", *[f"**{ln[3:]}**" if ln.startswith("## ") else ln for ln in dec]]
     L += ["", "**Stress test (Table 3)**", "", "| Method | ours | paper | Δ |", "|---|---:|---:|---:|"]
     for r in rep["table3"]:
         L.append(f"| {r['method']} | " + " | ".join(_md_pair(r["success"])) + " |")

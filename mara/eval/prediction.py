@@ -150,6 +150,40 @@ def _figure(bank, fm, wls, q, out_dir: Path, results: dict, obs_every: int, rank
     return paths
 
 
+def decision_estimates(fm, wls, bank: CurveBank, q: dict, obs_every: int = 10, quantiles=(0.05,)) -> dict:
+    """{name: remaining-batch estimate [Q]} the decision metrics compare: FM median and band (q10, q90 and the
+    ``quantiles`` of ``band_quantile``, the estimate Slack-FM-q reads), WLS median and its q10."""
+    from mara.allocators.slack import band_quantile
+
+    rows = q["rows"]
+    S, L = observe(bank, rows, q["n_obs"], obs_every)
+    args = (S, L, q["n_obs"], q["eps"], q["cap"], bank.batch_size[rows], bank.lr[rows])
+    out = {}
+    for name, p in (("FM", fm), ("WLS", wls)):
+        if hasattr(p, "predict_quantiles"):
+            qs = p.predict_quantiles(*args, family=bank.family[rows])
+            lo, med, hi = qs[:, 0], qs[:, qs.shape[1] // 2], qs[:, -1]
+        else:
+            lo = med = hi = p.predict_remaining(*args, family=bank.family[rows])
+        out[f"{name} median"] = med
+        out[f"{name} q10"] = lo
+        if name == "FM":
+            out["FM q90"] = hi
+            for x in quantiles:
+                if x not in (0.1, 0.5, 0.9):
+                    out[f"FM q{x:g}"] = band_quantile(lo, med, hi, float(x))
+    return out
+
+
+def decision_results(fm, wls, bank: CurveBank, q: dict, obs_every: int = 10, quantiles=(0.05,)) -> dict:
+    """Decision-relevant metrics (mara.eval.decision_metrics) of every estimate on one query set."""
+    from mara.eval.decision_metrics import decision_metrics
+
+    s0 = q["n_obs"] * obs_every
+    return {name: decision_metrics(s0, q["budget"], q["first"], q["truth"], q["n_obs"], est)
+            for name, est in decision_estimates(fm, wls, bank, q, obs_every, quantiles).items()}
+
+
 def table1_markdown(results: dict) -> str:
     lines = ["| Task set | Method | MAE (batches) | Budget acc. (%) | q10–q90 coverage (%) | band width | ms / prefix |",
              "|---|---|---:|---:|---:|---:|---:|"]
@@ -163,8 +197,10 @@ def table1_markdown(results: dict) -> str:
 
 
 def run_prediction_benchmark(bank: CurveBank, fm, wls, family_params: dict, out_dir, n_ranks: int = 8,
-                             obs_every: int = 10, seed: int = 0) -> dict:
-    """Table 1 + Figure 3 on ID fm_val curves and each OOD family's pool curves; writes PNGs, table1.md, prediction.json."""
+                             obs_every: int = 10, seed: int = 0, decision_quantiles=(0.05,)) -> dict:
+    """Table 1 + Figure 3 on ID fm_val curves and each OOD family's pool curves; writes PNGs, table1.md, prediction.json.
+    With ``decision_quantiles`` (not None) each task set also gets ``decision``: the decision-relevant metrics of the
+    FM median / band quantiles and WLS (mara.eval.decision_metrics), also in table1.md."""
     import torch
 
     torch.set_num_threads(1)  # latency on one core
@@ -178,8 +214,15 @@ def run_prediction_benchmark(bank: CurveBank, fm, wls, family_params: dict, out_
         q = build_queries(bank, fams, split, family_params, n_ranks, obs_every, seed)
         queries[ts] = q
         results[ts] = {name: evaluate_predictor(p, bank, q, obs_every, n_ranks)[0] for name, p in (("FM", fm), ("WLS", wls))}
-    figs = _figure(bank, fm, wls, queries["ID"], out_dir, results, obs_every) if "ID" in queries else []
+        if decision_quantiles is not None:
+            results[ts]["decision"] = decision_results(fm, wls, bank, q, obs_every, decision_quantiles)
+    figs = _figure(bank, fm, wls, queries["ID"], out_dir, {ts: {m: r[m] for m in ("FM", "WLS")} for ts, r in results.items()},
+                   obs_every) if "ID" in queries else []
     md = table1_markdown(results)
+    if decision_quantiles is not None:
+        from mara.eval.decision_metrics import decision_markdown
+
+        md += "\n" + decision_markdown({ts: r.get("decision") or {} for ts, r in results.items()})
     (out_dir / "table1.md").write_text(md)
     (out_dir / "prediction.json").write_text(json.dumps({"results": results, "figures": figs}, indent=2))
     return results
@@ -201,4 +244,5 @@ def run_prediction_experiment(cfg) -> dict:
     bank = load_bank(cfg.get("bank", {}).get("path") or default_bank_path())
     return run_prediction_benchmark(bank, build_predictor(fm_cfg, bank.path), build_predictor(wls_cfg), bank.family_params,
                                     Path(cfg.paths.output_dir), n_ranks=int(pc.get("n_ranks", 8)),
-                                    obs_every=int(pc.get("obs_every", 10)), seed=int(pc.get("seed", 0)))
+                                    obs_every=int(pc.get("obs_every", 10)), seed=int(pc.get("seed", 0)),
+                                    decision_quantiles=tuple(pc.get("decision_quantiles", (0.05,))))

@@ -9,6 +9,7 @@ from omegaconf import DictConfig, open_dict
 
 def run_prediction(cfg: DictConfig, out: Path) -> dict:
     """Run the FM-vs-WLS prediction benchmark; merge it into results.json (``prediction``) and results.md."""
+    from mara.eval.decision_metrics import decision_markdown
     from mara.eval.prediction import run_prediction_experiment, table1_markdown
 
     with open_dict(cfg):
@@ -18,11 +19,32 @@ def run_prediction(cfg: DictConfig, out: Path) -> dict:
 
             cfg.bank.path = str(shipped_bank_path(cfg.bank.path))
     results = run_prediction_experiment(cfg)
+    dp = (cfg.get("prediction") or {}).get("decision_points") or {}
+    points = None
+    if dp.get("enabled", False):
+        from mara.eval.decision_points import decision_points_from_cfg
+
+        points = decision_points_from_cfg(cfg)
     path = out / "results.json"
     data = json.loads(path.read_text()) if path.exists() else {"schema": "mara.results/1", "rows": [], "summary": {}}
     data["prediction"] = results
+    if points is not None:
+        data["decision_points"] = points
     path.write_text(json.dumps(data, indent=1))
     md = "# Remaining-resource prediction (Table 1)\n\n" + table1_markdown(results)
+    decisions = {ts: r.get("decision") for ts, r in results.items() if r.get("decision")}
+    if decisions:
+        md += ("\n## Decision-relevant metrics (issue 21)\n\nAt each query (s0 batches processed, budget B): "
+               "\"finishes within B if served from now on\" predicted (s0 + estimate ≤ B) against the truth; accuracy "
+               "overall and by number of observations (queries in brackets), the two error rates, and the Spearman rank "
+               "correlation of predicted and true slack (B − s0 − remaining).\n\n" + decision_markdown(decisions))
+    if points is not None:
+        meta = points["_meta"]
+        md += (f"\n## The same decisions at the simulator's decision points\n\nEvery step, every warm task that could be "
+               f"served, while the policy runs (label: policy rolled, its own predictor scored on its own states): remaining "
+               f"time τ = deadline − t (waiting included), truth = need − processed. Loads {meta['loads']}, roots "
+               f"{meta['roots']}, {meta['n_episodes']} episodes.\n\n"
+               + decision_markdown({f"{k} ({meta['policies'][k]})": v for k, v in points.items() if k != "_meta"}))
     md += "\n![Figure 3a](fig3a_trajectory.png)\n![Figure 3b](fig3b_mae_vs_rank.png)\n"
     (out / "results.md").write_text(md)
     _log_figures(out)

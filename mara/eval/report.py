@@ -7,10 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
+from mara.eval.decomposition import decomposition_markdown, gap_decomposition
 from mara.eval.metrics import summarize, summarize_diagnostics
 
 SCHEMA = "mara.results/1"
-PAPER_ORDER = ["MARA", "MARA-WLS", "MARA-sparse", "MARA-paper", "Slack-FM", "Slack-WLS", "LARA", "LARA-FM", "LARA-best",
+PAPER_ORDER = ["MARA", "MARA-WLS", "MARA-sparse", "MARA-paper", "Slack-FM", "Slack-FM-q", "Slack-WLS", "Slack-Truth", "LARA", "LARA-FM", "LARA-best",
                "LARA-FM-best", "FIFO", "EDF", "Oracle", "Clairvoyant"]
 
 
@@ -28,6 +29,9 @@ def _ordered(methods) -> list[str]:
 def build_results(rows: list[dict], extra: dict | None = None) -> dict:
     """The results dict: rows, success-rate summary, diagnostics (and any extra sections)."""
     res = {"schema": SCHEMA, "rows": rows, "summary": summarize(rows), "diagnostics": summarize_diagnostics(rows)}
+    dec = gap_decomposition(rows)
+    if dec:
+        res["decomposition"] = dec  # allocation / prediction gap, share of the WLS → truth gap, learned − best rule
     res.update(extra or {})
     return res
 
@@ -56,6 +60,7 @@ def results_markdown(res: dict, title: str = "Evaluation") -> str:
             key = "Average" if "Average" in summary[m] else next(iter(summary[m]))
             lines.append(f"| {m} | " + " | ".join(_fmt(summary[m][key].get(ld)) for ld in loads) + " |")
         lines.append("")
+    lines += decomposition_markdown(res.get("decomposition") or gap_decomposition(res.get("rows") or []), methods)
     counts = summarize(res.get("rows") or [], key="n_tasks", scale=1.0)
     if counts and loads:
         lines += ["## Tasks per episode (counted; equal weight to the task sets)", "", "| Method | " + " | ".join(f"p={ld}" for ld in loads) + " |", "|---" * (len(loads) + 1) + "|"]

@@ -13,7 +13,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from mara.curves.bank import BankError, CurveBank, load_bank
-from mara.eval.methods import ConfigError, build_allocators, load_method_cfg
+from mara.eval.methods import ConfigError, build_allocators, check_predictor_allowed, load_method_cfg
 from mara.sim.env import BatchedEnv
 from mara.sim.workload import (
     EpisodeBatch,
@@ -233,6 +233,7 @@ def evaluate_one(name: str, mcfg: DictConfig, ep: EpisodeBatch, bank: CurveBank,
     if mcfg.kind == "bound":
         metrics, extra = run_bound(name, mcfg, ep, cfg.sim, progress=progress)
         return _rows_from_metrics(name, ep, metrics, extra=extra)
+    check_predictor_allowed(mcfg)
     predictor = build_predictor_by_name(mcfg.get("predictor"), cfg, predictors, bank.path)
     rows = []
     allocators = build_allocators(mcfg)
@@ -253,6 +254,8 @@ def evaluate_methods(methods: list[str], ep: EpisodeBatch, bank: CurveBank, cfg:
     ``progress(method, fraction)`` is called while a method runs.
     """
     cfgs = [load_method_cfg(m, (cfg.get("method_overrides") or {}).get(m)) for m in methods]  # fail fast on names
+    for mcfg in cfgs:  # ... and on a learned policy given the perfect-prediction bound
+        check_predictor_allowed(mcfg)
     rows, timings, predictors, notes = [], {}, {}, {}
     done_rows = done_rows or {}
     for name, mcfg in zip(methods, cfgs):

@@ -46,11 +46,17 @@ def _fm(cfg, bank_path=None):
     return FlowPredictor.from_config(cfg, bank_path)
 
 
-PREDICTORS = {"wls": _wls, "fm": _fm}
+def _truth(cfg, bank_path=None):
+    from mara.predictors.truth import TruthPredictor
+
+    return TruthPredictor.from_config(cfg)
+
+
+PREDICTORS = {"wls": _wls, "fm": _fm, "truth": _truth}
 
 
 def build_predictor(cfg_predictor, bank_path=None) -> RemainingPredictor:
-    """Predictor named by ``cfg_predictor.name`` (conf/predictor/{fm,wls}.yaml); ``bank_path`` picks the shipped
+    """Predictor named by ``cfg_predictor.name`` (conf/predictor/{fm,wls,truth}.yaml); ``bank_path`` picks the shipped
     FM checkpoint trained on that bank when no ``ckpt_path`` is given."""
     name = cfg_predictor.get("name")
     if name not in PREDICTORS:

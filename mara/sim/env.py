@@ -129,6 +129,8 @@ class BatchedEnv:
             raise ValueError(f"sim.obs_every must be >= 1, got {obs_every}")
         if queue_capacity is not None and queue_capacity < 0:
             raise ValueError(f"sim.queue_capacity must be >= 0 or null (unbounded), got {queue_capacity}")
+        if curve_source is not None and getattr(predictor, "privileged", False):
+            raise ValueError(f"predictor {predictor.name!r} reads the recorded crossing and cannot run in live mode")
         self.queue_capacity = queue_capacity
         self.ep, self.bank = episodes, bank
         self.M, self.K, self.obs_every = n_nodes, max_active, obs_every
@@ -273,6 +275,11 @@ class BatchedEnv:
         if len(er) == 0:
             return
         s = self.slot_s[er, ks]
+        if getattr(self.predictor, "privileged", False):  # the perfect-prediction bound reads the true crossing
+            est = self.predictor.remaining_from_need(self.slot_need[er, ks], s, np.maximum(self.slot_cap[er, ks] - s, 0))
+            self.slot_pred[er, ks] = self.slot_pred_lo[er, ks] = self.slot_pred_hi[er, ks] = est
+            self.slot_pred_s[er, ks] = s
+            return
         n = s // self.obs_every
         H = int(n.max())
         j = np.arange(1, H + 1)
