@@ -12,6 +12,8 @@ epoch start, indices yielded).
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch.utils.data import Dataset, Sampler, SequentialSampler
 
@@ -85,7 +87,10 @@ def seeded_loader(dataset: Dataset, batch_size: int, seed: int, shuffle: bool = 
         raise ValueError(f"dataset of {len(dataset)} samples is smaller than batch size {batch_size}")
     gen = torch.Generator().manual_seed(int(seed))
     sampler = EpochShuffleSampler(len(dataset), gen) if shuffle else SequentialSampler(dataset)
-    return StatefulDataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True, generator=gen, num_workers=0)
+    with warnings.catch_warnings():  # torchdata 0.11 calls torch.set_vital, deprecated in torch 2.14: one line per job
+        warnings.filterwarnings("ignore", message=".*set_vital.*")
+        return StatefulDataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True, generator=gen,
+                                  num_workers=0)
 
 
 class ResumableBatches:
