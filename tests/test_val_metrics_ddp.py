@@ -18,6 +18,7 @@ from mara.curves.bank import default_bank_path, load_bank
 from mara.predictors.data import val_queries
 from mara.predictors.module import FlowPredictorModule
 from mara.predictors.val_metrics import rank_share
+from mara.predictors.wls import WLSPredictor
 
 FM_YAML = Path(__file__).resolve().parents[1] / "conf" / "predictor" / "fm.yaml"
 SUCCESS = np.array([0.5, 0.25, 1.0, 0.75, 0.0, 0.5, 0.125])  # 7 episodes: shares of 4 and 3
@@ -38,7 +39,7 @@ def _module_and_data(world_size: int, rank: int):
 
 def _scores(module, dm) -> dict:
     fm = module._score(module.predictor(), dm, module.val_fm)
-    wls = module._score(__import__("mara.predictors.wls", fromlist=["WLSPredictor"]).WLSPredictor(), dm, module.val_wls)
+    wls = module._score(WLSPredictor(), dm, module.val_wls)
     success = MeanMetric().set_dtype(torch.float64)  # as mara.mat.callback.ValidationCallback uses it
     share = rank_share(len(SUCCESS), module.global_rank, module.trainer.world_size)
     success.update(torch.as_tensor(SUCCESS[share]))
@@ -75,7 +76,6 @@ def test_two_gloo_ranks_reduce_to_the_single_process_metrics(tmp_path):
 
 def test_single_process_mae_is_the_hand_computed_one():
     from mara.predictors.data import remaining_mae
-    from mara.predictors.wls import WLSPredictor
 
     module, dm = _module_and_data(1, 0)
     fm = module._score(module.predictor(), dm, module.val_fm)
