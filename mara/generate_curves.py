@@ -34,7 +34,8 @@ def run(cfg: DictConfig) -> None:
         generate(families, dict(cfg.counts), shard_dir=cfg.shard_dir, cap=cfg.cap, source=cfg.source,
                  source_overrides=dict(cfg.source_overrides or {}), workers=int(cfg.workers),
                  accelerator=cfg.trainer.accelerator, devices=int(cfg.trainer.devices), data_root=cfg.data_root,
-                 cache_dir=cfg.cache_dir, download=bool(cfg.download), max_attempts=int(cfg.max_attempts), quiet=bool(cfg.quiet))
+                 cache_dir=cfg.cache_dir, download=bool(cfg.download), max_attempts=int(cfg.max_attempts), quiet=bool(cfg.quiet),
+                 checkpoint_every=int(cfg.get("checkpoint_every", 0) or 0))
     if action in ("merge", "all", "ship"):
         out = merge(cfg.shard_dir, cfg.bank_path, cfg.tensorboard_dir, {"request": OmegaConf.to_container(cfg, resolve=True)},
                     jobs=planned_jobs(cfg))

@@ -77,6 +77,7 @@ class GenerationSettings:
     accelerator: str = "cpu"
     max_attempts: int = 3
     code_version: str = "unknown"
+    checkpoint_every: int = 0  # > 0: checkpoint a run every n batches under shard_dir/partial/ and resume from it
     extra_meta: dict = field(default_factory=dict)
 
 
@@ -86,11 +87,48 @@ def derive_seed(*parts) -> int:
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
+def _user_config(family: str):
+    """The zoo config of a family that is not one of the paper's ten (added with a YAML, tasks_zoo/README.md)."""
+    from tasks_zoo.configs import load_zoo_config
+
+    return load_zoo_config(family)
+
+
+def batch_size_choices(family: str) -> tuple[int, ...]:
+    """A family's batch-size set: its domain's (A.2), or a user family's ``batch_sizes`` (else its domain's)."""
+    if family in FAMILY_DOMAIN:
+        return DOMAIN_BATCH_SIZES[FAMILY_DOMAIN[family]]
+    cfg = _user_config(family)
+    if "batch_sizes" in cfg:
+        return tuple(int(b) for b in cfg.batch_sizes)
+    if cfg.get("domain") in DOMAIN_BATCH_SIZES:
+        return DOMAIN_BATCH_SIZES[cfg.domain]
+    raise ZooError(f"zoo family {family}: give batch_sizes or a domain ({', '.join(DOMAIN_BATCH_SIZES)}) in its config")
+
+
+def in_distribution(family: str) -> bool:
+    """Does the family take part in the FM data set (fm_val / fm_train curves)? Paper: the ID families; a user
+    family unless its config says ``ood: true``."""
+    if family in ALL_FAMILIES:
+        return family in ID_FAMILIES
+    return not bool(_user_config(family).get("ood", False))
+
+
+def family_cap(family: str) -> int:
+    """Batches per curve: twice the largest budget (A.2); a user family's ``cap`` from its config."""
+    if family in ALL_FAMILIES:
+        return generation_cap(family)
+    cfg = _user_config(family)
+    if "cap" not in cfg:
+        raise ZooError(f"zoo family {family}: its config needs a cap (batches per curve), or run with cap=N")
+    return int(cfg.cap)
+
+
 def job_recipe(job: Job, attempt: int = 0) -> tuple[int, int, float]:
     """(seed, batch_size, lr): batch size uniform over the domain's set, lr log-uniform on LR_RANGE (A.2)."""
     seed = derive_seed(job.family, job.split, job.index, attempt)
     rng = np.random.default_rng(seed)
-    choices = DOMAIN_BATCH_SIZES[FAMILY_DOMAIN[job.family]]
+    choices = batch_size_choices(job.family)
     batch_size = int(choices[int(rng.integers(len(choices)))])
     lr = float(math.exp(rng.uniform(math.log(LR_RANGE[0]), math.log(LR_RANGE[1]))))
     return seed, batch_size, lr
@@ -103,16 +141,19 @@ def check_request(families, counts: dict, source: str, source_overrides: dict | 
     if isinstance(families, str):
         families = [f.strip() for f in families.split(",") if f.strip()]
     families = list(families)
-    unknown = [f for f in families if f not in ALL_FAMILIES]
+    from tasks_zoo.configs import known_families
+
+    known = list(ALL_FAMILIES) + [f for f in known_families() if f not in ALL_FAMILIES]  # + families added by a YAML
+    unknown = [f for f in families if f not in known]
     if unknown:
-        raise ZooError(f"unknown famil{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)} (known: {', '.join(ALL_FAMILIES)})")
+        raise ZooError(f"unknown famil{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)} (known: {', '.join(known)})")
     bad_splits = [s for s in counts if s not in SPLITS]
     if bad_splits:
         raise ZooError(f"unknown split(s) {', '.join(bad_splits)} in counts (known: {', '.join(SPLITS)})")
     for s in [source, *(source_overrides or {}).values()]:
         if s not in SOURCES:
             raise ZooError(f"unknown source {s!r} (use one of: {', '.join(SOURCES)})")
-    bad_over = [f for f in (source_overrides or {}) if f not in ALL_FAMILIES]
+    bad_over = [f for f in (source_overrides or {}) if f not in known]
     if bad_over:
         raise ZooError(f"source_overrides names unknown famil{'y' if len(bad_over) == 1 else 'ies'} {', '.join(bad_over)}")
     return families
@@ -125,7 +166,7 @@ def plan_jobs(families, counts: dict, source: str = "synthetic", source_override
     jobs = []
     for split in GROUP_ORDER:
         for fam in ordered:
-            if split != "pool" and fam not in ID_FAMILIES:
+            if split != "pool" and not in_distribution(fam):
                 continue  # the FM dataset holds ID families only (A.2)
             src = (source_overrides or {}).get(fam, source)
             jobs.extend(Job(fam, split, i, src) for i in range(int(counts.get(split, 0))))
@@ -144,28 +185,40 @@ def _log_failure(shard_dir: Path, record: dict) -> None:
         fh.write(json.dumps(record, sort_keys=True) + "\n")
 
 
+def partial_checkpoint(job: Job, settings: GenerationSettings, attempt: int) -> Path:
+    """Where a run in progress keeps its mid-run checkpoint (``checkpoint_every`` > 0)."""
+    return Path(settings.shard_dir) / "partial" / f"{job.shard_name.removesuffix('.parquet')}.attempt{attempt}.ckpt"
+
+
 def train_curve(job: Job, settings: GenerationSettings, attempt: int = 0, device_index: int | None = None) -> tuple[dict | None, str | None]:
-    """Train one run with a Lightning Trainer; returns (bank record, None) or (None, failure reason)."""
+    """Train one run with a Lightning Trainer (``trainer.fit(task, datamodule=dm)``); returns (bank record, None) or
+    (None, failure reason). With ``settings.checkpoint_every`` = n > 0 the run checkpoints every n batches and a killed
+    run resumes from its checkpoint exactly (model, Adam, the loss record so far and the loader's mid-epoch position)."""
     import lightning as L
     import torch
 
-    from mara.curves.recorder import LossRecorder
-    from tasks_zoo.registry import build_task, data_order, load_zoo_config
+    from mara.curves.recorder import LossRecorder, MidRunCheckpoint
+    from tasks_zoo.registry import build_run, data_order, load_zoo_config
 
     _quiet_lightning()
-    cap = int(settings.cap or generation_cap(job.family))
+    cap = int(settings.cap or family_cap(job.family))
     seed, batch_size, lr = job_recipe(job, attempt)
-    module, loader = build_task(job.family, seed=seed, batch_size=batch_size, lr=lr, source=job.source,
-                                data_root=settings.data_root, cache_dir=settings.cache_dir, download=settings.download)
+    module, dm = build_run(job.family, seed=seed, batch_size=batch_size, lr=lr, source=job.source,
+                           data_root=settings.data_root, cache_dir=settings.cache_dir, download=settings.download)
     recorder = LossRecorder()
+    callbacks = [recorder]
+    ckpt = partial_checkpoint(job, settings, attempt)
+    if settings.checkpoint_every:
+        callbacks.append(MidRunCheckpoint(ckpt, int(settings.checkpoint_every)))
+    resume = str(ckpt) if settings.checkpoint_every and ckpt.is_file() else None
     devices = [device_index] if (device_index is not None and settings.accelerator not in ("cpu",)) else 1
     trainer = L.Trainer(
         accelerator=settings.accelerator, devices=devices, max_steps=cap, max_epochs=-1, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, callbacks=[recorder],
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
         use_distributed_sampler=False, num_sanity_val_steps=0, limit_val_batches=0, precision="32-true",
     )
     t0, c0 = time.perf_counter(), time.process_time()
-    trainer.fit(module, train_dataloaders=loader)
+    trainer.fit(module, datamodule=dm, ckpt_path=resume)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0  # cpu: this process's CPU time, all its threads
     if recorder.failure:
         return None, recorder.failure
@@ -179,10 +232,12 @@ def train_curve(job: Job, settings: GenerationSettings, attempt: int = 0, device
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
         "source": f"tasks_zoo:{job.family} ({job.source} data)", "attempt": attempt, "cap": cap,
         "data_order": data_order(load_zoo_config(job.family)),
+        **({"resumed_from_batch": recorder.resumed_at} if recorder.resumed_at else {}),  # wall/cpu time: after it
         **settings.extra_meta,
     }
     record = {"curve_id": job.curve_id, "family": job.family, "split": job.split, "data_source": job.source,
               "batch_size": batch_size, "lr": lr, "seed": seed, "losses": recorder.losses, "meta": meta}
+    ckpt.unlink(missing_ok=True)
     return record, None
 
 
@@ -329,18 +384,21 @@ def _fmt(seconds: float) -> str:
 def prepare_real_data(jobs: list[Job], settings: GenerationSettings) -> None:
     """Find (and unpack or download once) every real data set the jobs need, before any worker starts:
     missing data stops here with one line, and workers never unpack the same archive side by side."""
-    from tasks_zoo.archives import SPECS, locate
-    from tasks_zoo.registry import load_zoo_config
+    from tasks_zoo.registry import build_datamodule
 
-    needed = {load_zoo_config(j.family).dataset for j in jobs if j.source == "real"}
-    for dataset in sorted(needed & set(SPECS)):
-        locate(dataset, settings.data_root, settings.cache_dir, settings.download)
+    seen = set()
+    for fam in sorted({j.family for j in jobs if j.source == "real"}):
+        dm = build_datamodule(fam, seed=0, batch_size=1, source="real", data_root=settings.data_root,
+                              cache_dir=settings.cache_dir, download=settings.download)
+        if (type(dm), dm.archive) not in seen:  # each data set once
+            seen.add((type(dm), dm.archive))
+            dm.prepare_data()
 
 
 def generate(families="all", counts: dict | None = None, *, shard_dir: str | os.PathLike, cap: int | None = None,
              source: str = "synthetic", source_overrides: dict | None = None, workers: int = 1,
              accelerator: str = "cpu", devices: int = 1, data_root: str = "data_cache", cache_dir: str = "data_cache",
-             download: bool = False, max_attempts: int = 3, quiet: bool = False) -> list[dict]:
+             download: bool = False, max_attempts: int = 3, quiet: bool = False, checkpoint_every: int = 0) -> list[dict]:
     """Run every unfinished job of the plan (this rank's share under torchrun/SLURM); returns per-job status dicts."""
     counts = dict(counts or {"pool": 30, "fm_val": 10, "fm_train": 50})
     jobs = plan_jobs(families, counts, source, source_overrides)
@@ -351,7 +409,7 @@ def generate(families="all", counts: dict | None = None, *, shard_dir: str | os.
     todo = [j for j in jobs if not (shard_dir / j.shard_name).exists()]
     settings = GenerationSettings(shard_dir=str(shard_dir), cap=cap, data_root=str(data_root), cache_dir=str(cache_dir),
                                   download=bool(download), accelerator=accelerator, max_attempts=int(max_attempts),
-                                  code_version=code_version())
+                                  code_version=code_version(), checkpoint_every=int(checkpoint_every or 0))
     prepare_real_data(todo, settings)
     gpu = accelerator not in ("cpu",)
     nproc = 1 if world > 1 else (int(devices) if gpu else int(workers))

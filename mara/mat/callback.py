@@ -12,8 +12,11 @@ from pathlib import Path
 
 import lightning as L
 import numpy as np
+import torch
+from torchmetrics import MeanMetric
 
 from mara.mat.allocator import PolicyAllocator
+from mara.predictors.val_metrics import rank_share
 from mara.sim.env import BatchedEnv, run_episodes
 from mara.sim.workload import PAPER_TASK_SETS, EpisodeBatch, generate_episodes
 
@@ -53,10 +56,11 @@ class ValidationCallback(L.Callback):
         self.best_score, self.best_iteration, self.best_path = -np.inf, -1, None
         self.baselines: dict[str, float] = {}
         self.history: list[dict] = []
+        self.success = MeanMetric().set_dtype(torch.float64)  # episodes' success rates, reduced over DDP ranks
 
-    def _env(self, pl_module, predictor):
-        return BatchedEnv(self.episodes, pl_module.env.bank, n_nodes=self.sim["n_nodes"], max_active=self.sim["max_active"],
-                          obs_every=self.sim["obs_every"], predictor=predictor)
+    def _env(self, pl_module, predictor, episodes=None):
+        return BatchedEnv(self.episodes if episodes is None else episodes, pl_module.env.bank, n_nodes=self.sim["n_nodes"],
+                          max_active=self.sim["max_active"], obs_every=self.sim["obs_every"], predictor=predictor)
 
     def on_fit_start(self, trainer, pl_module) -> None:
         from mara.mat.train import build_named_predictor
@@ -82,9 +86,14 @@ class ValidationCallback(L.Callback):
         t0 = time.time()
         was_training = pl_module.policy.training
         pl_module.policy.eval()
-        m = run_episodes(self._env(pl_module, pl_module.env.predictor), PolicyAllocator(pl_module.policy, True, self.scale))
+        share = rank_share(self.episodes.E, trainer.global_rank, trainer.world_size)  # this rank's episodes
+        if len(share):
+            m = run_episodes(self._env(pl_module, pl_module.env.predictor, self.episodes.take(share)),
+                             PolicyAllocator(pl_module.policy, True, self.scale))
+            self.success.to(pl_module.device).update(torch.as_tensor(m["success_rate"], dtype=torch.float64))
         pl_module.policy.train(was_training)
-        score = float(np.mean(m["success_rate"]))
+        score = float(self.success.compute())  # mean over every rank's episodes (a collective under DDP)
+        self.success.reset()
         log = {"val/success_rate": score, **{f"val/{k}": v for k, v in self.baselines.items()}}
         improved = score > self.best_score
         if improved:

@@ -1,4 +1,5 @@
-"""FlowPredictorModule: trains the flow net with Eq. 8 and monitors remaining-batch MAE against WLS.
+"""FlowPredictorModule: trains the flow net with Eq. 8 and monitors remaining-batch MAE, budget accuracy and band
+coverage against WLS (torchmetrics, reduced over DDP ranks: ``mara.predictors.val_metrics``).
 
 Batch shapes: ``x [B, H, 4]``, ``lengths [B]``, ``static [B, 4]``, ``y [B, K]`` (+ fixed ``z0 [B, K]``, ``u [B]`` in validation).
 """
@@ -11,6 +12,7 @@ import torch
 from mara.predictors.flow import fm_loss
 from mara.predictors.fm import FlowPredictor
 from mara.predictors.nets import FlowNet
+from mara.predictors.val_metrics import RemainingBatchMetrics, rank_share, validation_budgets
 from mara.predictors.wls import WLSPredictor
 
 
@@ -24,7 +26,9 @@ class FlowPredictorModule(L.LightningModule):
             self.net.hist_norm.set(*stats["hist"])
             self.net.static_norm.set(*stats["static"])
             self.net.target_norm.set(*stats["target"])
-        self._wls_mae = None
+        self._wls = None  # WLS's validation metrics (fixed: computed once)
+        self._val_budget = None
+        self.val_fm, self.val_wls = RemainingBatchMetrics(), RemainingBatchMetrics()
 
     def _loss(self, batch, z0=None, u=None):
         ctx = self.net.encode(batch["x"], batch["lengths"], batch["static"])
@@ -49,21 +53,44 @@ class FlowPredictorModule(L.LightningModule):
         dm = getattr(self.trainer, "datamodule", None)
         if dm is None or self.trainer.sanity_checking:
             return
-        from mara.predictors.data import remaining_mae
-
-        k = self.hparams.obs_every
         was_training = self.net.training
-        mae_fm = remaining_mae(self.predictor(), dm.bank, dm.val_q, k)
+        fm = self._score(self.predictor(), dm, self.val_fm)
         self.net.train(was_training)
-        if self._wls_mae is None:
-            self._wls_mae = remaining_mae(WLSPredictor(), dm.bank, dm.val_q, k)
-        # every rank computes the same deterministic numbers: no sync needed
-        self.log("val/mae_fm", mae_fm, prog_bar=True)
-        self.log("val/mae_wls", self._wls_mae)
-        self.log("val/mae_fm_over_wls", mae_fm / max(self._wls_mae, 1e-9))
+        if self._wls is None:
+            self._wls = self._score(WLSPredictor(), dm, self.val_wls)
+        # torchmetrics summed every rank's share of the queries: the values are the same on every rank
+        self.log("val/mae_fm", fm["mae"], prog_bar=True)
+        self.log("val/budget_acc_fm", fm["budget_acc"])
+        self.log("val/coverage_fm", fm["coverage"])
+        self.log("val/mae_wls", self._wls["mae"])
+        self.log("val/budget_acc_wls", self._wls["budget_acc"])
+        self.log("val/mae_fm_over_wls", fm["mae"] / max(self._wls["mae"], 1e-9))
         every = self.hparams.figure_every_n_epochs
         if self.global_rank == 0 and every and self.current_epoch % every == 0 and self.logger is not None:
             self._log_figure(dm)
+
+    def _score(self, predictor, dm, metrics: RemainingBatchMetrics) -> dict:
+        """Remaining-batch MAE, budget accuracy and band coverage of ``predictor`` on the validation queries; this
+        rank scores its share, the metrics reduce over ranks."""
+        from mara.predictors.data import observe, true_remaining
+
+        rows, n_obs, eps = dm.val_q
+        k, bank = self.hparams.obs_every, dm.bank
+        if self._val_budget is None:
+            self._val_budget = validation_budgets(bank, rows, n_obs, getattr(dm, "seed", 0), k)
+        share = rank_share(len(rows), self.global_rank, self.trainer.world_size)
+        r, n, e, budget = rows[share], n_obs[share], eps[share], self._val_budget[share]
+        if len(r):
+            S, Lh = observe(bank, r, n, k)
+            truth, cap = true_remaining(bank, r, n, e, k)
+            args = (S, Lh, n, e, cap, bank.batch_size[r], bank.lr[r])
+            band = predictor.predict_quantiles(*args)
+            pred = band[:, int(np.argmin(np.abs(np.asarray(predictor.quantiles) - 0.5)))] \
+                if isinstance(predictor, FlowPredictor) else predictor.predict_remaining(*args)
+            metrics.update(pred, band[:, 0], band[:, -1], truth, n * k, budget, bank.first_crossing(r, e))
+        out = metrics.compute()
+        metrics.reset()
+        return out
 
     def _log_figure(self, dm):
         import matplotlib

@@ -79,6 +79,17 @@ class EpisodeBatch:
         """Independent feasibility per episode: tasks whose curve reaches ε within their budget in isolation. [E]"""
         return ((self.need <= self.budget) & self.valid).sum(axis=1)
 
+    def take(self, idx) -> "EpisodeBatch":
+        """The episodes ``idx`` [k] (same padding N), e.g. one DDP rank's share."""
+        from dataclasses import fields
+
+        idx = np.asarray(idx, np.int64)
+        kw = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            kw[f.name] = v[idx] if isinstance(v, np.ndarray) else [v[i] for i in idx] if isinstance(v, list) and v else v
+        return EpisodeBatch(**kw)
+
     @staticmethod
     def concat(batches: list["EpisodeBatch"]) -> "EpisodeBatch":
         """Stack episode batches (padding to the largest N)."""
