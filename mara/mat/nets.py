@@ -1,5 +1,10 @@
 """Multi-Agent Transformer (§4.2): task-slot encoder → centralised value; node decoder → masked matching.
 
+Two decoders (``decoder``): ``autoregressive`` (the paper's, below; what shipped checkpoints use, and the default
+for checkpoints that do not record one) and ``plackett_luce`` (issue 22): the encoder output scores every slot and
+idle once, and the M nodes' picks are drawn without replacement from those scores (mara/mat/plackett_luce.py), so
+the network cost does not grow with M. Both give the same interface (``act``/``evaluate``) and masks (Eq. 2).
+
 Shapes: ``E`` episodes (batch), ``K`` task slots, ``M`` nodes, ``F`` token features, ``d`` model width.
 Choices per node are ``0..K-1`` (a slot) or ``K`` (idle). Node i's distribution is conditioned on the
 encoded tasks and on nodes 0..i-1's choices (causal self-attention over node positions, each position
@@ -13,9 +18,10 @@ import math
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
+from mara.mat import plackett_luce
 from mara.mat.features import N_FEATURES, N_SLOT_FEATURES
+from mara.mat.masks import choice_mask
 
 
 class Attention(nn.Module):
@@ -83,17 +89,7 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_mlp(x))
 
 
-def choice_mask(present: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """Allowed choices per node: present slots not taken by earlier nodes, plus idle.
-
-    present [E, K] bool, actions [E, M] long in 0..K -> allow [E, M, K+1] bool
-    """
-    K = present.shape[1]
-    chosen = F.one_hot(actions, K + 1)[..., :K]  # [E, M, K]
-    taken_before = chosen.cumsum(dim=1) - chosen
-    allow_slot = present[:, None, :] & (taken_before == 0)
-    idle = torch.ones_like(allow_slot[..., :1])
-    return torch.cat([allow_slot, idle], dim=-1)
+DECODERS = ("autoregressive", "plackett_luce")
 
 
 class MATPolicy(nn.Module):
@@ -109,8 +105,12 @@ class MATPolicy(nn.Module):
         d_ff: int = 128,
         value_scale: float = 1.0,
         idle_bias: float = 0.0,
+        decoder: str = "autoregressive",
     ) -> None:
         super().__init__()
+        if decoder not in DECODERS:
+            raise ValueError(f"mat.net.decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
+        self.decoder = decoder
         self.K, self.M, self.d, self.value_scale = n_slots, n_nodes, d_model, value_scale
         d = d_model
         self.slot_in = nn.Linear(N_FEATURES, d)
@@ -119,12 +119,13 @@ class MATPolicy(nn.Module):
         self.enc_blocks = nn.ModuleList(Block(d, n_heads, d_ff, cross=False) for _ in range(n_blocks))
         self.enc_ln = nn.LayerNorm(d)
         self.value_head = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, 1))
-        self.start_tok = nn.Parameter(torch.zeros(d))
-        self.idle_tok = nn.Parameter(torch.zeros(d))
-        self.choice_in = nn.Linear(d, d)
-        self.node_emb = nn.Parameter(torch.randn(n_nodes, d) * 0.02)
-        self.dec_blocks = nn.ModuleList(Block(d, n_heads, d_ff, cross=True) for _ in range(n_blocks))
-        self.dec_ln = nn.LayerNorm(d)
+        if decoder == "autoregressive":  # the Plackett–Luce decoder has no decoder blocks: slots are scored from `mem`
+            self.start_tok = nn.Parameter(torch.zeros(d))
+            self.idle_tok = nn.Parameter(torch.zeros(d))
+            self.choice_in = nn.Linear(d, d)
+            self.node_emb = nn.Parameter(torch.randn(n_nodes, d) * 0.02)
+            self.dec_blocks = nn.ModuleList(Block(d, n_heads, d_ff, cross=True) for _ in range(n_blocks))
+            self.dec_ln = nn.LayerNorm(d)
         self.ptr_q, self.ptr_k = nn.Linear(d, d), nn.Linear(d, d)
         self.idle_head = nn.Linear(d, 1)
         for head in (self.ptr_q, self.idle_head):  # near-uniform initial policy over the allowed slots
@@ -156,6 +157,13 @@ class MATPolicy(nn.Module):
         mem_kv = [blk.cross_attn.kv(mem) for blk in self.dec_blocks]
         return table, mem_kv, self.ptr_k(slots)
 
+    def scores(self, mem):
+        """Plackett–Luce choice scores [E, K+1] (slots, then idle) from the encoder memory: a pointer query from
+        the global token against every slot, and idle's score from the global token."""
+        g = mem[:, 0]
+        slot = (self.ptr_k(mem[:, 1:]) @ self.ptr_q(g)[:, :, None]).squeeze(-1) / math.sqrt(self.d)  # [E, K]
+        return torch.cat([slot, self.idle_head(g)], dim=-1)
+
     def _logits(self, h, ptr_keys):
         slot_logits = self.ptr_q(h) @ ptr_keys.transpose(1, 2) / math.sqrt(self.d)  # [E, L, K]
         return torch.cat([slot_logits, self.idle_head(h)], dim=-1)
@@ -175,8 +183,13 @@ class MATPolicy(nn.Module):
 
     # --------------------------------------------------------------- public
     def act(self, tokens, present, deterministic: bool = False, generator: torch.Generator | None = None):
-        """Autoregressive joint action (one decoder position per node, cached) -> (actions [E, M] in 0..K, logprob [E], value [E])."""
+        """Joint action -> (actions [E, M] in 0..K, logprob [E], value [E]): autoregressive (one decoder position per
+        node, cached) or Plackett–Luce (one scoring pass, M picks without replacement)."""
         mem, allow_k, value = self.encode(tokens, present)
+        if self.decoder == "plackett_luce":
+            scores = self.scores(mem)
+            actions = plackett_luce.sample(scores, present, self.M, deterministic, generator)
+            return actions, plackett_luce.log_prob(scores, present, actions), value
         E = tokens.shape[0]
         table, mem_kv, ptr_keys = self._decoder_context(mem)
         allow_mem = allow_k[:, None, :]
@@ -206,7 +219,11 @@ class MATPolicy(nn.Module):
     def evaluate(self, tokens, present, actions):
         """Teacher-forced pass -> (logprob [E] of the joint action, entropy [E] per node (mean over nodes), value [E])."""
         mem, allow_k, value = self.encode(tokens, present)
-        logp = torch.log_softmax(self.decode(mem, allow_k, present, actions), dim=-1)  # [E, M, K+1]
+        if self.decoder == "plackett_luce":
+            logits = plackett_luce.masked_logits(self.scores(mem), present, actions)
+        else:
+            logits = self.decode(mem, allow_k, present, actions)
+        logp = torch.log_softmax(logits, dim=-1)  # [E, M, K+1]
         logprob = logp.gather(2, actions[..., None]).squeeze(-1).sum(dim=1)
         p = logp.exp()
         entropy = -(torch.where(p > 0, p * logp, torch.zeros_like(p))).sum(dim=2).mean(dim=1)  # as in MAT: averaged over agents

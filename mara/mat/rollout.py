@@ -18,7 +18,7 @@ from mara.mat.nets import MATPolicy, to_env_actions
 from mara.sim.env import BatchedEnv
 from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
 
-_NOT_STATE = ("bank", "predictor", "episode_stream")
+_NOT_STATE = ("bank", "predictor", "episode_stream", "fm_cache")
 
 
 class EpisodeStream:
@@ -47,12 +47,14 @@ class TrainingEnv:
     """
 
     def __init__(self, episode_stream: EpisodeStream, bank, predictor=None, reward: str = "dense", beta: float = 0.1,
-                 n_nodes: int = 7, max_active: int = 10, obs_every: int = 10, n_groups: int = 1, stagger: int = 0) -> None:
+                 n_nodes: int = 7, max_active: int = 10, obs_every: int = 10, n_groups: int = 1, stagger: int = 0,
+                 fm_cache=None) -> None:
         if reward not in ("dense", "sparse"):
             raise ValueError(f"mat.reward must be 'dense' or 'sparse', got {reward!r}")
         if episode_stream.E % n_groups:
             raise ValueError(f"rollout.n_episodes ({episode_stream.E}) must be divisible by rollout.n_groups ({n_groups})")
         self.episode_stream, self.bank, self.predictor = episode_stream, bank, predictor
+        self.fm_cache = fm_cache  # a FlowSampleCache shared by every group (and by other envs on the same bank/predictor)
         self.reward, self.beta, self.n_groups = reward, beta, n_groups
         self.sim = dict(n_nodes=n_nodes, max_active=max_active, obs_every=obs_every)
         self.env_steps = 0  # live steps of this rank
@@ -74,7 +76,7 @@ class TrainingEnv:
     def new_batch(self, g: int) -> None:
         episodes = self.episode_stream.next(self.episode_stream.E // self.n_groups)
         self.envs[g] = BatchedEnv(episodes, self.bank, predictor=self.predictor, beta=self.beta,
-                                  compute_reward=self.reward == "dense", **self.sim)
+                                  compute_reward=self.reward == "dense", fm_cache=self.fm_cache, **self.sim)
         self.group_obs[g] = self.envs[g].reset()
         self.ep_return[g] = np.zeros(episodes.E)
 

@@ -120,6 +120,7 @@ class BatchedEnv:
         compute_reward: bool = False,
         curve_source=None,
         queue_capacity: int | None = None,
+        fm_cache=None,
     ) -> None:
         if n_nodes < 1:
             raise ValueError(f"sim.nodes must be >= 1, got {n_nodes}")
@@ -137,6 +138,9 @@ class BatchedEnv:
         # and writes their losses into ``bank.L`` (and ``slot_need`` on a crossing) before the step reads them;
         # None = replay the recorded curves
         self.curve_source = curve_source
+        # optional ``FlowSampleCache`` (mara/predictors/cache.py): the predictor's network outputs per observed history
+        # (bank row, observations, cap remaining, spacing), reused across episodes; never in live mode (the bank changes)
+        self.fm_cache = fm_cache if curve_source is None else None
         self.reset()
 
     # ------------------------------------------------------------------ state
@@ -285,9 +289,13 @@ class BatchedEnv:
         L = np.where(mask, L, 0.0)
         S = np.where(mask, S, 0.0)
         tk = self.slot_task[er, ks]
+        cap_rem = np.maximum(self.slot_cap[er, ks] - s, 0)
+        keys = None
+        if self.fm_cache is not None:  # the observed history: bank row, n points, horizon, spacing
+            keys = list(zip(rows.tolist(), n.tolist(), cap_rem.tolist(), [self.obs_every] * len(rows)))
         lo, est, hi = predict_band(
-            self.predictor, S, L, n, self.slot_eps[er, ks], np.maximum(self.slot_cap[er, ks] - s, 0), bs, self.ep.lr[er, tk],
-            family=self.ep.family[er, tk]
+            self.predictor, S, L, n, self.slot_eps[er, ks], cap_rem, bs, self.ep.lr[er, tk],
+            family=self.ep.family[er, tk], keys=keys, cache=self.fm_cache
         )
         self.slot_pred[er, ks] = est
         self.slot_pred_lo[er, ks] = lo
