@@ -83,3 +83,31 @@ def test_cache_is_bounded():
     assert len(c) == 3 and 1 not in c and 4 in c
     with pytest.raises(ValueError):
         FlowSampleCache(max_entries=0)
+
+
+def test_step_envs_matches_separate_steps(bank, fm):
+    """Several envs stepped together (one batched predictor call per step) observe what separate steps observe."""
+    from mara.sim.env import step_envs
+
+    eps = [generate_episodes(bank, bank.family_params, PAPER_TASK_SETS["ID"], 0.06, r, 4, n_steps=150) for r in (77, 78)]
+    sep = [BatchedEnv(e, bank, predictor=fm) for e in eps]
+    tog = [BatchedEnv(e, bank, predictor=fm, fm_cache=FlowSampleCache()) for e in eps]
+    obs_s, obs_t = [env.reset() for env in sep], [env.reset() for env in tog]
+    rule, n_warm = EDF(), 0
+    while not all(env.done.all() for env in sep):
+        acts = [rule.act(o) for o in obs_s]
+        for a, o in zip(acts, obs_t):
+            np.testing.assert_array_equal(a, rule.act(o))  # same decisions
+        out_s = [env.step(a) for env, a in zip(sep, acts)]
+        out_t = step_envs(tog, acts)
+        for (o1, r1, d1, w1), (o2, r2, d2, w2) in zip(out_s, out_t):
+            np.testing.assert_array_equal(o1.task, o2.task)
+            np.testing.assert_array_equal(w1, w2)
+            np.testing.assert_array_equal(d1, d2)
+            np.testing.assert_allclose(o1.pred_remaining, o2.pred_remaining, atol=1e-3)
+            np.testing.assert_allclose(o1.pred_remaining_hi, o2.pred_remaining_hi, atol=1e-3)
+            n_warm += int((o1.n_obs >= 4).sum())
+        obs_s, obs_t = [o[0] for o in out_s], [o[0] for o in out_t]
+    assert n_warm > 50
+    for a, b in zip(sep, tog):
+        assert a.metrics()["succeeded"].tolist() == b.metrics()["succeeded"].tolist()

@@ -208,7 +208,10 @@ class MATPolicy(nn.Module):
             if deterministic:
                 a = logp.argmax(dim=-1)
             else:
-                a = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+                probs = logp.exp()
+                if generator is not None and generator.device != probs.device:  # CPU generator, GPU policy
+                    probs = probs.to(generator.device)
+                a = torch.multinomial(probs, 1, generator=generator).squeeze(-1).to(logp.device)
             actions[:, i] = a
             logprob = logprob + logp[rows, a]
             allow = allow.clone()

@@ -45,7 +45,8 @@ def sample(scores: torch.Tensor, present: torch.Tensor, n_nodes: int, determinis
     actions = torch.empty((E, n_nodes), dtype=torch.long, device=scores.device)
     neg = torch.finfo(scores.dtype).min
     if not deterministic:
-        u = torch.rand((n_nodes, E, K1), generator=generator, device=scores.device, dtype=scores.dtype)
+        gen_device = generator.device if generator is not None else scores.device  # a CPU generator may drive a GPU policy
+        u = torch.rand((n_nodes, E, K1), generator=generator, device=gen_device, dtype=scores.dtype).to(scores.device)
         gumbel = -torch.log(-torch.log(u.clamp(1e-20, 1.0 - 1e-7)))
     for i in range(n_nodes):
         logits = scores.masked_fill(~allow, neg)
