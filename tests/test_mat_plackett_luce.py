@@ -65,9 +65,25 @@ def test_argmax_serves_best_present_slots_above_idle():
     scores = torch.tensor([[3.0, -1.0, 2.0, 5.0, 0.5, 0.0]])  # K = 5, idle = 0.0
     present = torch.tensor([[True, True, True, False, True]])
     a = pl.sample(scores, present, 4, deterministic=True)
-    assert a.tolist() == [[0, 2, 4, 5]]  # slot 3 absent, slot 1 below idle; then idle
+    assert a.tolist() == [[0, 2, 4, 5]]  # slot 3 absent, slot 1 far below idle; then idle
     a = pl.sample(scores, present, 2, deterministic=True)
     assert a.tolist() == [[0, 2]]
+
+
+@pytest.mark.parametrize("K,M", [(3, 2), (3, 3), (4, 3), (2, 4), (5, 2)])
+def test_mode_is_the_most_likely_joint_action(K, M):
+    """The deterministic decode is the argmax of the exact probability over every joint action (brute force)."""
+    g = torch.Generator().manual_seed(100 + K * 10 + M)
+    seqs = torch.tensor(list(itertools.product(range(K + 1), repeat=M)))
+    for trial in range(30):
+        scores = torch.randn(1, K + 1, generator=g, dtype=torch.float64) * (0.1 if trial % 3 == 0 else 2.0)
+        present = torch.rand(1, K, generator=g) < 0.7
+        lp = pl.log_prob(scores.expand(len(seqs), -1), present.expand(len(seqs), -1), seqs)
+        a = pl.mode(scores, present, M)
+        lp_mode = pl.log_prob(scores, present, a)
+        assert torch.isclose(lp_mode[0], lp.max(), rtol=0, atol=1e-9), (scores, present, a)
+    # near-uniform scores with idle marginally ahead: greedy would idle every node, the mode serves the best slot
+    assert pl.mode(torch.tensor([[0.0, 0.01]]), torch.tensor([[True]]), 2).tolist() == [[0, 1]]
 
 
 def _pl_policy(seed=0, K=10, M=7):

@@ -54,9 +54,9 @@ class ValidationCallback(L.Callback):
         self.baselines: dict[str, float] = {}
         self.history: list[dict] = []
 
-    def _env(self, pl_module, predictor):
+    def _env(self, pl_module, predictor, fm_cache=None):
         return BatchedEnv(self.episodes, pl_module.env.bank, n_nodes=self.sim["n_nodes"], max_active=self.sim["max_active"],
-                          obs_every=self.sim["obs_every"], predictor=predictor)
+                          obs_every=self.sim["obs_every"], predictor=predictor, fm_cache=fm_cache)
 
     def on_fit_start(self, trainer, pl_module) -> None:
         from mara.mat.train import build_named_predictor
@@ -82,7 +82,9 @@ class ValidationCallback(L.Callback):
         t0 = time.time()
         was_training = pl_module.policy.training
         pl_module.policy.eval()
-        m = run_episodes(self._env(pl_module, pl_module.env.predictor), PolicyAllocator(pl_module.policy, True, self.scale))
+        # the policy's own predictor: its FM cache (filled by training) serves the validation episodes too
+        env = self._env(pl_module, pl_module.env.predictor, getattr(pl_module, "fm_cache", None))
+        m = run_episodes(env, PolicyAllocator(pl_module.policy, True, self.scale))
         pl_module.policy.train(was_training)
         score = float(np.mean(m["success_rate"]))
         log = {"val/success_rate": score, **{f"val/{k}": v for k, v in self.baselines.items()}}

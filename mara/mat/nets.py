@@ -128,7 +128,11 @@ class MATPolicy(nn.Module):
             self.dec_ln = nn.LayerNorm(d)
         self.ptr_q, self.ptr_k = nn.Linear(d, d), nn.Linear(d, d)
         self.idle_head = nn.Linear(d, 1)
-        for head in (self.ptr_q, self.idle_head):  # near-uniform initial policy over the allowed slots
+        heads = [self.ptr_q, self.idle_head]
+        if decoder == "plackett_luce":  # a per-slot score linear in the slot's encoding, learning as fast as idle's
+            self.slot_head = nn.Linear(d, 1)
+            heads.append(self.slot_head)
+        for head in heads:  # near-uniform initial policy over the allowed slots
             nn.init.normal_(head.weight, std=0.01 / math.sqrt(d))
             nn.init.zeros_(head.bias)
         nn.init.constant_(self.idle_head.bias, idle_bias)  # < 0: start near a random work-conserving matching
@@ -158,10 +162,10 @@ class MATPolicy(nn.Module):
         return table, mem_kv, self.ptr_k(slots)
 
     def scores(self, mem):
-        """Plackett–Luce choice scores [E, K+1] (slots, then idle) from the encoder memory: a pointer query from
-        the global token against every slot, and idle's score from the global token."""
-        g = mem[:, 0]
-        slot = (self.ptr_k(mem[:, 1:]) @ self.ptr_q(g)[:, :, None]).squeeze(-1) / math.sqrt(self.d)  # [E, K]
+        """Plackett–Luce choice scores [E, K+1] (slots, then idle) from the encoder memory: per slot a linear score
+        plus a pointer query from the global token against the slot; idle's score from the global token."""
+        g, slots = mem[:, 0], mem[:, 1:]
+        slot = (self.ptr_k(slots) @ self.ptr_q(g)[:, :, None]).squeeze(-1) / math.sqrt(self.d) + self.slot_head(slots).squeeze(-1)
         return torch.cat([slot, self.idle_head(g)], dim=-1)
 
     def _logits(self, h, ptr_keys):
