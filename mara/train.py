@@ -43,6 +43,12 @@ def train(cfg: DictConfig) -> dict:
         raise ConfigError(f"stage must be one of {', '.join(STAGES)}, got {stage!r}")
     if cfg.get("reward", "dense") not in ("dense", "sparse"):
         raise ConfigError(f"reward must be 'dense' or 'sparse', got {cfg.reward!r}")
+    accelerator = str((cfg.get("trainer") or {}).get("accelerator", "cpu"))
+    if accelerator in ("gpu", "cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"trainer.accelerator={accelerator} (trainer=gpu) but torch sees no CUDA GPU; use trainer=cpu")
     out = output_dir(cfg)
     if cfg.get("experiment_kind") == "paper":
         from mara.paper import run_paper
