@@ -122,7 +122,7 @@ def mat_throughput(bank, predictor_name: str | None = "fm", iterations: int = 3,
     c = OmegaConf.to_container(cfg, resolve=True)
     ro, ppo, sim = c["rollout"], c["ppo"], c["sim"]
     predictor = build_named_predictor(predictor_name, bank.path)
-    cache = FlowSampleCache(int(ro.get("fm_cache_entries", 200_000))) \
+    cache = FlowSampleCache(int(ro.get("fm_cache_entries", 100_000))) \
         if ro.get("fm_cache") and getattr(predictor, "supports_cache", False) else None
     stream = EpisodeStream(bank, bank.family_params, "ID", 0.04, 424242, ro["n_episodes"], n_steps=sim["n_steps"])
     env = TrainingEnv(stream, bank, predictor, "dense", sim["beta"], sim["n_nodes"], sim["max_active"], sim["obs_every"],

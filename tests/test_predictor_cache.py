@@ -79,8 +79,10 @@ def test_cached_call_equals_uncached_call_on_the_same_batch(bank, fm):
 
 def test_cache_is_bounded():
     c = FlowSampleCache(max_entries=3)
-    c.put([1, 2, 3, 4], np.zeros((4, 2, 2)), np.zeros((4, 5)))
+    c.put([1, 2, 3, 4], np.arange(16.0).reshape(4, 2, 2), np.arange(4.0))
     assert len(c) == 3 and 1 not in c and 4 in c
+    a, b = c.get([4, 2])
+    assert a.tolist() == [[[12.0, 13.0], [14.0, 15.0]], [[4.0, 5.0], [6.0, 7.0]]] and b.tolist() == [3.0, 1.0]
     with pytest.raises(ValueError):
         FlowSampleCache(max_entries=0)
 

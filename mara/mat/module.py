@@ -27,6 +27,7 @@ class MATModule(L.LightningModule):
         self.automatic_optimization = False
         self.policy = MATPolicy(n_slots=sim["max_active"], n_nodes=sim["n_nodes"], **net)
         self.env: TrainingEnv | None = None  # built per rank in setup()
+        self.fm_cache = None  # FlowSampleCache of this rank, shared by its training, imitation and validation envs
         self.generator: torch.Generator | None = None
         self.global_env_steps = 0
         self._pending_env_state = None
@@ -46,7 +47,7 @@ class MATModule(L.LightningModule):
         if hp.rollout.get("fm_cache", False) and getattr(predictor, "supports_cache", False):
             from mara.predictors.cache import FlowSampleCache
 
-            self.fm_cache = FlowSampleCache(int(hp.rollout.get("fm_cache_entries", 200_000)))
+            self.fm_cache = FlowSampleCache(int(hp.rollout.get("fm_cache_entries", 100_000)))
         self.env = TrainingEnv(stream, bank, predictor, hp.reward, hp.sim["beta"], hp.sim["n_nodes"],
                                hp.sim["max_active"], hp.sim["obs_every"], hp.rollout["n_groups"], hp.rollout["stagger"],
                                fm_cache=self.fm_cache)
@@ -108,6 +109,10 @@ class MATModule(L.LightningModule):
         log["train/lr"] = self.optimizers().optimizer.param_groups[0]["lr"]
         self.log_dict(log, on_step=False, on_epoch=True, batch_size=1, sync_dist=True)  # mean over ranks
         self.log("env_steps", float(self.global_env_steps), on_step=False, on_epoch=True, batch_size=1)  # already global
+        if self.fm_cache is not None:  # reuse of FM network outputs (cumulative since the start of this process)
+            st = self.fm_cache.stats()
+            self.log_dict({"rollout/fm_cache_hit_rate": float(st["hit_rate"]), "rollout/fm_cache_entries": float(st["entries"])},
+                          on_step=False, on_epoch=True, batch_size=1, rank_zero_only=True)
         successes, returns = self.env.pop_finished()
         if successes:  # episodes that finished on this rank during the rollout (rank 0's are what gets logged)
             self.log_dict({"rollout/success_rate": sum(successes) / len(successes), "rollout/return": sum(returns) / len(returns)},

@@ -2,12 +2,13 @@
 
 The FM estimate of a task depends only on its observed history (the bank curve's loss points up to the n-th
 observation), its horizon (batches left to the cap), its target ε and its static attributes; never on the
-allocator. Of that, the network part (context vector and the Euler-integrated flow samples) does not depend on ε
-either, so ``FlowSampleCache`` keeps it per *observed history*: the key is whatever identifies that history in
-the simulator — (bank row, number of observations, cap remaining, observation spacing) — plus the predictor's
-sampling setting (flow samples, Euler steps; the Sobol noise is fixed per predictor). The cheap ε-dependent tail
-(reconstruction, first crossing, quantiles, band offset) is recomputed on every call from the cached values, so a
-hit returns exactly the values the network gave when the entry was filled.
+allocator. Everything but the last, cheap step does not depend on ε either — the network (context vector, Euler-
+integrated flow samples), the reconstructed futures L̂ on the bin edges and the novelty score of the prefix — so
+``FlowSampleCache`` keeps those per *observed history*: the key is whatever identifies that history in the
+simulator — (bank row, number of observations, cap remaining, observation spacing) — plus the predictor's sampling
+setting (flow samples, Euler steps; the Sobol noise is fixed per predictor). The ε-dependent tail (first crossing,
+quantiles, band offset, fallback) is recomputed on every call from the cached values, so a hit returns exactly the
+values computed when the entry was filled.
 
 A cache belongs to one curve bank and one predictor (the owner, e.g. ``TrainingEnv``, makes sure of that); live
 mode writes losses into the bank as it runs and never uses one.
@@ -18,12 +19,12 @@ import numpy as np
 
 
 class FlowSampleCache:
-    """Bounded map: history key -> (flow samples y [N, K] float32, context vector c [D] float32).
+    """Bounded map: history key -> per-row arrays (for FM: bin edges [K+1], futures L̂ [N, K+1], novelty score).
 
-    ``max_entries`` bounds memory (≈ 1.3 KB per entry at N = 8, K = 32, D = 64); past it the oldest entries go.
+    ``max_entries`` bounds memory (≈ 2.5 KB per entry at N = 8, K = 32); past it the oldest entries go.
     """
 
-    def __init__(self, max_entries: int = 200_000) -> None:
+    def __init__(self, max_entries: int = 100_000) -> None:
         if max_entries < 1:
             raise ValueError(f"FM cache max_entries must be >= 1, got {max_entries}")
         self.max_entries = int(max_entries)
@@ -45,21 +46,19 @@ class FlowSampleCache:
         self.hits += len(keys) - n_miss
         return np.flatnonzero(miss)
 
-    def put(self, keys: list, y: np.ndarray, c: np.ndarray) -> None:
-        """Store rows y [b, N, K] and c [b, D] under ``keys`` (copies, float32)."""
-        y = np.ascontiguousarray(y, np.float32)
-        c = np.ascontiguousarray(c, np.float32)
+    def put(self, keys: list, *arrays: np.ndarray) -> None:
+        """Store row i of every array (copies) under ``keys[i]``."""
         for i, k in enumerate(keys):
-            self._d[k] = (y[i].copy(), c[i].copy())
+            self._d[k] = tuple(np.array(a[i]) for a in arrays)
         over = len(self._d) - self.max_entries
         if over > 0:
             for k in list(self._d)[:over]:  # dicts keep insertion order: the oldest go first
                 del self._d[k]
 
-    def get(self, keys: list) -> tuple[np.ndarray, np.ndarray]:
-        """(y [B, N, K], c [B, D]) float32 for cached ``keys``."""
+    def get(self, keys: list) -> tuple[np.ndarray, ...]:
+        """The stored arrays of cached ``keys``, each stacked over the keys."""
         vals = [self._d[k] for k in keys]
-        return np.stack([v[0] for v in vals]), np.stack([v[1] for v in vals])
+        return tuple(np.stack([v[j] for v in vals]) for j in range(len(vals[0])))
 
     def stats(self) -> dict:
         total = self.hits + self.misses

@@ -136,11 +136,8 @@ class FlowPredictor:
             y = self.net.target_norm.inverse(z1)  # [B, N, K]
         return y.numpy(), c.numpy()
 
-    def _sample(self, S, L, lengths, cap_remaining, batch_size, lr, n_samples: int, n_steps: int, keys=None, cache=None):
-        """(s_edges [B, K+1], L̂ [B, N, K+1], context vectors [B, D]).
-
-        With a ``FlowSampleCache`` and one history key per row (``keys``), the network runs only for keys not yet
-        cached; cached rows reuse the stored network outputs exactly (mara/predictors/cache.py)."""
+    def _sample(self, S, L, lengths, cap_remaining, batch_size, lr, n_samples: int, n_steps: int):
+        """(s_edges [B, K+1], L̂ [B, N, K+1], context vectors [B, D])."""
         lengths = np.asarray(lengths, np.int64)
         S = np.asarray(S, np.float64)
         L = np.asarray(L, np.float64)
@@ -148,19 +145,29 @@ class FlowPredictor:
         last = lengths - 1
         S0, L0 = S[np.arange(B), last], L[np.arange(B), last]
         h = np.maximum(np.asarray(cap_remaining, np.float64), 1.0) * np.asarray(batch_size, np.float64)
-        if cache is None or keys is None:
-            y, c = self._net_samples(S, L, lengths, cap_remaining, batch_size, lr, n_samples, n_steps)
-        else:
-            full = [(k, n_samples, n_steps) for k in keys]
-            miss = cache.missing(full)
-            if len(miss):
-                ym, cm = self._net_samples(S[miss], L[miss], lengths[miss], np.asarray(cap_remaining)[miss],
-                                           np.asarray(batch_size)[miss], np.asarray(lr)[miss], n_samples, n_steps)
-                cache.put([full[i] for i in miss], ym, cm)
-            y, c = cache.get(full)
+        y, c = self._net_samples(S, L, lengths, cap_remaining, batch_size, lr, n_samples, n_steps)
         edges = bin_edges(S0, h, self.net.n_bins)
         _, L_hat = reconstruct_L(y.astype(np.float64), edges[:, None, :], L0[:, None], self.delta)
         return edges, L_hat, c.astype(np.float64)
+
+    def _sample_scored(self, S, L, lengths, cap_remaining, batch_size, lr, n_samples: int, n_steps: int, keys=None,
+                       cache=None):
+        """(s_edges [B, K+1], L̂ [B, N, K+1], novelty score [B]): everything of a prediction that does not depend on ε.
+
+        With a ``FlowSampleCache`` and one history key per row (``keys``; the key fixes the prefix, its end point and
+        the horizon, hence all three), only keys not yet cached are computed, by the same row-wise code; cached rows
+        return the stored values exactly (mara/predictors/cache.py)."""
+        if cache is None or keys is None:
+            edges, L_hat, c = self._sample(S, L, lengths, cap_remaining, batch_size, lr, n_samples, n_steps)
+            return edges, L_hat, self.novelty_from_context(c)
+        full = [(k, n_samples, n_steps) for k in keys]
+        miss = cache.missing(full)
+        if len(miss):
+            sub = lambda a: np.asarray(a)[miss]  # noqa: E731
+            edges, L_hat, c = self._sample(sub(S), sub(L), sub(lengths), sub(cap_remaining), sub(batch_size), sub(lr),
+                                           n_samples, n_steps)
+            cache.put([full[i] for i in miss], edges, L_hat, self.novelty_from_context(c))
+        return cache.get(full)
 
     def sample_futures(self, S, L, lengths, cap_remaining, batch_size, lr, n_samples: int, n_steps: int):
         """Sampled futures for warm tasks: (s_edges [B, K+1], L̂ [B, N, K+1]) at horizon cap_remaining·bs."""
@@ -198,14 +205,14 @@ class FlowPredictor:
         for ns, nt in {tuple(r) for r in settings[warm].tolist()}:
             idx = np.flatnonzero(warm & (settings[:, 0] == ns) & (settings[:, 1] == nt))
             bs = np.asarray(batch_size)[idx]
-            edges, L_hat, c = self._sample(np.asarray(S)[idx], np.asarray(L)[idx], lengths[idx], cap[idx], bs,
-                                           np.asarray(lr)[idx], ns, nt,
-                                           keys=None if keys is None else [keys[i] for i in idx], cache=cache)
+            edges, L_hat, nov = self._sample_scored(np.asarray(S)[idx], np.asarray(L)[idx], lengths[idx], cap[idx], bs,
+                                                    np.asarray(lr)[idx], ns, nt,
+                                                    keys=None if keys is None else [keys[i] for i in idx], cache=cache)
             rem = decode_crossing(edges[:, None, :], L_hat, np.asarray(eps)[idx, None], bs[:, None], cap[idx, None])
             q = np.quantile(rem, qs, axis=1).T  # [b, Q]
             q[:, mid] = np.clip(np.median(rem, axis=1), 0.0, cap[idx])
             out[idx] = q
-            score[idx] = self.novelty_from_context(c)
+            score[idx] = nov
         return out, score, warm, mid
 
     def _wls_band(self, S, L, lengths, eps, cap, batch_size, lr):
