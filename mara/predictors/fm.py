@@ -128,13 +128,14 @@ class FlowPredictor:
         lengths = np.asarray(lengths, np.int64)
         x, st, *_ = self._inputs(S, L, lengths, cap_remaining, batch_size, lr)
         B = x.shape[0]
+        dev = next(self.net.parameters()).device  # a net being trained on a GPU (validation MAE during fit)
         with torch.inference_mode():
-            c = self.net.context_vector(x, torch.from_numpy(lengths), st)
+            c = self.net.context_vector(x.to(dev), torch.from_numpy(lengths), st.to(dev))
             ctx = self.net.velocity.context_term(c)[:, None, :]  # [B, 1, hidden]
-            z0 = self.noise(n_samples)[None].expand(B, -1, -1)
+            z0 = self.noise(n_samples).to(dev)[None].expand(B, -1, -1)
             z1 = euler_sample(self.net.velocity, z0, ctx, n_steps)
             y = self.net.target_norm.inverse(z1)  # [B, N, K]
-        return y.numpy(), c.numpy()
+        return y.cpu().numpy(), c.cpu().numpy()
 
     def _sample(self, S, L, lengths, cap_remaining, batch_size, lr, n_samples: int, n_steps: int):
         """(s_edges [B, K+1], L̂ [B, N, K+1], context vectors [B, D])."""
@@ -177,8 +178,10 @@ class FlowPredictor:
     def context_vectors(self, S, L, lengths, cap_remaining, batch_size, lr) -> np.ndarray:
         """The prefix's context vectors [B, D] (no flow sampling)."""
         x, st, *_ = self._inputs(S, L, lengths, cap_remaining, batch_size, lr)
+        dev = next(self.net.parameters()).device
         with torch.inference_mode():
-            return self.net.context_vector(x, torch.from_numpy(np.asarray(lengths, np.int64)), st).double().numpy()
+            c = self.net.context_vector(x.to(dev), torch.from_numpy(np.asarray(lengths, np.int64)), st.to(dev))
+            return c.double().cpu().numpy()
 
     def novelty_from_context(self, c: np.ndarray) -> np.ndarray:
         """Percentile [B] in [0, 1] of the Mahalanobis d² of context vectors among validation prefixes; 0 without stats."""
