@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mara.mat import plackett_luce as pl
-from mara.mat.features import N_FEATURES
+from mara.mat.features import N_FEATURES, N_SLOT_FEATURES
 from mara.mat.nets import MATPolicy
 
 torch.set_num_threads(1)
@@ -150,3 +150,32 @@ def test_shipped_checkpoints_load_as_autoregressive():
         hp = torch.load(ck, map_location="cpu", weights_only=False)["hyper_parameters"]
         assert "decoder" not in hp["net"] or hp["net"]["decoder"] == "autoregressive"
         assert MATAllocator(str(ck)).policy.decoder == "autoregressive"
+
+
+def test_slot_buckets_change_nothing_but_cost():
+    """Dropping absent slot tokens per bucket gives the same scores, values, log-probs and gradients."""
+    torch.manual_seed(0)
+    full = MATPolicy(decoder="plackett_luce", d_model=16, d_ff=32)
+    packed = MATPolicy(decoder="plackett_luce", d_model=16, d_ff=32, slot_buckets=[2, 4, 7])
+    packed.load_state_dict(full.state_dict())
+    g = torch.Generator().manual_seed(5)
+    tokens = torch.randn(300, 10, N_FEATURES, generator=g)
+    present = torch.rand(300, 10, generator=g) < torch.linspace(0.0, 1.0, 300)[:, None]  # every count 0..10
+    tokens[..., :N_SLOT_FEATURES] *= present[..., None]  # as obs_to_tokens: slot features 0 where absent,
+    tokens[..., N_SLOT_FEATURES:] = tokens[:, :1, N_SLOT_FEATURES:]  # the global features repeated in every token
+    s_full, v_full = full.encode_scores(tokens, present)
+    s_pack, v_pack = packed.encode_scores(tokens, present)
+    slot_ok = torch.cat([present, torch.ones(300, 1, dtype=torch.bool)], dim=1)
+    torch.testing.assert_close(s_pack[slot_ok], s_full[slot_ok], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(v_pack, v_full, atol=1e-5, rtol=1e-5)
+    a, lp, _ = full.act(tokens, present, generator=torch.Generator().manual_seed(1))
+    lp2, ent2, _ = packed.evaluate(tokens, present, a)
+    torch.testing.assert_close(lp2, lp, atol=1e-4, rtol=1e-5)
+    lp1, ent1, _ = full.evaluate(tokens, present, a)
+    (lp1.sum() + ent1.sum()).backward()
+    (lp2.sum() + ent2.sum()).backward()
+    for (name, p1), p2 in zip(full.named_parameters(), packed.parameters()):
+        torch.testing.assert_close(p2.grad, p1.grad, atol=1e-4, rtol=1e-3, msg=name)
+    assert torch.equal(packed.act(tokens, present, deterministic=True)[0], full.act(tokens, present, deterministic=True)[0])
+    assert MATPolicy(decoder="autoregressive", slot_buckets=[4]).buckets == [10]  # not used by the paper's decoder
+    assert MATPolicy(n_slots=5, decoder="plackett_luce", slot_buckets=[4, 7]).buckets == [4, 5]

@@ -106,11 +106,15 @@ class MATPolicy(nn.Module):
         value_scale: float = 1.0,
         idle_bias: float = 0.0,
         decoder: str = "autoregressive",
+        slot_buckets: list[int] | None = None,
     ) -> None:
         super().__init__()
         if decoder not in DECODERS:
             raise ValueError(f"mat.net.decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
         self.decoder = decoder
+        # Plackett–Luce only (the autoregressive decoder always runs all K slots); sizes outside 1..K-1 mean nothing
+        use = slot_buckets if decoder == "plackett_luce" else ()
+        self.buckets = sorted({int(b) for b in use or () if 0 < int(b) < n_slots} | {n_slots})
         self.K, self.M, self.d, self.value_scale = n_slots, n_nodes, d_model, value_scale
         d = d_model
         self.slot_in = nn.Linear(N_FEATURES, d)
@@ -146,7 +150,8 @@ class MATPolicy(nn.Module):
         g = self.global_tok + self.global_in(tokens[:, 0, N_SLOT_FEATURES:])
         x = torch.cat([g[:, None], self.slot_in(tokens)], dim=1)
         allow_k = torch.cat([present.new_ones(E, 1), present], dim=1)
-        allow = allow_k[:, None, :].expand(E, 1 + self.K, 1 + self.K)
+        L = 1 + tokens.shape[1]  # 1 + K (fewer when the Plackett–Luce path drops absent slots, ``slot_buckets``)
+        allow = allow_k[:, None, :].expand(E, L, L)
         for blk in self.enc_blocks:
             x = blk(x, allow)
         mem = self.enc_ln(x)
@@ -167,6 +172,36 @@ class MATPolicy(nn.Module):
         g, slots = mem[:, 0], mem[:, 1:]
         slot = (self.ptr_k(slots) @ self.ptr_q(g)[:, :, None]).squeeze(-1) / math.sqrt(self.d) + self.slot_head(slots).squeeze(-1)
         return torch.cat([slot, self.idle_head(g)], dim=-1)
+
+    def encode_scores(self, tokens, present):
+        """Plackett–Luce path -> (scores [E, K+1], value [E]). With ``slot_buckets`` the present slots are moved to
+        the front (the encoder has no slot positions, so this changes nothing but the order) and each row runs with
+        only as many slot tokens as its bucket holds (absent slots are masked keys whose own outputs are unused, so
+        dropping them is exact up to float summation order); scores go back to the original slot positions."""
+        if len(self.buckets) == 1:
+            mem, _, value = self.encode(tokens, present)
+            return self.scores(mem), value
+        E, K = present.shape
+        order = torch.argsort((~present).to(torch.int8), dim=1, stable=True)  # present slots first, in slot order
+        tok = tokens.gather(1, order[..., None].expand(-1, -1, tokens.shape[2]))
+        pres = present.gather(1, order)
+        n = present.sum(dim=1)
+        rows, slot_scores, idle, values, lo = [], [], [], [], -1
+        for hi in self.buckets:
+            idx = torch.nonzero((n > lo) & (n <= hi)).squeeze(1)
+            lo = hi
+            if len(idx) == 0:
+                continue
+            mem, _, v = self.encode(tok[idx, :hi], pres[idx, :hi])
+            sc = self.scores(mem)  # [e, hi + 1]
+            slot_scores.append(torch.cat([sc[:, :hi], sc.new_zeros(len(idx), K - hi)], dim=1))
+            idle.append(sc[:, hi:])
+            values.append(v)
+            rows.append(idx)
+        inv = torch.argsort(torch.cat(rows))
+        sorted_slots = torch.cat(slot_scores)[inv]
+        slots = torch.zeros_like(sorted_slots).scatter(1, order, sorted_slots)  # back to the original slot positions
+        return torch.cat([slots, torch.cat(idle)[inv]], dim=1), torch.cat(values)[inv]
 
     def _logits(self, h, ptr_keys):
         slot_logits = self.ptr_q(h) @ ptr_keys.transpose(1, 2) / math.sqrt(self.d)  # [E, L, K]
@@ -189,11 +224,11 @@ class MATPolicy(nn.Module):
     def act(self, tokens, present, deterministic: bool = False, generator: torch.Generator | None = None):
         """Joint action -> (actions [E, M] in 0..K, logprob [E], value [E]): autoregressive (one decoder position per
         node, cached) or Plackett–Luce (one scoring pass, M picks without replacement)."""
-        mem, allow_k, value = self.encode(tokens, present)
         if self.decoder == "plackett_luce":
-            scores = self.scores(mem)
+            scores, value = self.encode_scores(tokens, present)
             actions = plackett_luce.sample(scores, present, self.M, deterministic, generator)
             return actions, plackett_luce.log_prob(scores, present, actions), value
+        mem, allow_k, value = self.encode(tokens, present)
         E = tokens.shape[0]
         table, mem_kv, ptr_keys = self._decoder_context(mem)
         allow_mem = allow_k[:, None, :]
@@ -225,10 +260,11 @@ class MATPolicy(nn.Module):
 
     def evaluate(self, tokens, present, actions):
         """Teacher-forced pass -> (logprob [E] of the joint action, entropy [E] per node (mean over nodes), value [E])."""
-        mem, allow_k, value = self.encode(tokens, present)
         if self.decoder == "plackett_luce":
-            logits = plackett_luce.masked_logits(self.scores(mem), present, actions)
+            scores, value = self.encode_scores(tokens, present)
+            logits = plackett_luce.masked_logits(scores, present, actions)
         else:
+            mem, allow_k, value = self.encode(tokens, present)
             logits = self.decode(mem, allow_k, present, actions)
         logp = torch.log_softmax(logits, dim=-1)  # [E, M, K+1]
         logprob = logp.gather(2, actions[..., None]).squeeze(-1).sum(dim=1)
