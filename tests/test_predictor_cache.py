@@ -83,6 +83,13 @@ def test_cache_is_bounded():
     assert len(c) == 3 and 1 not in c and 4 in c
     a, b = c.get([4, 2])
     assert a.tolist() == [[[12.0, 13.0], [14.0, 15.0]], [[4.0, 5.0], [6.0, 7.0]]] and b.tolist() == [3.0, 1.0]
+    c.put([5], np.full((1, 2, 2), 9.0), np.array([9.0]))  # overwrites the oldest remaining entry (2)
+    assert 2 not in c and 3 in c and c.get([5, 3])[1].tolist() == [9.0, 2.0]
+    big = FlowSampleCache(max_entries=5000)  # grows past its first allocation
+    big.put(list(range(3000)), np.arange(3000.0)[:, None], np.arange(3000))
+    assert len(big) == 3000 and big.get([2999, 0])[0].ravel().tolist() == [2999.0, 0.0]
+    big.put(["a", "b"], np.zeros((2, 3)), np.zeros(2))  # another shape (e.g. 4 flow samples instead of 8)
+    assert big.get(["b"])[0].shape == (1, 3) and big.get([7])[0].shape == (1, 1) and len(big) == 3002
     with pytest.raises(ValueError):
         FlowSampleCache(max_entries=0)
 

@@ -18,47 +18,88 @@ from __future__ import annotations
 import numpy as np
 
 
+class _Rows:
+    """Contiguous storage (grown by doubling) of entries whose arrays share one shape signature; when full, the
+    oldest row is overwritten (its key leaves ``index``)."""
+
+    def __init__(self, arrays: list[np.ndarray], max_entries: int, index: dict) -> None:
+        cap = min(max_entries, 1024)
+        self.slabs = [np.empty((cap,) + a.shape[1:], a.dtype) for a in arrays]
+        self.keys: list = []
+        self.max_entries, self.index, self.next = max_entries, index, 0
+
+    def row_for(self, key) -> int:
+        hit = self.index.get(key)
+        if hit is not None and hit[0] is self:
+            return hit[1]
+        if hit is not None:  # the same key stored before with other shapes: forget that entry
+            old, r = hit
+            old.keys[r] = None
+        if len(self.keys) < self.max_entries:
+            row = len(self.keys)
+            self.keys.append(key)
+            if row >= len(self.slabs[0]):
+                self.slabs = [np.concatenate([a, np.empty_like(a)]) for a in self.slabs]
+        else:
+            row = self.next
+            if self.keys[row] is not None and self.index.get(self.keys[row], (None,))[0] is self:
+                del self.index[self.keys[row]]
+            self.keys[row] = key
+            self.next = (row + 1) % self.max_entries
+        self.index[key] = (self, row)
+        return row
+
+
 class FlowSampleCache:
     """Bounded map: history key -> per-row arrays (for FM: bin edges [K+1], futures L̂ [N, K+1], novelty score).
 
-    ``max_entries`` bounds memory (≈ 2.5 KB per entry at N = 8, K = 32); past it the oldest entries go.
+    Rows live in contiguous arrays, one store per shape signature (e.g. FM settings with 8 or 4 flow samples), so
+    ``get`` is one fancy-index per field. ``max_entries`` bounds each store (≈ 2.5 KB per entry at N = 8, K = 32);
+    past it the oldest entries are overwritten in turn.
     """
 
     def __init__(self, max_entries: int = 100_000) -> None:
         if max_entries < 1:
             raise ValueError(f"FM cache max_entries must be >= 1, got {max_entries}")
         self.max_entries = int(max_entries)
-        self._d: dict = {}
+        self._index: dict = {}  # key -> (store, row)
+        self._stores: dict = {}  # shape signature -> _Rows
         self.hits = 0
         self.misses = 0
 
     def __len__(self) -> int:
-        return len(self._d)
+        return len(self._index)
 
     def __contains__(self, key) -> bool:
-        return key in self._d
+        return key in self._index
 
     def missing(self, keys: list) -> np.ndarray:
         """Indices of ``keys`` not cached (counted as misses; the others as hits)."""
-        miss = np.fromiter((k not in self._d for k in keys), dtype=bool, count=len(keys))
+        miss = np.fromiter((k not in self._index for k in keys), dtype=bool, count=len(keys))
         n_miss = int(miss.sum())
         self.misses += n_miss
         self.hits += len(keys) - n_miss
         return np.flatnonzero(miss)
 
     def put(self, keys: list, *arrays: np.ndarray) -> None:
-        """Store row i of every array (copies) under ``keys[i]``."""
-        for i, k in enumerate(keys):
-            self._d[k] = tuple(np.array(a[i]) for a in arrays)
-        over = len(self._d) - self.max_entries
-        if over > 0:
-            for k in list(self._d)[:over]:  # dicts keep insertion order: the oldest go first
-                del self._d[k]
+        """Store row i of every array under ``keys[i]``."""
+        arrays = [np.asarray(a) for a in arrays]
+        sig = tuple((a.shape[1:], a.dtype.str) for a in arrays)
+        store = self._stores.get(sig)
+        if store is None:
+            store = self._stores[sig] = _Rows(arrays, self.max_entries, self._index)
+        rows = [store.row_for(k) for k in keys]
+        for slab, a in zip(store.slabs, arrays):
+            slab[rows] = a
 
     def get(self, keys: list) -> tuple[np.ndarray, ...]:
-        """The stored arrays of cached ``keys``, each stacked over the keys."""
-        vals = [self._d[k] for k in keys]
-        return tuple(np.stack([v[j] for v in vals]) for j in range(len(vals[0])))
+        """The stored arrays of cached ``keys`` (all of one shape signature), each stacked over the keys (copies)."""
+        hits = [self._index[k] for k in keys]
+        store = hits[0][0]
+        if any(h[0] is not store for h in hits):
+            raise ValueError("FlowSampleCache.get: keys of different shapes in one call")
+        rows = np.fromiter((h[1] for h in hits), dtype=np.int64, count=len(hits))
+        return tuple(slab[rows] for slab in store.slabs)
 
     def stats(self) -> dict:
         total = self.hits + self.misses
