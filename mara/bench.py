@@ -3,8 +3,11 @@
 Prints env-steps per second (one step of one episode = one env-step) under FIFO at E = 1, 64 and
 1024 episodes, and the wall time of the full rule-based protocol (FIFO, EDF, Oracle over 3 task sets ×
 4 loads × 5 roots × 12 episodes, episode generation included). Targets on the 2-core reference
-machine: ≥ 500,000 env-steps/s at E = 1024; protocol < 60 s. MAT throughput (rollout alone and whole PPO iterations, env-steps/s, with and without
-the FM predictor) is printed next to the simulator's (``--no-mat`` skips it). ``--clairvoyant`` adds the Clairvoyant
+machine: ≥ 500,000 env-steps/s at E = 1024; protocol < 60 s. MAT throughput of the default recipe (rollout alone and
+whole PPO iterations, env-steps/s, with and without the FM predictor; target ≥ 15,000 PPO env-steps/s with FM and
+≥ 1/80 of the simulator's E = 1024 figure) is printed next to the simulator's (``--no-mat`` skips it, ``--recipe``
+picks another conf/mat recipe, ``--device cuda`` puts the policy on a GPU); ``--json FILE`` writes the three
+headline figures of the run (issue 22). ``--clairvoyant`` adds the Clairvoyant
 bound over the p = 0.04 protocol (target < 10 minutes). Predictor latency is part of the prediction
 benchmark (``python -m mara.evaluate experiment=prediction``); ``--predictors`` times the shipped FM checkpoints
 (paper v1 and issue-13 v3) interleaved in one process on the ID Table-1 prefixes (target ≤ 0.25 ms/prefix,
