@@ -3,8 +3,11 @@
 Prints env-steps per second (one step of one episode = one env-step) under FIFO at E = 1, 64 and
 1024 episodes, and the wall time of the full rule-based protocol (FIFO, EDF, Oracle over 3 task sets ×
 4 loads × 5 roots × 12 episodes, episode generation included). Targets on the 2-core reference
-machine: ≥ 500,000 env-steps/s at E = 1024; protocol < 60 s. MAT throughput (rollout alone and whole PPO iterations, env-steps/s, with and without
-the FM predictor) is printed next to the simulator's (``--no-mat`` skips it). ``--clairvoyant`` adds the Clairvoyant
+machine: ≥ 500,000 env-steps/s at E = 1024; protocol < 60 s. MAT throughput of the default recipe (rollout alone and
+whole PPO iterations, env-steps/s, with and without the FM predictor; target ≥ 15,000 PPO env-steps/s with FM and
+≥ 1/80 of the simulator's E = 1024 figure) is printed next to the simulator's (``--no-mat`` skips it, ``--recipe``
+picks another conf/mat recipe, ``--device cuda`` puts the policy on a GPU); ``--json FILE`` writes the three
+headline figures of the run (issue 22). ``--clairvoyant`` adds the Clairvoyant
 bound over the p = 0.04 protocol (target < 10 minutes). Predictor latency is part of the prediction
 benchmark (``python -m mara.evaluate experiment=prediction``); ``--predictors`` times the shipped FM checkpoints
 (paper v1 and issue-13 v3) interleaved in one process on the ID Table-1 prefixes (target ≤ 0.25 ms/prefix,
@@ -96,49 +99,69 @@ def predictor_ms_per_prefix(bank, variants=(None, "v3"), repeats: int = 7) -> tu
     return {k: 1e3 * v / len(q["rows"]) for k, v in best.items()}, len(q["rows"])
 
 
-def mat_throughput(bank, predictor_name: str | None = "fm", n_episodes: int = 64, n_steps: int = 32, iterations: int = 3,
-                   threads: int = 1) -> dict:
-    """MAT env-steps/s with the training defaults (conf/mat/default.yaml): rollout only (sampling the policy in the
-    staggered training env, FM estimates included) and a whole PPO iteration (rollout + GAE + update epochs)."""
+def mat_throughput(bank, predictor_name: str | None = "fm", iterations: int = 3, threads: int = 1, recipe: str = "default",
+                   overrides: list[str] | None = None, device: str = "cpu", warmup: int = 1) -> dict:
+    """MAT env-steps/s of a training recipe (conf/mat/<recipe>.yaml, default: the default recipe) on ``device``:
+    rollout only (sampling the policy in the staggered training env, FM estimates included, through the recipe's FM
+    cache) and whole PPO iterations (rollout + GAE + the recipe's update epochs × minibatches, mara/mat/ppo.py).
+    ``warmup`` untimed iterations come first (as in training, where imitation and earlier iterations have filled
+    the FM cache); the result includes the FM cache hit rate over the timed iterations."""
     import torch
     from omegaconf import OmegaConf
 
+    from mara.mat import ppo as ppo_step
     from mara.mat.losses import gae
     from mara.mat.nets import MATPolicy
     from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout
     from mara.mat.train import CONF_DIR, build_named_predictor
+    from mara.predictors.cache import FlowSampleCache
 
     torch.set_num_threads(threads)
-    c = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "mat" / "default.yaml"), resolve=True)
+    cfg = OmegaConf.load(CONF_DIR / "mat" / f"{recipe}.yaml")
+    if "defaults" in cfg:  # a recipe laid over the default one (e.g. paper)
+        cfg.pop("defaults")
+        cfg = OmegaConf.merge(OmegaConf.load(CONF_DIR / "mat" / "default.yaml"), cfg)
+    cfg.merge_with_dotlist(list(overrides or []))
+    c = OmegaConf.to_container(cfg, resolve=True)
+    ro, ppo, sim = c["rollout"], c["ppo"], c["sim"]
     predictor = build_named_predictor(predictor_name, bank.path)
-    stream = EpisodeStream(bank, bank.family_params, "ID", 0.04, 424242, n_episodes)
-    env = TrainingEnv(stream, bank, predictor, "dense", n_groups=c["rollout"]["n_groups"], stagger=c["rollout"]["stagger"])
-    policy = MATPolicy(n_slots=10, n_nodes=7, **c["net"])
-    opt = torch.optim.Adam(policy.parameters(), lr=1e-4)
+    cache = FlowSampleCache(int(ro.get("fm_cache_entries", 100_000))) \
+        if ro.get("fm_cache") and getattr(predictor, "supports_cache", False) else None
+    stream = EpisodeStream(bank, bank.family_params, "ID", 0.04, 424242, ro["n_episodes"], n_steps=sim["n_steps"])
+    env = TrainingEnv(stream, bank, predictor, "dense", sim["beta"], sim["n_nodes"], sim["max_active"], sim["obs_every"],
+                      ro["n_groups"], ro["stagger"], fm_cache=cache)
+    torch.manual_seed(0)
+    policy = MATPolicy(n_slots=sim["max_active"], n_nodes=sim["n_nodes"], **c["net"]).to(device)
+    opt = torch.optim.Adam(policy.parameters(), lr=ppo["lr"], eps=1e-5)
     g = torch.Generator().manual_seed(0)
-    ppo = c["ppo"]
+    n_mb = ppo_step.n_minibatches(ppo, ro)
+    clip = lambda: torch.nn.utils.clip_grad_norm_(policy.parameters(), ppo["max_grad_norm"])  # noqa: E731
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     t_roll = t_all = 0.0
     steps = 0
-    for _ in range(iterations):
+    for it in range(warmup + iterations):
+        if it == warmup and cache is not None:
+            cache.hits = cache.misses = 0
+        sync()
         t0 = time.perf_counter()
-        buf = collect_rollout(policy, env, n_steps, g, c["rollout"]["scale"])
+        buf = collect_rollout(policy, env, ro["n_steps"], g, ro["scale"])
+        sync()
         t1 = time.perf_counter()
         adv, ret = gae(buf.rewards, buf.values, buf.dones, buf.last_value, ppo["gamma"], ppo["gae_lambda"])
-        live = buf.live.reshape(-1)
-        flat = lambda x: x.reshape(-1, *x.shape[2:])[live]  # noqa: E731
-        tok, pres, act, ret_ = flat(buf.tokens), flat(buf.present), flat(buf.actions), flat(ret)
-        for _ in range(ppo["update_epochs"]):
-            for idx in torch.tensor_split(torch.randperm(len(act), generator=g), ppo["n_minibatches"]):
-                logp, ent, v = policy.evaluate(tok[idx], pres[idx], act[idx])
-                loss = -(logp * flat(adv)[idx]).mean() + 0.5 * (v - ret_[idx]).pow(2).mean() - 0.01 * ent.mean()
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
+        batch = ppo_step.flatten(buf, adv, ret)
+        ppo_step.update(policy, opt, batch, ppo, n_mb, g, lambda loss: loss.backward(), clip)
+        sync()
         t2 = time.perf_counter()
-        t_roll += t1 - t0
-        t_all += t2 - t0
-        steps += int(live.sum())
-    return {"rollout": steps / t_roll, "train": steps / t_all}
+        if it >= warmup:
+            t_roll += t1 - t0
+            t_all += t2 - t0
+            steps += int(buf.live.sum())
+    out = {"rollout": steps / t_roll, "train": steps / t_all, "env_steps": steps, "iterations": iterations,
+           "decoder": c["net"].get("decoder", "autoregressive"), "n_episodes": ro["n_episodes"], "n_steps": ro["n_steps"],
+           "update_epochs": ppo["update_epochs"], "n_minibatches": n_mb, "device": device, "threads": threads}
+    if cache is not None:
+        out["fm_cache"] = cache.stats()
+    return out
 
 
 def main(argv=None) -> None:
@@ -149,7 +172,14 @@ def main(argv=None) -> None:
     ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test of the benchmark itself)")
     ap.add_argument("--predictors", action="store_true", help="only time the shipped FM checkpoints (v1, v3)")
     ap.add_argument("--no-mat", action="store_true", help="skip the MAT rollout/training throughput")
+    ap.add_argument("--json", default=None, metavar="FILE",
+                    help="also write {sim_env_steps_per_s, mat_rollout_env_steps_per_s, mat_ppo_env_steps_per_s, ...} "
+                         "measured in this run (default recipe, FM predictor) to FILE")
+    ap.add_argument("--recipe", default="default", help="MAT recipe for the MAT figures (conf/mat/<recipe>.yaml)")
+    ap.add_argument("--device", default="cpu", help="device of the MAT policy (cpu | cuda); the simulator runs on the CPU")
+    ap.add_argument("--mat-iterations", type=int, default=None, help="timed PPO iterations (default 3; 1 with --quick)")
     args = ap.parse_args(argv)
+    record: dict = {}
     bank = load_bank(shipped_bank_path(args.bank) if args.bank else default_bank_path())
     print(f"bank: {bank.path} ({len(bank)} curves)")
     print(f"{'benchmark':<44}{'value':>16}  target")
@@ -161,6 +191,8 @@ def main(argv=None) -> None:
     sizes = (1, 8) if args.quick else (1, 64, 1024)
     for E in sizes:
         sps, steps = env_steps_per_second(bank, E, repeats=args.repeats if E < 1024 else max(1, args.repeats - 1))
+        record["sim_env_steps_per_s"] = sps  # the largest E measured (1024; 8 with --quick)
+        record["sim_E"] = E
         target = ">= 500,000" if E == 1024 else ""
         print(f"{f'simulator FIFO env-steps/s, E={E} ({steps} steps)':<44}{sps:>16,.0f}  {target}")
     roots, episodes = (1, 2) if args.quick else (5, 12)
@@ -169,15 +201,33 @@ def main(argv=None) -> None:
     print(f"{f'rule protocol FIFO+EDF+Oracle, {n_ep} episodes (s)':<44}{secs:>16.2f}  < 60")
     print(f"{'  mean success (%)':<44}{'  '.join(f'{k} {v:.1f}' for k, v in rates.items()):>16}")
     if not args.no_mat:
-        its = 1 if args.quick else 3
+        its = args.mat_iterations or (1 if args.quick else 3)
+        quick = ["rollout.n_episodes=16", "rollout.n_steps=8", "rollout.n_groups=2", "rollout.stagger=20"] if args.quick else []
         for pred in ("fm", None):
-            r = mat_throughput(bank, pred, n_episodes=16 if args.quick else 64, n_steps=8 if args.quick else 32, iterations=its)
+            r = mat_throughput(bank, pred, iterations=its, recipe=args.recipe, overrides=quick, device=args.device)
             label = "FM estimates" if pred else "no predictor"
-            print(f"{f'MAT rollout env-steps/s ({label}, 1 thread)':<44}{r['rollout']:>16,.0f}")
-            print(f"{f'MAT PPO training env-steps/s ({label})':<44}{r['train']:>16,.0f}")
+            what = f"{r['decoder']}, E={r['n_episodes']}x{r['n_steps']}, {r['update_epochs']}x{r['n_minibatches']} mb"
+            print(f"{f'MAT rollout env-steps/s ({label}, 1 thread)':<44}{r['rollout']:>16,.0f}  ({args.recipe}: {what})")
+            print(f"{f'MAT PPO training env-steps/s ({label})':<44}{r['train']:>16,.0f}  >= 15,000 (FM, default)")
+            if pred == "fm":
+                record.update(mat_rollout_env_steps_per_s=r["rollout"], mat_ppo_env_steps_per_s=r["train"], mat=r)
+                if "fm_cache" in r:
+                    print(f"{'  FM cache hit rate (timed iterations)':<44}{r['fm_cache']['hit_rate']:>16.3f}")
+        if "sim_env_steps_per_s" in record:
+            record["ppo_over_sim"] = record["mat_ppo_env_steps_per_s"] / record["sim_env_steps_per_s"]
+            print(f"{'  MAT PPO / simulator (same run)':<44}{record['ppo_over_sim']:>16.5f}  >= 1/80 = 0.0125")
     if args.clairvoyant:
         secs, n_opt, n = clairvoyant_seconds(bank, roots=roots, episodes=episodes)
         print(f"{f'Clairvoyant p=0.04, {n} episodes (s)':<44}{secs:>16.2f}  < 600   ({n_opt}/{n} proven optimal)")
+    if args.json:
+        import json
+        from pathlib import Path
+
+        record.update(bank=str(bank.path), quick=bool(args.quick), recipe=args.recipe, device=args.device,
+                      measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(record, indent=1))
+        print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":

@@ -45,6 +45,12 @@ def train(cfg: DictConfig) -> dict:
     if cfg.get("reward", "dense") not in ("dense", "sparse"):
         raise ConfigError(f"reward must be 'dense' or 'sparse', got {cfg.reward!r}")
     check_run_config(cfg)
+    accelerator = str((cfg.get("trainer") or {}).get("accelerator", "cpu"))
+    if accelerator in ("gpu", "cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"trainer.accelerator={accelerator} (trainer=gpu) but torch sees no CUDA GPU; use trainer=cpu")
     out = output_dir(cfg)
     if cfg.get("experiment_kind") == "paper":
         from mara.paper import run_paper

@@ -170,10 +170,16 @@ def test_cli_evaluate_and_train_run(tmp_path, small_bank):
     assert (tmp_path / "tr" / "evaluation" / "results.json").exists()
 
 
-def test_bench_quick():
-    p = _run("-m", "mara.bench", "--quick", "--repeats", "1")
+def test_bench_quick(tmp_path):
+    out = tmp_path / "bench.json"
+    p = _run("-m", "mara.bench", "--quick", "--repeats", "1", "--json", str(out))
     assert p.returncode == 0, p.stderr
     assert "env-steps/s, E=8" in p.stdout and "rule protocol" in p.stdout
+    rec = json.loads(out.read_text())
+    for key in ("sim_env_steps_per_s", "mat_rollout_env_steps_per_s", "mat_ppo_env_steps_per_s"):
+        assert rec[key] > 0
+    assert rec["mat_ppo_env_steps_per_s"] < rec["mat_rollout_env_steps_per_s"]  # an iteration = rollout + updates
+    assert rec["mat"]["decoder"] == "plackett_luce" and rec["quick"]
 
 
 def test_bank_write_is_atomic(tmp_path, monkeypatch):

@@ -85,3 +85,15 @@ def test_shaped_rewards_sum_to_successes(policy):
         total += np.where(live, r, 0.0)
     assert shaping_seen
     np.testing.assert_allclose(total, env.succeeded, atol=1e-9)
+
+
+def test_minibatch_count_from_config():
+    """``ppo.minibatch_size`` (samples of the nominal rollout) overrides ``ppo.n_minibatches``; same count on every rank."""
+    from mara.mat.ppo import n_minibatches
+
+    ro = {"n_episodes": 512, "n_steps": 32}
+    assert n_minibatches({"n_minibatches": 8}, ro) == 8
+    assert n_minibatches({"n_minibatches": 8, "minibatch_size": None}, ro) == 8
+    assert n_minibatches({"n_minibatches": 8, "minibatch_size": 4096}, ro) == 4
+    assert n_minibatches({"n_minibatches": 8, "minibatch_size": 5000}, ro) == 4  # ceil(16384 / 5000)
+    assert n_minibatches({"n_minibatches": 8, "minibatch_size": 10**6}, ro) == 1

@@ -26,7 +26,9 @@ class PolicyAllocator:
     @torch.no_grad()
     def act(self, obs: Observation) -> np.ndarray:
         tokens, present = obs_to_tokens(obs, self.scale)
-        actions, _, _ = self.policy.act(tokens, present, deterministic=self.deterministic, generator=self.generator)
+        dev = next(self.policy.parameters()).device
+        actions, _, _ = self.policy.act(tokens.to(dev), present.to(dev), deterministic=self.deterministic,
+                                        generator=self.generator)
         return to_env_actions(actions, self.policy.K)
 
 

@@ -58,9 +58,10 @@ class ValidationCallback(L.Callback):
         self.history: list[dict] = []
         self.success = MeanMetric().set_dtype(torch.float64)  # episodes' success rates, reduced over DDP ranks
 
-    def _env(self, pl_module, predictor, episodes=None):
+    def _env(self, pl_module, predictor, episodes=None, fm_cache=None):
         return BatchedEnv(self.episodes if episodes is None else episodes, pl_module.env.bank, n_nodes=self.sim["n_nodes"],
-                          max_active=self.sim["max_active"], obs_every=self.sim["obs_every"], predictor=predictor)
+                          max_active=self.sim["max_active"], obs_every=self.sim["obs_every"], predictor=predictor,
+                          fm_cache=fm_cache)
 
     def on_fit_start(self, trainer, pl_module) -> None:
         from mara.mat.train import build_named_predictor
@@ -88,8 +89,9 @@ class ValidationCallback(L.Callback):
         pl_module.policy.eval()
         share = rank_share(self.episodes.E, trainer.global_rank, trainer.world_size)  # this rank's episodes
         if len(share):
-            m = run_episodes(self._env(pl_module, pl_module.env.predictor, self.episodes.take(share)),
-                             PolicyAllocator(pl_module.policy, True, self.scale))
+            # the policy's own predictor: its FM cache (filled by training) serves the validation episodes too
+            env = self._env(pl_module, pl_module.env.predictor, self.episodes.take(share), getattr(pl_module, "fm_cache", None))
+            m = run_episodes(env, PolicyAllocator(pl_module.policy, True, self.scale))
             self.success.to(pl_module.device).update(torch.as_tensor(m["success_rate"], dtype=torch.float64))
         pl_module.policy.train(was_training)
         score = float(self.success.compute())  # mean over every rank's episodes (a collective under DDP)

@@ -50,7 +50,8 @@ def collect_labelled_states(env: TrainingEnv, teacher, n_steps: int, student: MA
         if student is None:
             act = teach
         else:
-            a, _, _ = student.act(tok, p, deterministic=True)
+            dev = next(student.parameters()).device
+            a, _, _ = student.act(tok.to(dev), p.to(dev), deterministic=True)
             act = to_env_actions(a, student.K)
         toks.append(tok[live]), pres.append(p[live]), acts.append(teacher_choices(teach, tok.shape[1])[live])
         env.step(act)
@@ -73,7 +74,8 @@ def clone(policy: MATPolicy, data: dict, epochs: int, lr: float, batch_size: int
         perm = torch.randperm(n, generator=generator)
         tot = 0.0
         for idx in torch.split(perm, batch_size):
-            logp, _, _ = policy.evaluate(data["tokens"][idx], data["present"][idx], data["actions"][idx])
+            dev = next(policy.parameters()).device
+            logp, _, _ = policy.evaluate(*(data[k][idx].to(dev) for k in ("tokens", "present", "actions")))
             loss = -logp.mean()
             opt.zero_grad()
             loss.backward()
@@ -91,8 +93,9 @@ def agreement(policy: MATPolicy, data: dict, batch_size: int = 4096) -> float:
     hits = 0
     for s in range(0, len(data["actions"]), batch_size):
         sl = slice(s, s + batch_size)
-        a, _, _ = policy.act(data["tokens"][sl], data["present"][sl], deterministic=True)
-        hits += int(served_sets_equal(a, data["actions"][sl], policy.K).sum())
+        dev = next(policy.parameters()).device
+        a, _, _ = policy.act(data["tokens"][sl].to(dev), data["present"][sl].to(dev), deterministic=True)
+        hits += int(served_sets_equal(a.cpu(), data["actions"][sl], policy.K).sum())
     policy.train()
     return hits / max(len(data["actions"]), 1)
 

@@ -1,7 +1,7 @@
 """PPO for the MAT allocator inside Lightning: one ``training_step`` = one PPO iteration (manual optimisation).
 
-Rollout under ``no_grad`` from the rank's own ``TrainingEnv`` → GAE → ``update_epochs`` × ``n_minibatches``
-with ``manual_backward`` (DDP all-reduces the gradients) and ``clip_gradients``. Every rank runs the same
+Rollout under ``inference_mode`` from the rank's own ``TrainingEnv`` → GAE → ``update_epochs`` × minibatches
+(mara/mat/ppo.py) with ``manual_backward`` (DDP all-reduces the gradients) and ``clip_gradients``. Every rank runs the same
 number of minibatches so the collective calls line up; training stops once the env steps of all ranks
 reach ``total_env_steps``.
 """
@@ -11,7 +11,8 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from mara.mat.losses import entropy_bonus, explained_variance, gae, mat_loss, ppo_clip_loss, ppo_diagnostics, value_loss
+from mara.mat import ppo as ppo_step
+from mara.mat.losses import explained_variance, gae
 from mara.mat.nets import MATPolicy
 from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout
 
@@ -21,10 +22,12 @@ class MATModule(L.LightningModule):
                  predictor: dict | None = None, bank_path: str | None = None, seed: int = 0,
                  total_env_steps: int = 100_000, num_threads: int = 1, imitation: dict | None = None) -> None:
         super().__init__()
+        net = {"decoder": "autoregressive", **net}  # recorded in the checkpoint; configs without one = the paper's decoder
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.policy = MATPolicy(n_slots=sim["max_active"], n_nodes=sim["n_nodes"], **net)
         self.env: TrainingEnv | None = None  # built per rank in setup()
+        self.fm_cache = None  # FlowSampleCache of this rank, shared by its training, imitation and validation envs
         self.generator: torch.Generator | None = None
         self.global_env_steps = 0
         self._pending_env_state = None
@@ -40,8 +43,14 @@ class MATModule(L.LightningModule):
         stream = EpisodeStream(bank, bank.family_params, hp.workload["task_set"], hp.workload["load"],
                                hp.workload["train_root"] + hp.seed, hp.rollout["n_episodes"], rank, world,
                                n_steps=hp.sim["n_steps"])
+        self.fm_cache = None
+        if hp.rollout.get("fm_cache", False) and getattr(predictor, "supports_cache", False):
+            from mara.predictors.cache import FlowSampleCache
+
+            self.fm_cache = FlowSampleCache(int(hp.rollout.get("fm_cache_entries", 100_000)))
         self.env = TrainingEnv(stream, bank, predictor, hp.reward, hp.sim["beta"], hp.sim["n_nodes"],
-                               hp.sim["max_active"], hp.sim["obs_every"], hp.rollout["n_groups"], hp.rollout["stagger"])
+                               hp.sim["max_active"], hp.sim["obs_every"], hp.rollout["n_groups"], hp.rollout["stagger"],
+                               fm_cache=self.fm_cache)
         self.generator = torch.Generator().manual_seed(hp.seed * 1000 + rank)
         if self._pending_env_state is not None:
             self._restore_env(self._pending_env_state)
@@ -62,7 +71,8 @@ class MATModule(L.LightningModule):
                                    hp.workload["train_root"] + hp.seed + 7919 * (r + 1), im["n_episodes"],
                                    n_steps=hp.sim["n_steps"])
             return TrainingEnv(stream, bank, predictor, hp.reward, hp.sim["beta"], hp.sim["n_nodes"], hp.sim["max_active"],
-                               hp.sim["obs_every"], hp.rollout["n_groups"], im.get("stagger", hp.rollout["stagger"]))
+                               hp.sim["obs_every"], hp.rollout["n_groups"], im.get("stagger", hp.rollout["stagger"]),
+                               fm_cache=self.fm_cache)
 
         return imitate(self.policy, make_env, teacher, im, seed=hp.seed, scale=hp.rollout["scale"],
                        log=lambda s: print(s, flush=True))
@@ -83,45 +93,26 @@ class MATModule(L.LightningModule):
                 group["lr"] = frac * ppo["lr"]
         buf = collect_rollout(self.policy, self.env, hp.rollout["n_steps"], self.generator, hp.rollout["scale"])
         advantages, returns = gae(buf.rewards, buf.values, buf.dones, buf.last_value, ppo["gamma"], ppo["gae_lambda"])
-
-        live = buf.live.reshape(-1)
-        flat = lambda x: x.reshape(-1, *x.shape[2:])[live]  # noqa: E731
-        b_tokens, b_present, b_actions = flat(buf.tokens), flat(buf.present), flat(buf.actions)
-        b_logprobs, b_values, b_advantages, b_returns = flat(buf.logprobs), flat(buf.values), flat(advantages), flat(returns)
-
-        stats = {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")}
-        for _ in range(ppo["update_epochs"]):
-            perm = torch.randperm(len(b_logprobs), generator=self.generator)
-            for mb_inds in torch.tensor_split(perm, ppo["n_minibatches"]):
-                newlogprob, entropy, newvalue = self.policy.evaluate(b_tokens[mb_inds], b_present[mb_inds], b_actions[mb_inds])
-                mb_advantages = b_advantages[mb_inds]
-                if ppo["norm_adv"] and len(mb_inds) > 1:
-                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-                pg_loss = ppo_clip_loss(newlogprob, b_logprobs[mb_inds], mb_advantages, ppo["clip_coef"])
-                v_loss = value_loss(newvalue, b_returns[mb_inds])
-                ent = entropy_bonus(entropy)
-                loss = mat_loss(pg_loss, v_loss, ent, ppo["vf_coef"], ppo["ent_coef"])
-                if self.current_epoch < ppo.get("value_warmup_iterations", 0):  # fit the value head to a cloned policy first
-                    loss = ppo["vf_coef"] * v_loss + 0.0 * loss  # policy terms kept at weight 0 so DDP sees every parameter
-                opt.zero_grad()
-                self.manual_backward(loss)
-                self.clip_gradients(opt, gradient_clip_val=ppo["max_grad_norm"], gradient_clip_algorithm="norm")
-                opt.step()
-                with torch.no_grad():
-                    diag = ppo_diagnostics(newlogprob, b_logprobs[mb_inds], ppo["clip_coef"])
-                for k, v in (("policy_loss", pg_loss), ("value_loss", v_loss), ("entropy", ent), *diag.items()):
-                    stats[k].append(float(v.detach()))
-
-        self._log_iteration(stats, b_values, b_returns, int(live.sum()))
+        batch = ppo_step.flatten(buf, advantages, returns)
+        value_only = self.current_epoch < ppo.get("value_warmup_iterations", 0)  # fit the value head to a cloned policy first
+        stats = ppo_step.update(
+            self.policy, opt, batch, ppo, ppo_step.n_minibatches(ppo, hp.rollout), self.generator, self.manual_backward,
+            lambda: self.clip_gradients(opt, gradient_clip_val=ppo["max_grad_norm"], gradient_clip_algorithm="norm"),
+            value_only=value_only)
+        self._log_iteration(stats, batch["values"], batch["returns"], int(buf.live.sum()))
 
     def _log_iteration(self, stats, b_values, b_returns, n_live: int) -> None:
-        steps = self.trainer.strategy.reduce(torch.tensor(float(n_live)), reduce_op="sum")
+        steps = self.trainer.strategy.reduce(torch.tensor(float(n_live), device=self.device), reduce_op="sum")
         self.global_env_steps += int(steps)
         log = {f"train/{k}": sum(v) / len(v) for k, v in stats.items()}
         log["train/explained_variance"] = explained_variance(b_values, b_returns)
         log["train/lr"] = self.optimizers().optimizer.param_groups[0]["lr"]
         self.log_dict(log, on_step=False, on_epoch=True, batch_size=1, sync_dist=True)  # mean over ranks
         self.log("env_steps", float(self.global_env_steps), on_step=False, on_epoch=True, batch_size=1)  # already global
+        if self.fm_cache is not None:  # reuse of FM network outputs (cumulative since the start of this process)
+            st = self.fm_cache.stats()
+            self.log_dict({"rollout/fm_cache_hit_rate": float(st["hit_rate"]), "rollout/fm_cache_entries": float(st["entries"])},
+                          on_step=False, on_epoch=True, batch_size=1, rank_zero_only=True)
         successes, returns = self.env.pop_finished()
         if successes:  # episodes that finished on this rank during the rollout (rank 0's are what gets logged)
             self.log_dict({"rollout/success_rate": sum(successes) / len(successes), "rollout/return": sum(returns) / len(returns)},

@@ -1,5 +1,10 @@
 """Multi-Agent Transformer (§4.2): task-slot encoder → centralised value; node decoder → masked matching.
 
+Two decoders (``decoder``): ``autoregressive`` (the paper's, below; what shipped checkpoints use, and the default
+for checkpoints that do not record one) and ``plackett_luce`` (issue 22): the encoder output scores every slot and
+idle once, and the M nodes' picks are drawn without replacement from those scores (mara/mat/plackett_luce.py), so
+the network cost does not grow with M. Both give the same interface (``act``/``evaluate``) and masks (Eq. 2).
+
 Shapes: ``E`` episodes (batch), ``K`` task slots, ``M`` nodes, ``F`` token features, ``d`` model width.
 Choices per node are ``0..K-1`` (a slot) or ``K`` (idle). Node i's distribution is conditioned on the
 encoded tasks and on nodes 0..i-1's choices (causal self-attention over node positions, each position
@@ -13,9 +18,10 @@ import math
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
+from mara.mat import plackett_luce
 from mara.mat.features import N_FEATURES, N_SLOT_FEATURES
+from mara.mat.masks import choice_mask
 
 
 class Attention(nn.Module):
@@ -83,17 +89,7 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_mlp(x))
 
 
-def choice_mask(present: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """Allowed choices per node: present slots not taken by earlier nodes, plus idle.
-
-    present [E, K] bool, actions [E, M] long in 0..K -> allow [E, M, K+1] bool
-    """
-    K = present.shape[1]
-    chosen = F.one_hot(actions, K + 1)[..., :K]  # [E, M, K]
-    taken_before = chosen.cumsum(dim=1) - chosen
-    allow_slot = present[:, None, :] & (taken_before == 0)
-    idle = torch.ones_like(allow_slot[..., :1])
-    return torch.cat([allow_slot, idle], dim=-1)
+DECODERS = ("autoregressive", "plackett_luce")
 
 
 class MATPolicy(nn.Module):
@@ -109,8 +105,16 @@ class MATPolicy(nn.Module):
         d_ff: int = 128,
         value_scale: float = 1.0,
         idle_bias: float = 0.0,
+        decoder: str = "autoregressive",
+        slot_buckets: list[int] | None = None,
     ) -> None:
         super().__init__()
+        if decoder not in DECODERS:
+            raise ValueError(f"mat.net.decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
+        self.decoder = decoder
+        # Plackett–Luce only (the autoregressive decoder always runs all K slots); sizes outside 1..K-1 mean nothing
+        use = slot_buckets if decoder == "plackett_luce" else ()
+        self.buckets = sorted({int(b) for b in use or () if 0 < int(b) < n_slots} | {n_slots})
         self.K, self.M, self.d, self.value_scale = n_slots, n_nodes, d_model, value_scale
         d = d_model
         self.slot_in = nn.Linear(N_FEATURES, d)
@@ -119,15 +123,20 @@ class MATPolicy(nn.Module):
         self.enc_blocks = nn.ModuleList(Block(d, n_heads, d_ff, cross=False) for _ in range(n_blocks))
         self.enc_ln = nn.LayerNorm(d)
         self.value_head = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, 1))
-        self.start_tok = nn.Parameter(torch.zeros(d))
-        self.idle_tok = nn.Parameter(torch.zeros(d))
-        self.choice_in = nn.Linear(d, d)
-        self.node_emb = nn.Parameter(torch.randn(n_nodes, d) * 0.02)
-        self.dec_blocks = nn.ModuleList(Block(d, n_heads, d_ff, cross=True) for _ in range(n_blocks))
-        self.dec_ln = nn.LayerNorm(d)
+        if decoder == "autoregressive":  # the Plackett–Luce decoder has no decoder blocks: slots are scored from `mem`
+            self.start_tok = nn.Parameter(torch.zeros(d))
+            self.idle_tok = nn.Parameter(torch.zeros(d))
+            self.choice_in = nn.Linear(d, d)
+            self.node_emb = nn.Parameter(torch.randn(n_nodes, d) * 0.02)
+            self.dec_blocks = nn.ModuleList(Block(d, n_heads, d_ff, cross=True) for _ in range(n_blocks))
+            self.dec_ln = nn.LayerNorm(d)
         self.ptr_q, self.ptr_k = nn.Linear(d, d), nn.Linear(d, d)
         self.idle_head = nn.Linear(d, 1)
-        for head in (self.ptr_q, self.idle_head):  # near-uniform initial policy over the allowed slots
+        heads = [self.ptr_q, self.idle_head]
+        if decoder == "plackett_luce":  # a per-slot score linear in the slot's encoding, learning as fast as idle's
+            self.slot_head = nn.Linear(d, 1)
+            heads.append(self.slot_head)
+        for head in heads:  # near-uniform initial policy over the allowed slots
             nn.init.normal_(head.weight, std=0.01 / math.sqrt(d))
             nn.init.zeros_(head.bias)
         nn.init.constant_(self.idle_head.bias, idle_bias)  # < 0: start near a random work-conserving matching
@@ -141,7 +150,8 @@ class MATPolicy(nn.Module):
         g = self.global_tok + self.global_in(tokens[:, 0, N_SLOT_FEATURES:])
         x = torch.cat([g[:, None], self.slot_in(tokens)], dim=1)
         allow_k = torch.cat([present.new_ones(E, 1), present], dim=1)
-        allow = allow_k[:, None, :].expand(E, 1 + self.K, 1 + self.K)
+        L = 1 + tokens.shape[1]  # 1 + K (fewer when the Plackett–Luce path drops absent slots, ``slot_buckets``)
+        allow = allow_k[:, None, :].expand(E, L, L)
         for blk in self.enc_blocks:
             x = blk(x, allow)
         mem = self.enc_ln(x)
@@ -155,6 +165,43 @@ class MATPolicy(nn.Module):
         table = self.choice_in(torch.cat([slots, self.idle_tok.expand(E, 1, self.d)], dim=1))  # [E, K+1, d]
         mem_kv = [blk.cross_attn.kv(mem) for blk in self.dec_blocks]
         return table, mem_kv, self.ptr_k(slots)
+
+    def scores(self, mem):
+        """Plackett–Luce choice scores [E, K+1] (slots, then idle) from the encoder memory: per slot a linear score
+        plus a pointer query from the global token against the slot; idle's score from the global token."""
+        g, slots = mem[:, 0], mem[:, 1:]
+        slot = (self.ptr_k(slots) @ self.ptr_q(g)[:, :, None]).squeeze(-1) / math.sqrt(self.d) + self.slot_head(slots).squeeze(-1)
+        return torch.cat([slot, self.idle_head(g)], dim=-1)
+
+    def encode_scores(self, tokens, present):
+        """Plackett–Luce path -> (scores [E, K+1], value [E]). With ``slot_buckets`` the present slots are moved to
+        the front (the encoder has no slot positions, so this changes nothing but the order) and each row runs with
+        only as many slot tokens as its bucket holds (absent slots are masked keys whose own outputs are unused, so
+        dropping them is exact up to float summation order); scores go back to the original slot positions."""
+        if len(self.buckets) == 1:
+            mem, _, value = self.encode(tokens, present)
+            return self.scores(mem), value
+        E, K = present.shape
+        order = torch.argsort((~present).to(torch.int8), dim=1, stable=True)  # present slots first, in slot order
+        tok = tokens.gather(1, order[..., None].expand(-1, -1, tokens.shape[2]))
+        pres = present.gather(1, order)
+        n = present.sum(dim=1)
+        rows, slot_scores, idle, values, lo = [], [], [], [], -1
+        for hi in self.buckets:
+            idx = torch.nonzero((n > lo) & (n <= hi)).squeeze(1)
+            lo = hi
+            if len(idx) == 0:
+                continue
+            mem, _, v = self.encode(tok[idx, :hi], pres[idx, :hi])
+            sc = self.scores(mem)  # [e, hi + 1]
+            slot_scores.append(torch.cat([sc[:, :hi], sc.new_zeros(len(idx), K - hi)], dim=1))
+            idle.append(sc[:, hi:])
+            values.append(v)
+            rows.append(idx)
+        inv = torch.argsort(torch.cat(rows))
+        sorted_slots = torch.cat(slot_scores)[inv]
+        slots = torch.zeros_like(sorted_slots).scatter(1, order, sorted_slots)  # back to the original slot positions
+        return torch.cat([slots, torch.cat(idle)[inv]], dim=1), torch.cat(values)[inv]
 
     def _logits(self, h, ptr_keys):
         slot_logits = self.ptr_q(h) @ ptr_keys.transpose(1, 2) / math.sqrt(self.d)  # [E, L, K]
@@ -175,7 +222,12 @@ class MATPolicy(nn.Module):
 
     # --------------------------------------------------------------- public
     def act(self, tokens, present, deterministic: bool = False, generator: torch.Generator | None = None):
-        """Autoregressive joint action (one decoder position per node, cached) -> (actions [E, M] in 0..K, logprob [E], value [E])."""
+        """Joint action -> (actions [E, M] in 0..K, logprob [E], value [E]): autoregressive (one decoder position per
+        node, cached) or Plackett–Luce (one scoring pass, M picks without replacement)."""
+        if self.decoder == "plackett_luce":
+            scores, value = self.encode_scores(tokens, present)
+            actions = plackett_luce.sample(scores, present, self.M, deterministic, generator)
+            return actions, plackett_luce.log_prob(scores, present, actions), value
         mem, allow_k, value = self.encode(tokens, present)
         E = tokens.shape[0]
         table, mem_kv, ptr_keys = self._decoder_context(mem)
@@ -195,7 +247,10 @@ class MATPolicy(nn.Module):
             if deterministic:
                 a = logp.argmax(dim=-1)
             else:
-                a = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+                probs = logp.exp()
+                if generator is not None and generator.device != probs.device:  # CPU generator, GPU policy
+                    probs = probs.to(generator.device)
+                a = torch.multinomial(probs, 1, generator=generator).squeeze(-1).to(logp.device)
             actions[:, i] = a
             logprob = logprob + logp[rows, a]
             allow = allow.clone()
@@ -205,8 +260,13 @@ class MATPolicy(nn.Module):
 
     def evaluate(self, tokens, present, actions):
         """Teacher-forced pass -> (logprob [E] of the joint action, entropy [E] per node (mean over nodes), value [E])."""
-        mem, allow_k, value = self.encode(tokens, present)
-        logp = torch.log_softmax(self.decode(mem, allow_k, present, actions), dim=-1)  # [E, M, K+1]
+        if self.decoder == "plackett_luce":
+            scores, value = self.encode_scores(tokens, present)
+            logits = plackett_luce.masked_logits(scores, present, actions)
+        else:
+            mem, allow_k, value = self.encode(tokens, present)
+            logits = self.decode(mem, allow_k, present, actions)
+        logp = torch.log_softmax(logits, dim=-1)  # [E, M, K+1]
         logprob = logp.gather(2, actions[..., None]).squeeze(-1).sum(dim=1)
         p = logp.exp()
         entropy = -(torch.where(p > 0, p * logp, torch.zeros_like(p))).sum(dim=2).mean(dim=1)  # as in MAT: averaged over agents

@@ -15,10 +15,10 @@ import torch
 from mara.allocators.rules import FIFO
 from mara.mat.features import obs_to_tokens
 from mara.mat.nets import MATPolicy, to_env_actions
-from mara.sim.env import BatchedEnv
+from mara.sim.env import BatchedEnv, step_envs
 from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
 
-_NOT_STATE = ("bank", "predictor", "episode_stream")
+_NOT_STATE = ("bank", "predictor", "episode_stream", "fm_cache")
 
 
 class EpisodeStream:
@@ -47,12 +47,14 @@ class TrainingEnv:
     """
 
     def __init__(self, episode_stream: EpisodeStream, bank, predictor=None, reward: str = "dense", beta: float = 0.1,
-                 n_nodes: int = 7, max_active: int = 10, obs_every: int = 10, n_groups: int = 1, stagger: int = 0) -> None:
+                 n_nodes: int = 7, max_active: int = 10, obs_every: int = 10, n_groups: int = 1, stagger: int = 0,
+                 fm_cache=None) -> None:
         if reward not in ("dense", "sparse"):
             raise ValueError(f"mat.reward must be 'dense' or 'sparse', got {reward!r}")
         if episode_stream.E % n_groups:
             raise ValueError(f"rollout.n_episodes ({episode_stream.E}) must be divisible by rollout.n_groups ({n_groups})")
         self.episode_stream, self.bank, self.predictor = episode_stream, bank, predictor
+        self.fm_cache = fm_cache  # a FlowSampleCache shared by every group (and by other envs on the same bank/predictor)
         self.reward, self.beta, self.n_groups = reward, beta, n_groups
         self.sim = dict(n_nodes=n_nodes, max_active=max_active, obs_every=obs_every)
         self.env_steps = 0  # live steps of this rank
@@ -74,7 +76,7 @@ class TrainingEnv:
     def new_batch(self, g: int) -> None:
         episodes = self.episode_stream.next(self.episode_stream.E // self.n_groups)
         self.envs[g] = BatchedEnv(episodes, self.bank, predictor=self.predictor, beta=self.beta,
-                                  compute_reward=self.reward == "dense", **self.sim)
+                                  compute_reward=self.reward == "dense", fm_cache=self.fm_cache, **self.sim)
         self.group_obs[g] = self.envs[g].reset()
         self.ep_return[g] = np.zeros(episodes.E)
 
@@ -82,9 +84,11 @@ class TrainingEnv:
         """Step every episode (actions [E, M]) -> (reward [E], done [E], live [E]); live = running before the step."""
         out = []
         n = self.episode_stream.E // self.n_groups
+        lives = [~o.done for o in self.group_obs]
+        results = step_envs(self.envs, [env_actions[g * n:(g + 1) * n] for g in range(self.n_groups)])
         for g, env in enumerate(self.envs):
-            live = ~self.group_obs[g].done
-            self.group_obs[g], reward, done, successes = env.step(env_actions[g * n:(g + 1) * n])
+            live = lives[g]
+            self.group_obs[g], reward, done, successes = results[g]
             reward = np.where(live, reward if self.reward == "dense" else successes.astype(np.float64), 0.0)
             self.ep_return[g] += reward
             self.env_steps += int(live.sum())
@@ -139,21 +143,25 @@ class RolloutBuffer:
     last_value: torch.Tensor
 
 
-@torch.no_grad()
 def collect_rollout(policy: MATPolicy, env: TrainingEnv, n_steps: int, generator: torch.Generator,
                     scale: float = 350.0) -> RolloutBuffer:
-    """Sample ``n_steps`` joint actions per episode from ``policy`` in ``env``."""
+    """Sample ``n_steps`` joint actions per episode from ``policy`` in ``env`` (the policy runs under
+    ``torch.inference_mode``; the buffer is stacked outside it, so the update can use it with autograd)."""
     tokens, present, actions, logprobs, values, rewards, dones, live = ([] for _ in range(8))
+    dev = next(policy.parameters()).device  # the buffer lives with the policy (CPU or GPU); the simulator on the CPU
     for _ in range(n_steps):
         tok, pres = env.tokens(scale)
-        a, logp, v = policy.act(tok, pres, generator=generator)
+        tok, pres = tok.to(dev), pres.to(dev)
+        with torch.inference_mode():
+            a, logp, v = policy.act(tok, pres, generator=generator)
         r, d, lv = env.step(to_env_actions(a, policy.K))
         tokens.append(tok), present.append(pres), actions.append(a), logprobs.append(logp), values.append(v)
-        rewards.append(torch.as_tensor(r, dtype=torch.float32))
-        dones.append(torch.as_tensor(d))
-        live.append(torch.as_tensor(lv))
+        rewards.append(torch.as_tensor(r, dtype=torch.float32, device=dev))
+        dones.append(torch.as_tensor(d, device=dev))
+        live.append(torch.as_tensor(lv, device=dev))
     tok, pres = env.tokens(scale)
-    _, _, last_value = policy.encode(tok, pres)
+    with torch.inference_mode():
+        _, _, last_value = policy.encode(tok.to(dev), pres.to(dev))
     st = torch.stack
     return RolloutBuffer(st(tokens), st(present), st(actions), st(logprobs), st(values), st(rewards), st(dones),
-                         st(live), last_value)
+                         st(live), last_value.clone())

@@ -67,6 +67,7 @@ class FlowPredictor:
     past the threshold) and the band is widened to contain the WLS estimate plus ``widen`` (log1p)."""
 
     name = "fm"
+    supports_cache = True  # predict_* accept keys=/cache= (mara/predictors/cache.py)
 
     def __init__(self, net: FlowNet, n_samples: int = 8, n_steps: int = 4, per_family: Mapping | None = None,
                  sobol_seed: int = 0, delta: float = DELTA, min_obs: int = MIN_OBS, band_offset: float = 0.0,
@@ -122,20 +123,52 @@ class FlowPredictor:
         st = torch.from_numpy(static_context(bs, lr, L0, h, fs, S[:, :H], L[:, :H], lengths).astype(np.float32))
         return x, st, S0, L0, h
 
+    def _net_samples(self, S, L, lengths, cap_remaining, batch_size, lr, n_samples: int, n_steps: int):
+        """The network part: (flow samples y [B, N, K] float32 in target units, context vectors [B, D] float32)."""
+        lengths = np.asarray(lengths, np.int64)
+        x, st, *_ = self._inputs(S, L, lengths, cap_remaining, batch_size, lr)
+        B = x.shape[0]
+        dev = next(self.net.parameters()).device  # a net being trained on a GPU (validation MAE during fit)
+        with torch.inference_mode():
+            c = self.net.context_vector(x.to(dev), torch.from_numpy(lengths), st.to(dev))
+            ctx = self.net.velocity.context_term(c)[:, None, :]  # [B, 1, hidden]
+            z0 = self.noise(n_samples).to(dev)[None].expand(B, -1, -1)
+            z1 = euler_sample(self.net.velocity, z0, ctx, n_steps)
+            y = self.net.target_norm.inverse(z1)  # [B, N, K]
+        return y.cpu().numpy(), c.cpu().numpy()
+
     def _sample(self, S, L, lengths, cap_remaining, batch_size, lr, n_samples: int, n_steps: int):
         """(s_edges [B, K+1], L̂ [B, N, K+1], context vectors [B, D])."""
         lengths = np.asarray(lengths, np.int64)
-        x, st, S0, L0, h = self._inputs(S, L, lengths, cap_remaining, batch_size, lr)
-        B = x.shape[0]
-        with torch.inference_mode():
-            c = self.net.context_vector(x, torch.from_numpy(lengths), st)
-            ctx = self.net.velocity.context_term(c)[:, None, :]  # [B, 1, hidden]
-            z0 = self.noise(n_samples)[None].expand(B, -1, -1)
-            z1 = euler_sample(self.net.velocity, z0, ctx, n_steps)
-            y = self.net.target_norm.inverse(z1).double().numpy()  # [B, N, K]
+        S = np.asarray(S, np.float64)
+        L = np.asarray(L, np.float64)
+        B = S.shape[0]
+        last = lengths - 1
+        S0, L0 = S[np.arange(B), last], L[np.arange(B), last]
+        h = np.maximum(np.asarray(cap_remaining, np.float64), 1.0) * np.asarray(batch_size, np.float64)
+        y, c = self._net_samples(S, L, lengths, cap_remaining, batch_size, lr, n_samples, n_steps)
         edges = bin_edges(S0, h, self.net.n_bins)
-        _, L_hat = reconstruct_L(y, edges[:, None, :], L0[:, None], self.delta)
-        return edges, L_hat, c.double().numpy()
+        _, L_hat = reconstruct_L(y.astype(np.float64), edges[:, None, :], L0[:, None], self.delta)
+        return edges, L_hat, c.astype(np.float64)
+
+    def _sample_scored(self, S, L, lengths, cap_remaining, batch_size, lr, n_samples: int, n_steps: int, keys=None,
+                       cache=None):
+        """(s_edges [B, K+1], L̂ [B, N, K+1], novelty score [B]): everything of a prediction that does not depend on ε.
+
+        With a ``FlowSampleCache`` and one history key per row (``keys``; the key fixes the prefix, its end point and
+        the horizon, hence all three), only keys not yet cached are computed, by the same row-wise code; cached rows
+        return the stored values exactly (mara/predictors/cache.py)."""
+        if cache is None or keys is None:
+            edges, L_hat, c = self._sample(S, L, lengths, cap_remaining, batch_size, lr, n_samples, n_steps)
+            return edges, L_hat, self.novelty_from_context(c)
+        full = [(k, n_samples, n_steps) for k in keys]
+        miss = cache.missing(full)
+        if len(miss):
+            sub = lambda a: np.asarray(a)[miss]  # noqa: E731
+            edges, L_hat, c = self._sample(sub(S), sub(L), sub(lengths), sub(cap_remaining), sub(batch_size), sub(lr),
+                                           n_samples, n_steps)
+            cache.put([full[i] for i in miss], edges, L_hat, self.novelty_from_context(c))
+        return cache.get(full)
 
     def sample_futures(self, S, L, lengths, cap_remaining, batch_size, lr, n_samples: int, n_steps: int):
         """Sampled futures for warm tasks: (s_edges [B, K+1], L̂ [B, N, K+1]) at horizon cap_remaining·bs."""
@@ -145,8 +178,10 @@ class FlowPredictor:
     def context_vectors(self, S, L, lengths, cap_remaining, batch_size, lr) -> np.ndarray:
         """The prefix's context vectors [B, D] (no flow sampling)."""
         x, st, *_ = self._inputs(S, L, lengths, cap_remaining, batch_size, lr)
+        dev = next(self.net.parameters()).device
         with torch.inference_mode():
-            return self.net.context_vector(x, torch.from_numpy(np.asarray(lengths, np.int64)), st).double().numpy()
+            c = self.net.context_vector(x.to(dev), torch.from_numpy(np.asarray(lengths, np.int64)), st.to(dev))
+            return c.double().cpu().numpy()
 
     def novelty_from_context(self, c: np.ndarray) -> np.ndarray:
         """Percentile [B] in [0, 1] of the Mahalanobis d² of context vectors among validation prefixes; 0 without stats."""
@@ -158,7 +193,7 @@ class FlowPredictor:
         """The fallback score of each prefix [B] (uses the observed prefix, cap and lr only, never the future)."""
         return self.novelty_from_context(self.context_vectors(S, L, lengths, cap_remaining, batch_size, lr))
 
-    def _grouped(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family):
+    def _grouped(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family, keys=None, cache=None):
         """Per-sample crossings reduced to [B, Q] quantiles (median in the 0.5 column) and the novelty score [B];
         cold tasks (< min_obs) get cap everywhere and score 0."""
         lengths = np.asarray(lengths, np.int64)
@@ -173,13 +208,14 @@ class FlowPredictor:
         for ns, nt in {tuple(r) for r in settings[warm].tolist()}:
             idx = np.flatnonzero(warm & (settings[:, 0] == ns) & (settings[:, 1] == nt))
             bs = np.asarray(batch_size)[idx]
-            edges, L_hat, c = self._sample(np.asarray(S)[idx], np.asarray(L)[idx], lengths[idx], cap[idx], bs,
-                                           np.asarray(lr)[idx], ns, nt)
+            edges, L_hat, nov = self._sample_scored(np.asarray(S)[idx], np.asarray(L)[idx], lengths[idx], cap[idx], bs,
+                                                    np.asarray(lr)[idx], ns, nt,
+                                                    keys=None if keys is None else [keys[i] for i in idx], cache=cache)
             rem = decode_crossing(edges[:, None, :], L_hat, np.asarray(eps)[idx, None], bs[:, None], cap[idx, None])
             q = np.quantile(rem, qs, axis=1).T  # [b, Q]
             q[:, mid] = np.clip(np.median(rem, axis=1), 0.0, cap[idx])
             out[idx] = q
-            score[idx] = self.novelty_from_context(c)
+            score[idx] = nov
         return out, score, warm, mid
 
     def _wls_band(self, S, L, lengths, eps, cap, batch_size, lr):
@@ -189,10 +225,10 @@ class FlowPredictor:
             self._wls = WLSPredictor(min_obs=self.min_obs)
         return self._wls.predict_quantiles(S, L, lengths, eps, cap, batch_size, lr)[:, 1]
 
-    def _predict(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family):
+    def _predict(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family, keys=None, cache=None):
         """([B, Q] ordered quantiles incl. band offset and fallback, novelty score [B])."""
         cap = np.asarray(cap_remaining, np.float64)
-        q, score, warm, mid = self._grouped(S, L, lengths, eps, cap, batch_size, lr, family)
+        q, score, warm, mid = self._grouped(S, L, lengths, eps, cap, batch_size, lr, family, keys, cache)
         fb = self.fallback
         lo, med, hi = q[:, 0], q[:, mid], q[:, -1]
         extra = np.zeros(len(cap))
@@ -220,16 +256,19 @@ class FlowPredictor:
         q[~warm] = cap[~warm, None]
         return q, score
 
-    def predict_remaining(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None) -> np.ndarray:
-        """Median remaining batches [B] (the paper's point estimate; moved toward WLS only by the fallback)."""
-        q, _ = self._predict(S, L, lengths, eps, cap_remaining, batch_size, lr, family)
+    def predict_remaining(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None, keys=None,
+                          cache=None) -> np.ndarray:
+        """Median remaining batches [B] (the paper's point estimate; moved toward WLS only by the fallback).
+        ``keys``/``cache``: optional reuse of the network part per observed history (``FlowSampleCache``)."""
+        q, _ = self._predict(S, L, lengths, eps, cap_remaining, batch_size, lr, family, keys, cache)
         return q[:, int(np.argmin(np.abs(np.asarray(self.quantiles) - 0.5)))]
 
-    def predict_quantiles(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None) -> np.ndarray:
+    def predict_quantiles(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None, keys=None,
+                          cache=None) -> np.ndarray:
         """[B, Q] remaining batches at ``self.quantiles`` (default q10, q50, q90): the q50 column equals
         ``predict_remaining``; the outer ones are the flow samples' quantiles widened by the conformal offset
         (and, past the novelty threshold, by the fallback). Ordered, within [0, cap]; cold tasks get cap."""
-        return self._predict(S, L, lengths, eps, cap_remaining, batch_size, lr, family)[0]
+        return self._predict(S, L, lengths, eps, cap_remaining, batch_size, lr, family, keys, cache)[0]
 
 
 def novelty_stats(c_train: np.ndarray, c_val: np.ndarray, ridge: float = 1e-3, n_ref: int = 201) -> dict:

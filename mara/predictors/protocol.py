@@ -25,12 +25,16 @@ class RemainingPredictor(Protocol):
     def predict_remaining(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None) -> np.ndarray: ...
 
 
-def predict_band(predictor, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None):
-    """(lo [B], median [B], hi [B]) remaining batches: the predictor's outer quantiles and its median."""
+def predict_band(predictor, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None, keys=None, cache=None):
+    """(lo [B], median [B], hi [B]) remaining batches: the predictor's outer quantiles and its median.
+
+    ``keys`` (one hashable per row naming its observed history) and ``cache`` (``FlowSampleCache``) let a predictor
+    that ``supports_cache`` reuse its policy-independent work; other predictors ignore them."""
+    extra = {"keys": keys, "cache": cache} if cache is not None and getattr(predictor, "supports_cache", False) else {}
     if hasattr(predictor, "predict_quantiles"):
-        q = predictor.predict_quantiles(S, L, lengths, eps, cap_remaining, batch_size, lr, family=family)
+        q = predictor.predict_quantiles(S, L, lengths, eps, cap_remaining, batch_size, lr, family=family, **extra)
         return q[:, 0], q[:, q.shape[1] // 2], q[:, -1]
-    med = predictor.predict_remaining(S, L, lengths, eps, cap_remaining, batch_size, lr, family=family)
+    med = predictor.predict_remaining(S, L, lengths, eps, cap_remaining, batch_size, lr, family=family, **extra)
     return med, med, med
 
 

@@ -120,6 +120,7 @@ class BatchedEnv:
         compute_reward: bool = False,
         curve_source=None,
         queue_capacity: int | None = None,
+        fm_cache=None,
     ) -> None:
         if n_nodes < 1:
             raise ValueError(f"sim.nodes must be >= 1, got {n_nodes}")
@@ -139,6 +140,9 @@ class BatchedEnv:
         # and writes their losses into ``bank.L`` (and ``slot_need`` on a crossing) before the step reads them;
         # None = replay the recorded curves
         self.curve_source = curve_source
+        # optional ``FlowSampleCache`` (mara/predictors/cache.py): the predictor's network outputs per observed history
+        # (bank row, observations, cap remaining, spacing), reused across episodes; never in live mode (the bank changes)
+        self.fm_cache = fm_cache if curve_source is None else None
         self.reset()
 
     # ------------------------------------------------------------------ state
@@ -269,11 +273,11 @@ class BatchedEnv:
             raise ValueError("a node was assigned to an empty slot")
         return served
 
-    def _refresh_predictions(self, new_obs: np.ndarray) -> None:
-        """Re-estimate remaining batches for slots that just got an observation (from the 4th on)."""
+    def _refresh_request(self, new_obs: np.ndarray) -> dict | None:
+        """The predictor query for slots that just got an observation (from the 4th on), or None if there are none."""
         er, ks = np.nonzero(new_obs)
         if len(er) == 0:
-            return
+            return None
         s = self.slot_s[er, ks]
         if getattr(self.predictor, "privileged", False):  # the perfect-prediction bound reads the true crossing
             est = self.predictor.remaining_from_need(self.slot_need[er, ks], s, np.maximum(self.slot_cap[er, ks] - s, 0))
@@ -292,14 +296,32 @@ class BatchedEnv:
         L = np.where(mask, L, 0.0)
         S = np.where(mask, S, 0.0)
         tk = self.slot_task[er, ks]
-        lo, est, hi = predict_band(
-            self.predictor, S, L, n, self.slot_eps[er, ks], np.maximum(self.slot_cap[er, ks] - s, 0), bs, self.ep.lr[er, tk],
-            family=self.ep.family[er, tk]
-        )
+        cap_rem = np.maximum(self.slot_cap[er, ks] - s, 0)
+        keys = None
+        if self.fm_cache is not None:  # the observed history: bank row, n points, horizon, spacing
+            keys = list(zip(rows.tolist(), n.tolist(), cap_rem.tolist(), [self.obs_every] * len(rows)))
+        return {"er": er, "ks": ks, "tk": tk, "s": s, "S": S, "L": L, "n": n, "eps": self.slot_eps[er, ks],
+                "cap": cap_rem, "bs": bs, "lr": self.ep.lr[er, tk], "family": self.ep.family[er, tk], "keys": keys}
+
+    def _refresh_apply(self, req: dict, lo, est, hi, current_only: bool = False) -> None:
+        """Write a request's estimates; ``current_only``: only to slots still holding the task they were made for."""
+        er, ks, s = req["er"], req["ks"], req["s"]
+        if current_only:
+            keep = self.slot_task[er, ks] == req["tk"]
+            er, ks, s, lo, est, hi = er[keep], ks[keep], s[keep], lo[keep], est[keep], hi[keep]
         self.slot_pred[er, ks] = est
         self.slot_pred_lo[er, ks] = lo
         self.slot_pred_hi[er, ks] = hi
         self.slot_pred_s[er, ks] = s
+
+    def _refresh_predictions(self, new_obs: np.ndarray) -> None:
+        """Re-estimate remaining batches for slots that just got an observation (from the 4th on)."""
+        req = self._refresh_request(new_obs)
+        if req is None:
+            return
+        lo, est, hi = predict_band(self.predictor, req["S"], req["L"], req["n"], req["eps"], req["cap"], req["bs"],
+                                   req["lr"], family=req["family"], keys=req["keys"], cache=self.fm_cache)
+        self._refresh_apply(req, lo, est, hi)
 
     def _potential(self) -> np.ndarray:
         """Φ per episode: Σ over active slots of q_k (Eq. 13); tasks not yet served contribute 0. [E]"""
@@ -315,7 +337,14 @@ class BatchedEnv:
 
     def step(self, actions: np.ndarray):
         """Advance one step; returns (observation, reward [E], done [E], successes [E])."""
+        out = self._advance(actions)
+        return (self.observe(), *out)
+
+    def _advance(self, actions: np.ndarray, defer_refresh: bool = False):
+        """The step without its observation -> (reward, done, successes). ``defer_refresh``: leave the predictor
+        query in ``self.deferred_refresh`` (None if there is none) for the caller to answer (``step_envs``)."""
         t = self.t
+        self.deferred_refresh = None
         live = ~self.done
         served = self._served_mask(actions)
         self.busy += served.sum(axis=1)
@@ -336,7 +365,11 @@ class BatchedEnv:
                 er, ks = np.nonzero(ready_now)
                 self.ready_time[er, self.slot_task[er, ks]] = t + 1
             if self.predictor is not None:
-                self._refresh_predictions(new_obs & (self.slot_s >= WARMUP_OBS * self.obs_every))
+                warm_obs = new_obs & (self.slot_s >= WARMUP_OBS * self.obs_every)
+                if defer_refresh:
+                    self.deferred_refresh = self._refresh_request(warm_obs)
+                else:
+                    self._refresh_predictions(warm_obs)
         # successes
         win = served & (self.slot_s >= self.slot_need)
         # expiry of active tasks
@@ -371,7 +404,7 @@ class BatchedEnv:
             phi_next = self._potential()
             reward = reward + self.beta * (phi_next - self.phi)
             self.phi = phi_next
-        return self.observe(), reward, self.done.copy(), n_win
+        return reward, self.done.copy(), n_win
 
     # ------------------------------------------------------------ metrics
     def metrics(self) -> dict[str, np.ndarray]:
@@ -395,6 +428,31 @@ class BatchedEnv:
             "turned_away": self.turned_away.copy(),
             "oracle": (((self.ep.need <= self.ep.budget) & self.valid) & (self.status != 5)).sum(axis=1),
         }
+
+
+def step_envs(envs: list[BatchedEnv], actions: list[np.ndarray]) -> list[tuple]:
+    """Step several envs that share one predictor (and FM cache), answering all their predictor refreshes in one
+    batched call; -> one ``env.step`` result per env. Estimates are those of ``env.step`` up to the float32 noise
+    of a different batch composition; an estimate is written only if its task is still in its slot at the end of
+    the step (a task that left this step is not observed again)."""
+    outs = [env._advance(a, defer_refresh=True) for env, a in zip(envs, actions)]
+    reqs = [(env, env.deferred_refresh) for env in envs if env.deferred_refresh is not None]
+    if reqs:
+        first = reqs[0][0]
+        H = max(r["S"].shape[1] for _, r in reqs)
+        pad = lambda a: np.pad(a, ((0, 0), (0, H - a.shape[1])))  # noqa: E731
+        cat = lambda k: np.concatenate([r[k] for _, r in reqs])  # noqa: E731
+        keys = None if first.fm_cache is None else [k for _, r in reqs for k in r["keys"]]
+        lo, est, hi = predict_band(first.predictor, np.concatenate([pad(r["S"]) for _, r in reqs]),
+                                   np.concatenate([pad(r["L"]) for _, r in reqs]), cat("n"), cat("eps"), cat("cap"),
+                                   cat("bs"), cat("lr"), family=cat("family"), keys=keys, cache=first.fm_cache)
+        at = 0
+        for env, r in reqs:
+            b = len(r["er"])
+            env._refresh_apply(r, lo[at:at + b], est[at:at + b], hi[at:at + b], current_only=True)
+            env.deferred_refresh = None
+            at += b
+    return [(env.observe(), *out) for env, out in zip(envs, outs)]
 
 
 def run_episodes(env: BatchedEnv, allocator, max_steps: int | None = None) -> dict[str, np.ndarray]:
