@@ -17,11 +17,11 @@ import numpy as np
 import pyarrow.parquet as pq
 from omegaconf import DictConfig
 
-from mara.cli import run_cli
+from mara.core.cli import run_cli
+from mara.core.config import CONF_DIR
 from mara.curves.bank import load_bank, read_bank_meta, shipped_bank_path, write_bank
 from mara.curves.calibrate import calibrate_family_params
-from mara.eval.methods import CONF_DIR
-from mara.families import PAPER_FAMILY_PARAMS
+from mara.curves.families import PAPER_FAMILY_PARAMS
 from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
 
 
@@ -85,7 +85,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """The command line: config-group choices are checked first (one line, exit 2), then Hydra composes."""
-    from mara.cli import check_group_overrides
+    from mara.core.cli import check_group_overrides
 
     check_group_overrides()
     _hydra_main()

@@ -14,8 +14,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mara.cli import output_dir, run_cli
-from mara.eval.methods import ConfigError
+from mara.core.cli import output_dir, run_cli
+from mara.core.config import ConfigError
 
 
 def evaluate(cfg: DictConfig) -> dict:
@@ -25,10 +25,19 @@ def evaluate(cfg: DictConfig) -> dict:
     nothing; a method that cannot be evaluated is listed under ``skipped`` / ``failed`` with a one-line reason.
     With ``eval.resume=true`` the methods already in the folder's ``results.json`` (same protocol) are kept.
     """
-    from mara.eval.methods import check_predictor_allowed, load_method_cfg, with_shipped_policies
-    from mara.eval.report import build_results, write_results
-    from mara.eval.runner import build_episodes, evaluate_methods, load_bank_from_cfg, protocol_from_cfg
-    from mara.runlog import Progress, log, setup_logging
+    from mara.core.config import (
+        check_predictor_allowed,
+        load_method_cfg,
+        with_shipped_policies,
+    )
+    from mara.core.runlog import Progress, log, setup_logging
+    from mara.eval.runner import (
+        build_episodes,
+        evaluate_methods,
+        load_bank_from_cfg,
+        protocol_from_cfg,
+    )
+    from mara.report.results import build_results, write_results
 
     setup_logging()
     if cfg.get("experiment_kind") == "paper":
@@ -148,7 +157,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """The command line: config-group choices are checked first (one line, exit 2), then Hydra composes."""
-    from mara.cli import check_group_overrides
+    from mara.core.cli import check_group_overrides
 
     check_group_overrides()
     _hydra_main()

@@ -15,7 +15,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from mara.cli import run_cli
+from mara.core.cli import run_cli
 from mara.curves.bank import default_bank_path, load_bank, shipped_bank_path
 from mara.curves.fidelity import fidelity_table, to_markdown
 
@@ -55,8 +55,8 @@ def readme_section(md: str, bank_path: Path, figure: str, command: str) -> str:
 
 
 def write_readme_section(readme: Path, md: str, bank_path: Path, png: Path, cfg: DictConfig) -> Path:
-    from mara.eval.report import write_text_atomic
-    from mara.readme_sections import figure_link, figures_dir, replace_section
+    from mara.report.results import write_text_atomic
+    from mara.report.sections import figure_link, figures_dir, replace_section
 
     if not readme.exists():
         raise FileNotFoundError(f"README {readme} does not exist")

@@ -96,7 +96,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """The command line: config-group choices are checked first (one line, exit 2), then Hydra composes."""
-    from mara.cli import check_group_overrides
+    from mara.core.cli import check_group_overrides
 
     check_group_overrides()
     _hydra_main()

@@ -15,10 +15,10 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mara.cli import output_dir, run_cli
-from mara.eval.methods import ConfigError, load_method_cfg
+from mara.core.cli import output_dir, run_cli
+from mara.core.config import ConfigError, load_method_cfg
+from mara.core.runlog import log
 from mara.eval.runner import check_number, protocol_from_cfg
-from mara.runlog import log
 
 STAGES = ("all", "predictor", "policy", "evaluate")
 
@@ -53,7 +53,7 @@ def train(cfg: DictConfig) -> dict:
             raise ConfigError(f"trainer.accelerator={accelerator} (trainer=gpu) but torch sees no CUDA GPU; use trainer=cpu")
     out = output_dir(cfg)
     if cfg.get("experiment_kind") == "paper":
-        from mara.paper import run_paper
+        from mara.eval.paper import run_paper
 
         return run_paper(cfg, out)
     result: dict = {"output_dir": str(out)}
@@ -163,7 +163,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """The command line: config-group choices are checked first (one line, exit 2), then Hydra composes."""
-    from mara.cli import check_group_overrides
+    from mara.core.cli import check_group_overrides
 
     check_group_overrides()
     _hydra_main()

@@ -10,9 +10,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from mara.core.config import conf_dir
 from tasks_zoo.errors import ZooError
 
-ZOO_CONF_DIR = Path(__file__).resolve().parent.parent / "conf" / "zoo"
+ZOO_CONF_DIR = conf_dir("zoo")
 ENV_DIRS = "MARA_ZOO_CONF"
 
 

@@ -13,7 +13,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from tasks_zoo import atari, audio, cifar, text, vision
 from tasks_zoo.configs import ZOO_CONF_DIR, known_families, load_zoo_config  # noqa: F401  (re-exported)
-from tasks_zoo.datamodules import DATA_ORDERS, DATAMODULES, SOURCES, ZooDataModule, cached_dataset  # noqa: F401
+from tasks_zoo.datamodules import (  # noqa: F401
+    DATA_ORDERS,
+    DATAMODULES,
+    SOURCES,
+    ZooDataModule,
+    cached_dataset,
+)
 from tasks_zoo.errors import ZooError
 from tasks_zoo.module import ImageInput, ZooTask
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from mara.curves.bank import load_bank, write_bank
+from mara.curves.families import ALL_FAMILIES
 from mara.curves.parametric import build_parametric_bank
-from mara.families import ALL_FAMILIES
 
 
 def linear_records(n_curves: int = 4, length: int = 60, family: str = "CNN_Cifar10", split: str = "pool"):

@@ -6,7 +6,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mara.curves.bank import NEVER, BankError, load_bank, merge_tables, read_bank_meta, write_bank
+from mara.curves.bank import (
+    NEVER,
+    BankError,
+    load_bank,
+    merge_tables,
+    read_bank_meta,
+    write_bank,
+)
 from tests.conftest import linear_records
 
 

@@ -4,13 +4,17 @@ import pytest
 
 pytest.importorskip("ortools")
 
-from mara.allocators.clairvoyant import clairvoyant_batch
 from mara.allocators.lara import LARA
 from mara.allocators.rules import EDF, FIFO
-from mara.sim.env import BatchedEnv, run_episodes
-from mara.sim.workload import PAPER_TASK_SETS, generate_episodes, generate_stress_episodes
-from tests.test_entrypoints import tiny
+from mara.bounds.clairvoyant import clairvoyant_batch
 from mara.evaluate import evaluate
+from mara.sim.env import BatchedEnv, run_episodes
+from mara.sim.workload import (
+    PAPER_TASK_SETS,
+    generate_episodes,
+    generate_stress_episodes,
+)
+from tests.test_entrypoints import tiny
 
 
 class ShortestRemaining:

@@ -9,7 +9,7 @@ import pytest
 from mara.calibrate import calibrate_bank, oracle_rates
 from mara.curves.bank import load_bank
 from mara.curves.calibrate import calibrate_family_params, sample_eps_budget
-from mara.families import PAPER_FAMILY_PARAMS
+from mara.curves.families import PAPER_FAMILY_PARAMS
 
 
 @pytest.mark.parametrize("target", [0.5, 0.7])

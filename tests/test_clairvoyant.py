@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("ortools")
 
-from mara.allocators.clairvoyant import (  # noqa: E402
+from mara.bounds.clairvoyant import (  # noqa: E402
     NEVER,
     ClairvoyantResult,
     clairvoyant_batch,
@@ -20,7 +20,6 @@ from mara.allocators.clairvoyant import (  # noqa: E402
     feasible_schedule,
     independent_feasible,
 )
-
 
 # ----------------------------------------------------------------------------- independent checks
 

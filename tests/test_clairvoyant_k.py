@@ -9,16 +9,25 @@ import pytest
 
 pytest.importorskip("ortools")
 
-from mara.allocators.clairvoyant import ClairvoyantResult, clairvoyant_episode, independent_feasible  # noqa: E402
-from mara.allocators.clairvoyant_k import (  # noqa: E402
+from mara.allocators.rules import EDF, FIFO  # noqa: E402
+from mara.bounds.clairvoyant import (  # noqa: E402
+    ClairvoyantResult,
+    clairvoyant_episode,
+    independent_feasible,
+)
+from mara.bounds.clairvoyant_k import (  # noqa: E402
     NEVER,
     clairvoyant_k_batch,
     clairvoyant_k_episode,
     simulate_k,
 )
-from mara.allocators.rules import EDF, FIFO  # noqa: E402
 from mara.sim.env import IDLE, BatchedEnv, run_episodes  # noqa: E402
-from mara.sim.workload import PAPER_TASK_SETS, episodes_from_tasks, generate_episodes, generate_stress_episodes  # noqa: E402
+from mara.sim.workload import (  # noqa: E402
+    PAPER_TASK_SETS,
+    episodes_from_tasks,
+    generate_episodes,
+    generate_stress_episodes,
+)
 
 
 def eps_for_need(n):
@@ -259,7 +268,7 @@ def test_batch_shapes_and_errors():
 @pytest.mark.parametrize("seed", range(40))
 def test_admission_window_is_valid(seed):
     # early/late admission bounds hold for random policies in the simulator
-    from mara.allocators.clairvoyant_k import _admission_window, _check
+    from mara.bounds.clairvoyant_k import _admission_window, _check
 
     rng = np.random.default_rng(77 + seed)
     b, d, q = random_instance(rng, n_max=8, horizon=14)

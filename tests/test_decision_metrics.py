@@ -4,7 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mara.eval.decision_metrics import decision_markdown, decision_metrics, finish_scores, rankdata, spearman
+from mara.eval.decision_metrics import (
+    decision_markdown,
+    decision_metrics,
+    finish_scores,
+    rankdata,
+    spearman,
+)
 
 
 def test_rankdata_and_spearman_hand_cases():
@@ -61,7 +67,10 @@ def test_benchmark_reports_decisions(tmp_path, small_bank):
 def test_decision_points_with_the_truth_are_perfect(small_bank):
     """At the simulator's decision points the truth predictor's estimate is the truth: every decision right."""
     from mara.allocators.slack import SlackRule
-    from mara.eval.decision_points import collect_decision_points, decision_point_metrics
+    from mara.eval.decision_points import (
+        collect_decision_points,
+        decision_point_metrics,
+    )
     from mara.predictors.truth import TruthPredictor
     from mara.sim.env import BatchedEnv
     from mara.sim.workload import PAPER_TASK_SETS, generate_episodes

@@ -3,8 +3,13 @@ from __future__ import annotations
 
 import pytest
 
-from mara.eval.decomposition import decomposition_markdown, gap_decomposition, paired_difference, share_closed
-from mara.eval.report import build_results, results_markdown
+from mara.report.decomposition import (
+    decomposition_markdown,
+    gap_decomposition,
+    paired_difference,
+    share_closed,
+)
+from mara.report.results import build_results, results_markdown
 
 
 def _rows(method, rates, seed=None, load=0.05):

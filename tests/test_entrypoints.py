@@ -9,8 +9,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 
+from mara.core.config import CONF_DIR, ConfigError, available_methods, load_method_cfg
 from mara.curves.bank import BankError, write_bank
-from mara.eval.methods import CONF_DIR, ConfigError, available_methods, load_method_cfg
 from mara.evaluate import evaluate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,11 +54,14 @@ def test_every_method_and_standalone_config_loads():
     for name in available_methods():
         cfg = load_method_cfg(name)
         assert cfg.name == name and cfg.kind in ("policy", "bound")
-    expected = {"taskset": {"name", "families"}, "zoo": {"family"}, "predictor": {"name"}, "mat": {"ppo"}}
+    expected = {"taskset": {"name", "families"}, "zoo": {"family"}, "predictor": {"name"}}
     for sub, keys in expected.items():
         for path in (CONF_DIR / sub).glob("*.yaml"):
             cfg = OmegaConf.load(path)
             assert keys <= set(cfg.keys()), f"{path}: missing {keys - set(cfg.keys())}"
+    for path in (CONF_DIR / "mat").glob("*.yaml"):  # recipes may start from another (defaults): compose them
+        mat = cfg_for("train", [f"mat={path.stem}"]).mat
+        assert {"ppo", "net", "rollout", "total_env_steps"} <= set(mat.keys()), path
 
 
 def test_evaluate_end_to_end(tmp_path, small_bank):

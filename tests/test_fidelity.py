@@ -9,8 +9,15 @@ import numpy as np
 import pytest
 
 from mara.curves.bank import default_bank_path, load_bank, write_bank
-from mara.curves.fidelity import LAST_BATCHES, budget_range, eps_mid, family_fidelity, fidelity_table, to_markdown
-from mara.families import ALL_FAMILIES, OOD_FAMILIES, PAPER_FAMILY_PARAMS
+from mara.curves.families import ALL_FAMILIES, OOD_FAMILIES, PAPER_FAMILY_PARAMS
+from mara.curves.fidelity import (
+    LAST_BATCHES,
+    budget_range,
+    eps_mid,
+    family_fidelity,
+    fidelity_table,
+    to_markdown,
+)
 from tests.conftest import linear_records
 
 

@@ -11,9 +11,14 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from mara.curves.bank import load_bank
 from mara.curves import generation as gen
-from mara.families import DOMAIN_BATCH_SIZES, FAMILY_DOMAIN, ID_FAMILIES, LR_RANGE
+from mara.curves.bank import load_bank
+from mara.curves.families import (
+    DOMAIN_BATCH_SIZES,
+    FAMILY_DOMAIN,
+    ID_FAMILIES,
+    LR_RANGE,
+)
 from tasks_zoo.errors import ZooError
 
 FAM = "TSFM_Audio_1"  # the cheapest family
@@ -139,7 +144,7 @@ def test_missing_real_data_stops_before_training_with_one_line(tmp_path):
 
 
 def _gen_cfg(tmp_path, **kw):
-    from mara.eval.methods import CONF_DIR
+    from mara.core.config import CONF_DIR
 
     cfg = OmegaConf.load(CONF_DIR / "generate_curves.yaml")
     cfg.pop("hydra")

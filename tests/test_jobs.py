@@ -1,10 +1,10 @@
-"""mara.jobs: the resumable job graph behind experiment=paper (order, failures, resume, per-job logs)."""
+"""mara.core.jobs: the resumable job graph behind experiment=paper (order, failures, resume, per-job logs)."""
 import json
 import time
 
 import pytest
 
-from mara.jobs import Job, critical_path, last_percent, run_jobs
+from mara.core.jobs import Job, critical_path, last_percent, run_jobs
 
 
 def _write(tag: str, out: str, *, deps: dict) -> dict:

@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 import yaml
 
-from mara.allocators.lara import LARA, feasible, largest_feasible_set, least_laxity_order
+from mara.allocators.lara import (
+    LARA,
+    feasible,
+    largest_feasible_set,
+    least_laxity_order,
+)
 from mara.allocators.rules import EDF, FIFO
 from mara.sim.env import IDLE, BatchedEnv, run_episodes
 

@@ -7,13 +7,13 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import DataLoader
 from hydra import compose, initialize_config_dir
+from torch.utils.data import DataLoader
 
 from mara.allocators.rules import EDF, FIFO
-from mara.cli import run_cli
+from mara.core.cli import run_cli
+from mara.core.config import CONF_DIR
 from mara.curves.bank import load_bank, write_bank
-from mara.eval.methods import CONF_DIR
 from mara.live.driver import replay, run_live
 from mara.live.job import JobSpec, TrainingJob
 from mara.live.run import live_main
@@ -263,7 +263,7 @@ def test_exported_training_bank_has_the_live_runs_epsilon(tmp_path):
     other = scaled_family_params(bank, bank.families, 0.25, 0.70)["CNN_Cifar10"]
     assert table["CNN_Cifar10"]["eps"] == pytest.approx(other["eps"])  # families live_real lacks keep the bank's own
     # curves cut at the live cap, so a cold task's cap_remaining (its predicted remaining) is what live mode shows
-    from mara.families import generation_cap
+    from mara.curves.families import generation_cap
 
     out = load_bank(tmp_path / "b.parquet")
     assert len(out) == len(bank)

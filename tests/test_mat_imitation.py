@@ -9,7 +9,13 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from mara.mat.imitation import agreement, clone, collect_labelled_states, served_sets_equal, teacher_choices
+from mara.mat.imitation import (
+    agreement,
+    clone,
+    collect_labelled_states,
+    served_sets_equal,
+    teacher_choices,
+)
 from mara.mat.nets import MATPolicy
 from mara.mat.train import CONF_DIR, train_policy
 

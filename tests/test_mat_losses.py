@@ -3,7 +3,14 @@ import numpy as np
 import pytest
 import torch
 
-from mara.mat.losses import explained_variance, gae, mat_loss, ppo_clip_loss, ppo_diagnostics, value_loss
+from mara.mat.losses import (
+    explained_variance,
+    gae,
+    mat_loss,
+    ppo_clip_loss,
+    ppo_diagnostics,
+    value_loss,
+)
 from mara.sim.env import IDLE, BatchedEnv
 
 torch.set_num_threads(1)

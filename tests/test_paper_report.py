@@ -2,7 +2,7 @@
 import pytest
 
 from mara.eval.metrics import summarize
-from mara.eval.paper_report import by_load, paired_differences
+from mara.report.paper import by_load, paired_differences
 
 
 def _rows(method, rates, load=0.04, seeds=(None,)):
@@ -36,7 +36,7 @@ def test_by_load_lists_every_method_with_its_stress_cell():
 
 
 def test_readme_sections_replace_between_their_own_markers_only():
-    from mara.readme_sections import replace_section
+    from mara.report.sections import replace_section
 
     text = "a\n<!-- results:begin -->\nold\n<!-- results:end -->\nb\n<!-- fidelity:begin -->\nkeep\n<!-- fidelity:end -->\n"
     out = replace_section(text, "new\n\n", "results")

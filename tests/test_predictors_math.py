@@ -5,7 +5,14 @@ import torch
 from mara.predictors.crossing import decode_crossing
 from mara.predictors.flow import condot_path, sobol_gaussian
 from mara.predictors.targets import bin_edges, interp_C, interval_targets, reconstruct_L
-from mara.predictors.wls import WLSPredictor, wls_fit, wls_init, wls_remaining, wls_solve, wls_update
+from mara.predictors.wls import (
+    WLSPredictor,
+    wls_fit,
+    wls_init,
+    wls_remaining,
+    wls_solve,
+    wls_update,
+)
 
 torch.set_num_threads(1)
 

@@ -3,14 +3,14 @@ missing markers and bad arguments."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from mara.eval.report import build_results
-from mara.readme_tables import LARA_READINGS, SECTIONS, fill_readme
+from mara.report.results import build_results
+from mara.report.tables import LARA_READINGS, SECTIONS, fill_readme
 
 
 def _rows(method, values, task_sets=("ID", "OOD"), loads=(0.04, 0.05, 0.06, 0.07), roots=(0, 1)):
@@ -88,7 +88,7 @@ def test_missing_markers_leave_the_readme_untouched(tmp_path):
 
 def test_entry_point_errors_are_one_line(tmp_path):
     readme = _readme(tmp_path)
-    cmd = [sys.executable, "-m", "mara.readme_tables"]
+    cmd = [sys.executable, "-m", "mara.report.tables"]
     p = subprocess.run(cmd + [f"run={tmp_path / 'nope'}", f"readme={readme}"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stderr.startswith("error: no measurement folder") and p.stderr.count("\n") == 1
     p = subprocess.run(cmd + [f"run={tmp_path}", f"readme={readme}", "sections=rulez"], capture_output=True, text=True, timeout=120)
@@ -134,7 +134,7 @@ def test_checkpoints_section_reads_the_checkpoints_training_record(tmp_path):
 
 
 def test_figures_of_a_docs_page_and_of_a_root_readme(tmp_path):
-    from mara.readme_sections import figure_link, figures_dir
+    from mara.report.sections import figure_link, figures_dir
 
     page = tmp_path / "docs" / "results.md"
     assert figures_dir(page) == tmp_path / "docs" / "figures"
@@ -146,7 +146,7 @@ def test_figures_of_a_docs_page_and_of_a_root_readme(tmp_path):
 
 def test_the_results_page_has_every_generated_section():
     """docs/results.md carries the markers of every section the commands fill (a missing pair would make them fail)."""
-    from mara.readme_sections import markers
+    from mara.report.sections import markers
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "results.md").read_text()
     for name in [*SECTIONS, "results", "fidelity"]:

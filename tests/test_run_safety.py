@@ -10,10 +10,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from mara.cli import unknown_group_option
-from mara.eval import paper_numbers as P
-from mara.eval.methods import CONF_DIR
+from mara.core.cli import unknown_group_option
+from mara.core.config import CONF_DIR
 from mara.evaluate import evaluate
+from mara.report import paper_numbers as P
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -69,7 +69,7 @@ def test_failing_method_keeps_earlier_rows(tmp_path, small_bank, monkeypatch):
     from mara.allocators import rules
 
     written = []
-    import mara.eval.report as report
+    import mara.report.results as report
 
     real = report.write_results
 
@@ -129,8 +129,8 @@ def test_paper_trainings_follow_their_recipe(tmp_path):
     """experiment=paper trains MARA by conf/mat/default.yaml and MARA-paper by conf/mat/paper.yaml (PPO only)."""
     from hydra import compose, initialize_config_dir
 
-    from mara.eval.methods import CONF_DIR
-    from mara.paper import _job_cfg, training_jobs
+    from mara.core.config import CONF_DIR
+    from mara.eval.paper import _job_cfg, training_jobs
 
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
         cfg = compose("train", overrides=["experiment=paper"])
@@ -160,7 +160,7 @@ def test_paper_protocol_tiny_end_to_end_and_resumes(tmp_path, small_bank):
         assert (run / fig).stat().st_size > 0
     methods = {r["method"] for r in rep["table2"]}
     assert {"MARA", "MARA-WLS", "MARA-sparse", "LARA", "LARA-FM", "FIFO", "EDF", "Oracle", "Clairvoyant"} <= methods
-    # the paper columns are the published numbers kept in mara/eval/paper_numbers.py
+    # the paper columns are the published numbers kept in mara/report/paper_numbers.py
     for r in rep["table2"]:
         for ts in ("ID", "RL_OOD", "ViT_OOD", "Average"):
             pub = P.TABLE2.get(r["method"], {}).get(ts)
@@ -203,7 +203,7 @@ def test_paper_protocol_tiny_end_to_end_and_resumes(tmp_path, small_bank):
     p = _run("-m", "mara.report", f"run={tmp_path}", timeout=120)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
     # the README's imitation and prediction tables read this run's own files (python -m mara.readme_tables)
-    from mara.readme_tables import fill_readme
+    from mara.report.tables import fill_readme
 
     readme.write_text("<!-- imitation:begin -->\n<!-- imitation:end -->\n<!-- prediction:begin -->\n<!-- prediction:end -->\n")
     assert fill_readme(tmp_path, readme, names=["imitation", "prediction"]) == {"imitation": True, "prediction": True}
@@ -215,7 +215,7 @@ def test_paper_protocol_tiny_end_to_end_and_resumes(tmp_path, small_bank):
 def test_progress_lines_are_throttled_with_eta():
     import logging
 
-    from mara.runlog import Progress
+    from mara.core.runlog import Progress
 
     t = [0.0]
     lines = []
@@ -238,7 +238,7 @@ def test_progress_lines_are_throttled_with_eta():
 def test_lightning_lines_once_and_no_tips(caplog):
     import logging
 
-    from mara.runlog import setup_logging
+    from mara.core.runlog import setup_logging
 
     caplog.set_level(logging.INFO)
     pl = logging.getLogger("lightning.pytorch")

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
+from mara.core.config import SHIPPED_CKPT_DIR, with_shipped_policies
 from mara.curves.bank import default_bank_path
-from mara.eval.methods import SHIPPED_CKPT_DIR, with_shipped_policies
 
 
 def test_shipped_policies_fill_only_learned_methods_without_checkpoints(small_bank):

@@ -7,7 +7,13 @@ from hypothesis import strategies as st
 from mara.allocators.rules import EDF, FIFO
 from mara.curves.bank import NEVER
 from mara.sim.env import IDLE, BatchedEnv, run_episodes
-from mara.sim.workload import PAPER_TASK_SETS, EpisodeBatch, episodes_from_tasks, generate_episodes, generate_stress_episodes
+from mara.sim.workload import (
+    PAPER_TASK_SETS,
+    EpisodeBatch,
+    episodes_from_tasks,
+    generate_episodes,
+    generate_stress_episodes,
+)
 
 
 def eps_for_need(n):

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from mara.allocators.slack import SlackRule, band_quantile
+from mara.core.config import ConfigError, check_predictor_allowed, load_method_cfg
 from mara.curves.bank import NEVER
-from mara.eval.methods import ConfigError, check_predictor_allowed, load_method_cfg
 from mara.predictors.truth import TruthPredictor, true_remaining_batches
 from mara.sim.env import IDLE, WARMUP_OBS, BatchedEnv
 

@@ -9,8 +9,8 @@ import soundfile as sf
 import torch
 from omegaconf import OmegaConf
 
-from tasks_zoo.errors import ZooError
 from tasks_zoo.cifar import load_cifar10, synthetic_cifar10
+from tasks_zoo.errors import ZooError
 from tasks_zoo.imdb import load_imdb, synthetic_imdb, tokenize
 from tasks_zoo.melspec import log_mel, mel_filterbank
 from tasks_zoo.montezuma import ScriptedExpert, stack_index, synthetic_montezuma

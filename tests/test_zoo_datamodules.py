@@ -18,7 +18,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from mara.curves import generation as gen
 from mara.curves import recorder as rec
 from mara.curves.bank import load_bank
-from mara.families import ALL_FAMILIES
+from mara.curves.families import ALL_FAMILIES
 from tasks_zoo import datamodules as zdm
 from tasks_zoo.batching import ResumableBatches, TensorPairs, seeded_loader
 from tasks_zoo.errors import ZooError

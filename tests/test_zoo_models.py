@@ -7,8 +7,8 @@ import lightning as L
 import pytest
 import torch
 
+from mara.curves.families import ALL_FAMILIES
 from mara.curves.recorder import LossRecorder
-from mara.families import ALL_FAMILIES
 from tasks_zoo.errors import ZooError
 from tasks_zoo.registry import build_task, known_families, load_zoo_config
 from tasks_zoo.vision import SimpleViT, resnet_cifar

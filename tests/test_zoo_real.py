@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from mara.curves.bank import load_bank
+from mara.curves.families import DOMAIN_BATCH_SIZES, FAMILY_DOMAIN
 from mara.curves.generation import generate
-from mara.families import DOMAIN_BATCH_SIZES, FAMILY_DOMAIN
 from tasks_zoo.archives import SPECS, is_complete, locate
 from tasks_zoo.registry import build_task, load_dataset, load_zoo_config
 

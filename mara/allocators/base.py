@@ -1,4 +1,4 @@
-"""The allocator interface (ARCHITECTURE §6): one protocol, several implementations chosen by config.
+"""The allocator interface (docs/allocators.md): one protocol, several implementations chosen by config.
 
 An allocator gets the batched ``Observation`` of step t and returns ``actions [E, M]``: for each node a
 slot index in ``[0, K)`` or ``IDLE`` (-1), never the same slot twice in a row (Eq. 2).

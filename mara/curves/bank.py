@@ -1,4 +1,4 @@
-"""The curve bank: one Parquet file, one row per training run (ARCHITECTURE §3).
+"""The curve bank: one Parquet file, one row per training run (docs/banks.md).
 
 Shapes: ``R`` rows (curves), ``N`` = longest curve. Derived views are computed once, vectorised:
 ``ell [R, N]`` per-batch losses, ``L [R, N]`` cumulative-average loss, ``C [R, N]`` cumulative loss

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from mara.curves.bank import CurveBank
-from mara.families import PAPER_FAMILY_PARAMS
+from mara.curves.families import PAPER_FAMILY_PARAMS
 
 
 def _best_within_budget(bank: CurveBank, rows: np.ndarray, budget: np.ndarray) -> np.ndarray:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from mara.curves.bank import CurveBank
-from mara.families import PAPER_FAMILY_PARAMS
+from mara.curves.families import PAPER_FAMILY_PARAMS
 
 #: the per-batch loss a curve ends at is averaged over its last LAST_BATCHES batches (batch size 1 is noisy)
 LAST_BATCHES = 20

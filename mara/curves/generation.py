@@ -25,7 +25,14 @@ from pathlib import Path
 import numpy as np
 
 from mara.curves.bank import SPLITS, load_bank, merge_tables, write_bank
-from mara.families import ALL_FAMILIES, DOMAIN_BATCH_SIZES, FAMILY_DOMAIN, ID_FAMILIES, LR_RANGE, generation_cap
+from mara.curves.families import (
+    ALL_FAMILIES,
+    DOMAIN_BATCH_SIZES,
+    FAMILY_DOMAIN,
+    ID_FAMILIES,
+    LR_RANGE,
+    generation_cap,
+)
 from tasks_zoo.errors import ZooError
 
 #: cheapest first (seconds per curve at the default cap, 1 CPU thread, measured; see tasks_zoo/README.md)
@@ -319,7 +326,13 @@ class _Reporter:
         self.n, self.done, self.t0 = len(jobs), 0, time.time()
         self.progress = None
         if self.console.is_terminal and not quiet:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
 
             self.progress = Progress(TextColumn("[bold]curves"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                      TextColumn("eta {task.fields[eta]} · {task.fields[last]}"), console=self.console)
@@ -491,8 +504,8 @@ def _plot_family(ax, bank, fam: str) -> None:
     """Cumulative-average loss L of each curve of ``fam`` (coloured by split), with the calibrated target ε
     (black dashed line, or grey band for an ε range), Table 6's ε (purple dotted, or purple band), the budget
     range (shaded red) when the bank carries them, and a caption: both ε and the mean final L of the pool curves."""
+    from mara.curves.families import PAPER_FAMILY_PARAMS
     from mara.curves.fidelity import family_fidelity
-    from mara.families import PAPER_FAMILY_PARAMS
 
     for r in bank.rows(fam):
         ax.plot(np.arange(1, bank.lengths[r] + 1), bank.L[r, : bank.lengths[r]], lw=0.6, alpha=0.6,

@@ -18,9 +18,9 @@ import platform
 
 import numpy as np
 
-from mara.curves.bank import write_bank, load_bank
+from mara.curves.bank import load_bank, write_bank
 from mara.curves.calibrate import calibrate_family_params
-from mara.families import (
+from mara.curves.families import (
     ALL_FAMILIES,
     DOMAIN_BATCH_SIZES,
     FAMILY_DOMAIN,

@@ -60,8 +60,13 @@ def decision_points_from_cfg(cfg) -> dict:
 
     from omegaconf import OmegaConf
 
-    from mara.eval.methods import build_allocators, load_method_cfg
-    from mara.eval.runner import build_episodes, build_predictor_by_name, load_bank_from_cfg, protocol_from_cfg
+    from mara.core.config import build_allocators, load_method_cfg
+    from mara.eval.runner import (
+        build_episodes,
+        build_predictor_by_name,
+        load_bank_from_cfg,
+        protocol_from_cfg,
+    )
     from mara.sim.env import BatchedEnv
 
     dp = cfg.prediction.decision_points

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
+from mara.core.config import conf_dir
 from mara.curves.bank import CurveBank
+from mara.curves.families import ID_FAMILIES
 from mara.eval.prediction import build_queries, concat_queries, evaluate_predictor
-from mara.families import ID_FAMILIES
 
 
 def lofo_families(bank: CurveBank, families=None) -> list[str]:
@@ -110,11 +111,11 @@ def run_lofo_experiment(cfg, out: Path) -> dict:
 
     from mara.curves.bank import default_bank_path, load_bank, shipped_bank_path
 
-    conf_dir = Path(__file__).resolve().parents[2] / "conf" / "predictor"
+    predictor_dir = conf_dir("predictor")
     lc = cfg.get("lofo", {}) or {}
     composed = cfg.get("predictors", {}) or {}
-    fm_cfg = composed.get("fm") or OmegaConf.load(conf_dir / "fm.yaml")
-    wls_cfg = composed.get("wls") or OmegaConf.load(conf_dir / "wls.yaml")
+    fm_cfg = composed.get("fm") or OmegaConf.load(predictor_dir / "fm.yaml")
+    wls_cfg = composed.get("wls") or OmegaConf.load(predictor_dir / "wls.yaml")
     path = cfg.get("bank", {}).get("path")
     bank = load_bank(shipped_bank_path(path) if path else default_bank_path())
     res = run_lofo(bank, fm_cfg, wls_cfg, out, families=lc.get("families"), test_splits=tuple(lc.get("test_splits", ("fm_val", "pool"))),

@@ -1,4 +1,4 @@
-"""Aggregation of per-episode rows (ARCHITECTURE §8, paper §5.1).
+"""Aggregation of per-episode rows (docs/architecture.md, paper §5.1).
 
 Two-stage averaging: an episode's success rate; the mean over a (task set, load, root[, train seed])
 group's episodes; then mean ± sample std over roots (× training seeds). "Average" gives each task set

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
+from mara.core.config import conf_dir
 from mara.curves.bank import CurveBank
-from mara.families import ID_FAMILIES
+from mara.curves.families import ID_FAMILIES
 from mara.predictors.data import observe, true_remaining
 from mara.predictors.uncertainty import band_metrics
 from mara.predictors.wls import wls_fit
 
-CONF_PREDICTOR = Path(__file__).resolve().parents[2] / "conf" / "predictor"
+CONF_PREDICTOR = conf_dir("predictor")
 TASK_SETS = {"ID": (tuple(ID_FAMILIES), "fm_val"), "RL_OOD": (("RLExpertConfig",), "pool"),
              "ViT_OOD": (("ViT_Cifar10_1",), "pool")}
 
@@ -236,11 +237,11 @@ def run_prediction_experiment(cfg) -> dict:
     from mara.curves.bank import default_bank_path, load_bank
     from mara.predictors.protocol import build_predictor
 
-    conf_dir = Path(__file__).resolve().parents[2] / "conf" / "predictor"
+    predictor_dir = conf_dir("predictor")
     pc = cfg.get("prediction", {}) or {}
     composed = cfg.get("predictors", {}) or {}  # evaluate.yaml composes conf/predictor/* here (CLI-overridable)
-    fm_cfg = pc.get("fm") or composed.get("fm") or OmegaConf.load(conf_dir / "fm.yaml")
-    wls_cfg = pc.get("wls") or composed.get("wls") or OmegaConf.load(conf_dir / "wls.yaml")
+    fm_cfg = pc.get("fm") or composed.get("fm") or OmegaConf.load(predictor_dir / "fm.yaml")
+    wls_cfg = pc.get("wls") or composed.get("wls") or OmegaConf.load(predictor_dir / "wls.yaml")
     bank = load_bank(cfg.get("bank", {}).get("path") or default_bank_path())
     return run_prediction_benchmark(bank, build_predictor(fm_cfg, bank.path), build_predictor(wls_cfg), bank.family_params,
                                     Path(cfg.paths.output_dir), n_ranks=int(pc.get("n_ranks", 8)),

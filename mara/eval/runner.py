@@ -12,8 +12,13 @@ from dataclasses import dataclass
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from mara.core.config import (
+    ConfigError,
+    build_allocators,
+    check_predictor_allowed,
+    load_method_cfg,
+)
 from mara.curves.bank import BankError, CurveBank, load_bank
-from mara.eval.methods import ConfigError, build_allocators, check_predictor_allowed, load_method_cfg
 from mara.sim.env import BatchedEnv
 from mara.sim.workload import (
     EpisodeBatch,
@@ -198,11 +203,11 @@ def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: DictConfig, pr
     elif name == "Clairvoyant":
         limit = float(mcfg.get("time_limit_s", 10.0))
         if mcfg.get("admission_limit", True):  # exact, with the FIFO admission limit K
-            from mara.allocators.clairvoyant_k import clairvoyant_k_batch
+            from mara.bounds.clairvoyant_k import clairvoyant_k_batch
 
             solve = lambda sl: clairvoyant_k_batch(ep.arrival[sl], ep.deadline[sl], ep.need[sl], ep.n_tasks[sl], n_nodes=int(sim.nodes), max_active=int(sim.max_active), time_limit_s=limit)  # noqa: E731
         else:  # K relaxed: a looser, faster upper bound
-            from mara.allocators.clairvoyant import clairvoyant_batch
+            from mara.bounds.clairvoyant import clairvoyant_batch
 
             solve = lambda sl: clairvoyant_batch(ep.arrival[sl], ep.deadline[sl], ep.need[sl], ep.n_tasks[sl], n_nodes=int(sim.nodes), time_limit_s=limit)  # noqa: E731
         res = []

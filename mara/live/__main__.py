@@ -12,7 +12,7 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from mara.cli import run_cli
+from mara.core.cli import run_cli
 
 
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="live")

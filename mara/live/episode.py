@@ -14,9 +14,14 @@ import numpy as np
 
 from mara.curves.bank import NEVER, CurveBank
 from mara.curves.calibrate import calibrate_family_params
-from mara.families import generation_cap
+from mara.curves.families import generation_cap
 from mara.live.job import JobSpec
-from mara.sim.workload import EpisodeBatch, TaskSet, episodes_from_tasks, generate_episodes
+from mara.sim.workload import (
+    EpisodeBatch,
+    TaskSet,
+    episodes_from_tasks,
+    generate_episodes,
+)
 
 
 def scaled_family_params(bank: CurveBank, families, time_scale: float, target: float = 0.70, base: dict | None = None) -> dict:

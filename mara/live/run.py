@@ -7,8 +7,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from mara.cli import output_dir
-from mara.eval.methods import ConfigError, build_allocators, load_method_cfg
+from mara.core.cli import output_dir
+from mara.core.config import ConfigError, build_allocators, load_method_cfg
 
 LIVE_BANK = "live_curves.parquet"
 #: MARA policy shipped for the live defaults (M = 2, K = 4, T = 120, budgets x 0.25); see docs/notes/issue15.md
@@ -120,7 +120,7 @@ def export_bank(cfg: DictConfig, bank, out: Path) -> Path:
     import pyarrow.parquet as pq
 
     from mara.curves.bank import write_bank
-    from mara.families import generation_cap
+    from mara.curves.families import generation_cap
     from mara.live.episode import scaled_family_params
 
     table = scaled_family_params(bank, bank.families, float(cfg.live.time_scale), float(cfg.live.calibration_target))

@@ -1,9 +1,9 @@
-"""The MAT policy as an ``Allocator`` (ARCHITECTURE §6): observation → masked joint action, argmax by default."""
+"""The MAT policy as an ``Allocator`` (docs/allocators.md): observation → masked joint action, argmax by default."""
 from __future__ import annotations
 
-import numpy as np
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from mara.mat.features import obs_to_tokens

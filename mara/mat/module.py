@@ -59,7 +59,7 @@ class MATModule(L.LightningModule):
 
     def warm_start(self, bank, predictor) -> dict:
         """Imitation warm start (``mat.imitation``): clone the teacher rule into the policy before PPO."""
-        from mara.eval.methods import build_allocators, load_method_cfg
+        from mara.core.config import build_allocators, load_method_cfg
         from mara.mat.imitation import imitate
 
         hp, im = self.hparams, self.hparams.imitation

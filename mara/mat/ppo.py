@@ -10,7 +10,13 @@ import math
 
 import torch
 
-from mara.mat.losses import entropy_bonus, mat_loss, ppo_clip_loss, ppo_diagnostics, value_loss
+from mara.mat.losses import (
+    entropy_bonus,
+    mat_loss,
+    ppo_clip_loss,
+    ppo_diagnostics,
+    value_loss,
+)
 
 
 def n_minibatches(ppo: dict, rollout: dict) -> int:

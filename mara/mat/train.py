@@ -11,7 +11,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+from mara.core.config import conf_dir
+
+CONF_DIR = conf_dir()
 
 
 def build_named_predictor(name: str | None, bank_path=None):
@@ -70,10 +72,10 @@ def resolve_config(cfg: DictConfig) -> dict:
 
 def train_policy(cfg: DictConfig, callbacks: list | None = None) -> dict:
     """Train per ``cfg.mat`` (conf/mat/default.yaml); returns the best checkpoint path and validation metrics."""
+    from mara.core.progress_callback import ProgressCallback
+    from mara.core.runlog import log_hparams, setup_logging
     from mara.mat.callback import ValidationCallback
     from mara.mat.module import MATModule
-    from mara.progress_callback import ProgressCallback
-    from mara.runlog import log_hparams, setup_logging
 
     setup_logging()
     c = resolve_config(cfg)

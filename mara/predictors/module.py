@@ -12,7 +12,11 @@ import torch
 from mara.predictors.flow import fm_loss
 from mara.predictors.fm import FlowPredictor
 from mara.predictors.nets import FlowNet
-from mara.predictors.val_metrics import RemainingBatchMetrics, rank_share, validation_budgets
+from mara.predictors.val_metrics import (
+    RemainingBatchMetrics,
+    rank_share,
+    validation_budgets,
+)
 from mara.predictors.wls import WLSPredictor
 
 

@@ -16,6 +16,7 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
+from mara.core.config import conf_dir
 from mara.curves.bank import default_bank_path, load_bank
 from mara.predictors.data import CurveDataModule
 from mara.predictors.fm import save_checkpoint
@@ -35,7 +36,7 @@ def _trainer_kwargs(cfg_trainer) -> dict:
 
 def train_predictor(cfg: DictConfig) -> dict:
     """Train FM on the bank's fm_train split, early-stop on val/fm_loss, export ``<output_dir>/fm.ckpt``."""
-    from mara.runlog import setup_logging
+    from mara.core.runlog import setup_logging
 
     setup_logging()
     pc = cfg.predictor
@@ -46,8 +47,8 @@ def train_predictor(cfg: DictConfig) -> dict:
 def fit_flow(bank, pc, cfg_trainer, out: Path, seed: int = 0, families=None) -> dict:
     """Train the flow net on ``bank``'s fm_train curves of ``families`` (None: all), validating on their fm_val
     curves; calibrate the conformal band offset on those fm_val queries; export ``out/fm.ckpt``."""
-    from mara.progress_callback import ProgressCallback
-    from mara.runlog import log_hparams
+    from mara.core.progress_callback import ProgressCallback
+    from mara.core.runlog import log_hparams
 
     tc = pc.train
     L.seed_everything(seed, workers=True)
@@ -141,7 +142,7 @@ def calibrate_band(net, pc, dm) -> dict:
 
 def _cli(argv: list[str]) -> None:
     base = OmegaConf.create({"seed": 0, "bank": {"path": None}, "trainer": {}, "paths": {"output_dir": "outputs/predictor"}})
-    pred_yaml = Path(__file__).resolve().parents[2] / "conf" / "predictor" / "fm.yaml"
+    pred_yaml = conf_dir("predictor", "fm.yaml")
     if pred_yaml.exists():
         base.predictor = OmegaConf.load(pred_yaml)
     files = [a for a in argv if a.endswith(".yaml")]

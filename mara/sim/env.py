@@ -1,4 +1,4 @@
-"""The batched simulator: E episodes stepped at once (ARCHITECTURE §4).
+"""The batched simulator: E episodes stepped at once (docs/architecture.md).
 
 Shapes: ``[E, K]`` episodes × active slots, ``[E, N]`` episodes × tasks, ``[E, M]`` episodes × nodes.
 
@@ -408,7 +408,7 @@ class BatchedEnv:
 
     # ------------------------------------------------------------ metrics
     def metrics(self) -> dict[str, np.ndarray]:
-        """Per-episode outcome and operational diagnostics (ARCHITECTURE §8). Arrays [E]."""
+        """Per-episode outcome and operational diagnostics (docs/architecture.md). Arrays [E]."""
         n = self.ep.n_tasks - self.turned_away  # tasks turned away at a full waiting queue never entered
         steps = np.maximum(self.steps, 1)
         reached = (self.ready_time >= 0) & self.valid

@@ -1,4 +1,4 @@
-"""Workloads: task sets, loads and roots → episodes (ARCHITECTURE §4).
+"""Workloads: task sets, loads and roots → episodes (docs/architecture.md).
 
 An evaluation root fixes every random draw of its episodes: each episode's generator is
 ``SeedSequence(root, spawn_key=(crc32(task_set), round(load·1e4), episode))``. Episodes are returned
@@ -13,7 +13,7 @@ import numpy as np
 
 from mara.curves.bank import NEVER, BankError, CurveBank
 from mara.curves.calibrate import sample_eps_budget
-from mara.families import ID_FAMILIES, validate_family_params
+from mara.curves.families import ID_FAMILIES, validate_family_params
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mara.eval.decomposition import decomposition_markdown, gap_decomposition
 from mara.eval.metrics import summarize, summarize_diagnostics
+from mara.report.decomposition import decomposition_markdown, gap_decomposition
 
 SCHEMA = "mara.results/1"
 PAPER_ORDER = ["MARA", "MARA-WLS", "MARA-sparse", "MARA-paper", "Slack-FM", "Slack-FM-q", "Slack-WLS", "Slack-Truth", "LARA", "LARA-FM", "LARA-best",

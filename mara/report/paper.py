@@ -1,5 +1,5 @@
 """The paper-protocol report: ``report.md`` + ``report.json`` (+ figures) from a run folder of
-``python -m mara.train experiment=paper``, every table with the paper's numbers (mara.eval.paper_numbers)
+``python -m mara.train experiment=paper``, every table with the paper's numbers (mara.report.paper_numbers)
 in adjacent columns and the difference. Generic over the methods present: a method the paper lacks gets
 "–" in the paper columns; one the run lacks is left out.
 """
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from mara.eval import paper_numbers as P
 from mara.eval.metrics import summarize
-from mara.eval.decomposition import decomposition_markdown, gap_decomposition
-from mara.eval.report import PAPER_ORDER, write_text_atomic
+from mara.report import paper_numbers as P
+from mara.report.decomposition import decomposition_markdown, gap_decomposition
+from mara.report.results import PAPER_ORDER, write_text_atomic
 
 DASH = "–"
 BOUNDS = ("Oracle", "Clairvoyant")
@@ -290,7 +290,7 @@ def report_markdown(rep: dict) -> str:
     L = ["# MARA paper protocol — report", "",
          f"Run folder `{rep['run']}`. Every table: ours (mean ± sample std over training seeds × evaluation roots for "
          "learned methods, over roots otherwise; §5.1 two-stage averaging), the paper's published value, and ours − paper. "
-         "The paper's numbers come from `mara/eval/paper_numbers.py`.", "", _bank_line(rep), ""]
+         "The paper's numbers come from `mara/report/paper_numbers.py`.", "", _bank_line(rep), ""]
     t = rep.get("stage_timings_s") or {}
     if isinstance(t.get("wall_s"), (int, float)):
         jobs = t.get("job_s") or {}

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from mara.core.config import CONF_DIR, ConfigError
 from mara.curves.bank import BankError
-from mara.eval.methods import CONF_DIR, ConfigError
 
 #: mistakes a user can make in config or data: reported as one line, never a traceback
 USER_ERRORS = (ConfigError, BankError, FileNotFoundError)

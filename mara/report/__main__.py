@@ -11,9 +11,9 @@ from omegaconf import OmegaConf
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mara.eval.paper_report import copy_figures_for_readme, readme_markdown, write_report
-    from mara.eval.report import write_text_atomic
-    from mara.readme_sections import figure_link, figures_dir, replace_section
+    from mara.report.paper import copy_figures_for_readme, readme_markdown, write_report
+    from mara.report.results import write_text_atomic
+    from mara.report.sections import figure_link, figures_dir, replace_section
 
     args = sys.argv[1:] if argv is None else argv
     try:

@@ -1,4 +1,5 @@
-"""Method configs: ``conf/method/<NAME>.yaml`` resolved by name, and the objects they build.
+"""Shared configuration: where ``conf/`` is (``conf_dir``), the one-line ``ConfigError``, and the method registry —
+``conf/method/<NAME>.yaml`` resolved by name, and the objects they build.
 
 A method config has ``name``, ``kind`` (``policy`` acts in the simulator; ``bound`` is computed from
 the episode), ``predictor`` (``null|wls|fm``: the simulator's remaining-demand predictor) and, for
@@ -11,7 +12,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+CONF_DIR = PACKAGE_DIR.parent / "conf"
+
+
+def conf_dir(*parts: str) -> Path:
+    """The Hydra config folder ``conf/`` (beside the package), or a path inside it: ``conf_dir("predictor", "fm.yaml")``.
+    Every module finds ``conf/`` through this function."""
+    return CONF_DIR.joinpath(*parts)
 
 
 class ConfigError(ValueError):
@@ -73,7 +81,7 @@ def check_predictor_allowed(cfg: DictConfig) -> None:
                           f"own curve) and is refused to learned policies at evaluation time; use fm or wls")
 
 
-SHIPPED_CKPT_DIR = Path(__file__).resolve().parents[1] / "data" / "checkpoints"
+SHIPPED_CKPT_DIR = PACKAGE_DIR / "data" / "checkpoints"
 
 
 def shipped_policy_checkpoints(cfg: DictConfig, bank_path) -> list[dict]:

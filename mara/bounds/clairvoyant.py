@@ -1,8 +1,8 @@
 """Clairvoyant: the exact best number of successes any schedule can reach, knowing every curve.
 
-Not a policy (ARCHITECTURE §6): an offline upper bound that sees each task's true demand.
+Not a policy (docs/allocators.md): an offline upper bound that sees each task's true demand.
 
-Model (ARCHITECTURE §4, with one deliberate relaxation)
+Model (docs/architecture.md, with one deliberate relaxation)
 -------------------------------------------------------
 ``M`` identical nodes; time is discrete.  Task ``k`` has integer arrival ``b_k``, deadline
 ``d_k = b_k + B_k`` and ``need_k`` = the number of batches after which its cumulative-average loss

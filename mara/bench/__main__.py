@@ -62,7 +62,7 @@ def rule_protocol_seconds(bank, loads=(0.04, 0.05, 0.06, 0.07), roots=5, episode
 
 def clairvoyant_seconds(bank, roots=5, episodes=12, time_limit_s=10.0) -> tuple[float, int, int]:
     """Wall time of Clairvoyant (admission limit modelled) over the p = 0.04 protocol; returns (seconds, optimal count, episodes)."""
-    from mara.allocators.clairvoyant_k import clairvoyant_k_batch
+    from mara.bounds.clairvoyant_k import clairvoyant_k_batch
 
     ep = EpisodeBatch.concat([generate_episodes(bank, bank.family_params, ts, 0.04, r, episodes) for ts in PAPER_TASK_SETS.values() for r in range(roots)])
     t0 = time.perf_counter()
@@ -76,8 +76,8 @@ def predictor_ms_per_prefix(bank, variants=(None, "v3"), repeats: int = 7) -> tu
     import torch
     from omegaconf import OmegaConf
 
+    from mara.curves.families import ID_FAMILIES
     from mara.eval.prediction import CONF_PREDICTOR, build_queries
-    from mara.families import ID_FAMILIES
     from mara.predictors import build_predictor
     from mara.predictors.data import observe
 

@@ -1,7 +1,7 @@
 """Clairvoyant-K: the exact best number of successes WITH the admission limit K (FIFO, eager).
 
-Not a policy (ARCHITECTURE §6): an offline upper bound that sees each task's true demand, like
-:mod:`mara.allocators.clairvoyant`, but it keeps the simulator's admission dynamics instead of
+Not a policy (docs/allocators.md): an offline upper bound that sees each task's true demand, like
+:mod:`mara.bounds.clairvoyant`, but it keeps the simulator's admission dynamics instead of
 relaxing them.  Every number it returns as ``upper_bound`` is a true upper bound on the success
 count of any policy in :class:`mara.sim.env.BatchedEnv` (same M, same K); when ``optimal`` is True
 the bound is attained by a schedule the simulator can run.
@@ -63,7 +63,7 @@ fixed admitted at every ``t`` where at most K tasks of index ``<= k`` are alive 
 waiting then); ``fin[k,t] = 0`` for ``t < early_k + need_k - 1``; slot rows only where more than K tasks
 are alive, node rows only where more than M candidates are alive, eagerness only where some task
 may be waiting; a component never holding more than K alive tasks has no admission effect and is
-answered by the K-relaxed :func:`~mara.allocators.clairvoyant.clairvoyant_episode`.
+answered by the K-relaxed :func:`~mara.bounds.clairvoyant.clairvoyant_episode`.
 
 Bounds and search: the K-relaxed Clairvoyant optimum ``U`` on the cut windows caps the
 objective; a few clairvoyant heuristic policies, run in an exact re-implementation of the
@@ -79,14 +79,14 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from mara.allocators.clairvoyant import (
+from mara.bounds.clairvoyant import (
     NEVER,
     ClairvoyantResult,
-    per_episode,
     _components,
     _cp_model,
     _stop_at_bound,
     clairvoyant_episode,
+    per_episode,
 )
 
 __all__ = ["clairvoyant_k_episode", "clairvoyant_k_batch", "simulate_k", "NEVER"]

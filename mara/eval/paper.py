@@ -1,6 +1,6 @@
 """``python -m mara.train experiment=paper``: the paper's whole protocol (§5, A.3) in one resumable run.
 
-The protocol is a graph of single-threaded jobs (:mod:`mara.jobs`) that ``paper.workers`` processes run side by side,
+The protocol is a graph of single-threaded jobs (:mod:`mara.core.jobs`) that ``paper.workers`` processes run side by side,
 costliest ready job first, each in its own folder of the run and each skipped on a rerun when its ``DONE.json`` is there:
   ``predictor/``                       the FM stage, once (``fm.ckpt``);
   ``policy/<method>/seed<S>/``         MAT-PPO for every learned method × training seed (``paper.trained``), after the FM
@@ -21,10 +21,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mara.eval.methods import CONF_DIR, ConfigError, load_method_cfg
-from mara.eval.report import write_text_atomic
-from mara.jobs import Job, run_jobs
-from mara.runlog import fmt_seconds, log, setup_logging
+from mara.core.config import CONF_DIR, ConfigError, load_method_cfg
+from mara.core.jobs import Job, run_jobs
+from mara.core.runlog import fmt_seconds, log, setup_logging
+from mara.report.results import write_text_atomic
 
 # Single-thread CPU minutes of each kind of job (start order and ETA weights), measured on these 2 cores: a default
 # MAT training ≈ 6 min (341 s user time), Clairvoyant ≈ 13 min of CP-SAT over 720 episodes; the rest estimated.
@@ -95,7 +95,7 @@ def _train_job(cfg_yaml: str, job: dict, fm_ckpt: str | None, *, deps: dict) -> 
     summary = train_policy(cfg)
     best = Path(job["dir"]) / "checkpoints" / "best.ckpt"
     return {"method": job["method"], "seed": job["seed"], "best_ckpt": str(best) if best.exists() else summary.get("last_ckpt"),
-            "val_success_rate": summary.get("val_success_rate")}  # wall_s: added by mara.jobs for every job
+            "val_success_rate": summary.get("val_success_rate")}  # wall_s: added by mara.core.jobs for every job
 
 
 def _eval_job(cfg_yaml: str, method: str, folder: str, fm_ckpt: str | None, scenario: str | None, learned: bool, *, deps: dict) -> dict:
@@ -191,7 +191,7 @@ _SECTION_KEYS = {"schema", "rows", "summary", "diagnostics", "timings", "skipped
 def merge_results(folder: Path, methods: list[str], errors: dict, title: str) -> dict:
     """``<folder>/results.json`` / ``results.md`` / figure / TensorBoard from the methods' own folders, in ``methods``
     order; a method whose job failed is listed under ``failed`` with its one-line reason."""
-    from mara.eval.report import build_results, write_results
+    from mara.report.results import build_results, write_results
 
     rows, timings, skipped, failed, overrides, extra = [], {}, {}, {}, {}, {}
     for m in methods:
@@ -228,7 +228,7 @@ def _job_times(jobs: list[Job], results: dict) -> dict:
 
 def run_paper(cfg: DictConfig, out: Path) -> dict:
     """Run (or resume) the paper protocol in ``out``; returns what each job did."""
-    from mara.eval.paper_report import write_report
+    from mara.report.paper import write_report
 
     setup_logging()
     if "paper" not in cfg:

@@ -1,0 +1,1 @@
+"""Speed benchmarks; ``python -m mara.bench`` is ``__main__``."""
