@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mara.allocators.placement import place
 from mara.sim.env import IDLE, WARMUP_OBS, Observation
 
 FINISHABLE, COLD, HOPELESS, SKIP = 0, 1, 2, 3
@@ -61,4 +62,4 @@ class SlackRule:
         ok = np.take_along_axis(stage, top, axis=1) != SKIP
         actions = np.full((order.shape[0], M), IDLE, dtype=np.int64)
         actions[:, :m] = np.where(ok, top, IDLE)
-        return actions
+        return place(obs, actions, pred)  # issue 25: placement on heterogeneous nodes (identity otherwise)

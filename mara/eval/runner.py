@@ -87,6 +87,23 @@ def validate_sim_cfg(sim: DictConfig) -> None:
     q = sim.get("queue_capacity")
     if q is not None and check_number("sim.queue_capacity", q, int) < 0:
         raise ConfigError(f"sim.queue_capacity must be null or >= 0, got {q}")
+    node_options(sim)
+
+
+def node_options(sim: DictConfig) -> dict:
+    """``{node_speed, switch_cost}`` for ``BatchedEnv`` from ``sim`` (issue 25; absent = identical nodes, free
+    preemption), checked: one-line ConfigError for a wrong length, a non-positive speed, a negative cost."""
+    from mara.sim.env import check_node_options
+
+    speed = sim.get("node_speed")
+    if OmegaConf.is_config(speed):
+        speed = OmegaConf.to_container(speed)
+    cost = sim.get("switch_cost", 0)
+    try:
+        speed, cost = check_node_options(speed, 0 if cost is None else cost, int(sim.get("nodes", 7)), int(sim.get("obs_every", 10)))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return {"node_speed": speed, "switch_cost": cost}
 
 
 def family_params_from_cfg(cfg: DictConfig, bank: CurveBank, families) -> dict:
@@ -176,7 +193,7 @@ def run_policy(allocator, ep: EpisodeBatch, bank: CurveBank, sim: DictConfig, pr
     ``progress(step, limit)``, if given, is called after every simulator step (it throttles itself)."""
     qcap = sim.get("queue_capacity")
     env = BatchedEnv(ep, bank, int(sim.nodes), int(sim.max_active), int(sim.obs_every), predictor=predictor,
-                     queue_capacity=None if qcap is None else int(qcap))
+                     queue_capacity=None if qcap is None else int(qcap), **node_options(sim))
     obs = env.reset()
     allocator.reset(ep.E)
     limit = ep.horizon + ep.n_steps + 2
@@ -192,12 +209,27 @@ def run_policy(allocator, ep: EpisodeBatch, bank: CurveBank, sim: DictConfig, pr
 def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: DictConfig, progress=None) -> tuple[dict, dict]:
     """Per-episode successes of a bound; returns (metrics, extra row fields). ``progress(fraction)`` per episode."""
     n = ep.n_tasks
+    opts = node_options(sim)
+    hetero = opts["node_speed"] is not None or opts["switch_cost"] > 0
     if name == "Oracle":
-        succ = ep.oracle_successes()
+        if not hetero:
+            succ = ep.oracle_successes()
+        else:  # issue 25: alone, a task runs without a break on the fastest node
+            from mara.sim.env import isolated_feasible
+
+            succ = (isolated_feasible(ep.need, ep.budget, opts["node_speed"]) & ep.valid).sum(axis=1)
         extra = {}
     elif name == "Clairvoyant":
         limit = float(mcfg.get("time_limit_s", 10.0))
-        if mcfg.get("admission_limit", True):  # exact, with the FIFO admission limit K
+        if hetero:  # issue 25: a proven upper bound (speeds as capacity, switch costs relaxed to 0, K relaxed)
+            if mcfg.get("admission_limit", True):
+                raise ConfigError("Clairvoyant with sim.node_speed / sim.switch_cost is only the K-relaxed bound: set "
+                                  "method_overrides={Clairvoyant: {admission_limit: false}} (experiment=hetero does)")
+            from mara.allocators.clairvoyant import clairvoyant_batch
+
+            speed = opts["node_speed"]
+            solve = lambda sl: clairvoyant_batch(ep.arrival[sl], ep.deadline[sl], ep.need[sl], ep.n_tasks[sl], n_nodes=int(sim.nodes), time_limit_s=limit, node_speed=speed)  # noqa: E731
+        elif mcfg.get("admission_limit", True):  # exact, with the FIFO admission limit K
             from mara.allocators.clairvoyant_k import clairvoyant_k_batch
 
             solve = lambda sl: clairvoyant_k_batch(ep.arrival[sl], ep.deadline[sl], ep.need[sl], ep.n_tasks[sl], n_nodes=int(sim.nodes), max_active=int(sim.max_active), time_limit_s=limit)  # noqa: E731
@@ -212,6 +244,8 @@ def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: DictConfig, pr
                 progress((e + 1) / ep.E)
         succ = np.array([r.upper_bound for r in res])
         extra = {"optimal": [bool(r.optimal) for r in res], "solve_time_s": [float(r.solve_time_s) for r in res]}
+        if hetero:  # "optimal" there means the relaxation was solved, not that a policy can reach the number
+            extra["bound_kind"] = "bound: speeds as capacity, switch costs and K relaxed"
     else:
         raise ConfigError(f"unknown bound {name!r} (known: Oracle, Clairvoyant)")
     metrics = {"n_tasks": n, "succeeded": succ, "success_rate": np.where(n > 0, succ / np.maximum(n, 1), np.nan)}
