@@ -15,11 +15,14 @@ expected to finish soonest::
 
 ``remaining`` is the rule's own estimate of the batches still needed (the predictor's for LARA/Slack, the
 observable generation cap for FIFO/EDF); ``None`` = unknown, treated as very large, so speed dominates.
-Ties go to the node it ran on (no switch), then to the *slower* node (best fit: a fast node stays free for
-a task that gains from it), then to the lower index. Consequences: with switch costs a running task stays
-on its node unless the expected gain from a faster free node exceeds the set-up it pays (sticky
-assignment); a new task or a task with a long way to go goes to the fastest free node; with fewer tasks
-than nodes the slowest nodes idle.
+With a switch cost, a chosen task that ran on a node at t−1 holds that node: no other task may take it (a higher-ranked task
+never displaces a running one, which would make both pay the switch cost; a least-slack order reshuffles
+ranks every step). Ties go to the node it ran on (no switch), then to the *slower* node (best fit: a fast
+node stays free for a task that gains from it), then to the lower index. Consequences: with switch costs a
+running task stays on its node unless the expected gain from a faster free node exceeds the set-up it pays
+(sticky assignment); a new task or a task with a long way to go goes to the fastest free node; with fewer
+tasks than nodes the slowest nodes idle. Without switch costs there are no claims (moving is free): the
+highest-ranked tasks get the fastest nodes.
 """
 from __future__ import annotations
 
@@ -57,22 +60,31 @@ def assign_nodes(picks, node_speed, switch_cost: int = 0, last_node=None, starte
     out = np.full((E, M), IDLE, dtype=np.int64)
     taken = np.zeros((E, M), dtype=bool)
     speed_rank = np.argsort(np.argsort(speed, kind="stable"), kind="stable")  # 0 = slowest (ties by index)
+    # a chosen task that ran on a node at t-1 holds a claim on it: no other task may take that node
+    kk_all = np.maximum(picks, 0)
+    ln_all = np.where(picks >= 0, last[rows[:, None], kk_all], -1)  # [E, M] (by rank) node each pick ran on
+    owner = np.full((E, M + 1), -1, dtype=np.int64)  # per node the rank holding it (last column: no node)
+    owner[rows[:, None], np.where(ln_all >= 0, ln_all, M)] = np.arange(M)[None, :]
+    owner = owner[:, :M] if switch_cost > 0 else np.full((E, M), -1, dtype=np.int64)  # moving is free without a cost
+    big = np.iinfo(np.int64).max
     for r in range(M):
         k = picks[:, r]
         ok = k >= 0
         if not ok.any():
             continue
-        kk = np.maximum(k, 0)
-        ln = last[rows, kk]  # [E]
+        kk = kk_all[:, r]
+        ln = ln_all[:, r]  # [E]
         on_last = nodes[None, :] == ln[:, None]  # [E, M]
         delay = np.where(on_last, setup[rows, kk][:, None], np.where(st[rows, kk], int(switch_cost), 0)[:, None])
         finish = delay + -(-rem[rows, kk][:, None] // speed[None, :])  # [E, M]
         key = ((finish * 2 + ~on_last) * M + speed_rank[None, :]) * M + nodes[None, :]
-        key = np.where(taken, np.iinfo(np.int64).max, key)
+        key = np.where(taken | ((owner >= 0) & (owner != r)), big, key)
         n = np.argmin(key, axis=1)
         er = np.flatnonzero(ok)
         out[er, n[er]] = k[er]
         taken[er, n[er]] = True
+        moved = er[(ln[er] >= 0) & (n[er] != ln[er])]  # it left its node: the claim is released
+        owner[moved, ln[moved]] = -1
     return out
 
 

@@ -35,6 +35,16 @@ def slack_keys(stage, pred, tau, deadline, task) -> tuple[np.ndarray, ...]:
     return stage, within, deadline, task
 
 
+def fastest_node_steps(obs: Observation, pred: np.ndarray) -> np.ndarray:
+    """Issue 25: the predicted remaining batches in steps on the fastest node (``pred / max(node_speed)``), so a
+    task is finishable when it could still finish there and its slack is counted in those steps; ``pred`` itself
+    on identical unit-speed nodes. (Chosen on validation roots 100-101: without it tasks only a fast node can
+    still save are ranked hopeless.) The nodes themselves are assigned by ``placement.place``."""
+    if not getattr(obs, "hetero", False):
+        return pred
+    return pred / float(np.max(obs.node_speed))
+
+
 class SlackRule:
     """Least-slack-first over predicted-finishable tasks, then cold, then hopeless tasks (module docstring)."""
 
@@ -53,8 +63,9 @@ class SlackRule:
     def act(self, obs: Observation) -> np.ndarray:
         tau = obs.remaining_time.astype(np.float64)
         pred = np.nan_to_num(np.asarray(obs.pred_remaining, dtype=np.float64), nan=np.inf)
-        stage = slack_stage(obs.present, obs.cap_remaining, obs.n_obs, pred, tau, self.warm_obs)
-        keys = slack_keys(stage, pred, tau, obs.deadline, obs.task)
+        steps = fastest_node_steps(obs, pred)  # issue 25; == pred on the paper's identical nodes
+        stage = slack_stage(obs.present, obs.cap_remaining, obs.n_obs, steps, tau, self.warm_obs)
+        keys = slack_keys(stage, steps, tau, obs.deadline, obs.task)
         order = np.lexsort(tuple(reversed(keys)), axis=-1)  # lexsort: last key is primary
         M = obs.n_nodes
         m = min(M, order.shape[1])

@@ -180,6 +180,9 @@ def _rows_from_metrics(method: str, ep: EpisodeBatch, metrics: dict, train_seed=
             else:
                 x = v[e].item() if hasattr(v[e], "item") else v[e]
                 row[k] = None if isinstance(x, float) and not np.isfinite(x) else x
+        for k in ("switches", "setup_steps"):  # issue 25 diagnostics, only on heterogeneous nodes / with switch costs
+            if k in metrics:
+                row[k] = int(metrics[k][e])
         if extra:
             for k, v in extra.items():
                 row[k] = v[e] if isinstance(v, (list, np.ndarray)) else v
@@ -221,13 +224,14 @@ def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: DictConfig, pr
         extra = {}
     elif name == "Clairvoyant":
         limit = float(mcfg.get("time_limit_s", 10.0))
-        if hetero:  # issue 25: a proven upper bound (speeds as capacity, switch costs relaxed to 0, K relaxed)
-            if mcfg.get("admission_limit", True):
-                raise ConfigError("Clairvoyant with sim.node_speed / sim.switch_cost is only the K-relaxed bound: set "
-                                  "method_overrides={Clairvoyant: {admission_limit: false}} (experiment=hetero does)")
+        speed = opts["node_speed"]
+        if hetero and mcfg.get("admission_limit", True):  # issue 25: a proven bound (speeds as capacity, switch costs relaxed)
+            from mara.allocators.clairvoyant_k import clairvoyant_k_batch
+
+            solve = lambda sl: clairvoyant_k_batch(ep.arrival[sl], ep.deadline[sl], ep.need[sl], ep.n_tasks[sl], n_nodes=int(sim.nodes), max_active=int(sim.max_active), time_limit_s=limit, node_speed=speed)  # noqa: E731
+        elif hetero:  # and K relaxed
             from mara.allocators.clairvoyant import clairvoyant_batch
 
-            speed = opts["node_speed"]
             solve = lambda sl: clairvoyant_batch(ep.arrival[sl], ep.deadline[sl], ep.need[sl], ep.n_tasks[sl], n_nodes=int(sim.nodes), time_limit_s=limit, node_speed=speed)  # noqa: E731
         elif mcfg.get("admission_limit", True):  # exact, with the FIFO admission limit K
             from mara.allocators.clairvoyant_k import clairvoyant_k_batch
@@ -245,7 +249,8 @@ def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: DictConfig, pr
         succ = np.array([r.upper_bound for r in res])
         extra = {"optimal": [bool(r.optimal) for r in res], "solve_time_s": [float(r.solve_time_s) for r in res]}
         if hetero:  # "optimal" there means the relaxation was solved, not that a policy can reach the number
-            extra["bound_kind"] = "bound: speeds as capacity, switch costs and K relaxed"
+            extra["bound_kind"] = ("bound: speeds as capacity, switch costs relaxed" if speed is not None else "bound: switch costs relaxed") + \
+                ("" if mcfg.get("admission_limit", True) else ", K relaxed")
     else:
         raise ConfigError(f"unknown bound {name!r} (known: Oracle, Clairvoyant)")
     metrics = {"n_tasks": n, "succeeded": succ, "success_rate": np.where(n > 0, succ / np.maximum(n, 1), np.nan)}
