@@ -1,5 +1,9 @@
 """Issue 25: heterogeneous node speeds and switch costs — hand-worked episodes, the placement step,
 the default path unchanged, config validation, and every policy ≤ Clairvoyant (bound) ≤ Oracle."""
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -228,3 +232,18 @@ def test_speed_bound_by_hand():
     # limit (6), but the first task holds the fast node throughout and the second gets at most 2 -> really 1
     r = clairvoyant_episode([0, 0], [2, 2], [6, 4], n_nodes=3, node_speed=[3, 1, 1])
     assert r.upper_bound == 2
+
+
+# ------------------------------------------------------------------------------------------ entry points
+def test_train_and_live_refuse_node_options_in_one_line():
+    from mara.eval.methods import ConfigError
+    from mara.train import check_run_config
+    from tests.test_entrypoints import cfg_for
+
+    with pytest.raises(ConfigError, match="training MARA on heterogeneous nodes is not supported"):
+        check_run_config(cfg_for("train", ["experiment=hetero"]))
+    cfg = cfg_for("evaluate", ["experiment=hetero"])
+    assert list(cfg.sim.node_speed) == [2, 2, 1, 1, 1, 1, 1] and cfg.sim.switch_cost == 2
+    out = subprocess.run([sys.executable, "-m", "mara.evaluate", "methods=[FIFO]", "sim.node_speed=[2,1]"],
+                         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0 and "one entry per node" in out.stderr
