@@ -145,6 +145,18 @@ def test_placement_is_sticky_when_moving_does_not_pay():
     assert out[0, 0] == 0 and out[0, 1] == 1 and out[0, 2] == IDLE
 
 
+@pytest.mark.parametrize("cost", [0, 2])
+def test_placement_never_displaces_a_running_task(cost):
+    # slot 0 ran on the fast node 0; slot 1 (a new task) is ranked first but may not take node 0
+    out = assign_nodes(np.array([[1, 0]]), [2, 1], switch_cost=cost, last_node=np.array([[0, -1]]),
+                       started=np.array([[True, False]]), remaining=np.array([[40, 40]]))
+    assert out.tolist() == [[0, 1]]
+    # once slot 0 is no longer chosen its node is free for the others
+    out = assign_nodes(np.array([[1, IDLE]]), [2, 1], switch_cost=cost, last_node=np.array([[0, -1]]),
+                       started=np.array([[True, False]]), remaining=np.array([[40, 40]]))
+    assert out.tolist() == [[1, IDLE]]
+
+
 def test_placement_best_fit_and_paused_tasks_pay():
     # rank 1 needs 1 batch: a slow node finishes it as soon as a fast one, so the fast node is left to rank 2
     out = assign_nodes(np.array([[0, 1]]), [2, 1], remaining=np.array([[1, 40]]))
