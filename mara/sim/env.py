@@ -68,9 +68,13 @@ class Observation:
         self.max_active = max_active
         # heterogeneous nodes / switch costs (module docstring); ``hetero`` False = the paper's identical nodes
         self.hetero = node_speed is not None or switch_cost > 0
-        self.node_speed = np.ones(n_nodes, dtype=np.int64) if node_speed is None else node_speed  # [M] int
-        self.switch_cost = int(switch_cost)
+        self._node_speed = node_speed
+        self.switch_cost = switch_cost
         self._last_node, self._started, self._setup_left = last_node, started, setup_left
+
+    @cached_property
+    def node_speed(self) -> np.ndarray:  # [M] int batches per step of each node
+        return np.ones(self.n_nodes, dtype=np.int64) if self._node_speed is None else self._node_speed
 
     @cached_property
     def last_node(self) -> np.ndarray:  # [E, K] int node that served the slot at t-1, -1 if none
