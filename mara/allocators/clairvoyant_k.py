@@ -65,17 +65,20 @@ are alive, node rows only where more than M candidates are alive, eagerness only
 may be waiting; a component never holding more than K alive tasks has no admission effect and is
 answered by the K-relaxed :func:`~mara.allocators.clairvoyant.clairvoyant_episode`.
 
-Heterogeneous nodes (issue 25): a proven upper bound, not exact
------------------------------------------------------------------
-With ``node_speed`` (node i processes ``s_i`` batches per step; ``s_max``, ``S = sum s_i``) the
-service ``x[k,t]`` becomes "served at t" (binary, still ``sum_k x[k,t] <= M``) with batches
-``y[k,t] in [0, s_max * x[k,t]]``, ``sum_k y[k,t] <= S`` and ``sum_t y[k,t] = need_k * z_k``; a
-completion needs ``ceil(need_k / s_max)`` served steps (``fin`` cut, ``early_k`` departures).  Every
-simulator run with these speeds and any switch cost is a solution (set-up steps are served steps with
-``y = 0``; cut the completing step's overshoot), so the optimum bounds every policy; it is not exact
-(which node serves whom is relaxed to the two capacities, and switch costs to 0), so no schedule is
-replayed and ``successes`` is the relaxation's value.  Heuristic incumbents serve the chosen tasks on
-the fastest nodes in priority order (:func:`simulate_k` with ``node_speed``).
+Heterogeneous nodes (issue 25): exact for speeds, a bound for switch costs
+--------------------------------------------------------------------------
+With ``node_speed`` (node i processes ``s_i`` batches per step) the nodes fall in speed classes ``c``
+(speed ``s_c``, ``n_c`` nodes).  A served step ``x[k,t]`` is on exactly one class,
+``sum_c v[k,t,c] = x[k,t]``, at most ``n_c`` tasks per class and step, and a success needs
+``sum_{t,c} s_c v[k,t,c] >= need_k`` (a completing step may overshoot); failing tasks get no service
+(w.l.o.g.); a completion needs ``ceil(need_k / s_max)`` served steps (``fin`` cut, ``early_k``
+departures).  Within a step which node of a class serves whom does not matter, and without switch
+costs nothing links steps but the batches, so the model is exact for speeds: a solution replays in
+:func:`simulate_k` (fastest class first; a task never gets less than the model gave it).  Switch costs
+are not modelled (the simulator's set-up steps only remove batches), so with ``switch_cost > 0`` the
+optimum is a proven upper bound, not attained in general.  The K-relaxed speed-capacity bound
+(:func:`clairvoyant_episode` with ``node_speed``) stays the cap ``U``; the "never more than K alive"
+shortcut is not taken (that bound is not exact with speeds).
 
 Bounds and search: the K-relaxed Clairvoyant optimum ``U`` on the cut windows caps the
 objective; a few clairvoyant heuristic policies, run in an exact re-implementation of the
@@ -245,7 +248,7 @@ def _solve_group_k(cp_model, b, d, q, n_nodes, max_active, time_limit_s, use_heu
     K, M = max_active, n_nodes
     hetero = node_speed is not None
     unit = 1 if not hetero else int(max(node_speed))
-    total = M if not hetero else int(sum(node_speed))
+    classes = [] if not hetero else [(int(v), int(c)) for v, c in zip(*np.unique(node_speed, return_counts=True))][::-1]
     qs = -(-q // unit)  # least served steps to complete (== q on identical nodes)
     cand = qs <= d - b
     t0, t1 = int(b.min()), int(d.max())
@@ -254,7 +257,7 @@ def _solve_group_k(cp_model, b, d, q, n_nodes, max_active, time_limit_s, use_heu
     for k in range(n):
         alive[k, b[k] - t0:d[k] - t0] = True
     deadline_t = time.perf_counter() + time_limit_s
-    if alive.sum(axis=0).max() <= K:
+    if alive.sum(axis=0).max() <= K and not hetero:  # (with speeds the K-relaxed model is only a bound)
         # never more than K tasks alive: admission is immediate, the K-relaxed answer is exact
         rel = clairvoyant_episode(b, d, q, n_nodes=M, time_limit_s=time_limit_s, node_speed=node_speed)
         return rel.chosen, rel.successes, rel.upper_bound, rel.optimal
@@ -327,14 +330,16 @@ def _solve_group_k(cp_model, b, d, q, n_nodes, max_active, time_limit_s, use_heu
             f = fin.get((k, t - 1))
             if f is not None:
                 model.AddImplication(v, f.Not())
-        if hetero:  # batches served: up to the fastest node's speed per served step
-            ys = []
+        if hetero:  # served on a node of one speed class; batches = that speed (a completing step may overshoot)
+            got = []
             for t in range(int(early[k]), int(d[k])):
-                w = model.NewIntVar(0, unit, f"y{k}_{t}")
-                model.Add(w <= unit * x[k, t])
-                y[k, t] = w
-                ys.append(w)
-            model.Add(sum(ys) == int(q[k]) * z[k])
+                vs = [model.NewBoolVar(f"v{k}_{t}_{c}") for c in range(len(classes))]
+                for c, v in enumerate(vs):
+                    y[k, t, c] = v
+                    got.append(classes[c][0] * v)
+                model.Add(sum(vs) == x[k, t])
+                model.AddImplication(x[k, t], z[k])  # w.l.o.g. a failing task gets no service
+            model.Add(sum(got) >= int(q[k]) * z[k])
         else:
             model.Add(sum(xs) == int(q[k]) * z[k])
 
@@ -356,8 +361,11 @@ def _solve_group_k(cp_model, b, d, q, n_nodes, max_active, time_limit_s, use_heu
         xs_t = [x[int(k), t] for k in np.flatnonzero(col & cand) if (int(k), t) in x]
         if len(xs_t) > M:
             model.Add(sum(xs_t) <= M)
-        if hetero and len(xs_t) * unit > total:
-            model.Add(sum(y[int(k), t] for k in np.flatnonzero(col & cand) if (int(k), t) in y) <= total)
+        if hetero:
+            for c, (_, n_c) in enumerate(classes):  # at most n_c tasks on the nodes of speed class c
+                vs = [y[int(k), t, c] for k in np.flatnonzero(col & cand) if (int(k), t, c) in y]
+                if len(vs) > n_c:
+                    model.Add(sum(vs) <= n_c)
         if col.sum() > K:
             terms = occ_terms(t)
             model.Add(lin(terms) <= K)
@@ -405,16 +413,17 @@ def _solve_group_k(cp_model, b, d, q, n_nodes, max_active, time_limit_s, use_heu
         sol = np.zeros(n, dtype=bool)
         for k, v in z.items():
             sol[k] = bool(solver.Value(v))
-        if sol.sum() > chosen.sum() and hetero:
-            chosen = sol  # the relaxation's value: not replayed (module docstring)
-        elif sol.sum() > chosen.sum():
-            # realise it: replay the model's services in the simulator (see the module docstring)
+        if sol.sum() > chosen.sum():
+            # realise it: replay the model's services in the simulator (see the module docstring); with speeds
+            # each step's tasks go fastest class first, so each gets at least the speed the model gave it
             plan = {}
             for (k, t), v in x.items():
                 if sol[k] and solver.Value(v):
-                    plan.setdefault(t, []).append(k)
+                    c = next((c for c in range(len(classes)) if solver.Value(y[k, t, c])), 0) if hetero else 0
+                    plan.setdefault(t, []).append((c, k))
+            plan = {t: [k for _, k in sorted(v)] for t, v in plan.items()}
             real, _, _ = simulate_k(b, d, q, M, K,
-                                    lambda t, active, served: [k for k in plan.get(t, ()) if k in active])
+                                    lambda t, active, served: [k for k in plan.get(t, ()) if k in active], node_speed)
             assert real[sol].all(), "Clairvoyant-K: a model schedule did not replay in the simulator"
             chosen = real
         if status == cp_model.OPTIMAL or stop.hit:
