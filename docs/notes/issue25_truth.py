@@ -70,7 +70,7 @@ def main(results_json: str, overrides: list[str]) -> None:
     proven = np.array([next((r.get("optimal") for r in rows if r["method"] == "Clairvoyant" and
                              (r["task_set"], r["load"], r["root"], r["episode"]) == k), None) is True for k in keys])
     if proven.any():
-        print("\nClairvoyant solved to proven optimality (of its relaxation): "
+        print("\nClairvoyant solved to proven optimality (switch costs relaxed): "
               + ", ".join(f"p = {p:g}: {int(proven[L == p].sum())}/{int((L == p).sum())}" for p in loads))
         d = 100 * (table["Clairvoyant"] - table["Slack-Truth*"])
         print("Clairvoyant − Slack-Truth* on those episodes only: "
