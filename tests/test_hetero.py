@@ -1,5 +1,6 @@
 """Issue 25: heterogeneous node speeds and switch costs — hand-worked episodes, the placement step,
 the default path unchanged, config validation, and every policy ≤ Clairvoyant (bound) ≤ Oracle."""
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,13 @@ from mara.allocators.placement import assign_nodes, place
 from mara.allocators.rules import EDF, FIFO
 from mara.allocators.slack import SlackRule
 from mara.predictors.wls import WLSPredictor
-from mara.sim.env import IDLE, BatchedEnv, check_node_options, isolated_feasible, run_episodes
+from mara.sim.env import (
+    IDLE,
+    BatchedEnv,
+    check_node_options,
+    isolated_feasible,
+    run_episodes,
+)
 from mara.sim.workload import PAPER_TASK_SETS, episodes_from_tasks, generate_episodes
 from tests.test_sim import task
 
@@ -200,7 +207,7 @@ class RandomPolicy:
         pass
 
     def act(self, obs):
-        E, K = obs.present.shape
+        E = obs.present.shape[0]
         out = np.full((E, obs.n_nodes), IDLE)
         for e in range(E):
             ks = self.rng.permutation(np.flatnonzero(obs.present[e]))[: obs.n_nodes]
@@ -268,7 +275,7 @@ def _brute_force_speeds(b, d, q, speeds):
 
     n, M = len(b), len(speeds)
 
-    @lru_cache(maxsize=None)
+    @functools.cache
     def best(t, served):
         if t >= max(d):
             return 0
@@ -289,9 +296,8 @@ def _brute_force_speeds(b, d, q, speeds):
 
 def test_clairvoyant_k_is_exact_for_speeds_without_switch_costs():
     pytest.importorskip("ortools")
-    from mara.allocators.clairvoyant_k import clairvoyant_k_episode
-
     from mara.allocators.clairvoyant import clairvoyant_episode
+    from mara.allocators.clairvoyant_k import clairvoyant_k_episode
 
     rng = np.random.default_rng(25)
     looser = 0

@@ -22,7 +22,12 @@ from hydra import compose, initialize_config_dir
 
 from mara.allocators.slack import SlackRule
 from mara.eval.methods import CONF_DIR
-from mara.eval.runner import build_episodes, load_bank_from_cfg, node_options, protocol_from_cfg
+from mara.eval.runner import (
+    build_episodes,
+    load_bank_from_cfg,
+    node_options,
+    protocol_from_cfg,
+)
 from mara.sim.env import BatchedEnv, run_episodes
 
 
