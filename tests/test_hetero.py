@@ -270,7 +270,6 @@ def test_train_and_live_refuse_node_options_in_one_line():
 
 def _brute_force_speeds(b, d, q, speeds):
     """Most successes of any schedule on nodes with these speeds (no admission limit, no switch costs)."""
-    from functools import lru_cache
     from itertools import permutations
 
     n, M = len(b), len(speeds)
