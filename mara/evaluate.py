@@ -74,6 +74,9 @@ def evaluate(cfg: DictConfig) -> dict:
     )
     proto = OmegaConf.to_container(cfg.eval, resolve=True) | {"loads": protocol.loads, "scenario": protocol.scenario,
                                                               "queue_capacity": cfg.sim.get("queue_capacity")}
+    for key, off in (("node_speed", None), ("switch_cost", 0)):  # issue 25; recorded only when set, so old folders resume
+        if cfg.sim.get(key, off) not in (off, None):
+            proto[key] = OmegaConf.to_container(cfg.sim[key]) if OmegaConf.is_config(cfg.sim[key]) else cfg.sim[key]
     proto.pop("resume", None)
     proto.pop("tensorboard", None)
     base = {"protocol": proto, "bank": str(bank.path), "method_overrides": overrides}

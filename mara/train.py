@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from mara.core.cli import output_dir, run_cli
 from mara.core.config import ConfigError, load_method_cfg
 from mara.core.runlog import log
-from mara.eval.runner import check_number, protocol_from_cfg
+from mara.eval.runner import check_number, node_options, protocol_from_cfg
 
 STAGES = ("all", "predictor", "policy", "evaluate")
 
@@ -118,6 +118,10 @@ def check_run_config(cfg: DictConfig) -> None:
     """Every setting the later stages read, checked before any work starts (one-line ConfigError)."""
     check_number("seed", cfg.get("seed", 0), int)
     protocol_from_cfg(cfg)  # sim.* and eval.*
+    opts = node_options(cfg.sim)
+    if opts["node_speed"] is not None or opts["switch_cost"] > 0:  # the MAT sees no node features yet (issue 25)
+        raise ConfigError("sim.node_speed / sim.switch_cost: training MARA on heterogeneous nodes is not supported yet "
+                          "(issue 25); evaluate the rules and bounds with python -m mara.evaluate experiment=hetero")
     for m in cfg.get("methods") or []:
         load_method_cfg(m)
 

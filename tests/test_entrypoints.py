@@ -103,6 +103,8 @@ def test_evaluate_stress_rule_baselines_fail(tmp_path, small_bank):
         ("eval.roots=[0,x]", ConfigError, "eval.roots must be an integer"),
         ("eval.episodes=many", ConfigError, "eval.episodes must be an integer"),
         ("sim.queue_capacity=-1", ConfigError, "sim.queue_capacity must be null or >= 0"),
+        ("sim.node_speed=[2,1]", ConfigError, "sim.node_speed must have one entry per node"),
+        ("sim.switch_cost=-1", ConfigError, "sim.switch_cost must be >= 0"),
     ],
 )
 def test_config_mistakes(tmp_path, small_bank, override, error, needle):

@@ -27,6 +27,10 @@ deadline step the simulator does not run. Measured on the default bank (p = 0.04
 candidate set is almost always feasible, so the tree search rarely runs; ``n_searches`` counts it. Tasks that have exhausted their generation cap
 (``cap_remaining == 0``) can never succeed and are skipped when ``skip_exhausted``.
 
+On heterogeneous nodes / with switch costs (issue 25) the selection above is unchanged (the plan still
+counts M unit-speed nodes, a conservative capacity) and the picks, in dispatch order, are placed by
+``mara.allocators.placement.place`` with ``p`` as the remaining demand.
+
 The math is in pure functions (``feasible``, ``breakpoints``, ``largest_feasible_set``,
 ``least_laxity_order``); ``LARA`` vectorises everything over episodes except the tree search, which
 runs only for episodes whose whole warm set (after dropping individually infeasible tasks) is
@@ -38,6 +42,7 @@ from typing import Sequence
 
 import numpy as np
 
+from mara.allocators.placement import place
 from mara.sim.env import IDLE, WARMUP_OBS, Observation
 
 LEFTOVER_STAGES = ("warm_least_laxity", "warm_edf", "cold_edf")
@@ -263,4 +268,4 @@ class LARA:
                 _fill(warm, [dl, arr], M - used, taken, picks, used)
             else:  # cold_edf
                 _fill(cold, [dl, arr], M - used, taken, picks, used)
-        return picks
+        return place(obs, picks, p)  # issue 25: placement on heterogeneous nodes (identity otherwise)

@@ -1,9 +1,15 @@
-"""Work-conserving rule baselines: FIFO (earliest arrival first) and EDF (earliest deadline first)."""
+"""Work-conserving rule baselines: FIFO (earliest arrival first) and EDF (earliest deadline first).
+
+On heterogeneous nodes / with switch costs (issue 25) the chosen tasks are placed by
+``mara.allocators.placement.place`` with the observable generation cap as the remaining demand (the rules
+use no predictor): the earliest-ranked task first, each on the free node where it would finish soonest,
+running tasks kept on their node unless a faster node pays for the set-up."""
 from __future__ import annotations
 
 import numpy as np
 
 from mara.allocators.base import take_smallest
+from mara.allocators.placement import place
 from mara.sim.env import Observation
 
 
@@ -17,7 +23,7 @@ class FIFO:
 
     def act(self, obs: Observation) -> np.ndarray:
         # task index is the arrival order, so it breaks arrival ties deterministically
-        return take_smallest(obs.task, obs.present, obs.n_nodes)
+        return place(obs, take_smallest(obs.task, obs.present, obs.n_nodes), obs.cap_remaining if getattr(obs, "hetero", False) else None)
 
 
 class EDF:
@@ -30,4 +36,4 @@ class EDF:
 
     def act(self, obs: Observation) -> np.ndarray:
         key = obs.deadline.astype(np.float64) * 1e6 + obs.task
-        return take_smallest(key, obs.present, obs.n_nodes)
+        return place(obs, take_smallest(key, obs.present, obs.n_nodes), obs.cap_remaining if getattr(obs, "hetero", False) else None)

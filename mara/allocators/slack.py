@@ -22,6 +22,7 @@ from statistics import NormalDist
 
 import numpy as np
 
+from mara.allocators.placement import place
 from mara.sim.env import IDLE, WARMUP_OBS, Observation
 
 FINISHABLE, COLD, HOPELESS, SKIP = 0, 1, 2, 3
@@ -56,6 +57,16 @@ def slack_keys(stage, pred, tau, deadline, task) -> tuple[np.ndarray, ...]:
     return stage, within, deadline, task
 
 
+def fastest_node_steps(obs: Observation, pred: np.ndarray) -> np.ndarray:
+    """Issue 25: the predicted remaining batches in steps on the fastest node (``pred / max(node_speed)``), so a
+    task is finishable when it could still finish there and its slack is counted in those steps; ``pred`` itself
+    on identical unit-speed nodes. (Chosen on validation roots 100-101: without it tasks only a fast node can
+    still save are ranked hopeless.) The nodes themselves are assigned by ``placement.place``."""
+    if not getattr(obs, "hetero", False):
+        return pred
+    return pred / float(np.max(obs.node_speed))
+
+
 class SlackRule:
     """Least-slack-first over predicted-finishable tasks, then cold, then hopeless tasks (module docstring)."""
 
@@ -84,8 +95,9 @@ class SlackRule:
         feas = pred
         if self.quantile is not None:
             feas = np.nan_to_num(band_quantile(obs.pred_remaining_lo, pred, obs.pred_remaining_hi, self.quantile, self.band), nan=np.inf)
-        stage = slack_stage(obs.present, obs.cap_remaining, obs.n_obs, feas, tau, self.warm_obs)
-        keys = slack_keys(stage, feas if self.slack_at == "quantile" else pred, tau, obs.deadline, obs.task)
+        feas_steps = fastest_node_steps(obs, feas)  # issue 25; == feas on the paper's identical nodes
+        stage = slack_stage(obs.present, obs.cap_remaining, obs.n_obs, feas_steps, tau, self.warm_obs)
+        keys = slack_keys(stage, feas_steps if self.slack_at == "quantile" else fastest_node_steps(obs, pred), tau, obs.deadline, obs.task)
         order = np.lexsort(tuple(reversed(keys)), axis=-1)  # lexsort: last key is primary
         M = obs.n_nodes
         m = min(M, order.shape[1])
@@ -93,4 +105,4 @@ class SlackRule:
         ok = np.take_along_axis(stage, top, axis=1) != SKIP
         actions = np.full((order.shape[0], M), IDLE, dtype=np.int64)
         actions[:, :m] = np.where(ok, top, IDLE)
-        return actions
+        return place(obs, actions, pred)  # issue 25: placement on heterogeneous nodes (identity otherwise)

@@ -42,6 +42,17 @@ serves one task per step.  Conversely every real schedule induces such ``y``.  H
 program's optimum equals the best achievable success count.  :func:`feasible_schedule` builds the
 step-by-step schedule this way.
 
+Heterogeneous nodes and switch costs (issue 25): a proven upper bound, not exact
+---------------------------------------------------------------------------------
+With ``node_speed`` (node i processes ``s_i`` batches per step) the same program is solved with
+``y_{k,I} in [0, s_max * l_I]`` (a task gets at most one node, so at most the fastest node's
+batches per step) and ``sum_k y_{k,I} <= S * l_I`` with ``S = sum_i s_i``; a task is a candidate iff
+``need_k <= s_max * B_k``.  Every simulator schedule induces such ``y`` (cut a final step's overshoot
+back to ``need_k``), so the optimum is an upper bound on every policy.  It is not exact: the
+uniform-machine conditions on the j fastest nodes for 1 < j < M are dropped, and so is the batch
+granularity of a speed-s step.  Switch costs are relaxed to 0 (set-up steps only remove batches
+from a simulator schedule, so the bound stays valid).  ``feasible_schedule`` stays identical-node only.
+
 Solver: OR-Tools CP-SAT, one worker and a fixed seed, so a solve that finishes is deterministic.
 ``time_limit_s`` (wall clock) is the budget of the whole episode.  Time-disjoint groups of tasks
 are solved independently; a group never holding more than ``M`` candidates at once needs no solver.
@@ -102,15 +113,26 @@ def _check(arrival, deadline, need):
     return b, d, np.maximum(q, 1)
 
 
-def independent_feasible(arrival, deadline, need) -> np.ndarray:
-    """Oracle: task ``k`` can succeed in isolation iff ``need_k <= deadline_k - arrival_k``.
+def independent_feasible(arrival, deadline, need, unit: int = 1) -> np.ndarray:
+    """Oracle: task ``k`` can succeed in isolation iff ``need_k <= unit * (deadline_k - arrival_k)``
+    (``unit``: batches per step on the fastest node, 1 on identical nodes).
 
     Works on arrays of any (equal) shape; demands below one batch count as one.
     """
     b = np.asarray(arrival, dtype=np.int64)
     d = np.asarray(deadline, dtype=np.int64)
     q = np.maximum(np.asarray(need, dtype=np.int64), 1)
-    return q <= d - b
+    return q <= unit * (d - b)
+
+
+def _capacity(n_nodes: int, node_speed) -> tuple[int, int]:
+    """(batches per step one task can get, batches per step all nodes give): (1, M) on identical nodes."""
+    if node_speed is None:
+        return 1, int(n_nodes)
+    sp = np.asarray(node_speed, dtype=np.int64).reshape(-1)
+    if len(sp) != n_nodes or np.any(sp < 1):
+        raise ValueError(f"node_speed must be {n_nodes} positive integers, got {sp.tolist()}")
+    return int(sp.max()), int(sp.sum())
 
 
 def _components(b: np.ndarray, d: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:
@@ -152,8 +174,11 @@ def _stop_at_bound(cp_model, z, target):
     return _Stop()
 
 
-def _solve_group(cp_model, b, d, q, idx, n_nodes, time_limit_s):
-    """Solve one time-connected group.  Returns (chosen local bool, best, bound, optimal)."""
+def _solve_group(cp_model, b, d, q, idx, n_nodes, time_limit_s, unit=1):
+    """Solve one time-connected group.  Returns (chosen local bool, best, bound, optimal).
+
+    ``n_nodes`` is the batches per step of all nodes together and ``unit`` the most one task gets per step
+    (M and 1 on identical nodes; the sum and the maximum of the speeds otherwise)."""
     n = len(idx)
     starts, lengths, cover = _intervals(b, d, idx)
     n_int = len(lengths)
@@ -161,7 +186,7 @@ def _solve_group(cp_model, b, d, q, idx, n_nodes, time_limit_s):
     for j in range(n):
         for i in cover[j]:
             members[i].append(j)
-    crowded = [i for i in range(n_int) if len(members[i]) > n_nodes]
+    crowded = [i for i in range(n_int) if len(members[i]) * unit > n_nodes]
     if not crowded:  # never more than M candidates at once: serve all of them continuously
         return np.ones(n, dtype=bool), n, n, True
 
@@ -171,7 +196,7 @@ def _solve_group(cp_model, b, d, q, idx, n_nodes, time_limit_s):
     for j in range(n):
         vs = []
         for i in cover[j]:
-            v = model.NewIntVar(0, int(lengths[i]), f"y{j}_{i}")
+            v = model.NewIntVar(0, unit * int(lengths[i]), f"y{j}_{i}")
             y[j, i] = v
             vs.append(v)
         model.Add(sum(vs) == int(q[idx[j]]) * z[j])
@@ -180,7 +205,7 @@ def _solve_group(cp_model, b, d, q, idx, n_nodes, time_limit_s):
     model.Maximize(sum(z))
     # A cheap combinatorial bound; the search stops as soon as a solution meets it.  (Adding it
     # to the model as a cut was measured to slow typical solves down ~2x, so it is only a stop.)
-    wb = _window_bound(b, d, q, idx, n_nodes)
+    wb = _window_bound(b, d, q, idx, n_nodes, unit)
 
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
@@ -203,7 +228,7 @@ def _solve_group(cp_model, b, d, q, idx, n_nodes, time_limit_s):
         bb = solver.BestObjectiveBound()
         if np.isfinite(bb):
             bound = min(bound, int(np.floor(bb + 1e-6)))
-    greedy = _greedy_group(b, d, q, idx, n_nodes)
+    greedy = _greedy_group(b, d, q, idx, n_nodes, unit)
     if greedy.sum() > chosen.sum():
         chosen = greedy
     best = int(chosen.sum())
@@ -211,7 +236,7 @@ def _solve_group(cp_model, b, d, q, idx, n_nodes, time_limit_s):
     return chosen, best, bound, best == bound  # a met bound proves optimality too
 
 
-def _window_bound(b, d, q, idx, n_nodes) -> int:
+def _window_bound(b, d, q, idx, n_nodes, unit=1) -> int:
     """Cheap valid upper bound (used only when CP-SAT stops early).
 
     For any window W = [s, e) of event times, a successful task k must receive at least
@@ -226,7 +251,7 @@ def _window_bound(b, d, q, idx, n_nodes) -> int:
     for a, s in enumerate(times[:-1]):
         ends = times[a + 1:, None]  # every window [s, e) at once: [n_windows, n]
         ov = np.clip(np.minimum(dd, ends) - np.maximum(bb, s), 0, None)
-        mand = np.maximum(0, qq - (dd - bb - ov))
+        mand = np.maximum(0, qq - unit * (dd - bb - ov))
         free = (mand == 0).sum(axis=1)
         pos = np.sort(np.where(mand > 0, mand, big), axis=1)
         fit = (np.cumsum(pos, axis=1) <= n_nodes * (ends - s)).sum(axis=1)
@@ -234,32 +259,36 @@ def _window_bound(b, d, q, idx, n_nodes) -> int:
     return best
 
 
-def _greedy_group(b, d, q, idx, n_nodes) -> np.ndarray:
+def _greedy_group(b, d, q, idx, n_nodes, unit=1) -> np.ndarray:
     """Fallback lower bound: add tasks by increasing need while the set stays flow-feasible."""
     keep = np.zeros(len(idx), dtype=bool)
     for j in np.lexsort((d[idx], q[idx])):
         keep[j] = True
-        if _allocate(b, d, q, idx[keep], n_nodes) is None:
+        if _allocate(b, d, q, idx[keep], n_nodes, unit) is None:
             keep[j] = False
     return keep
 
 
 def clairvoyant_episode(arrival, deadline, need, n_nodes: int = 7,
-                        time_limit_s: float = 10.0) -> ClairvoyantResult:
-    """Best success count of one episode (1-D int arrays over its tasks), K relaxed."""
+                        time_limit_s: float = 10.0, node_speed=None) -> ClairvoyantResult:
+    """Best success count of one episode (1-D int arrays over its tasks), K relaxed.
+
+    ``node_speed`` (M positive ints, issue 25): solve the speed-capacity relaxation instead (module
+    docstring); ``upper_bound`` is then a proven bound on every policy, not an attained optimum."""
     cp_model = _cp_model()
     t0 = time.perf_counter()
     b, d, q = _check(arrival, deadline, need)
     if n_nodes < 0:
         raise ValueError("n_nodes must be >= 0")
+    unit, total = _capacity(n_nodes, node_speed) if n_nodes > 0 else (1, 0)
     n = len(b)
     chosen = np.zeros(n, dtype=bool)
-    cand = np.flatnonzero(independent_feasible(b, d, q)) if n_nodes > 0 else np.zeros(0, np.int64)
+    cand = np.flatnonzero(independent_feasible(b, d, q, unit)) if n_nodes > 0 else np.zeros(0, np.int64)
     best = bound = 0
     optimal = True
     for g in _components(b, d, cand):
         left = time_limit_s - (time.perf_counter() - t0)
-        ch, gb, gu, gopt = _solve_group(cp_model, b, d, q, g, n_nodes, left)
+        ch, gb, gu, gopt = _solve_group(cp_model, b, d, q, g, total, left, unit)
         chosen[g] = ch
         best += gb
         bound += gu
@@ -282,9 +311,9 @@ def per_episode(solve, arrival, deadline, need, n_tasks, *args) -> list[Clairvoy
 
 
 def clairvoyant_batch(arrival, deadline, need, n_tasks, n_nodes: int = 7,
-                      time_limit_s: float = 10.0) -> list[ClairvoyantResult]:
+                      time_limit_s: float = 10.0, node_speed=None) -> list[ClairvoyantResult]:
     """Per-episode :func:`clairvoyant_episode` over padded ``[E, N]`` arrays; ``time_limit_s`` per episode."""
-    return per_episode(clairvoyant_episode, arrival, deadline, need, n_tasks, n_nodes, time_limit_s)
+    return per_episode(clairvoyant_episode, arrival, deadline, need, n_tasks, n_nodes, time_limit_s, node_speed)
 
 
 # --------------------------------------------------------------------------- realising a schedule
@@ -336,7 +365,7 @@ def _max_flow(n_vertices: int, edges: list[tuple[int, int, int]], s: int, t: int
     return total, flows
 
 
-def _allocate(b, d, q, idx, n_nodes):
+def _allocate(b, d, q, idx, n_nodes, unit=1):
     """Batches per (task, elementary interval) letting every task in ``idx`` succeed, or None.
 
     Max-flow source -> task (``need_k``) -> interval (``l_I``) -> sink (``M * l_I``); the set is
@@ -345,7 +374,7 @@ def _allocate(b, d, q, idx, n_nodes):
     """
     if len(idx) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), []
-    if n_nodes <= 0 or np.any(q[idx] > d[idx] - b[idx]):
+    if n_nodes <= 0 or np.any(q[idx] > unit * (d[idx] - b[idx])):
         return None
     starts, lengths, cover = _intervals(b, d, idx)
     n, n_int = len(idx), len(lengths)
@@ -355,7 +384,7 @@ def _allocate(b, d, q, idx, n_nodes):
     for j in range(n):
         for i in cover[j]:
             ti.append((len(edges), j, int(i)))
-            edges.append((j, n + int(i), int(lengths[i])))
+            edges.append((j, n + int(i), unit * int(lengths[i])))
     edges += [(n + i, snk, n_nodes * int(lengths[i])) for i in range(n_int)]
     value, flows = _max_flow(n + n_int + 2, edges, src, snk)
     if value < int(q[idx].sum()):

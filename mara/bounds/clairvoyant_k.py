@@ -65,6 +65,21 @@ are alive, node rows only where more than M candidates are alive, eagerness only
 may be waiting; a component never holding more than K alive tasks has no admission effect and is
 answered by the K-relaxed :func:`~mara.bounds.clairvoyant.clairvoyant_episode`.
 
+Heterogeneous nodes (issue 25): exact for speeds, a bound for switch costs
+--------------------------------------------------------------------------
+With ``node_speed`` (node i processes ``s_i`` batches per step) the nodes fall in speed classes ``c``
+(speed ``s_c``, ``n_c`` nodes).  A served step ``x[k,t]`` is on exactly one class,
+``sum_c v[k,t,c] = x[k,t]``, at most ``n_c`` tasks per class and step, and a success needs
+``sum_{t,c} s_c v[k,t,c] >= need_k`` (a completing step may overshoot); failing tasks get no service
+(w.l.o.g.); a completion needs ``ceil(need_k / s_max)`` served steps (``fin`` cut, ``early_k``
+departures).  Within a step which node of a class serves whom does not matter, and without switch
+costs nothing links steps but the batches, so the model is exact for speeds: a solution replays in
+:func:`simulate_k` (fastest class first; a task never gets less than the model gave it).  Switch costs
+are not modelled (the simulator's set-up steps only remove batches), so with ``switch_cost > 0`` the
+optimum is a proven upper bound, not attained in general.  The K-relaxed speed-capacity bound
+(:func:`clairvoyant_episode` with ``node_speed``) stays the cap ``U``; the "never more than K alive"
+shortcut is not taken (that bound is not exact with speeds).
+
 Bounds and search: the K-relaxed Clairvoyant optimum ``U`` on the cut windows caps the
 objective; a few clairvoyant heuristic policies, run in an exact re-implementation of the
 simulator (:func:`simulate_k`), give an incumbent and a solution hint; a solution meeting ``U``
@@ -110,13 +125,15 @@ def _check(arrival, deadline, need):
 # --------------------------------------------------------------------------- exact simulator
 
 def simulate_k(arrival, deadline, need, n_nodes: int, max_active: int,
-               choose: Callable[[int, list, np.ndarray], Sequence[int]]):
+               choose: Callable[[int, list, np.ndarray], Sequence[int]], node_speed=None):
     """Pure-python re-implementation of the simulator's rules for one episode.
 
     ``choose(t, active, served)`` gets the step, the active task indices (admission order) and the
     batches served so far per task, and returns at most ``n_nodes`` distinct active tasks to serve.
     Returns ``(succeeded bool[n], served_steps list[list[int]], admitted_at int[n] (-1 never))``.
+    ``node_speed``: the i-th task of ``choose``'s answer runs on the i-th fastest node (no switch costs).
     """
+    speeds = [1] * n_nodes if node_speed is None else sorted((int(v) for v in node_speed), reverse=True)
     b, d, q = _check(arrival, deadline, need)
     n = len(b)
     served = np.zeros(n, dtype=np.int64)
@@ -141,8 +158,8 @@ def simulate_k(arrival, deadline, need, n_nodes: int, max_active: int,
         pick = list(choose(t, list(active), served)) if active else []
         if len(pick) > n_nodes or len(set(pick)) != len(pick) or any(k not in active for k in pick):
             raise ValueError(f"invalid action at step {t}: {pick}")
-        for k in pick:
-            served[k] += 1
+        for i, k in enumerate(pick):
+            served[k] += speeds[i]
             steps[k].append(t)
         won = [k for k in pick if served[k] >= q[k]]
         ok[won] = True
@@ -154,11 +171,11 @@ def simulate_k(arrival, deadline, need, n_nodes: int, max_active: int,
     return ok, steps, adm
 
 
-def _priority_policy(b, d, q, n_nodes, targets, key):
+def _priority_policy(b, d, q, n_nodes, targets, key, unit=1):
     """Serve the targets that can still finish, smallest ``key(t, k, remaining)`` first."""
 
     def choose(t, active, served):
-        live = [k for k in active if targets[k] and q[k] - served[k] <= d[k] - t]
+        live = [k for k in active if targets[k] and q[k] - served[k] <= unit * (d[k] - t)]
         live.sort(key=lambda k: (key(t, k, q[k] - served[k]), k))
         return live[:n_nodes]
 
@@ -173,13 +190,14 @@ _KEYS = {
 }
 
 
-def _heuristics(b, d, q, n_nodes, max_active, target_sets):
+def _heuristics(b, d, q, n_nodes, max_active, target_sets, node_speed=None):
     """Best realised schedule over a few clairvoyant priority rules and target sets."""
     best = None
+    unit = 1 if node_speed is None else int(max(node_speed))
     for targets in target_sets:
         for name, mk in _KEYS.items():
             ok, steps, adm = simulate_k(b, d, q, n_nodes, max_active,
-                                        _priority_policy(b, d, q, n_nodes, targets, mk(b, d, q)))
+                                        _priority_policy(b, d, q, n_nodes, targets, mk(b, d, q), unit), node_speed)
             if best is None or ok.sum() > best[0].sum():
                 best = (ok, steps, adm)
     return best
@@ -189,7 +207,8 @@ def _heuristics(b, d, q, n_nodes, max_active, target_sets):
 
 def _admissions(b, d, q, K, fast):
     """FIFO-eager admission steps (-1: expires in the queue) when every task departs as early as
-    it possibly could (``fast``: at ``min(d_k, A_k + need_k)`` if ``fast[k]``, else ``d_k``)."""
+    it possibly could (``fast``: at ``min(d_k, A_k + need_k)`` if ``fast[k]``, else ``d_k``; ``q`` here
+    is the least number of served steps, ``ceil(need_k / s_max)`` on heterogeneous nodes)."""
     n = len(b)
     adm = np.full(n, -1, dtype=np.int64)
     leave = []  # departure steps of the tasks holding a slot
@@ -221,35 +240,39 @@ def _admission_window(b, d, q, K, cand):
 
 # --------------------------------------------------------------------------- exact model
 
-def _solve_group_k(cp_model, b, d, q, n_nodes, max_active, time_limit_s, use_heuristics=True):
+def _solve_group_k(cp_model, b, d, q, n_nodes, max_active, time_limit_s, use_heuristics=True, node_speed=None):
     """One time-connected group (local arrays, index = arrival order).
 
     Returns (chosen bool[n], best, bound, optimal)."""
     n = len(b)
     K, M = max_active, n_nodes
-    cand = q <= d - b
+    hetero = node_speed is not None
+    unit = 1 if not hetero else int(max(node_speed))
+    classes = [] if not hetero else [(int(v), int(c)) for v, c in zip(*np.unique(node_speed, return_counts=True))][::-1]
+    qs = -(-q // unit)  # least served steps to complete (== q on identical nodes)
+    cand = qs <= d - b
     t0, t1 = int(b.min()), int(d.max())
     T = t1 - t0
     alive = np.zeros((n, T), dtype=bool)  # b_k <= t < d_k
     for k in range(n):
         alive[k, b[k] - t0:d[k] - t0] = True
     deadline_t = time.perf_counter() + time_limit_s
-    if alive.sum(axis=0).max() <= K:
+    if alive.sum(axis=0).max() <= K and not hetero:  # (with speeds the K-relaxed model is only a bound)
         # never more than K tasks alive: admission is immediate, the K-relaxed answer is exact
-        rel = clairvoyant_episode(b, d, q, n_nodes=M, time_limit_s=time_limit_s)
+        rel = clairvoyant_episode(b, d, q, n_nodes=M, time_limit_s=time_limit_s, node_speed=node_speed)
         return rel.chosen, rel.successes, rel.upper_bound, rel.optimal
-    early, late = _admission_window(b, d, q, K, cand)
-    cand = cand & (early >= 0) & (early <= d - q)  # the rest can never succeed
+    early, late = _admission_window(b, d, qs, K, cand)
+    cand = cand & (early >= 0) & (early <= d - qs)  # the rest can never succeed
     # K-relaxed optimum with every window cut to [early_k, d_k): a valid bound here too
     eb = np.where(early >= 0, early, b)
     rel = clairvoyant_episode(eb, d, np.where(cand, q, NEVER), n_nodes=M,
-                              time_limit_s=max(time_limit_s / 3, 0.05))
+                              time_limit_s=max(time_limit_s / 3, 0.05), node_speed=node_speed)
     U = rel.upper_bound
     if U == 0:
         return np.zeros(n, bool), 0, 0, True
 
     if use_heuristics:
-        ok, steps, adm_h = _heuristics(b, d, q, M, K, [cand, rel.chosen & cand])
+        ok, steps, adm_h = _heuristics(b, d, q, M, K, [cand, rel.chosen & cand], node_speed)
     else:  # testing hook: the model alone (no incumbent, no hint)
         ok, steps, adm_h = np.zeros(n, dtype=bool), [[] for _ in range(n)], np.full(n, -1)
     lb = int(ok.sum())
@@ -282,10 +305,10 @@ def _solve_group_k(cp_model, b, d, q, n_nodes, max_active, time_limit_s, use_heu
             if prev is not None and v is not one and prev is not zero:
                 model.AddImplication(prev, v)
             prev = v
-    fin, x, z = {}, {}, {}
+    fin, x, z, y = {}, {}, {}, {}
     for k in np.flatnonzero(cand):
         k = int(k)
-        first = int(early[k] + q[k] - 1)
+        first = int(early[k] + qs[k] - 1)
         prev = None
         for t in range(first, int(d[k])):
             v = model.NewBoolVar(f"f{k}_{t}")
@@ -293,7 +316,7 @@ def _solve_group_k(cp_model, b, d, q, n_nodes, max_active, time_limit_s, use_heu
             if prev is not None:
                 model.AddImplication(prev, v)
             prev = v
-            a = adm[k, t - int(q[k]) + 1]
+            a = adm[k, t - int(qs[k]) + 1]
             if a is not one:
                 model.AddImplication(v, a)  # never zero: t - need_k + 1 >= early_k
         z[k] = fin[k, int(d[k]) - 1]
@@ -307,7 +330,18 @@ def _solve_group_k(cp_model, b, d, q, n_nodes, max_active, time_limit_s, use_heu
             f = fin.get((k, t - 1))
             if f is not None:
                 model.AddImplication(v, f.Not())
-        model.Add(sum(xs) == int(q[k]) * z[k])
+        if hetero:  # served on a node of one speed class; batches = that speed (a completing step may overshoot)
+            got = []
+            for t in range(int(early[k]), int(d[k])):
+                vs = [model.NewBoolVar(f"v{k}_{t}_{c}") for c in range(len(classes))]
+                for c, v in enumerate(vs):
+                    y[k, t, c] = v
+                    got.append(classes[c][0] * v)
+                model.Add(sum(vs) == x[k, t])
+                model.AddImplication(x[k, t], z[k])  # w.l.o.g. a failing task gets no service
+            model.Add(sum(got) >= int(q[k]) * z[k])
+        else:
+            model.Add(sum(xs) == int(q[k]) * z[k])
 
     def occ_terms(t):
         terms = []
@@ -327,6 +361,11 @@ def _solve_group_k(cp_model, b, d, q, n_nodes, max_active, time_limit_s, use_heu
         xs_t = [x[int(k), t] for k in np.flatnonzero(col & cand) if (int(k), t) in x]
         if len(xs_t) > M:
             model.Add(sum(xs_t) <= M)
+        if hetero:
+            for c, (_, n_c) in enumerate(classes):  # at most n_c tasks on the nodes of speed class c
+                vs = [y[int(k), t, c] for k in np.flatnonzero(col & cand) if (int(k), t, c) in y]
+                if len(vs) > n_c:
+                    model.Add(sum(vs) <= n_c)
         if col.sum() > K:
             terms = occ_terms(t)
             model.Add(lin(terms) <= K)
@@ -375,13 +414,16 @@ def _solve_group_k(cp_model, b, d, q, n_nodes, max_active, time_limit_s, use_heu
         for k, v in z.items():
             sol[k] = bool(solver.Value(v))
         if sol.sum() > chosen.sum():
-            # realise it: replay the model's services in the simulator (see the module docstring)
+            # realise it: replay the model's services in the simulator (see the module docstring); with speeds
+            # each step's tasks go fastest class first, so each gets at least the speed the model gave it
             plan = {}
             for (k, t), v in x.items():
                 if sol[k] and solver.Value(v):
-                    plan.setdefault(t, []).append(k)
+                    c = next((c for c in range(len(classes)) if solver.Value(y[k, t, c])), 0) if hetero else 0
+                    plan.setdefault(t, []).append((c, k))
+            plan = {t: [k for _, k in sorted(v)] for t, v in plan.items()}
             real, _, _ = simulate_k(b, d, q, M, K,
-                                    lambda t, active, served: [k for k in plan.get(t, ()) if k in active])
+                                    lambda t, active, served: [k for k in plan.get(t, ()) if k in active], node_speed)
             assert real[sol].all(), "Clairvoyant-K: a model schedule did not replay in the simulator"
             chosen = real
         if status == cp_model.OPTIMAL or stop.hit:
@@ -396,9 +438,10 @@ def _solve_group_k(cp_model, b, d, q, n_nodes, max_active, time_limit_s, use_heu
 
 
 def clairvoyant_k_episode(arrival, deadline, need, n_nodes: int = 7, max_active: int = 10,
-                          time_limit_s: float = 10.0, *, _use_heuristics: bool = True) -> ClairvoyantResult:
+                          time_limit_s: float = 10.0, *, _use_heuristics: bool = True, node_speed=None) -> ClairvoyantResult:
     """Best success count of one episode (1-D int arrays over its tasks) under the admission
     limit ``max_active`` (FIFO, eager), every need known.  ``time_limit_s`` is the episode budget.
+    ``node_speed`` (M positive ints, issue 25): the speed-capacity relaxation (module docstring), a bound.
     (``_use_heuristics=False`` is a testing hook: the CP-SAT model alone, without incumbent or hint.)"""
     cp_model = _cp_model()
     t_start = time.perf_counter()
@@ -417,7 +460,7 @@ def clairvoyant_k_episode(arrival, deadline, need, n_nodes: int = 7, max_active:
             left = time_limit_s - (time.perf_counter() - t_start)
             share = max(left / (len(groups) - gi), 1e-3)
             ch, gb, gu, gopt = _solve_group_k(cp_model, b[g], d[g], q[g], n_nodes, max_active, share,
-                                              use_heuristics=_use_heuristics)
+                                              use_heuristics=_use_heuristics, node_speed=node_speed)
             chosen[g] = ch
             best += gb
             bound += gu
@@ -427,6 +470,11 @@ def clairvoyant_k_episode(arrival, deadline, need, n_nodes: int = 7, max_active:
 
 
 def clairvoyant_k_batch(arrival, deadline, need, n_tasks, n_nodes: int = 7, max_active: int = 10,
-                        time_limit_s: float = 10.0) -> list[ClairvoyantResult]:
+                        time_limit_s: float = 10.0, node_speed=None) -> list[ClairvoyantResult]:
     """Per-episode :func:`clairvoyant_k_episode` over padded ``[E, N]`` arrays; ``time_limit_s`` per episode."""
-    return per_episode(clairvoyant_k_episode, arrival, deadline, need, n_tasks, n_nodes, max_active, time_limit_s)
+    if node_speed is not None:
+        node_speed = [int(v) for v in node_speed]
+        if len(node_speed) != n_nodes or min(node_speed) < 1:
+            raise ValueError(f"node_speed must be {n_nodes} positive integers, got {node_speed}")
+    return per_episode(lambda b, d, q: clairvoyant_k_episode(b, d, q, n_nodes, max_active, time_limit_s, node_speed=node_speed),
+                       arrival, deadline, need, n_tasks)

@@ -92,6 +92,23 @@ def validate_sim_cfg(sim: DictConfig) -> None:
     q = sim.get("queue_capacity")
     if q is not None and check_number("sim.queue_capacity", q, int) < 0:
         raise ConfigError(f"sim.queue_capacity must be null or >= 0, got {q}")
+    node_options(sim)
+
+
+def node_options(sim: DictConfig) -> dict:
+    """``{node_speed, switch_cost}`` for ``BatchedEnv`` from ``sim`` (issue 25; absent = identical nodes, free
+    preemption), checked: one-line ConfigError for a wrong length, a non-positive speed, a negative cost."""
+    from mara.sim.env import check_node_options
+
+    speed = sim.get("node_speed")
+    if OmegaConf.is_config(speed):
+        speed = OmegaConf.to_container(speed)
+    cost = sim.get("switch_cost", 0)
+    try:
+        speed, cost = check_node_options(speed, 0 if cost is None else cost, int(sim.get("nodes", 7)), int(sim.get("obs_every", 10)))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return {"node_speed": speed, "switch_cost": cost}
 
 
 def family_params_from_cfg(cfg: DictConfig, bank: CurveBank, families) -> dict:
@@ -168,6 +185,9 @@ def _rows_from_metrics(method: str, ep: EpisodeBatch, metrics: dict, train_seed=
             else:
                 x = v[e].item() if hasattr(v[e], "item") else v[e]
                 row[k] = None if isinstance(x, float) and not np.isfinite(x) else x
+        for k in ("switches", "setup_steps"):  # issue 25 diagnostics, only on heterogeneous nodes / with switch costs
+            if k in metrics:
+                row[k] = int(metrics[k][e])
         if extra:
             for k, v in extra.items():
                 row[k] = v[e] if isinstance(v, (list, np.ndarray)) else v
@@ -181,7 +201,7 @@ def run_policy(allocator, ep: EpisodeBatch, bank: CurveBank, sim: DictConfig, pr
     ``progress(step, limit)``, if given, is called after every simulator step (it throttles itself)."""
     qcap = sim.get("queue_capacity")
     env = BatchedEnv(ep, bank, int(sim.nodes), int(sim.max_active), int(sim.obs_every), predictor=predictor,
-                     queue_capacity=None if qcap is None else int(qcap))
+                     queue_capacity=None if qcap is None else int(qcap), **node_options(sim))
     obs = env.reset()
     allocator.reset(ep.E)
     limit = ep.horizon + ep.n_steps + 2
@@ -197,12 +217,28 @@ def run_policy(allocator, ep: EpisodeBatch, bank: CurveBank, sim: DictConfig, pr
 def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: DictConfig, progress=None) -> tuple[dict, dict]:
     """Per-episode successes of a bound; returns (metrics, extra row fields). ``progress(fraction)`` per episode."""
     n = ep.n_tasks
+    opts = node_options(sim)
+    hetero = opts["node_speed"] is not None or opts["switch_cost"] > 0
     if name == "Oracle":
-        succ = ep.oracle_successes()
+        if not hetero:
+            succ = ep.oracle_successes()
+        else:  # issue 25: alone, a task runs without a break on the fastest node
+            from mara.sim.env import isolated_feasible
+
+            succ = (isolated_feasible(ep.need, ep.budget, opts["node_speed"]) & ep.valid).sum(axis=1)
         extra = {}
     elif name == "Clairvoyant":
         limit = float(mcfg.get("time_limit_s", 10.0))
-        if mcfg.get("admission_limit", True):  # exact, with the FIFO admission limit K
+        speed = opts["node_speed"]
+        if hetero and mcfg.get("admission_limit", True):  # issue 25: speeds exact, switch costs relaxed (a bound when > 0)
+            from mara.bounds.clairvoyant_k import clairvoyant_k_batch
+
+            solve = lambda sl: clairvoyant_k_batch(ep.arrival[sl], ep.deadline[sl], ep.need[sl], ep.n_tasks[sl], n_nodes=int(sim.nodes), max_active=int(sim.max_active), time_limit_s=limit, node_speed=speed)  # noqa: E731
+        elif hetero:  # and K relaxed
+            from mara.bounds.clairvoyant import clairvoyant_batch
+
+            solve = lambda sl: clairvoyant_batch(ep.arrival[sl], ep.deadline[sl], ep.need[sl], ep.n_tasks[sl], n_nodes=int(sim.nodes), time_limit_s=limit, node_speed=speed)  # noqa: E731
+        elif mcfg.get("admission_limit", True):  # exact, with the FIFO admission limit K
             from mara.bounds.clairvoyant_k import clairvoyant_k_batch
 
             solve = lambda sl: clairvoyant_k_batch(ep.arrival[sl], ep.deadline[sl], ep.need[sl], ep.n_tasks[sl], n_nodes=int(sim.nodes), max_active=int(sim.max_active), time_limit_s=limit)  # noqa: E731
@@ -217,6 +253,10 @@ def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: DictConfig, pr
                 progress((e + 1) / ep.E)
         succ = np.array([r.upper_bound for r in res])
         extra = {"optimal": [bool(r.optimal) for r in res], "solve_time_s": [float(r.solve_time_s) for r in res]}
+        if hetero:  # what the number is: with a relaxation, "optimal" means the relaxation was solved
+            relaxed = [] if mcfg.get("admission_limit", True) else ["K relaxed"] + (["speeds as capacity"] if speed is not None else [])
+            relaxed += ["switch costs relaxed"] if opts["switch_cost"] > 0 else []
+            extra["bound_kind"] = "bound: " + ", ".join(relaxed) if relaxed else "exact"
     else:
         raise ConfigError(f"unknown bound {name!r} (known: Oracle, Clairvoyant)")
     metrics = {"n_tasks": n, "succeeded": succ, "success_rate": np.where(n > 0, succ / np.maximum(n, 1), np.nan)}

@@ -30,6 +30,8 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"sim.max_active (K) must be >= 1, got {sim.max_active}")
     if int(sim.steps) < 1:
         raise ConfigError(f"sim.steps (T) must be >= 1, got {sim.steps}")
+    if sim.get("node_speed") is not None or (sim.get("switch_cost") or 0) != 0:
+        raise ConfigError("sim.node_speed / sim.switch_cost are not supported in live mode yet (issue 25)")
     if not 0.0 <= float(lv.load) <= 1.0:
         raise ConfigError(f"live.load: arrival probability p must lie in [0, 1], got {lv.load}")
     if int(lv.episodes) < 1:

@@ -12,6 +12,21 @@ One step ``t``:
      first crossing of ε (``need``) — its executable steps are ``arrival <= t < deadline``;
   4. tasks (active or queued) with ``deadline <= t + 1`` that have not succeeded fail and leave;
   5. ``t += 1``.
+Heterogeneous nodes and switch costs (issue 25; both off by default, and then the step above is the
+exact code path it always was):
+  * ``node_speed`` (list of M positive integers, default all 1): node i processes ``node_speed[i]``
+    batches of the task it serves per step (all of them within the step; success is checked at its
+    end, so a task one batch short on a speed-2 node still takes the whole step). Speeds are integers:
+    a fractional speed would need a carried-over partial batch and observations between steps, so it
+    is refused. A speed may not exceed ``obs_every`` (at most one loss observation per step).
+  * ``switch_cost`` c (int >= 0, default 0): a task that has been served before (at any earlier
+    step) and is served at step t on a node other than the one that served it at t−1 — moved, or
+    resumed after a pause — starts a new *run*; the first c steps of a run on that node are set-up and
+    process no batch (the node is busy, the deadline keeps running). Moving or pausing a task during
+    its set-up starts the set-up again. The very first start of a task is free (nothing to reload);
+    a task kept on its node keeps working. Observations expose ``node_speed``, ``switch_cost``,
+    ``last_node`` (node per slot at t−1, −1 if unserved), ``started`` (served before) and
+    ``setup_left`` (set-up steps still owed if it stays on ``last_node``).
 An episode is done once ``t >= T`` and nothing is active or queued. Observations (loss points) are
 produced every ``obs_every`` processed batches; a predictor re-estimates a task's remaining batches
 only when it gets a new observation (from the 4th on), and the estimate then counts down with service.
@@ -38,7 +53,8 @@ class Observation:
     """
 
     def __init__(self, t, slot_task, slot_s, slot_arrival, slot_deadline, slot_cap, slot_pred, slot_pred_s, n_queued, done, n_nodes, max_active, obs_every,
-                 slot_pred_lo=None, slot_pred_hi=None):
+                 slot_pred_lo=None, slot_pred_hi=None, node_speed=None, switch_cost=0, last_node=None, started=None,
+                 setup_left=None):
         self.t = t
         self.task = slot_task  # [E, K] int task index (arrival order), -1 if empty
         self.present = slot_task >= 0  # [E, K] bool
@@ -50,6 +66,27 @@ class Observation:
         self.done = done  # [E] bool
         self.n_nodes = n_nodes
         self.max_active = max_active
+        # heterogeneous nodes / switch costs (module docstring); ``hetero`` False = the paper's identical nodes
+        self.hetero = node_speed is not None or switch_cost > 0
+        self._node_speed = node_speed
+        self.switch_cost = switch_cost
+        self._last_node, self._started, self._setup_left = last_node, started, setup_left
+
+    @cached_property
+    def node_speed(self) -> np.ndarray:  # [M] int batches per step of each node
+        return np.ones(self.n_nodes, dtype=np.int64) if self._node_speed is None else self._node_speed
+
+    @cached_property
+    def last_node(self) -> np.ndarray:  # [E, K] int node that served the slot at t-1, -1 if none
+        return self._mask(self._last_node, -1) if self._last_node is not None else np.full(self.task.shape, -1, np.int64)
+
+    @cached_property
+    def started(self) -> np.ndarray:  # [E, K] bool served at some earlier step (a move or resume pays the switch cost)
+        return self._mask(self._started, False) if self._started is not None else self.processed > 0
+
+    @cached_property
+    def setup_left(self) -> np.ndarray:  # [E, K] int set-up steps still owed if served again on last_node
+        return self._mask(self._setup_left) if self._setup_left is not None else np.zeros(self.task.shape, np.int64)
 
     def _mask(self, a, fill=0):
         return np.where(self.present, a, fill)
@@ -105,6 +142,41 @@ class Observation:
         return np.minimum(self.n_obs, WARMUP_OBS) / WARMUP_OBS
 
 
+def check_node_options(node_speed, switch_cost, n_nodes: int, obs_every: int):
+    """Validated ``(node_speed [M] int64 or None, switch_cost int)``; None = every node at speed 1.
+
+    One-line ``ValueError`` for a wrong length, a non-integer or non-positive speed, a speed above
+    ``obs_every``, or a negative / non-integer switch cost. All-ones speeds normalise to None."""
+    if isinstance(switch_cost, bool) or switch_cost is None or int(switch_cost) != switch_cost:
+        raise ValueError(f"sim.switch_cost must be an integer >= 0, got {switch_cost!r}")
+    if switch_cost < 0:
+        raise ValueError(f"sim.switch_cost must be >= 0 (steps lost per move or resume), got {switch_cost}")
+    if node_speed is None:
+        return None, int(switch_cost)
+    if isinstance(node_speed, (str, int, float)):
+        raise ValueError(f"sim.node_speed must be null or a list of {n_nodes} positive integers, got {node_speed!r}")
+    sp = list(node_speed)
+    if len(sp) != n_nodes:
+        raise ValueError(f"sim.node_speed must have one entry per node (sim.nodes = {n_nodes}), got {len(sp)}")
+    for v in sp:
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or int(v) != v:
+            raise ValueError(f"sim.node_speed entries must be integers (batches per step; fractional speeds are not supported), got {v!r}")
+        if v < 1:
+            raise ValueError(f"sim.node_speed entries must be >= 1, got {v}")
+        if v > obs_every:
+            raise ValueError(f"sim.node_speed entries must be <= sim.obs_every = {obs_every} (one observation per step), got {v}")
+    arr = np.asarray(sp, dtype=np.int64)
+    return (None if np.all(arr == 1) else arr), int(switch_cost)
+
+
+def isolated_feasible(need, budget, node_speed=None) -> np.ndarray:
+    """Can each task succeed alone? It runs without a break on the fastest node (its first start is free),
+    so it needs ``ceil(need / max speed)`` steps of its budget."""
+    smax = 1 if node_speed is None else int(np.max(node_speed))
+    need = np.asarray(need, dtype=np.int64)
+    return -(-need // smax) <= np.asarray(budget)
+
+
 class BatchedEnv:
     """Steps every episode of an ``EpisodeBatch`` in lockstep; see the module docstring for the rules."""
 
@@ -121,6 +193,8 @@ class BatchedEnv:
         curve_source=None,
         queue_capacity: int | None = None,
         fm_cache=None,
+        node_speed=None,
+        switch_cost: int = 0,
     ) -> None:
         if n_nodes < 1:
             raise ValueError(f"sim.nodes must be >= 1, got {n_nodes}")
@@ -133,6 +207,11 @@ class BatchedEnv:
         if curve_source is not None and getattr(predictor, "privileged", False):
             raise ValueError(f"predictor {predictor.name!r} reads the recorded crossing and cannot run in live mode")
         self.queue_capacity = queue_capacity
+        self.node_speed, self.switch_cost = check_node_options(node_speed, switch_cost, n_nodes, obs_every)
+        # the paper's identical nodes with free preemption take the original code path, untouched
+        self.hetero = self.node_speed is not None or self.switch_cost > 0
+        if self.hetero and curve_source is not None:
+            raise ValueError("sim.node_speed / sim.switch_cost are not supported in live mode")
         self.ep, self.bank = episodes, bank
         self.M, self.K, self.obs_every = n_nodes, max_active, obs_every
         self.predictor, self.beta, self.compute_reward = predictor, beta, compute_reward
@@ -162,6 +241,11 @@ class BatchedEnv:
         self.slot_pred_s = np.zeros((E, K), dtype=np.int64)  # processed batches at that observation
         self.slot_pred_lo = np.zeros((E, K), dtype=np.float64)  # the predictor's band (q10, q90) at that observation
         self.slot_pred_hi = np.zeros((E, K), dtype=np.float64)
+        self.slot_last_node = np.full((E, K), IDLE, dtype=np.int64)  # node that served the slot at t-1 (hetero only)
+        self.slot_started = np.zeros((E, K), dtype=bool)  # served at an earlier step
+        self.slot_setup = np.zeros((E, K), dtype=np.int64)  # set-up steps still owed on slot_last_node
+        self.setup_steps = np.zeros(E, dtype=np.int64)  # node-steps spent in set-up (diagnostic)
+        self.switches = np.zeros(E, dtype=np.int64)  # runs that paid the switch cost
         self.n_queued = np.zeros(E, dtype=np.int64)
         self.succeeded = np.zeros(E, dtype=np.int64)
         self.failed = np.zeros(E, dtype=np.int64)
@@ -248,13 +332,45 @@ class BatchedEnv:
         self.slot_pred_lo[er, us] = 0.0
         self.slot_pred_hi[er, us] = 0.0
         self.slot_pred_s[er, us] = 0
+        if self.hetero:
+            self.slot_last_node[er, us] = IDLE
+            self.slot_started[er, us] = False
+            self.slot_setup[er, us] = 0
 
     def observe(self) -> Observation:
+        extra = {}
+        if self.hetero:
+            extra = dict(node_speed=None if self.node_speed is None else self.node_speed.copy(), switch_cost=self.switch_cost,
+                         last_node=self.slot_last_node.copy(), started=self.slot_started.copy(), setup_left=self.slot_setup.copy())
         return Observation(
             self.t, self.slot_task.copy(), self.slot_s.copy(), self.slot_arrival.copy(), self.slot_deadline.copy(),
             self.slot_cap.copy(), self.slot_pred.copy(), self.slot_pred_s.copy(), self.n_queued.copy(), self.done.copy(),
             self.M, self.K, self.obs_every, slot_pred_lo=self.slot_pred_lo.copy(), slot_pred_hi=self.slot_pred_hi.copy(),
+            **extra,
         )
+
+    def _serve_hetero(self, actions: np.ndarray, served: np.ndarray) -> np.ndarray:
+        """Node speeds and switch costs (module docstring): advance ``slot_s`` of the served slots; returns the
+        slots that processed at least one batch this step [E, K]."""
+        E, K = served.shape
+        node = np.full((E, K + 1), IDLE, dtype=np.int64)
+        node[self.rows[:, None], actions] = np.arange(self.M)[None, :]  # IDLE lands in the last column
+        node = node[:, :K]  # [E, K] node serving each slot this step (IDLE if none)
+        if self.switch_cost > 0:
+            switch = served & self.slot_started & (node != self.slot_last_node)
+            self.slot_setup[switch] = self.switch_cost
+            self.switches += switch.sum(axis=1)
+            setup = served & (self.slot_setup > 0)
+            self.slot_setup[setup] -= 1
+            self.setup_steps += setup.sum(axis=1)
+            work = served & ~setup
+        else:
+            work = served
+        speed = np.ones(self.M, dtype=np.int64) if self.node_speed is None else self.node_speed
+        self.slot_s += np.where(work, speed[np.maximum(node, 0)], 0)
+        self.slot_started |= served
+        self.slot_last_node = np.where(served, node, IDLE)
+        return work
 
     def _served_mask(self, actions: np.ndarray) -> np.ndarray:
         """Validate node actions [E, M] (slot or IDLE) and return the served-slot mask [E, K]."""
@@ -351,16 +467,24 @@ class BatchedEnv:
         self.steps += live
         self.full_steps += live & (self.n_active >= self.K)
         self.queue_sum += np.where(live, self.n_queued, 0)
-        self.slot_s += served
-        if self.curve_source is not None:
-            self.curve_source.advance(self, actions, served)
-        first = served & (self.slot_s == 1)
+        if not self.hetero:
+            self.slot_s += served
+            if self.curve_source is not None:
+                self.curve_source.advance(self, actions, served)
+            first = served & (self.slot_s == 1)
+            new_obs = served & (self.slot_s % self.obs_every == 0) & (self.slot_s <= self.slot_cap)
+        else:  # a step may process 0 (set-up) or several batches; a loss point is due when a multiple of obs_every is passed
+            s_old = self.slot_s.copy()
+            work = self._serve_hetero(actions, served)
+            first = work & (s_old == 0)
+            c = self.slot_cap
+            new_obs = work & (np.minimum(self.slot_s, c) // self.obs_every > np.minimum(s_old, c) // self.obs_every)
         if first.any():
             self.slot_L0[first] = self.bank.L[self.slot_row[first], 0]
         # observations and predictor refresh
-        new_obs = served & (self.slot_s % self.obs_every == 0) & (self.slot_s <= self.slot_cap)
         if new_obs.any():
-            ready_now = new_obs & (self.slot_s == WARMUP_OBS * self.obs_every)
+            w = WARMUP_OBS * self.obs_every
+            ready_now = new_obs & (self.slot_s == w) if not self.hetero else new_obs & (s_old < w) & (self.slot_s >= w)
             if ready_now.any():
                 er, ks = np.nonzero(ready_now)
                 self.ready_time[er, self.slot_task[er, ks]] = t + 1
@@ -426,7 +550,9 @@ class BatchedEnv:
             "ready": ready_mean,
             "steps": self.steps.copy(),
             "turned_away": self.turned_away.copy(),
-            "oracle": (((self.ep.need <= self.ep.budget) & self.valid) & (self.status != 5)).sum(axis=1),
+            "oracle": (((self.ep.need <= self.ep.budget) & self.valid) & (self.status != 5)).sum(axis=1) if not self.hetero
+            else ((isolated_feasible(self.ep.need, self.ep.budget, self.node_speed) & self.valid) & (self.status != 5)).sum(axis=1),
+            **({"setup_steps": self.setup_steps.copy(), "switches": self.switches.copy()} if self.hetero else {}),
         }
 
 
