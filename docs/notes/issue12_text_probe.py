@@ -85,7 +85,7 @@ def main() -> None:
 
             from mara.curves.bank import load_bank, write_bank
             from mara.curves.calibrate import calibrate_family_params
-            from mara.families import PAPER_FAMILY_PARAMS
+            from mara.curves.families import PAPER_FAMILY_PARAMS
 
             with tempfile.TemporaryDirectory() as tmp:
                 bank = load_bank(write_bank(f"{tmp}/probe.parquet", records))

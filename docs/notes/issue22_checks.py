@@ -66,7 +66,7 @@ def rules() -> None:
 def train(out: str, *overrides: str) -> None:
     from hydra import compose, initialize_config_dir
 
-    from mara.eval.methods import CONF_DIR
+    from mara.core.config import CONF_DIR
     from mara.mat.train import train_policy
 
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
