@@ -38,13 +38,13 @@ def served_sets_equal(a: torch.Tensor, b: torch.Tensor, n_slots: int) -> torch.T
 
 @torch.no_grad()
 def collect_labelled_states(env: TrainingEnv, teacher, n_steps: int, student: MATPolicy | None = None,
-                            scale: float = 350.0) -> dict[str, torch.Tensor]:
+                            scale: float = 350.0, feature_set: str = "v1") -> dict[str, torch.Tensor]:
     """Step ``env`` ``n_steps`` times acting with ``student`` (argmax) or, when None, the teacher; record
     every live state's tokens, present mask and the teacher's choices. -> dict of [B, ...] tensors."""
     toks, pres, acts = [], [], []
     n = env.episode_stream.E // env.n_groups
     for _ in range(n_steps):
-        tok, p = env.tokens(scale)
+        tok, p = env.tokens(scale, feature_set)
         teach = np.concatenate([teacher.act(o) for o in env.group_obs])
         live = torch.as_tensor(np.concatenate([~o.done for o in env.group_obs]))
         if student is None:
@@ -110,7 +110,8 @@ def imitate(policy: MATPolicy, make_env, teacher, cfg: dict, seed: int = 0, scal
     g = torch.Generator().manual_seed(seed)
     data, report, t0 = None, {"rounds": []}, time.time()
     for r in range(1 + int(cfg["dagger_rounds"])):
-        new = collect_labelled_states(make_env(r), teacher, int(cfg["n_steps"]), None if r == 0 else policy, scale)
+        new = collect_labelled_states(make_env(r), teacher, int(cfg["n_steps"]), None if r == 0 else policy, scale,
+                                      getattr(policy, "features", "v1"))
         held_out = agreement(policy, new) if r > 0 else None
         data = merge(data, new)
         losses = clone(policy, data, int(cfg["epochs"]), float(cfg["lr"]), int(cfg["batch_size"]), g)
