@@ -109,3 +109,34 @@ def test_mixed_loads_cycle_per_batch():
     assert batch_load(0.05, 3) == 0.05
     loads = [0.04, 0.05, 0.06, 0.07]
     assert [batch_load(loads, i) for i in range(6)] == [0.04, 0.05, 0.06, 0.07, 0.04, 0.05]
+
+
+def test_truth_teacher_is_slack_truth_step_by_step():
+    """The privileged DAgger teacher labels, in an env that carries FM estimates, exactly what Slack-Truth does in
+    the same episodes run with the truth predictor (same actions at every step); the student's tokens from the
+    FM env do not change with the teacher."""
+    from mara.curves.bank import default_bank_path, load_bank
+    from mara.mat.imitation import TruthTeacher, build_teacher
+    from mara.mat.train import build_named_predictor
+    from mara.sim.env import BatchedEnv
+    from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
+
+    bank = load_bank(default_bank_path())
+    mk = lambda: generate_episodes(bank, bank.family_params, PAPER_TASK_SETS["ID"], 0.06, 1000, 2, n_steps=150)
+    truth_env = BatchedEnv(mk(), bank, predictor=build_named_predictor("truth", bank.path))
+    fm_env = BatchedEnv(mk(), bank, predictor=build_named_predictor("fm", bank.path))
+    teacher = build_teacher("Slack-Truth")
+    assert isinstance(teacher, TruthTeacher) and not isinstance(build_teacher("Slack-FM-q"), TruthTeacher)
+    slack_truth = build_teacher("Slack-FM")  # the plain least-slack rule, fed truth estimates by truth_env
+    o, o_fm = truth_env.reset(), fm_env.reset()
+    served_warm = 0
+    for _ in range(150):
+        a = slack_truth.act(o)
+        tok_before = obs_to_tokens(o_fm, 350.0, "v2")[0]
+        np.testing.assert_array_equal(teacher.act_env(fm_env), a)
+        assert torch.equal(obs_to_tokens(fm_env.observe(), 350.0, "v2")[0], tok_before)
+        served_warm += int(((o.n_obs >= 4) & o.present).sum())
+        o, o_fm = truth_env.step(a)[0], fm_env.step(a)[0]
+        if o.done.all():
+            break
+    assert served_warm > 0

@@ -45,7 +45,7 @@ def collect_labelled_states(env: TrainingEnv, teacher, n_steps: int, student: MA
     n = env.episode_stream.E // env.n_groups
     for _ in range(n_steps):
         tok, p = env.tokens(scale, feature_set)
-        teach = np.concatenate([teacher.act(o) for o in env.group_obs])
+        teach = teacher_actions(teacher, env)
         live = torch.as_tensor(np.concatenate([~o.done for o in env.group_obs]))
         if student is None:
             act = teach
@@ -57,6 +57,51 @@ def collect_labelled_states(env: TrainingEnv, teacher, n_steps: int, student: MA
         env.step(act)
     assert n > 0
     return {"tokens": torch.cat(toks), "present": torch.cat(pres), "actions": torch.cat(acts)}
+
+
+class TruthTeacher:
+    """A privileged DAgger teacher (issue 21 part 4): ``rule`` acting on the *true* remaining batches of the
+    simulator's state — Slack-Truth when ``rule`` is the least-slack rule. Only the labels see the truth; the
+    student's tokens are built from the ordinary observation (the estimates of MAT's own predictor). Same timing
+    as the ``truth`` predictor: a task is cold (no estimate) before its 4th observation."""
+
+    privileged = True
+
+    def __init__(self, rule) -> None:
+        self.rule = rule
+        self.name = f"{getattr(rule, 'name', 'rule')}(truth labels)"
+
+    @staticmethod
+    def truth_observation(env):
+        """The env's current observation with the estimate (and band) replaced by ``need − processed``."""
+        from mara.predictors.truth import true_remaining_batches
+
+        o = env.observe()
+        truth = true_remaining_batches(env.slot_need, env.slot_s, np.maximum(env.slot_cap - env.slot_s, 0))
+        return type(o)(o.t, env.slot_task.copy(), env.slot_s.copy(), env.slot_arrival.copy(), env.slot_deadline.copy(),
+                       env.slot_cap.copy(), truth, env.slot_s.copy(), o.n_queued, o.done, o.n_nodes, o.max_active,
+                       env.obs_every, slot_pred_lo=truth, slot_pred_hi=truth)
+
+    def act_env(self, env) -> np.ndarray:
+        return self.rule.act(self.truth_observation(env))
+
+
+def build_teacher(name: str):
+    """The imitation teacher named in config (``mat.imitation.teacher``, a conf/method name). A method whose
+    predictor is the ``truth`` bound (Slack-Truth) becomes a ``TruthTeacher``: labels from the true remaining
+    batches, read from the simulator — never from the student's tokens."""
+    from mara.eval.methods import build_allocators, load_method_cfg
+
+    cfg = load_method_cfg(name)
+    rule = build_allocators(cfg)[0][1]
+    return TruthTeacher(rule) if cfg.get("predictor") == "truth" else rule
+
+
+def teacher_actions(teacher, env: TrainingEnv) -> np.ndarray:
+    """The teacher's env actions for every episode of ``env``'s groups, stacked -> [E, M]."""
+    if getattr(teacher, "privileged", False):
+        return np.concatenate([teacher.act_env(e) for e in env.envs])
+    return np.concatenate([teacher.act(o) for o in env.group_obs])
 
 
 def merge(a: dict | None, b: dict) -> dict:
