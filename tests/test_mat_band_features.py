@@ -140,3 +140,11 @@ def test_truth_teacher_is_slack_truth_step_by_step():
         if o.done.all():
             break
     assert served_warm > 0
+
+
+def test_validation_load_with_mixed_training_loads():
+    from mara.mat.train import validation_load
+
+    assert validation_load({"workload": {"load": 0.04}, "validation": {}}) == 0.04
+    assert validation_load({"workload": {"load": [0.04, 0.07, 0.05]}, "validation": {}}) == 0.07
+    assert validation_load({"workload": {"load": [0.04, 0.07]}, "validation": {"load": 0.06}}) == 0.06
