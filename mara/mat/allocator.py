@@ -25,7 +25,7 @@ class PolicyAllocator:
 
     @torch.no_grad()
     def act(self, obs: Observation) -> np.ndarray:
-        tokens, present = obs_to_tokens(obs, self.scale)
+        tokens, present = obs_to_tokens(obs, self.scale, getattr(self.policy, "features", "v1"))
         dev = next(self.policy.parameters()).device
         actions, _, _ = self.policy.act(tokens.to(dev), present.to(dev), deterministic=self.deterministic,
                                         generator=self.generator)

@@ -2,6 +2,17 @@
 
 Shapes: ``[E, K, F]`` episodes × task slots × features; ``present [E, K]`` bool. Batch and step counts are
 divided by ``scale`` (≈ the largest budget) so typical values lie in [0, 2].
+
+Feature sets (``mat.net.features``, recorded in the checkpoint's hparams; a checkpoint without it is ``v1``):
+
+- ``v1`` (the shipped policies): 7 per-slot features (present, predicted remaining, remaining time, median slack,
+  warm-up fraction, processed, median-feasible) + 3 global (nodes, active, queued).
+- ``v2`` (issue 21 part 4: what the band-aware rule reads and the v1 tokens lack): v1's 7 + the slacks at the
+  band's q10 and q90 and at its ``BAND_Q`` quantile (the quantile Slack-FM-q judges feasibility by,
+  ``mara.allocators.slack.band_quantile``), the Slack-FM-q stage as one-hot (finishable / cold / hopeless at that
+  quantile; all zero = not servable), the band's width in log1p batches, the observation count, the cap left.
+  Every one is computed from the ``Observation`` alone (the estimates the simulator carries), never from the curve.
+  Not in the observation and so not in the tokens: the loss relative to ε and its slope, the FM novelty score.
 """
 from __future__ import annotations
 
@@ -10,16 +21,62 @@ import torch
 
 from mara.sim.env import Observation
 
-N_SLOT_FEATURES = 7
 N_GLOBAL_FEATURES = 3
+N_SLOT_FEATURES_BY_SET = {"v1": 7, "v2": 17}
+FEATURE_SETS = tuple(N_SLOT_FEATURES_BY_SET)
+N_SLOT_FEATURES = N_SLOT_FEATURES_BY_SET["v1"]  # the v1 sizes (old imports)
 N_FEATURES = N_SLOT_FEATURES + N_GLOBAL_FEATURES
+BAND_Q = 0.01  # conf/method/Slack-FM-q.yaml's quantile (chosen on validation roots in issue 21)
 
 
-def obs_to_tokens(obs: Observation, scale: float = 350.0) -> tuple[torch.Tensor, torch.Tensor]:
+def n_features(feature_set: str = "v1") -> tuple[int, int]:
+    """-> (per-slot features, all features) of a feature set; unknown names are a one-line ValueError."""
+    if feature_set not in N_SLOT_FEATURES_BY_SET:
+        raise ValueError(f"mat.net.features must be one of {', '.join(FEATURE_SETS)}, got {feature_set!r}")
+    s = N_SLOT_FEATURES_BY_SET[feature_set]
+    return s, s + N_GLOBAL_FEATURES
+
+
+def band_slot_features(obs: Observation, scale: float, q: float = BAND_Q) -> np.ndarray:
+    """The v2 additions [E, K, 10] (zero where absent), from the observation only."""
+    from mara.allocators.slack import (
+        COLD,
+        FINISHABLE,
+        HOPELESS,
+        band_quantile,
+        slack_stage,
+    )
+
+    tau = obs.remaining_time.astype(np.float64)
+    med = np.asarray(obs.pred_remaining, dtype=np.float64)
+    lo = np.asarray(obs.pred_remaining_lo, dtype=np.float64)
+    hi = np.asarray(obs.pred_remaining_hi, dtype=np.float64)
+    pq = band_quantile(lo, med, hi, q)
+    stage = slack_stage(obs.present, obs.cap_remaining, obs.n_obs, pq, tau)
+
+    def sl(p):
+        return np.clip((tau - p) / scale, -3.0, 3.0)
+
+    return np.stack(
+        [
+            sl(lo), sl(hi), sl(pq),
+            (stage == FINISHABLE).astype(np.float64), (stage == COLD).astype(np.float64),
+            (stage == HOPELESS).astype(np.float64),
+            np.clip(np.log1p(np.maximum(hi, 0.0)) - np.log1p(np.maximum(lo, 0.0)), 0.0, 5.0),
+            np.clip(obs.n_obs / 40.0, 0.0, 3.0),
+            np.clip(obs.cap_remaining / scale, 0.0, 3.0),
+            (obs.cap_remaining > 0).astype(np.float64),
+        ],
+        axis=-1,
+    )
+
+
+def obs_to_tokens(obs: Observation, scale: float = 350.0, feature_set: str = "v1") -> tuple[torch.Tensor, torch.Tensor]:
     """One token per slot: per-slot state (zero where absent), then the normalised node / active / queued counts.
 
-    -> (tokens [E, K, F] float32, present [E, K] bool)
+    -> (tokens [E, K, F] float32, present [E, K] bool); F = ``n_features(feature_set)[1]``.
     """
+    n_features(feature_set)  # validates the name
     present = obs.present
     K = obs.max_active
     pred = np.clip(obs.pred_remaining / scale, 0.0, 3.0)
@@ -36,10 +93,13 @@ def obs_to_tokens(obs: Observation, scale: float = 350.0) -> tuple[torch.Tensor,
             (obs.pred_remaining <= obs.remaining_time).astype(np.float64),  # predicted feasible if served every step
         ],
         axis=-1,
-    ) * present[..., None]
+    )
+    if feature_set == "v2":
+        per_slot = np.concatenate([per_slot, band_slot_features(obs, scale)], axis=-1)
+    per_slot = per_slot * present[..., None]
     E = present.shape[0]
     glob = np.stack(
         [np.full(E, obs.n_nodes / K), obs.n_active / K, np.minimum(obs.n_queued / K, 3.0)], axis=-1
     )  # [E, 3]
-    tokens = np.concatenate([per_slot, np.broadcast_to(glob[:, None, :], (E, K, 3))], axis=-1)
+    tokens = np.concatenate([per_slot, np.broadcast_to(glob[:, None, :], (E, K, N_GLOBAL_FEATURES))], axis=-1)
     return torch.as_tensor(tokens, dtype=torch.float32), torch.as_tensor(present)

@@ -38,14 +38,14 @@ def served_sets_equal(a: torch.Tensor, b: torch.Tensor, n_slots: int) -> torch.T
 
 @torch.no_grad()
 def collect_labelled_states(env: TrainingEnv, teacher, n_steps: int, student: MATPolicy | None = None,
-                            scale: float = 350.0) -> dict[str, torch.Tensor]:
+                            scale: float = 350.0, feature_set: str = "v1") -> dict[str, torch.Tensor]:
     """Step ``env`` ``n_steps`` times acting with ``student`` (argmax) or, when None, the teacher; record
     every live state's tokens, present mask and the teacher's choices. -> dict of [B, ...] tensors."""
     toks, pres, acts = [], [], []
     n = env.episode_stream.E // env.n_groups
     for _ in range(n_steps):
-        tok, p = env.tokens(scale)
-        teach = np.concatenate([teacher.act(o) for o in env.group_obs])
+        tok, p = env.tokens(scale, feature_set)
+        teach = teacher_actions(teacher, env)
         live = torch.as_tensor(np.concatenate([~o.done for o in env.group_obs]))
         if student is None:
             act = teach
@@ -57,6 +57,51 @@ def collect_labelled_states(env: TrainingEnv, teacher, n_steps: int, student: MA
         env.step(act)
     assert n > 0
     return {"tokens": torch.cat(toks), "present": torch.cat(pres), "actions": torch.cat(acts)}
+
+
+class TruthTeacher:
+    """A privileged DAgger teacher (issue 21 part 4): ``rule`` acting on the *true* remaining batches of the
+    simulator's state — Slack-Truth when ``rule`` is the least-slack rule. Only the labels see the truth; the
+    student's tokens are built from the ordinary observation (the estimates of MAT's own predictor). Same timing
+    as the ``truth`` predictor: a task is cold (no estimate) before its 4th observation."""
+
+    privileged = True
+
+    def __init__(self, rule) -> None:
+        self.rule = rule
+        self.name = f"{getattr(rule, 'name', 'rule')}(truth labels)"
+
+    @staticmethod
+    def truth_observation(env):
+        """The env's current observation with the estimate (and band) replaced by ``need − processed``."""
+        from mara.predictors.truth import true_remaining_batches
+
+        o = env.observe()
+        truth = true_remaining_batches(env.slot_need, env.slot_s, np.maximum(env.slot_cap - env.slot_s, 0))
+        return type(o)(o.t, env.slot_task.copy(), env.slot_s.copy(), env.slot_arrival.copy(), env.slot_deadline.copy(),
+                       env.slot_cap.copy(), truth, env.slot_s.copy(), o.n_queued, o.done, o.n_nodes, o.max_active,
+                       env.obs_every, slot_pred_lo=truth, slot_pred_hi=truth)
+
+    def act_env(self, env) -> np.ndarray:
+        return self.rule.act(self.truth_observation(env))
+
+
+def build_teacher(name: str):
+    """The imitation teacher named in config (``mat.imitation.teacher``, a conf/method name). A method whose
+    predictor is the ``truth`` bound (Slack-Truth) becomes a ``TruthTeacher``: labels from the true remaining
+    batches, read from the simulator — never from the student's tokens."""
+    from mara.core.config import build_allocators, load_method_cfg
+
+    cfg = load_method_cfg(name)
+    rule = build_allocators(cfg)[0][1]
+    return TruthTeacher(rule) if cfg.get("predictor") == "truth" else rule
+
+
+def teacher_actions(teacher, env: TrainingEnv) -> np.ndarray:
+    """The teacher's env actions for every episode of ``env``'s groups, stacked -> [E, M]."""
+    if getattr(teacher, "privileged", False):
+        return np.concatenate([teacher.act_env(e) for e in env.envs])
+    return np.concatenate([teacher.act(o) for o in env.group_obs])
 
 
 def merge(a: dict | None, b: dict) -> dict:
@@ -110,7 +155,8 @@ def imitate(policy: MATPolicy, make_env, teacher, cfg: dict, seed: int = 0, scal
     g = torch.Generator().manual_seed(seed)
     data, report, t0 = None, {"rounds": []}, time.time()
     for r in range(1 + int(cfg["dagger_rounds"])):
-        new = collect_labelled_states(make_env(r), teacher, int(cfg["n_steps"]), None if r == 0 else policy, scale)
+        new = collect_labelled_states(make_env(r), teacher, int(cfg["n_steps"]), None if r == 0 else policy, scale,
+                                      getattr(policy, "features", "v1"))
         held_out = agreement(policy, new) if r > 0 else None
         data = merge(data, new)
         losses = clone(policy, data, int(cfg["epochs"]), float(cfg["lr"]), int(cfg["batch_size"]), g)

@@ -59,12 +59,12 @@ class MATModule(L.LightningModule):
 
     def warm_start(self, bank, predictor) -> dict:
         """Imitation warm start (``mat.imitation``): clone the teacher rule into the policy before PPO."""
-        from mara.core.config import build_allocators, load_method_cfg
-        from mara.mat.imitation import imitate
+        from mara.mat.imitation import build_teacher, imitate
 
         hp, im = self.hparams, self.hparams.imitation
-        # the teacher reads the estimates the simulator carries, i.e. MAT's own frozen predictor
-        teacher = build_allocators(load_method_cfg(im["teacher"]))[0][1]
+        # a rule teacher reads the estimates the simulator carries, i.e. MAT's own frozen predictor; Slack-Truth
+        # (privileged DAgger teacher) labels states with the true remaining batches the simulator holds
+        teacher = build_teacher(im["teacher"])
 
         def make_env(r: int) -> TrainingEnv:  # fresh training episodes per round (never evaluation/validation roots)
             stream = EpisodeStream(bank, bank.family_params, hp.workload["task_set"], hp.workload["load"],

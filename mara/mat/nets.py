@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from mara.mat import plackett_luce
-from mara.mat.features import N_FEATURES, N_SLOT_FEATURES
+from mara.mat.features import N_GLOBAL_FEATURES, n_features
 from mara.mat.masks import choice_mask
 
 
@@ -107,8 +107,11 @@ class MATPolicy(nn.Module):
         idle_bias: float = 0.0,
         decoder: str = "autoregressive",
         slot_buckets: list[int] | None = None,
+        features: str = "v1",
     ) -> None:
         super().__init__()
+        self.features = features  # token feature set (mara/mat/features.py); checkpoints without it: v1
+        self.n_slot_features, n_feat = n_features(features)
         if decoder not in DECODERS:
             raise ValueError(f"mat.net.decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
         self.decoder = decoder
@@ -117,8 +120,8 @@ class MATPolicy(nn.Module):
         self.buckets = sorted({int(b) for b in use or () if 0 < int(b) < n_slots} | {n_slots})
         self.K, self.M, self.d, self.value_scale = n_slots, n_nodes, d_model, value_scale
         d = d_model
-        self.slot_in = nn.Linear(N_FEATURES, d)
-        self.global_in = nn.Linear(N_FEATURES - N_SLOT_FEATURES, d)
+        self.slot_in = nn.Linear(n_feat, d)
+        self.global_in = nn.Linear(N_GLOBAL_FEATURES, d)
         self.global_tok = nn.Parameter(torch.zeros(d))
         self.enc_blocks = nn.ModuleList(Block(d, n_heads, d_ff, cross=False) for _ in range(n_blocks))
         self.enc_ln = nn.LayerNorm(d)
@@ -147,7 +150,7 @@ class MATPolicy(nn.Module):
     def encode(self, tokens: torch.Tensor, present: torch.Tensor):
         """tokens [E, K, F], present [E, K] -> (memory [E, 1+K, d], memory allow [E, 1+K], value [E])."""
         E = tokens.shape[0]
-        g = self.global_tok + self.global_in(tokens[:, 0, N_SLOT_FEATURES:])
+        g = self.global_tok + self.global_in(tokens[:, 0, self.n_slot_features:])
         x = torch.cat([g[:, None], self.slot_in(tokens)], dim=1)
         allow_k = torch.cat([present.new_ones(E, 1), present], dim=1)
         L = 1 + tokens.shape[1]  # 1 + K (fewer when the Plackett–Luce path drops absent slots, ``slot_buckets``)

@@ -21,6 +21,15 @@ from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
 _NOT_STATE = ("bank", "predictor", "episode_stream", "fm_cache")
 
 
+def batch_load(load, counter: int) -> float:
+    """The load of episode batch ``counter``: ``load`` itself, or for a list of loads (mixed-load training,
+    issue 21) the list cycled batch by batch, so every load gets the same share of episodes."""
+    if isinstance(load, (int, float)):
+        return float(load)
+    loads = [float(x) for x in load]
+    return loads[counter % len(loads)]
+
+
 class EpisodeStream:
     """Endless randomised training workloads: batch j of rank r uses episodes ((j·W + r)·E …) of one root."""
 
@@ -34,8 +43,9 @@ class EpisodeStream:
     def next(self, n: int | None = None):
         """The next ``n`` (≤ E) episodes; every call uses a fresh block of E episode indices."""
         offset = (self.counter * self.world_size + self.rank) * self.E
+        load = batch_load(self.load, self.counter)
         self.counter += 1
-        return generate_episodes(self.bank, self.family_params, self.task_set, self.load, self.root, n or self.E,
+        return generate_episodes(self.bank, self.family_params, self.task_set, load, self.root, n or self.E,
                                  n_steps=self.n_steps, episode_offset=offset)
 
 
@@ -68,9 +78,9 @@ class TrainingEnv:
                     break
                 self.group_obs[g] = self.envs[g].step(FIFO().act(self.group_obs[g]))[0]
 
-    def tokens(self, scale: float = 350.0) -> tuple[torch.Tensor, torch.Tensor]:
+    def tokens(self, scale: float = 350.0, feature_set: str = "v1") -> tuple[torch.Tensor, torch.Tensor]:
         """Task tokens of every episode, groups stacked -> (tokens [E, K, F], present [E, K])."""
-        toks = [obs_to_tokens(o, scale) for o in self.group_obs]
+        toks = [obs_to_tokens(o, scale, feature_set) for o in self.group_obs]
         return torch.cat([t for t, _ in toks]), torch.cat([p for _, p in toks])
 
     def new_batch(self, g: int) -> None:
@@ -150,7 +160,7 @@ def collect_rollout(policy: MATPolicy, env: TrainingEnv, n_steps: int, generator
     tokens, present, actions, logprobs, values, rewards, dones, live = ([] for _ in range(8))
     dev = next(policy.parameters()).device  # the buffer lives with the policy (CPU or GPU); the simulator on the CPU
     for _ in range(n_steps):
-        tok, pres = env.tokens(scale)
+        tok, pres = env.tokens(scale, policy.features)
         tok, pres = tok.to(dev), pres.to(dev)
         with torch.inference_mode():
             a, logp, v = policy.act(tok, pres, generator=generator)
@@ -159,7 +169,7 @@ def collect_rollout(policy: MATPolicy, env: TrainingEnv, n_steps: int, generator
         rewards.append(torch.as_tensor(r, dtype=torch.float32, device=dev))
         dones.append(torch.as_tensor(d, device=dev))
         live.append(torch.as_tensor(lv, device=dev))
-    tok, pres = env.tokens(scale)
+    tok, pres = env.tokens(scale, policy.features)
     with torch.inference_mode():
         _, _, last_value = policy.encode(tok.to(dev), pres.to(dev))
     st = torch.stack

@@ -70,6 +70,16 @@ def resolve_config(cfg: DictConfig) -> dict:
     return c
 
 
+def validation_load(c: dict) -> float:
+    """The load the validation episodes use: ``validation.load`` if set, else the training load (with mixed-load
+    training, a list, the highest of its loads)."""
+    v = (c.get("validation") or {}).get("load")
+    if v is not None:
+        return float(v)
+    wl = c["workload"]["load"]
+    return float(wl) if isinstance(wl, (int, float)) else max(float(x) for x in wl)
+
+
 def train_policy(cfg: DictConfig, callbacks: list | None = None) -> dict:
     """Train per ``cfg.mat`` (conf/mat/default.yaml); returns the best checkpoint path and validation metrics."""
     from mara.core.progress_callback import ProgressCallback
@@ -96,7 +106,7 @@ def train_policy(cfg: DictConfig, callbacks: list | None = None) -> dict:
     max_iters = 2 * math.ceil(c["total_env_steps"] / per_iter) + 1  # stops earlier on the env-step count
     val = c["validation"]
     val_cb = ValidationCallback(out / "checkpoints", val["roots"], val["n_episodes"], val["every_n_iterations"], c["sim"],
-                                c["rollout"]["scale"], val["baselines"], c["workload"]["task_set"], c["workload"]["load"],
+                                c["rollout"]["scale"], val["baselines"], c["workload"]["task_set"], validation_load(c),
                                 at_start=val.get("at_start", False))
     last_cb = ModelCheckpoint(dirpath=out / "checkpoints", save_last=True, save_top_k=0, every_n_epochs=1, enable_version_counter=False)
     what = c.get("run_name") or f"policy ({pred_name}, {c['reward']}, seed {c['seed']})"
