@@ -17,9 +17,15 @@ import numpy as np
 import pyarrow.parquet as pq
 from omegaconf import DictConfig
 
-from mara.core.cli import run_cli
+from mara.core.cli import check_group_overrides, run_cli
 from mara.core.config import CONF_DIR
-from mara.curves.bank import load_bank, read_bank_meta, shipped_bank_path, write_bank
+from mara.curves.bank import (
+    default_bank_path,
+    load_bank,
+    read_bank_meta,
+    shipped_bank_path,
+    write_bank,
+)
 from mara.curves.calibrate import calibrate_family_params
 from mara.curves.families import PAPER_FAMILY_PARAMS
 from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
@@ -63,7 +69,6 @@ def calibrate_bank(path, target: float = 0.70, seed: int = 0, write_yaml: bool =
 def calibrate(cfg: DictConfig) -> dict:
     path = shipped_bank_path(cfg.bank.path) if cfg.bank.get("path") else None
     if path is None:
-        from mara.curves.bank import default_bank_path
 
         path = default_bank_path()
     res = calibrate_bank(path, float(cfg.target), int(cfg.seed), bool(cfg.write_yaml))
@@ -85,7 +90,6 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """The command line: config-group choices are checked first (one line, exit 2), then Hydra composes."""
-    from mara.core.cli import check_group_overrides
 
     check_group_overrides()
     _hydra_main()

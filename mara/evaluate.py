@@ -14,8 +14,23 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mara.core.cli import output_dir, run_cli
-from mara.core.config import ConfigError
+from mara.core.cli import check_group_overrides, output_dir, run_cli
+from mara.core.config import (
+    ConfigError,
+    check_predictor_allowed,
+    load_method_cfg,
+    with_shipped_policies,
+)
+from mara.core.runlog import Progress, log, setup_logging
+from mara.eval.lofo import run_lofo_experiment
+from mara.eval.prediction_cli import run_prediction
+from mara.eval.runner import (
+    build_episodes,
+    evaluate_methods,
+    load_bank_from_cfg,
+    protocol_from_cfg,
+)
+from mara.report.results import build_results, write_results
 
 
 def evaluate(cfg: DictConfig) -> dict:
@@ -25,30 +40,15 @@ def evaluate(cfg: DictConfig) -> dict:
     nothing; a method that cannot be evaluated is listed under ``skipped`` / ``failed`` with a one-line reason.
     With ``eval.resume=true`` the methods already in the folder's ``results.json`` (same protocol) are kept.
     """
-    from mara.core.config import (
-        check_predictor_allowed,
-        load_method_cfg,
-        with_shipped_policies,
-    )
-    from mara.core.runlog import Progress, log, setup_logging
-    from mara.eval.runner import (
-        build_episodes,
-        evaluate_methods,
-        load_bank_from_cfg,
-        protocol_from_cfg,
-    )
-    from mara.report.results import build_results, write_results
 
     setup_logging()
     if cfg.get("experiment_kind") == "paper":
         raise ConfigError("experiment=paper trains as well as evaluates: run it as python -m mara.train experiment=paper")
     out = output_dir(cfg)
     if cfg.get("experiment_kind") == "prediction":
-        from mara.eval.prediction_cli import run_prediction
 
         return run_prediction(cfg, out)
     if cfg.get("experiment_kind") == "prediction_lofo":
-        from mara.eval.lofo import run_lofo_experiment
 
         return run_lofo_experiment(cfg, out)
     protocol = protocol_from_cfg(cfg)
@@ -160,7 +160,6 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """The command line: config-group choices are checked first (one line, exit 2), then Hydra composes."""
-    from mara.core.cli import check_group_overrides
 
     check_group_overrides()
     _hydra_main()

@@ -18,10 +18,12 @@ from omegaconf import DictConfig
 from mara.core.cli import run_cli
 from mara.curves.bank import default_bank_path, load_bank, shipped_bank_path
 from mara.curves.fidelity import fidelity_table, to_markdown
+from mara.curves.generation import plot_bank_grid
+from mara.report.results import write_text_atomic
+from mara.report.sections import figure_link, figures_dir, replace_section
 
 
 def fidelity(cfg: DictConfig) -> list[dict]:
-    from mara.curves.generation import plot_bank_grid
 
     path = shipped_bank_path(cfg.bank.path) if cfg.bank.get("path") else default_bank_path()
     bank = load_bank(path)
@@ -55,8 +57,6 @@ def readme_section(md: str, bank_path: Path, figure: str, command: str) -> str:
 
 
 def write_readme_section(readme: Path, md: str, bank_path: Path, png: Path, cfg: DictConfig) -> Path:
-    from mara.report.results import write_text_atomic
-    from mara.report.sections import figure_link, figures_dir, replace_section
 
     if not readme.exists():
         raise FileNotFoundError(f"README {readme} does not exist")

@@ -7,20 +7,27 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from mara.curves.bank import BankError
+from mara.calibrate import calibrate_bank
+from mara.core.cli import check_group_overrides
+from mara.curves.bank import BankError, load_bank, shipped_bank_path
+from mara.curves.generation import (
+    COST_GUESS_S,
+    generate,
+    merge,
+    plan_jobs,
+    plot_bank_grid,
+)
+from mara.curves.plan_status import plan_status, status_markdown
 from tasks_zoo.errors import ZooError
 
 
 def run(cfg: DictConfig) -> None:
     """Generate and/or merge as ``cfg.action`` says (the function tests call)."""
-    from mara.curves.generation import generate, merge
 
     action = cfg.action
     if action not in ("generate", "merge", "all", "ship", "status"):
         raise ZooError(f"unknown action {action!r} (use generate, merge, all, ship or status)")
     if action == "status":
-        from mara.curves.generation import COST_GUESS_S
-        from mara.curves.plan_status import plan_status, status_markdown
 
         print(status_markdown(plan_status(planned_jobs(cfg), cfg.shard_dir, COST_GUESS_S), int(cfg.workers)))
         return
@@ -41,12 +48,10 @@ def run(cfg: DictConfig) -> None:
                     jobs=planned_jobs(cfg))
         print(f"merged bank written to {out}", file=sys.stderr)
         if cfg.get("calibrate", True):
-            from mara.calibrate import calibrate_bank
 
             res = calibrate_bank(out, float(cfg.get("calibration_target", 0.70)))
             print(f"calibrated ε for {len(res['family_params'])} families; Oracle at p=0.04: "
                   + ", ".join(f"{k} {v:.1f} %" for k, v in res["oracle"].items()), file=sys.stderr)
-        from mara.curves.generation import plot_bank_grid
 
         print(f"curve plot: {plot_bank_grid(out, Path(out).with_name('curves_by_family.png'))}", file=sys.stderr)
     if action == "ship":
@@ -56,7 +61,6 @@ def run(cfg: DictConfig) -> None:
 
 def planned_jobs(cfg: DictConfig) -> list:
     """The jobs of the configured plan (families × counts × source)."""
-    from mara.curves.generation import plan_jobs
 
     families = cfg.families if isinstance(cfg.families, str) else list(cfg.families)
     return plan_jobs(families, dict(cfg.counts), cfg.source, dict(cfg.source_overrides or {}))
@@ -71,7 +75,6 @@ def install_bank(path, max_mib: float = 20.0):
     """Copy a merged, calibrated bank to ``mara/data/banks/zoo.parquet`` (the default from then on)."""
     import shutil
 
-    from mara.curves.bank import load_bank, shipped_bank_path
 
     path = Path(path)
     load_bank(path)  # validates every row before it can become the default
@@ -96,7 +99,6 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """The command line: config-group choices are checked first (one line, exit 2), then Hydra composes."""
-    from mara.core.cli import check_group_overrides
 
     check_group_overrides()
     _hydra_main()

@@ -15,10 +15,14 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mara.core.cli import output_dir, run_cli
+from mara.core.cli import check_group_overrides, output_dir, run_cli
 from mara.core.config import ConfigError, load_method_cfg
 from mara.core.runlog import log
+from mara.eval.paper import run_paper
 from mara.eval.runner import check_number, node_options, protocol_from_cfg
+from mara.evaluate import all_methods_failed, evaluate
+from mara.mat.train import train_policy
+from mara.predictors.train import train_predictor
 
 STAGES = ("all", "predictor", "policy", "evaluate")
 
@@ -53,7 +57,6 @@ def train(cfg: DictConfig) -> dict:
             raise ConfigError(f"trainer.accelerator={accelerator} (trainer=gpu) but torch sees no CUDA GPU; use trainer=cpu")
     out = output_dir(cfg)
     if cfg.get("experiment_kind") == "paper":
-        from mara.eval.paper import run_paper
 
         return run_paper(cfg, out)
     result: dict = {"output_dir": str(out)}
@@ -63,7 +66,6 @@ def train(cfg: DictConfig) -> dict:
         _use_run_folder_checkpoints(cfg, out, stage)
 
     if run("predictor") and pred_name == "fm" and not (stage == "all" and cfg.predictor.get("ckpt_path")):
-        from mara.predictors.train import train_predictor
 
         result["predictor"] = train_predictor(_stage_cfg(cfg, out / "predictor"))
         ckpt = result["predictor"].get("fm_ckpt")
@@ -76,12 +78,10 @@ def train(cfg: DictConfig) -> dict:
     if run("policy"):
         if not _available("mara.mat.train"):
             raise ConfigError("the policy stage needs mara.mat (MAT-PPO), which this checkout does not have")
-        from mara.mat.train import train_policy
 
         result["policy"] = train_policy(_stage_cfg(cfg, out / "policy"))
 
     if run("evaluate"):
-        from mara.evaluate import evaluate
 
         methods = []
         overrides = OmegaConf.to_container(cfg.method_overrides, resolve=True) if cfg.get("method_overrides") else {}
@@ -104,7 +104,6 @@ def train(cfg: DictConfig) -> dict:
         with open_dict(ecfg):
             ecfg.methods = methods
             ecfg.method_overrides = overrides
-        from mara.evaluate import all_methods_failed
 
         res = evaluate(ecfg)
         result["evaluation"] = {k: v for k, v in res.items() if k in ("summary", "paths", "timings")}
@@ -167,7 +166,6 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """The command line: config-group choices are checked first (one line, exit 2), then Hydra composes."""
-    from mara.core.cli import check_group_overrides
 
     check_group_overrides()
     _hydra_main()

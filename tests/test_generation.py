@@ -161,6 +161,7 @@ def test_ship_refuses_an_incomplete_plan_and_installs_a_complete_one(tmp_path, m
     dest = tmp_path / "pkg" / "zoo.parquet"
     dest.parent.mkdir()
     monkeypatch.setattr(bank_mod, "shipped_bank_path", lambda name: dest)
+    monkeypatch.setattr(entry, "shipped_bank_path", lambda name: dest)  # where action=ship looks it up
     gen.generate([FAM], {"pool": 1}, shard_dir=tmp_path / "shards", cap=5, quiet=True)
     with pytest.raises(ZooError, match="2 of the requested curves are not generated yet"):
         entry.run(_gen_cfg(tmp_path, action="ship"))

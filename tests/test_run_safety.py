@@ -81,7 +81,9 @@ def test_failing_method_keeps_earlier_rows(tmp_path, small_bank, monkeypatch):
     def boom(self, obs):
         raise RuntimeError("simulated crash\nin EDF")
 
-    monkeypatch.setattr(report, "write_results", spy)
+    import mara.evaluate as evaluate_mod
+
+    monkeypatch.setattr(evaluate_mod, "write_results", spy)  # where the evaluation looks it up
     monkeypatch.setattr(rules.EDF, "act", boom)
     evaluate(tiny(tmp_path, small_bank.path, "methods=[FIFO,EDF,Oracle]"))
     data = json.loads((tmp_path / "results.json").read_text())

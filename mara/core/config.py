@@ -12,6 +12,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from mara.curves.bank import SHIPPED_BANKS_DIR
+
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 CONF_DIR = PACKAGE_DIR.parent / "conf"
 
@@ -89,7 +91,6 @@ def shipped_policy_checkpoints(cfg: DictConfig, bank_path) -> list[dict]:
     config: ``mara/data/checkpoints/<prefix>_<bank>_seed<N>.ckpt`` for a bank shipped in the package); [] if none."""
     import re
 
-    from mara.curves.bank import SHIPPED_BANKS_DIR
 
     prefix = cfg.get("shipped")
     bank = Path(bank_path).resolve()

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from mara.core.runlog import Progress, fmt_seconds, log
+from mara.core.runlog import Progress, fmt_seconds, log, setup_logging
+from mara.report.results import write_text_atomic
 
 MARKER = "DONE.json"
 LOG = "job.log"
@@ -43,7 +44,6 @@ def done_info(folder: Path) -> dict | None:
 
 
 def mark_done(folder: Path, info: dict) -> None:
-    from mara.report.results import write_text_atomic
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -96,7 +96,6 @@ def _in_worker(fn: Callable, args: tuple, deps: dict, log_path: str) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from mara.core.runlog import setup_logging
 
     setup_logging()
     t0 = time.time()

@@ -31,8 +31,11 @@ from mara.curves.families import (
     FAMILY_DOMAIN,
     ID_FAMILIES,
     LR_RANGE,
+    PAPER_FAMILY_PARAMS,
     generation_cap,
 )
+from mara.curves.fidelity import family_fidelity
+from mara.curves.recorder import LossRecorder, MidRunCheckpoint
 from tasks_zoo.errors import ZooError
 
 #: cheapest first (seconds per curve at the default cap, 1 CPU thread, measured; see tasks_zoo/README.md)
@@ -204,7 +207,6 @@ def train_curve(job: Job, settings: GenerationSettings, attempt: int = 0, device
     import lightning as L
     import torch
 
-    from mara.curves.recorder import LossRecorder, MidRunCheckpoint
     from tasks_zoo.registry import build_run, data_order, load_zoo_config
 
     _quiet_lightning()
@@ -504,8 +506,6 @@ def _plot_family(ax, bank, fam: str) -> None:
     """Cumulative-average loss L of each curve of ``fam`` (coloured by split), with the calibrated target ε
     (black dashed line, or grey band for an ε range), Table 6's ε (purple dotted, or purple band), the budget
     range (shaded red) when the bank carries them, and a caption: both ε and the mean final L of the pool curves."""
-    from mara.curves.families import PAPER_FAMILY_PARAMS
-    from mara.curves.fidelity import family_fidelity
 
     for r in bank.rows(fam):
         ax.plot(np.arange(1, bank.lengths[r] + 1), bank.L[r, : bank.lengths[r]], lw=0.6, alpha=0.6,

@@ -12,14 +12,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from mara.allocators.slack import band_quantile
+from mara.core.config import build_allocators, load_method_cfg
 from mara.eval.decision_metrics import decision_metrics
+from mara.eval.runner import (
+    build_episodes,
+    build_predictor_by_name,
+    load_bank_from_cfg,
+    protocol_from_cfg,
+)
 from mara.predictors.truth import true_remaining_batches
-from mara.sim.env import WARMUP_OBS
+from mara.sim.env import WARMUP_OBS, BatchedEnv
 
 
 def collect_decision_points(env, allocator, quantiles=(), max_steps: int | None = None) -> dict:
     """{n_obs, tau, truth, median, q10, q90, q<x>...} [D] over every (episode, step, warm servable task)."""
-    from mara.allocators.slack import band_quantile
 
     obs = env.reset()
     allocator.reset(env.ep.E)
@@ -60,14 +67,6 @@ def decision_points_from_cfg(cfg) -> dict:
 
     from omegaconf import OmegaConf
 
-    from mara.core.config import build_allocators, load_method_cfg
-    from mara.eval.runner import (
-        build_episodes,
-        build_predictor_by_name,
-        load_bank_from_cfg,
-        protocol_from_cfg,
-    )
-    from mara.sim.env import BatchedEnv
 
     dp = cfg.prediction.decision_points
     bank = load_bank_from_cfg(cfg)

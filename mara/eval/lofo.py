@@ -13,9 +13,13 @@ from pathlib import Path
 import numpy as np
 
 from mara.core.config import conf_dir
-from mara.curves.bank import CurveBank
+from mara.curves.bank import CurveBank, default_bank_path, load_bank, shipped_bank_path
 from mara.curves.families import ID_FAMILIES
 from mara.eval.prediction import build_queries, concat_queries, evaluate_predictor
+from mara.predictors.data import CurveDataModule
+from mara.predictors.fm import FlowPredictor
+from mara.predictors.protocol import build_predictor
+from mara.predictors.train import compute_novelty, fit_flow
 
 
 def lofo_families(bank: CurveBank, families=None) -> list[str]:
@@ -58,9 +62,6 @@ def run_lofo(bank: CurveBank, fm_cfg, wls_cfg, out_dir, families=None, test_spli
     import torch
     from omegaconf import OmegaConf
 
-    from mara.predictors.fm import FlowPredictor
-    from mara.predictors.protocol import build_predictor
-    from mara.predictors.train import fit_flow
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -88,8 +89,6 @@ def run_lofo(bank: CurveBank, fm_cfg, wls_cfg, out_dir, families=None, test_spli
         torch.set_num_threads(1)
         fm = FlowPredictor.from_config(OmegaConf.merge(fm_cfg, {"ckpt_path": str(ckpt)}))
         if fm.novelty is None:  # a checkpoint from before the novelty score: its reference from the fold's own data
-            from mara.predictors.data import CurveDataModule
-            from mara.predictors.train import compute_novelty
 
             dm = CurveDataModule(bank, seed=seed, families=[f for f in fams if f != held],
                                  **OmegaConf.to_container(fm_cfg.data, resolve=True) | {"feature_set": fm.net.feature_set})
@@ -109,7 +108,6 @@ def run_lofo_experiment(cfg, out: Path) -> dict:
     """Config entry (``experiment=prediction_lofo``): bank.path, lofo.*, predictors.fm / predictors.wls."""
     from omegaconf import OmegaConf
 
-    from mara.curves.bank import default_bank_path, load_bank, shipped_bank_path
 
     predictor_dir = conf_dir("predictor")
     lc = cfg.get("lofo", {}) or {}

@@ -24,7 +24,12 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from mara.core.config import CONF_DIR, ConfigError, load_method_cfg
 from mara.core.jobs import Job, run_jobs
 from mara.core.runlog import fmt_seconds, log, setup_logging
-from mara.report.results import write_text_atomic
+from mara.eval.prediction import run_prediction_experiment
+from mara.evaluate import evaluate
+from mara.mat.train import train_policy
+from mara.predictors.train import train_predictor
+from mara.report.paper import write_report
+from mara.report.results import build_results, write_results, write_text_atomic
 
 # Single-thread CPU minutes of each kind of job (start order and ETA weights), measured on these 2 cores: a default
 # MAT training ≈ 6 min (341 s user time), Clairvoyant ≈ 13 min of CP-SAT over 720 episodes; the rest estimated.
@@ -79,7 +84,6 @@ def _fm_from(deps: dict, fm_ckpt: str | None) -> str | None:
 
 # ------------------------------------------------------------------------------------ jobs (worker side)
 def _predictor_job(cfg_yaml: str, *, deps: dict) -> dict:
-    from mara.predictors.train import train_predictor
 
     r = train_predictor(OmegaConf.create(cfg_yaml))
     return {"fm_ckpt": r.get("fm_ckpt"), "wall_s": r.get("wall_s"), "val_mae_fm": r.get("val/mae_fm")}
@@ -87,7 +91,6 @@ def _predictor_job(cfg_yaml: str, *, deps: dict) -> dict:
 
 def _train_job(cfg_yaml: str, job: dict, fm_ckpt: str | None, *, deps: dict) -> dict:
     """One MAT training (single-threaded) into the job's folder."""
-    from mara.mat.train import train_policy
 
     cfg = OmegaConf.create(cfg_yaml)
     if job["predictor"] == "fm":
@@ -100,7 +103,6 @@ def _train_job(cfg_yaml: str, job: dict, fm_ckpt: str | None, *, deps: dict) -> 
 
 def _eval_job(cfg_yaml: str, method: str, folder: str, fm_ckpt: str | None, scenario: str | None, learned: bool, *, deps: dict) -> dict:
     """One method on the protocol's episodes (a learned method: one allocator per finished training seed)."""
-    from mara.evaluate import evaluate
 
     cfg = OmegaConf.create(cfg_yaml)
     over = OmegaConf.to_container(cfg.method_overrides, resolve=True) if cfg.get("method_overrides") else {}
@@ -124,7 +126,6 @@ def _eval_job(cfg_yaml: str, method: str, folder: str, fm_ckpt: str | None, scen
 
 
 def _prediction_job(cfg_yaml: str, fm_ckpt: str | None, *, deps: dict) -> dict:
-    from mara.eval.prediction import run_prediction_experiment
 
     cfg = OmegaConf.create(cfg_yaml)
     fm = _fm_from(deps, fm_ckpt)
@@ -191,7 +192,6 @@ _SECTION_KEYS = {"schema", "rows", "summary", "diagnostics", "timings", "skipped
 def merge_results(folder: Path, methods: list[str], errors: dict, title: str) -> dict:
     """``<folder>/results.json`` / ``results.md`` / figure / TensorBoard from the methods' own folders, in ``methods``
     order; a method whose job failed is listed under ``failed`` with its one-line reason."""
-    from mara.report.results import build_results, write_results
 
     rows, timings, skipped, failed, overrides, extra = [], {}, {}, {}, {}, {}
     for m in methods:
@@ -228,7 +228,6 @@ def _job_times(jobs: list[Job], results: dict) -> dict:
 
 def run_paper(cfg: DictConfig, out: Path) -> dict:
     """Run (or resume) the paper protocol in ``out``; returns what each job did."""
-    from mara.report.paper import write_report
 
     setup_logging()
     if "paper" not in cfg:

@@ -14,10 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
+from mara.allocators.slack import band_quantile
 from mara.core.config import conf_dir
-from mara.curves.bank import CurveBank
+from mara.curves.bank import CurveBank, default_bank_path, load_bank
 from mara.curves.families import ID_FAMILIES
+from mara.eval.decision_metrics import decision_markdown, decision_metrics
 from mara.predictors.data import observe, true_remaining
+from mara.predictors.protocol import build_predictor
 from mara.predictors.uncertainty import band_metrics
 from mara.predictors.wls import wls_fit
 
@@ -154,7 +157,6 @@ def _figure(bank, fm, wls, q, out_dir: Path, results: dict, obs_every: int, rank
 def decision_estimates(fm, wls, bank: CurveBank, q: dict, obs_every: int = 10, quantiles=(0.05,)) -> dict:
     """{name: remaining-batch estimate [Q]} the decision metrics compare: FM median and band (q10, q90 and the
     ``quantiles`` of ``band_quantile``, the estimate Slack-FM-q reads), WLS median and its q10."""
-    from mara.allocators.slack import band_quantile
 
     rows = q["rows"]
     S, L = observe(bank, rows, q["n_obs"], obs_every)
@@ -178,7 +180,6 @@ def decision_estimates(fm, wls, bank: CurveBank, q: dict, obs_every: int = 10, q
 
 def decision_results(fm, wls, bank: CurveBank, q: dict, obs_every: int = 10, quantiles=(0.05,)) -> dict:
     """Decision-relevant metrics (mara.eval.decision_metrics) of every estimate on one query set."""
-    from mara.eval.decision_metrics import decision_metrics
 
     s0 = q["n_obs"] * obs_every
     return {name: decision_metrics(s0, q["budget"], q["first"], q["truth"], q["n_obs"], est)
@@ -221,7 +222,6 @@ def run_prediction_benchmark(bank: CurveBank, fm, wls, family_params: dict, out_
                    obs_every) if "ID" in queries else []
     md = table1_markdown(results)
     if decision_quantiles is not None:
-        from mara.eval.decision_metrics import decision_markdown
 
         md += "\n" + decision_markdown({ts: r.get("decision") or {} for ts, r in results.items()})
     (out_dir / "table1.md").write_text(md)
@@ -234,8 +234,6 @@ def run_prediction_experiment(cfg) -> dict:
     FM/WLS settings: prediction.fm/wls, else predictors.fm/wls (so ``predictors.fm.ckpt_path=...`` picks a checkpoint)."""
     from omegaconf import OmegaConf
 
-    from mara.curves.bank import default_bank_path, load_bank
-    from mara.predictors.protocol import build_predictor
 
     predictor_dir = conf_dir("predictor")
     pc = cfg.get("prediction", {}) or {}

@@ -6,23 +6,24 @@ from pathlib import Path
 
 from omegaconf import DictConfig, open_dict
 
+from mara.curves.bank import shipped_bank_path
+from mara.eval.decision_metrics import decision_markdown
+from mara.eval.decision_points import decision_points_from_cfg
+from mara.eval.prediction import run_prediction_experiment, table1_markdown
+
 
 def run_prediction(cfg: DictConfig, out: Path) -> dict:
     """Run the FM-vs-WLS prediction benchmark; merge it into results.json (``prediction``) and results.md."""
-    from mara.eval.decision_metrics import decision_markdown
-    from mara.eval.prediction import run_prediction_experiment, table1_markdown
 
     with open_dict(cfg):
         cfg.paths.output_dir = str(out)
         if cfg.bank.get("path"):
-            from mara.curves.bank import shipped_bank_path
 
             cfg.bank.path = str(shipped_bank_path(cfg.bank.path))
     results = run_prediction_experiment(cfg)
     dp = (cfg.get("prediction") or {}).get("decision_points") or {}
     points = None
     if dp.get("enabled", False):
-        from mara.eval.decision_points import decision_points_from_cfg
 
         points = decision_points_from_cfg(cfg)
     path = out / "results.json"

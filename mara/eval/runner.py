@@ -12,14 +12,22 @@ from dataclasses import dataclass
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from mara.bounds.clairvoyant import clairvoyant_batch
+from mara.bounds.clairvoyant_k import clairvoyant_k_batch
 from mara.core.config import (
     ConfigError,
     build_allocators,
     check_predictor_allowed,
     load_method_cfg,
 )
-from mara.curves.bank import BankError, CurveBank, load_bank
-from mara.sim.env import BatchedEnv
+from mara.curves.bank import (
+    BankError,
+    CurveBank,
+    default_bank_path,
+    load_bank,
+    shipped_bank_path,
+)
+from mara.sim.env import BatchedEnv, check_node_options, isolated_feasible
 from mara.sim.workload import (
     EpisodeBatch,
     TaskSet,
@@ -98,7 +106,6 @@ def validate_sim_cfg(sim: DictConfig) -> None:
 def node_options(sim: DictConfig) -> dict:
     """``{node_speed, switch_cost}`` for ``BatchedEnv`` from ``sim`` (issue 25; absent = identical nodes, free
     preemption), checked: one-line ConfigError for a wrong length, a non-positive speed, a negative cost."""
-    from mara.sim.env import check_node_options
 
     speed = sim.get("node_speed")
     if OmegaConf.is_config(speed):
@@ -223,7 +230,6 @@ def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: DictConfig, pr
         if not hetero:
             succ = ep.oracle_successes()
         else:  # issue 25: alone, a task runs without a break on the fastest node
-            from mara.sim.env import isolated_feasible
 
             succ = (isolated_feasible(ep.need, ep.budget, opts["node_speed"]) & ep.valid).sum(axis=1)
         extra = {}
@@ -231,19 +237,15 @@ def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: DictConfig, pr
         limit = float(mcfg.get("time_limit_s", 10.0))
         speed = opts["node_speed"]
         if hetero and mcfg.get("admission_limit", True):  # issue 25: speeds exact, switch costs relaxed (a bound when > 0)
-            from mara.bounds.clairvoyant_k import clairvoyant_k_batch
 
             solve = lambda sl: clairvoyant_k_batch(ep.arrival[sl], ep.deadline[sl], ep.need[sl], ep.n_tasks[sl], n_nodes=int(sim.nodes), max_active=int(sim.max_active), time_limit_s=limit, node_speed=speed)  # noqa: E731
         elif hetero:  # and K relaxed
-            from mara.bounds.clairvoyant import clairvoyant_batch
 
             solve = lambda sl: clairvoyant_batch(ep.arrival[sl], ep.deadline[sl], ep.need[sl], ep.n_tasks[sl], n_nodes=int(sim.nodes), time_limit_s=limit, node_speed=speed)  # noqa: E731
         elif mcfg.get("admission_limit", True):  # exact, with the FIFO admission limit K
-            from mara.bounds.clairvoyant_k import clairvoyant_k_batch
 
             solve = lambda sl: clairvoyant_k_batch(ep.arrival[sl], ep.deadline[sl], ep.need[sl], ep.n_tasks[sl], n_nodes=int(sim.nodes), max_active=int(sim.max_active), time_limit_s=limit)  # noqa: E731
         else:  # K relaxed: a looser, faster upper bound
-            from mara.bounds.clairvoyant import clairvoyant_batch
 
             solve = lambda sl: clairvoyant_batch(ep.arrival[sl], ep.deadline[sl], ep.need[sl], ep.n_tasks[sl], n_nodes=int(sim.nodes), time_limit_s=limit)  # noqa: E731
         res = []
@@ -339,7 +341,6 @@ def protocol_from_cfg(cfg: DictConfig) -> EvalProtocol:
 
 
 def load_bank_from_cfg(cfg: DictConfig) -> CurveBank:
-    from mara.curves.bank import default_bank_path, shipped_bank_path
 
     path = cfg.bank.get("path")
     return load_bank(shipped_bank_path(path) if path else default_bank_path())

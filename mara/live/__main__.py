@@ -13,11 +13,11 @@ import hydra
 from omegaconf import DictConfig
 
 from mara.core.cli import run_cli
+from mara.live.run import live_main
 
 
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="live")
 def main(cfg: DictConfig) -> None:
-    from mara.live.run import live_main
 
     run_cli(live_main, cfg)
 

@@ -9,6 +9,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from mara.core.cli import output_dir
 from mara.core.config import ConfigError, build_allocators, load_method_cfg
+from mara.curves.bank import load_bank, shipped_bank_path, write_bank
+from mara.curves.families import generation_cap
+from mara.eval.runner import build_predictor_by_name, load_bank_from_cfg
+from mara.live.driver import replay, run_live
+from mara.live.episode import live_tasks, scaled_family_params
+from mara.live.report import write_report
+from mara.live.workers import make_pool, preload_datasets
 
 LIVE_BANK = "live_curves.parquet"
 #: MARA policy shipped for the live defaults (M = 2, K = 4, T = 120, budgets x 0.25); see docs/notes/issue15.md
@@ -64,7 +71,6 @@ def resolve_data(cfg: DictConfig, specs_families) -> tuple[str, str | None]:
 
 def build_method(name: str, cfg: DictConfig, predictors: dict, bank_path):
     """(allocator factory, predictor) of a policy method, or (None, reason) when it cannot run live."""
-    from mara.eval.runner import build_predictor_by_name
 
     mcfg = load_method_cfg(name, (cfg.get("method_overrides") or {}).get(name))
     if name == "MARA" and not mcfg.get("ckpt_path") and not mcfg.get("checkpoints"):
@@ -92,7 +98,6 @@ def calibration_bank(cfg: DictConfig, fams, source: str):
     ``live.calibration_bank``: ``auto`` takes the shipped real-data curves (``live_real``) when the jobs train on
     real data and those curves cover every family; ``null`` the recipe bank; a name or path that bank.
     """
-    from mara.curves.bank import load_bank, shipped_bank_path
 
     cal = cfg.live.get("calibration_bank")
     if cal == "auto":
@@ -121,9 +126,6 @@ def export_bank(cfg: DictConfig, bank, out: Path) -> Path:
     """The bank with every family's ε/budget scaled as in live mode (to train a MARA policy for live settings)."""
     import pyarrow.parquet as pq
 
-    from mara.curves.bank import write_bank
-    from mara.curves.families import generation_cap
-    from mara.live.episode import scaled_family_params
 
     table = scaled_family_params(bank, bank.families, float(cfg.live.time_scale), float(cfg.live.calibration_target))
     # the same calibration bank a live run with these settings uses (auto: real data -> live_real), so the policy
@@ -149,7 +151,6 @@ def export_bank(cfg: DictConfig, bank, out: Path) -> Path:
 
 def live_main(cfg: DictConfig) -> dict:
     """Run ``cfg.action``; returns the results dict (run) or the exported bank path."""
-    from mara.eval.runner import load_bank_from_cfg
 
     validate(cfg)
     out = output_dir(cfg)
@@ -162,11 +163,6 @@ def live_main(cfg: DictConfig) -> dict:
 
 
 def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
-    from mara.curves.bank import load_bank, write_bank
-    from mara.live.driver import replay, run_live
-    from mara.live.episode import live_tasks, scaled_family_params
-    from mara.live.report import write_report
-    from mara.live.workers import make_pool, preload_datasets
 
     lv, sim = cfg.live, OmegaConf.to_container(cfg.sim, resolve=True)
     fams = list(lv.families)

@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from mara.curves.bank import CurveBank
+from mara.predictors.augment import draw_stretch, stretched_bank
 from mara.predictors.features import history_features, static_context
 from mara.predictors.targets import DELTA, bin_edges, interp_C, interval_targets
 
@@ -161,7 +162,6 @@ class CurveDataModule(L.LightningDataModule):
         rng = np.random.default_rng([self.seed, 100, epoch])
         bank, rows = self.bank, self.train_rows
         if self.stretch_p > 0:
-            from mara.predictors.augment import draw_stretch, stretched_bank
 
             factors = draw_stretch(len(rows), np.random.default_rng([self.seed, 200, epoch]), self.stretch_p, *self.stretch_range)
             bank, rows = stretched_bank(self.bank, rows, factors), np.arange(len(rows))

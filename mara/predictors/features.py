@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from mara.predictors.wls import wls_fit
+
 N_HIST_FEATURES = 4
 N_STATIC = 4
 FEATURE_SETS = ("v1", "v2", "v3")
@@ -66,7 +68,6 @@ def static_context(batch_size, lr, L_now, horizon_samples, feature_set: str = "v
 
 def power_law_features(S, L, lengths, gamma: float = 0.9) -> np.ndarray:
     """[θ₁, ln L̂(S_now) − ln L_now, weighted residual std] of the WLS fit ln L = θ₀ + θ₁ ln S: [B, 3]."""
-    from mara.predictors.wls import wls_fit
 
     S = np.asarray(S, np.float64)
     L = np.asarray(L, np.float64)

@@ -9,6 +9,7 @@ import lightning as L
 import numpy as np
 import torch
 
+from mara.predictors.data import observe, true_remaining
 from mara.predictors.flow import fm_loss
 from mara.predictors.fm import FlowPredictor
 from mara.predictors.nets import FlowNet
@@ -76,7 +77,6 @@ class FlowPredictorModule(L.LightningModule):
     def _score(self, predictor, dm, metrics: RemainingBatchMetrics) -> dict:
         """Remaining-batch MAE, budget accuracy and band coverage of ``predictor`` on the validation queries; this
         rank scores its share, the metrics reduce over ranks."""
-        from mara.predictors.data import observe, true_remaining
 
         rows, n_obs, eps = dm.val_q
         k, bank = self.hparams.obs_every, dm.bank
@@ -102,7 +102,6 @@ class FlowPredictorModule(L.LightningModule):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        from mara.predictors.data import observe
 
         bank, k = dm.bank, self.hparams.obs_every
         rows = dm.val_rows[:: max(1, len(dm.val_rows) // 4)][:4]

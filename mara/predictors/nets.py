@@ -11,6 +11,8 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
+from mara.predictors.features import FEATURE_SETS, N_STATIC_BY_SET
+
 
 class Standardizer(nn.Module):
     """Fixed affine standardisation (mean/std over the training set), stored with the weights."""
@@ -81,7 +83,6 @@ class FlowNet(nn.Module):
     def __init__(self, n_bins: int = 32, gru_hidden: int = 64, ctx_dim: int = 64, mlp_hidden: int = 128,
                  time_dim: int = 32, n_hist_features: int = 4, n_static: int | None = None, feature_set: str = "v1"):
         super().__init__()
-        from mara.predictors.features import FEATURE_SETS, N_STATIC_BY_SET
 
         if feature_set not in FEATURE_SETS:
             raise ValueError(f"feature_set must be one of {FEATURE_SETS}, got {feature_set!r}")

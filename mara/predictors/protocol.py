@@ -17,6 +17,10 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from mara.predictors.fm import FlowPredictor
+from mara.predictors.truth import TruthPredictor
+from mara.predictors.wls import WLSPredictor
+
 
 @runtime_checkable
 class RemainingPredictor(Protocol):
@@ -39,19 +43,16 @@ def predict_band(predictor, S, L, lengths, eps, cap_remaining, batch_size, lr, f
 
 
 def _wls(cfg, bank_path=None):
-    from mara.predictors.wls import WLSPredictor
 
     return WLSPredictor.from_config(cfg)
 
 
 def _fm(cfg, bank_path=None):
-    from mara.predictors.fm import FlowPredictor
 
     return FlowPredictor.from_config(cfg, bank_path)
 
 
 def _truth(cfg, bank_path=None):
-    from mara.predictors.truth import TruthPredictor
 
     return TruthPredictor.from_config(cfg)
 

@@ -17,10 +17,13 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
 from mara.core.config import conf_dir
+from mara.core.progress_callback import ProgressCallback
+from mara.core.runlog import log_hparams, setup_logging
 from mara.curves.bank import default_bank_path, load_bank
-from mara.predictors.data import CurveDataModule
-from mara.predictors.fm import save_checkpoint
+from mara.predictors.data import CurveDataModule, observe, true_remaining
+from mara.predictors.fm import FlowPredictor, novelty_stats, save_checkpoint
 from mara.predictors.module import FlowPredictorModule
+from mara.predictors.uncertainty import conformal_offset
 
 
 def _trainer_kwargs(cfg_trainer) -> dict:
@@ -36,7 +39,6 @@ def _trainer_kwargs(cfg_trainer) -> dict:
 
 def train_predictor(cfg: DictConfig) -> dict:
     """Train FM on the bank's fm_train split, early-stop on val/fm_loss, export ``<output_dir>/fm.ckpt``."""
-    from mara.core.runlog import setup_logging
 
     setup_logging()
     pc = cfg.predictor
@@ -47,8 +49,6 @@ def train_predictor(cfg: DictConfig) -> dict:
 def fit_flow(bank, pc, cfg_trainer, out: Path, seed: int = 0, families=None) -> dict:
     """Train the flow net on ``bank``'s fm_train curves of ``families`` (None: all), validating on their fm_val
     curves; calibrate the conformal band offset on those fm_val queries; export ``out/fm.ckpt``."""
-    from mara.core.progress_callback import ProgressCallback
-    from mara.core.runlog import log_hparams
 
     tc = pc.train
     L.seed_everything(seed, workers=True)
@@ -107,7 +107,6 @@ def seen_families(dm) -> list[str]:
 def compute_novelty(net, dm, n_train: int = 4096) -> dict:
     """Novelty reference for the fallback score: Gaussian fit of the context vectors of epoch-0 training
     examples, d² quantiles of the validation examples (training families only)."""
-    from mara.predictors.fm import novelty_stats
 
     _, ex = dm.train_examples_for_epoch(0)
 
@@ -123,9 +122,6 @@ def compute_novelty(net, dm, n_train: int = 4096) -> dict:
 
 def calibrate_band(net, pc, dm) -> dict:
     """Split-conformal offset of the q10–q90 band on the validation queries (training families' fm_val only)."""
-    from mara.predictors.data import observe, true_remaining
-    from mara.predictors.fm import FlowPredictor
-    from mara.predictors.uncertainty import conformal_offset
 
     inf = pc.get("inference", {}) or {}
     band = pc.get("band", {}) or {}

@@ -9,11 +9,12 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from mara.report.paper import copy_figures_for_readme, readme_markdown, write_report
+from mara.report.results import write_text_atomic
+from mara.report.sections import figure_link, figures_dir, replace_section
+
 
 def main(argv: list[str] | None = None) -> int:
-    from mara.report.paper import copy_figures_for_readme, readme_markdown, write_report
-    from mara.report.results import write_text_atomic
-    from mara.report.sections import figure_link, figures_dir, replace_section
 
     args = sys.argv[1:] if argv is None else argv
     try:

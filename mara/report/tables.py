@@ -22,6 +22,10 @@ import json
 import sys
 from pathlib import Path
 
+from mara.eval.lofo import lofo_markdown
+from mara.report.results import write_text_atomic
+from mara.report.sections import replace_section
+
 #: scripts/lara_sweep.sh's readings, in the README's order: (folder name, what it sets)
 LARA_READINGS = [
     ("faithful", "faithful (`LARA.yaml`: reserve 1 cold node, leftover warm LL → cold)"),
@@ -99,7 +103,6 @@ def lofo_section(run: Path) -> str | None:
     data = _json(run / "lofo" / "lofo.json")
     if data is None:
         return None
-    from mara.eval.lofo import lofo_markdown
 
     cfg = data.get("fm_cfg") or {}
     feat = (cfg.get("net") or {}).get("feature_set", "v3")
@@ -213,8 +216,6 @@ SECTIONS = {"rules": rules_section, "prediction": prediction_section, "lofo": lo
 def fill_readme(run: Path, readme: Path, names=None) -> dict[str, bool]:
     """Rewrite every section whose inputs are in ``run``; returns {section: written}. Every marker pair a written
     section needs is checked before the README is touched (missing markers: ValueError, README unchanged)."""
-    from mara.report.results import write_text_atomic
-    from mara.report.sections import replace_section
 
     run, readme = Path(run), Path(readme)
     if not run.is_dir():
