@@ -27,6 +27,7 @@ from mara.curves.bank import (
     load_bank,
     shipped_bank_path,
 )
+from mara.predictors.factory import predictor_from
 from mara.sim.env import BatchedEnv, check_node_options, isolated_feasible
 from mara.sim.workload import (
     EpisodeBatch,
@@ -166,11 +167,7 @@ def build_predictor_by_name(name: str | None, cfg: DictConfig, cache: dict, bank
         preds = cfg.get("predictors") or {}
         if name not in preds:
             raise ConfigError(f"predictor {name!r} is not configured (known: {', '.join(preds) or 'none'})")
-        try:
-            from mara.predictors import build_predictor
-        except ImportError as exc:
-            raise ConfigError(f"predictor {name!r} unavailable: {exc}") from None
-        cache[name] = build_predictor(preds[name], bank_path)
+        cache[name] = predictor_from(preds[name], bank_path)
     return cache[name]
 
 

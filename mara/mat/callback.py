@@ -15,7 +15,10 @@ import numpy as np
 import torch
 from torchmetrics import MeanMetric
 
+from mara.allocators.rules import EDF, FIFO
+from mara.allocators.slack import SlackRule
 from mara.mat.allocator import PolicyAllocator
+from mara.predictors.factory import predictor_from as build_named_predictor
 from mara.predictors.val_metrics import rank_share
 from mara.sim.env import BatchedEnv, run_episodes
 from mara.sim.workload import PAPER_TASK_SETS, EpisodeBatch, generate_episodes
@@ -33,8 +36,6 @@ def validation_episodes(bank, roots, n_episodes: int, task_set: str = "ID", load
 
 def baseline_allocators() -> dict:
     """FIFO, EDF, Slack-FM and (when present) LARA with the predictor each needs: name -> (allocator factory, predictor name)."""
-    from mara.allocators.rules import EDF, FIFO
-    from mara.allocators.slack import SlackRule
 
     out = {"FIFO": (FIFO, None), "EDF": (EDF, None), "Slack-FM": (SlackRule, "fm")}
     try:
@@ -64,7 +65,6 @@ class ValidationCallback(L.Callback):
                           fm_cache=fm_cache)
 
     def on_fit_start(self, trainer, pl_module) -> None:
-        from mara.mat.train import build_named_predictor
 
         self.episodes = validation_episodes(pl_module.env.bank, self.roots, self.n_episodes, self.task_set, self.load,
                                             n_steps=self.sim["n_steps"])

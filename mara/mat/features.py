@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from mara.allocators.slack import COLD, FINISHABLE, HOPELESS, band_quantile, slack_stage
 from mara.sim.env import Observation
 
 N_GLOBAL_FEATURES = 3
@@ -39,13 +40,6 @@ def n_features(feature_set: str = "v1") -> tuple[int, int]:
 
 def band_slot_features(obs: Observation, scale: float, q: float = BAND_Q) -> np.ndarray:
     """The v2 additions [E, K, 10] (zero where absent), from the observation only."""
-    from mara.allocators.slack import (
-        COLD,
-        FINISHABLE,
-        HOPELESS,
-        band_quantile,
-        slack_stage,
-    )
 
     tau = obs.remaining_time.astype(np.float64)
     med = np.asarray(obs.pred_remaining, dtype=np.float64)

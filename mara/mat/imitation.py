@@ -18,8 +18,10 @@ import time
 import numpy as np
 import torch
 
+from mara.core.config import build_allocators, load_method_cfg
 from mara.mat.nets import MATPolicy, to_env_actions
 from mara.mat.rollout import TrainingEnv
+from mara.predictors.truth import true_remaining_batches
 
 
 def teacher_choices(env_actions: np.ndarray, n_slots: int) -> torch.Tensor:
@@ -74,7 +76,6 @@ class TruthTeacher:
     @staticmethod
     def truth_observation(env):
         """The env's current observation with the estimate (and band) replaced by ``need − processed``."""
-        from mara.predictors.truth import true_remaining_batches
 
         o = env.observe()
         truth = true_remaining_batches(env.slot_need, env.slot_s, np.maximum(env.slot_cap - env.slot_s, 0))
@@ -90,7 +91,6 @@ def build_teacher(name: str):
     """The imitation teacher named in config (``mat.imitation.teacher``, a conf/method name). A method whose
     predictor is the ``truth`` bound (Slack-Truth) becomes a ``TruthTeacher``: labels from the true remaining
     batches, read from the simulator — never from the student's tokens."""
-    from mara.core.config import build_allocators, load_method_cfg
 
     cfg = load_method_cfg(name)
     rule = build_allocators(cfg)[0][1]

@@ -12,9 +12,12 @@ import torch
 from torch.utils.data import DataLoader
 
 from mara.mat import ppo as ppo_step
+from mara.mat.imitation import build_teacher, imitate
 from mara.mat.losses import explained_variance, gae
 from mara.mat.nets import MATPolicy
 from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout
+from mara.predictors.cache import FlowSampleCache
+from mara.predictors.factory import load_bank_and_predictor
 
 
 class MATModule(L.LightningModule):
@@ -34,7 +37,6 @@ class MATModule(L.LightningModule):
 
     # ----------------------------------------------------------------- setup
     def setup(self, stage: str) -> None:
-        from mara.mat.train import load_bank_and_predictor
 
         torch.set_num_threads(self.hparams.num_threads)
         hp = self.hparams
@@ -45,7 +47,6 @@ class MATModule(L.LightningModule):
                                n_steps=hp.sim["n_steps"])
         self.fm_cache = None
         if hp.rollout.get("fm_cache", False) and getattr(predictor, "supports_cache", False):
-            from mara.predictors.cache import FlowSampleCache
 
             self.fm_cache = FlowSampleCache(int(hp.rollout.get("fm_cache_entries", 100_000)))
         self.env = TrainingEnv(stream, bank, predictor, hp.reward, hp.sim["beta"], hp.sim["n_nodes"],
@@ -59,7 +60,6 @@ class MATModule(L.LightningModule):
 
     def warm_start(self, bank, predictor) -> dict:
         """Imitation warm start (``mat.imitation``): clone the teacher rule into the policy before PPO."""
-        from mara.mat.imitation import build_teacher, imitate
 
         hp, im = self.hparams, self.hparams.imitation
         # a rule teacher reads the estimates the simulator carries, i.e. MAT's own frozen predictor; Slack-Truth

@@ -12,33 +12,18 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
 from mara.core.config import conf_dir
+from mara.core.progress_callback import ProgressCallback
+from mara.core.runlog import log_hparams, setup_logging
+from mara.mat.callback import ValidationCallback
+from mara.mat.module import MATModule
+from mara.predictors.factory import load_bank_and_predictor, predictor_from  # noqa: F401 (re-exported)
 
 CONF_DIR = conf_dir()
 
 
 def build_named_predictor(name: str | None, bank_path=None):
-    """The frozen predictor named in config (``conf/predictor/<name>.yaml``), or None."""
-    if name is None:
-        return None
-    from mara.predictors import build_predictor
-
-    path = CONF_DIR / "predictor" / f"{name}.yaml"
-    cfg = OmegaConf.load(path) if path.exists() else OmegaConf.create({"name": name})
-    if "name" not in cfg:
-        cfg.name = name
-    return build_predictor(cfg, bank_path)
-
-
-def load_bank_and_predictor(bank_path: str | None, predictor: dict | str | None):
-    from mara.curves.bank import default_bank_path, load_bank
-
-    bank = load_bank(bank_path or default_bank_path())
-    if isinstance(predictor, dict) and "name" in predictor and len(predictor) > 1:
-        from mara.predictors import build_predictor
-
-        return bank, build_predictor(OmegaConf.create(predictor), bank.path)
-    name = predictor.get("name") if isinstance(predictor, dict) else predictor
-    return bank, build_named_predictor(name, bank.path)
+    """The frozen predictor named in config (``conf/predictor/<name>.yaml``), or None (``predictor_from``)."""
+    return predictor_from(name, bank_path)
 
 
 def resolve_config(cfg: DictConfig) -> dict:
@@ -82,10 +67,6 @@ def validation_load(c: dict) -> float:
 
 def train_policy(cfg: DictConfig, callbacks: list | None = None) -> dict:
     """Train per ``cfg.mat`` (conf/mat/default.yaml); returns the best checkpoint path and validation metrics."""
-    from mara.core.progress_callback import ProgressCallback
-    from mara.core.runlog import log_hparams, setup_logging
-    from mara.mat.callback import ValidationCallback
-    from mara.mat.module import MATModule
 
     setup_logging()
     c = resolve_config(cfg)

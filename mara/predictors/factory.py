@@ -1,0 +1,43 @@
+"""The one place that turns a predictor name or config into a predictor.
+
+A spec is ``None`` (no estimates), a name (``fm`` / ``wls`` / ``truth``: ``conf/predictor/<name>.yaml``), or a config
+mapping with ``name`` — Hydra-composed from the same ``conf/predictor/`` group (``predictor=...``,
+``predictors.fm....`` overrides), or just ``{name: ...}``, which reads the group's file. Training, validation,
+evaluation and the bench all build their predictors here, so every path reads one config source.
+"""
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from mara.core.config import conf_dir
+from mara.curves.bank import CurveBank, default_bank_path, load_bank
+from mara.predictors.protocol import RemainingPredictor, build_predictor
+
+
+def predictor_config(name: str) -> DictConfig:
+    """``conf/predictor/<name>.yaml`` (a bare ``{name}`` for a predictor without a file)."""
+    path = conf_dir("predictor", f"{name}.yaml")
+    cfg = OmegaConf.load(path) if path.exists() else OmegaConf.create({"name": name})
+    if "name" not in cfg:
+        cfg.name = name
+    return cfg
+
+
+def predictor_from(spec, bank_path=None) -> RemainingPredictor | None:
+    """The predictor for ``spec`` (see the module docstring); ``bank_path`` picks the FM checkpoint trained on that bank."""
+    if spec is None:
+        return None
+    if isinstance(spec, str):
+        return build_predictor(predictor_config(spec), bank_path)
+    cfg = spec if isinstance(spec, DictConfig) else OmegaConf.create(dict(spec))
+    if "name" not in cfg or cfg.name is None:
+        return None
+    if len(cfg) == 1:  # only a name: the group's file
+        return build_predictor(predictor_config(str(cfg.name)), bank_path)
+    return build_predictor(cfg, bank_path)
+
+
+def load_bank_and_predictor(bank_path: str | None, spec) -> tuple[CurveBank, RemainingPredictor | None]:
+    """The bank (``None``: the packaged default) and the predictor for ``spec`` built on it."""
+    bank = load_bank(bank_path or default_bank_path())
+    return bank, predictor_from(spec, bank.path)
