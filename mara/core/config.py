@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from mara.curves.bank import SHIPPED_BANKS_DIR
@@ -32,25 +34,20 @@ def available_methods() -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / "method").glob("*.yaml"))
 
 
-def _with_defaults(cfg: DictConfig, name: str, depth: int = 0) -> DictConfig:
-    """A method config may start from others: ``defaults: [BASE, _self_]`` merges BASE's config first."""
-    defaults = cfg.pop("defaults", None)
-    if not defaults:
-        return cfg
-    if depth > 5:
-        raise ConfigError(f"method {name!r}: defaults nest too deep")
-    out = OmegaConf.create({})
-    for d in defaults:
-        if d == "_self_":
-            out = OmegaConf.merge(out, cfg)
-            continue
-        base = CONF_DIR / "method" / f"{d}.yaml"
-        if not base.exists():
-            raise ConfigError(f"method {name!r}: defaults entry {d!r} is not a method")
-        out = OmegaConf.merge(out, _with_defaults(OmegaConf.load(base), d, depth + 1))
-    if "_self_" not in defaults:
-        out = OmegaConf.merge(out, cfg)
-    return out
+def compose_method(name: str) -> DictConfig:
+    """``conf/method/<name>.yaml`` composed by Hydra, so ``defaults: [BASE, _self_]`` starts it from another method
+    (``LARA-best`` from ``LARA``). Inside an entry point Hydra is already initialised on ``conf/``; elsewhere
+    (tests, job workers, notebooks) a temporary initialisation on ``conf_dir()`` is used."""
+    try:
+        if GlobalHydra.instance().is_initialized():
+            composed = compose(config_name=f"method/{name}")
+        else:
+            with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+                composed = compose(config_name=f"method/{name}")
+    except Exception as exc:  # a broken defaults entry, a YAML error: one line naming the method
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"method {name!r}: cannot compose conf/method/{name}.yaml: {first}") from None
+    return OmegaConf.create(OmegaConf.to_container(composed.method))  # a plain, open config (overrides may add keys)
 
 
 def load_method_cfg(name: str, overrides: DictConfig | dict | None = None) -> DictConfig:
@@ -58,7 +55,7 @@ def load_method_cfg(name: str, overrides: DictConfig | dict | None = None) -> Di
     path = CONF_DIR / "method" / f"{name}.yaml"
     if not path.exists():
         raise ConfigError(f"unknown method {name!r}; available: {', '.join(available_methods())}")
-    cfg = _with_defaults(OmegaConf.load(path), name)
+    cfg = compose_method(name)
     if overrides:
         cfg = OmegaConf.merge(cfg, overrides)
     if cfg.get("kind") not in ("policy", "bound"):
@@ -90,7 +87,6 @@ def shipped_policy_checkpoints(cfg: DictConfig, bank_path) -> list[dict]:
     """``[{train_seed, ckpt_path}, ...]`` of the policies shipped for a learned method (``shipped: <prefix>`` in its
     config: ``mara/data/checkpoints/<prefix>_<bank>_seed<N>.ckpt`` for a bank shipped in the package); [] if none."""
     import re
-
 
     prefix = cfg.get("shipped")
     bank = Path(bank_path).resolve()
