@@ -26,7 +26,8 @@ from mara.mat.softmax import log_softmax_last, softmax_last
 
 
 class Attention(nn.Module):
-    """Multi-head attention with a boolean ``allow [E, Lq, Lk]`` mask (every query must allow one key)."""
+    """Multi-head attention with a boolean ``allow [E, Lq, Lk]`` mask (or ``[E, 1, Lk]``, the same for every query;
+    every query must allow one key)."""
 
     def __init__(self, d: int, n_heads: int) -> None:
         super().__init__()
@@ -154,8 +155,7 @@ class MATPolicy(nn.Module):
         g = self.global_tok + self.global_in(tokens[:, 0, self.n_slot_features:])
         x = torch.cat([g[:, None], self.slot_in(tokens)], dim=1)
         allow_k = torch.cat([present.new_ones(E, 1), present], dim=1)
-        L = 1 + tokens.shape[1]  # 1 + K (fewer when the Plackett–Luce path drops absent slots, ``slot_buckets``)
-        allow = allow_k[:, None, :].expand(E, L, L)
+        allow = allow_k[:, None, :]  # [E, 1, 1+K]: every query allows the same keys (broadcast, not materialised)
         for blk in self.enc_blocks:
             x = blk(x, allow)
         mem = self.enc_ln(x)
