@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import torch
-from torch.nn import functional as F
 
 
 def choice_mask(present: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -10,9 +9,13 @@ def choice_mask(present: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
 
     present [E, K] bool, actions [E, M] long in 0..K -> allow [E, M, K+1] bool
     """
+    E, M = actions.shape
     K = present.shape[1]
-    chosen = F.one_hot(actions, K + 1)[..., :K]  # [E, M, K]
-    taken_before = chosen.cumsum(dim=1) - chosen
-    allow_slot = present[:, None, :] & (taken_before == 0)
-    idle = torch.ones_like(allow_slot[..., :1])
-    return torch.cat([allow_slot, idle], dim=-1)
+    chosen = actions[..., None] == torch.arange(K, device=actions.device)  # [E, M, K]
+    allow = torch.empty((E, M, K + 1), dtype=torch.bool, device=actions.device)
+    allow[..., K] = True  # idle
+    open_slots = present
+    for i in range(M):  # M small: one [E, K] step per node beats one-hot + cumsum over [E, M, K] (issue 22)
+        allow[:, i, :K] = open_slots
+        open_slots = open_slots & ~chosen[:, i]
+    return allow

@@ -22,10 +22,12 @@ from torch import nn
 from mara.mat import plackett_luce
 from mara.mat.features import N_GLOBAL_FEATURES, n_features
 from mara.mat.masks import choice_mask
+from mara.mat.softmax import log_softmax_last, softmax_last
 
 
 class Attention(nn.Module):
-    """Multi-head attention with a boolean ``allow [E, Lq, Lk]`` mask (every query must allow one key)."""
+    """Multi-head attention with a boolean ``allow [E, Lq, Lk]`` mask (or ``[E, 1, Lk]``, the same for every query;
+    every query must allow one key)."""
 
     def __init__(self, d: int, n_heads: int) -> None:
         super().__init__()
@@ -46,7 +48,7 @@ class Attention(nn.Module):
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(d // self.h)
         if allow is not None:
             scores = scores.masked_fill(~allow[:, None], float("-inf"))
-        out = torch.softmax(scores, dim=-1) @ v
+        out = softmax_last(scores) @ v
         return self.o(out.transpose(1, 2).reshape(E, Lq, d))
 
     def forward(self, x: torch.Tensor, mem: torch.Tensor, allow: torch.Tensor | None) -> torch.Tensor:
@@ -153,8 +155,7 @@ class MATPolicy(nn.Module):
         g = self.global_tok + self.global_in(tokens[:, 0, self.n_slot_features:])
         x = torch.cat([g[:, None], self.slot_in(tokens)], dim=1)
         allow_k = torch.cat([present.new_ones(E, 1), present], dim=1)
-        L = 1 + tokens.shape[1]  # 1 + K (fewer when the Plackett–Luce path drops absent slots, ``slot_buckets``)
-        allow = allow_k[:, None, :].expand(E, L, L)
+        allow = allow_k[:, None, :]  # [E, 1, 1+K]: every query allows the same keys (broadcast, not materialised)
         for blk in self.enc_blocks:
             x = blk(x, allow)
         mem = self.enc_ln(x)
@@ -246,7 +247,7 @@ class MATPolicy(nn.Module):
             for blk, kv, cache in zip(self.dec_blocks, mem_kv, caches):
                 x = blk.step(x, cache, kv, allow_mem)
             logits = self._logits(self.dec_ln(x), ptr_keys)[:, 0]
-            logp = torch.log_softmax(logits.masked_fill(~allow, torch.finfo(logits.dtype).min), dim=-1)
+            logp = log_softmax_last(logits.masked_fill(~allow, torch.finfo(logits.dtype).min))
             if deterministic:
                 a = logp.argmax(dim=-1)
             else:
@@ -269,7 +270,7 @@ class MATPolicy(nn.Module):
         else:
             mem, allow_k, value = self.encode(tokens, present)
             logits = self.decode(mem, allow_k, present, actions)
-        logp = torch.log_softmax(logits, dim=-1)  # [E, M, K+1]
+        logp = log_softmax_last(logits)  # [E, M, K+1]
         logprob = logp.gather(2, actions[..., None]).squeeze(-1).sum(dim=1)
         p = logp.exp()
         entropy = -(torch.where(p > 0, p * logp, torch.zeros_like(p))).sum(dim=2).mean(dim=1)  # as in MAT: averaged over agents

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from mara.mat.masks import choice_mask
+from mara.mat.softmax import log_softmax_last
 
 
 def masked_logits(scores: torch.Tensor, present: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -28,7 +29,7 @@ def masked_logits(scores: torch.Tensor, present: torch.Tensor, actions: torch.Te
 
 def log_prob(scores: torch.Tensor, present: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     """Exact log-probability [E] of the ordered joint action ``actions [E, M]``."""
-    logp = torch.log_softmax(masked_logits(scores, present, actions), dim=-1)
+    logp = log_softmax_last(masked_logits(scores, present, actions))
     return logp.gather(2, actions[..., None]).squeeze(-1).sum(dim=1)
 
 

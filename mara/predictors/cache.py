@@ -75,11 +75,11 @@ class FlowSampleCache:
 
     def missing(self, keys: list) -> np.ndarray:
         """Indices of ``keys`` not cached (counted as misses; the others as hits)."""
-        miss = np.fromiter((k not in self._index for k in keys), dtype=bool, count=len(keys))
-        n_miss = int(miss.sum())
-        self.misses += n_miss
-        self.hits += len(keys) - n_miss
-        return np.flatnonzero(miss)
+        index = self._index
+        miss = [i for i, k in enumerate(keys) if k not in index]
+        self.misses += len(miss)
+        self.hits += len(keys) - len(miss)
+        return np.asarray(miss, dtype=np.int64)
 
     def put(self, keys: list, *arrays: np.ndarray) -> None:
         """Store row i of every array under ``keys[i]``."""
@@ -94,11 +94,11 @@ class FlowSampleCache:
 
     def get(self, keys: list) -> tuple[np.ndarray, ...]:
         """The stored arrays of cached ``keys`` (all of one shape signature), each stacked over the keys (copies)."""
-        hits = [self._index[k] for k in keys]
-        store = hits[0][0]
-        if any(h[0] is not store for h in hits):
+        stores, rows = zip(*map(self._index.__getitem__, keys))
+        store = stores[0]
+        if stores.count(store) != len(stores):
             raise ValueError("FlowSampleCache.get: keys of different shapes in one call")
-        rows = np.fromiter((h[1] for h in hits), dtype=np.int64, count=len(hits))
+        rows = np.asarray(rows, dtype=np.int64)
         return tuple(slab[rows] for slab in store.slabs)
 
     def stats(self) -> dict:

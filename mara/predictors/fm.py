@@ -203,8 +203,11 @@ class FlowPredictor:
         out = np.repeat(cap[:, None], len(qs), axis=1)
         score = np.zeros(len(cap))
         warm = lengths >= self.min_obs
-        settings = np.array([self.per_family.get(f, (self.n_samples, self.n_steps)) for f in family]) \
-            if family is not None else np.tile([self.n_samples, self.n_steps], (len(cap), 1))
+        settings = np.tile(np.array([self.n_samples, self.n_steps], np.int64), (len(cap), 1))
+        if family is not None and self.per_family:  # a vectorised lookup per overridden family (not one per row)
+            fam = np.asarray(family)
+            for f, ns_nt in self.per_family.items():
+                settings[fam == f] = ns_nt
         for ns, nt in {tuple(r) for r in settings[warm].tolist()}:
             idx = np.flatnonzero(warm & (settings[:, 0] == ns) & (settings[:, 1] == nt))
             bs = np.asarray(batch_size)[idx]
