@@ -12,7 +12,6 @@ from mara.sim.env import BatchedEnv, run_episodes
 from mara.sim.workload import (
     PAPER_TASK_SETS,
     generate_episodes,
-    generate_stress_episodes,
 )
 from tests.test_entrypoints import tiny
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf, open_dict
+from omegaconf import OmegaConf
 
 from mara.core.config import CONF_DIR, ConfigError, available_methods, load_method_cfg
 from mara.curves.bank import BankError, write_bank

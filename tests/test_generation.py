@@ -6,7 +6,6 @@ import math
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from mara.allocators.slack import SlackRule
-from mara.sim.env import IDLE, BatchedEnv, run_episodes
+from mara.sim.env import IDLE, BatchedEnv
 
 ROOT = Path(__file__).resolve().parents[1]
 

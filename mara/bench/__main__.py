@@ -21,7 +21,18 @@ import time
 import numpy as np
 
 from mara.allocators.rules import EDF, FIFO
+from mara.bounds.clairvoyant_k import clairvoyant_k_batch
 from mara.curves.bank import default_bank_path, load_bank, shipped_bank_path
+from mara.curves.families import ID_FAMILIES
+from mara.eval.prediction import CONF_PREDICTOR, build_queries
+from mara.mat import ppo as ppo_step
+from mara.mat.losses import gae
+from mara.mat.nets import MATPolicy
+from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout
+from mara.mat.train import CONF_DIR, build_named_predictor
+from mara.predictors import build_predictor
+from mara.predictors.cache import FlowSampleCache
+from mara.predictors.data import observe
 from mara.sim.env import BatchedEnv
 from mara.sim.workload import PAPER_TASK_SETS, EpisodeBatch, generate_episodes
 
@@ -62,7 +73,6 @@ def rule_protocol_seconds(bank, loads=(0.04, 0.05, 0.06, 0.07), roots=5, episode
 
 def clairvoyant_seconds(bank, roots=5, episodes=12, time_limit_s=10.0) -> tuple[float, int, int]:
     """Wall time of Clairvoyant (admission limit modelled) over the p = 0.04 protocol; returns (seconds, optimal count, episodes)."""
-    from mara.bounds.clairvoyant_k import clairvoyant_k_batch
 
     ep = EpisodeBatch.concat([generate_episodes(bank, bank.family_params, ts, 0.04, r, episodes) for ts in PAPER_TASK_SETS.values() for r in range(roots)])
     t0 = time.perf_counter()
@@ -76,10 +86,6 @@ def predictor_ms_per_prefix(bank, variants=(None, "v3"), repeats: int = 7) -> tu
     import torch
     from omegaconf import OmegaConf
 
-    from mara.curves.families import ID_FAMILIES
-    from mara.eval.prediction import CONF_PREDICTOR, build_queries
-    from mara.predictors import build_predictor
-    from mara.predictors.data import observe
 
     torch.set_num_threads(1)
     q = build_queries(bank, [f for f in ID_FAMILIES if len(bank.rows(f, "fm_val"))], "fm_val", bank.family_params)
@@ -109,12 +115,6 @@ def mat_throughput(bank, predictor_name: str | None = "fm", iterations: int = 3,
     import torch
     from omegaconf import OmegaConf
 
-    from mara.mat import ppo as ppo_step
-    from mara.mat.losses import gae
-    from mara.mat.nets import MATPolicy
-    from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout
-    from mara.mat.train import CONF_DIR, build_named_predictor
-    from mara.predictors.cache import FlowSampleCache
 
     torch.set_num_threads(threads)
     cfg = OmegaConf.load(CONF_DIR / "mat" / f"{recipe}.yaml")

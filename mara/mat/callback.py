@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torchmetrics import MeanMetric
 
+from mara.allocators.lara import LARA
 from mara.allocators.rules import EDF, FIFO
 from mara.allocators.slack import SlackRule
 from mara.mat.allocator import PolicyAllocator
@@ -38,12 +39,7 @@ def baseline_allocators() -> dict:
     """FIFO, EDF, Slack-FM and (when present) LARA with the predictor each needs: name -> (allocator factory, predictor name)."""
 
     out = {"FIFO": (FIFO, None), "EDF": (EDF, None), "Slack-FM": (SlackRule, "fm")}
-    try:
-        from mara.allocators.lara import LARA
-
-        out["LARA"] = (LARA, "wls")
-    except ImportError:
-        pass
+    out["LARA"] = (LARA, "wls")
     return out
 
 

@@ -11,12 +11,14 @@ from typing import Mapping
 import numpy as np
 import torch
 
+from mara.curves.bank import SHIPPED_BANKS_DIR, default_bank_path
 from mara.predictors.crossing import decode_crossing
 from mara.predictors.features import history_features, static_context
 from mara.predictors.flow import euler_sample, sobol_gaussian
 from mara.predictors.nets import FlowNet
 from mara.predictors.targets import DELTA, bin_edges, reconstruct_L
 from mara.predictors.uncertainty import DEFAULT_QUANTILES, apply_offset
+from mara.predictors.wls import WLSPredictor
 
 MIN_OBS = 4
 
@@ -25,7 +27,6 @@ def default_ckpt_path(bank_path=None, variant: str | None = None) -> Path:
     """The shipped FM checkpoint trained on a bank: ``mara/data/checkpoints/fm_<bank>[_<variant>].ckpt`` for a bank
     shipped in the package (so ``bank=parametric`` gets the FM trained on parametric curves), else the default
     bank's. ``variant`` (``predictor.ckpt_variant``) names a later predictor, e.g. ``v3`` -> fm_zoo_v3.ckpt."""
-    from mara.curves.bank import SHIPPED_BANKS_DIR, default_bank_path
 
     ckpts = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
     suffix = f"_{variant}" if variant else ""
@@ -223,7 +224,6 @@ class FlowPredictor:
 
     def _wls_band(self, S, L, lengths, eps, cap, batch_size, lr):
         if self._wls is None:
-            from mara.predictors.wls import WLSPredictor
 
             self._wls = WLSPredictor(min_obs=self.min_obs)
         return self._wls.predict_quantiles(S, L, lengths, eps, cap, batch_size, lr)[:, 1]
