@@ -66,3 +66,18 @@ def test_the_graph_sees_imports():
     """The cycle test reads real edges (a graph without edges would pass it vacuously)."""
     graph = _graph()
     assert "mara.core.config" in graph["mara.eval.runner"] and sum(map(len, graph.values())) > 50
+
+
+def test_no_in_package_import_inside_a_function():
+    """Every ``from mara... import`` sits at module level, so the import graph above is the whole graph."""
+    inside = []
+    for path in PKG.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mara"):
+                        inside.append(f"{path.relative_to(PKG.parent)}:{node.lineno} {node.module}")
+                    elif isinstance(node, ast.Import) and any(a.name.startswith("mara") for a in node.names):
+                        inside.append(f"{path.relative_to(PKG.parent)}:{node.lineno}")
+    assert not inside, inside
