@@ -75,7 +75,6 @@ def install_bank(path, max_mib: float = 20.0):
     """Copy a merged, calibrated bank to ``mara/data/banks/zoo.parquet`` (the default from then on)."""
     import shutil
 
-
     path = Path(path)
     load_bank(path)  # validates every row before it can become the default
     size = path.stat().st_size / 2**20

@@ -86,7 +86,6 @@ def predictor_ms_per_prefix(bank, variants=(None, "v3"), repeats: int = 7) -> tu
     import torch
     from omegaconf import OmegaConf
 
-
     torch.set_num_threads(1)
     q = build_queries(bank, [f for f in ID_FAMILIES if len(bank.rows(f, "fm_val"))], "fm_val", bank.family_params)
     S, L = observe(bank, q["rows"], q["n_obs"])
@@ -114,7 +113,6 @@ def mat_throughput(bank, predictor_name: str | None = "fm", iterations: int = 3,
     the FM cache); the result includes the FM cache hit rate over the timed iterations."""
     import torch
     from omegaconf import OmegaConf
-
 
     torch.set_num_threads(threads)
     cfg = OmegaConf.load(CONF_DIR / "mat" / f"{recipe}.yaml")

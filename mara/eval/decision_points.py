@@ -67,7 +67,6 @@ def decision_points_from_cfg(cfg) -> dict:
 
     from omegaconf import OmegaConf
 
-
     dp = cfg.prediction.decision_points
     bank = load_bank_from_cfg(cfg)
     protocol = replace(protocol_from_cfg(cfg), loads=[float(x) for x in dp.loads], scenario="random")

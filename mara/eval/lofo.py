@@ -62,7 +62,6 @@ def run_lofo(bank: CurveBank, fm_cfg, wls_cfg, out_dir, families=None, test_spli
     import torch
     from omegaconf import OmegaConf
 
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     fams = lofo_families(bank, families)
@@ -107,7 +106,6 @@ def run_lofo(bank: CurveBank, fm_cfg, wls_cfg, out_dir, families=None, test_spli
 def run_lofo_experiment(cfg, out: Path) -> dict:
     """Config entry (``experiment=prediction_lofo``): bank.path, lofo.*, predictors.fm / predictors.wls."""
     from omegaconf import OmegaConf
-
 
     predictor_dir = conf_dir("predictor")
     lc = cfg.get("lofo", {}) or {}

@@ -234,7 +234,6 @@ def run_prediction_experiment(cfg) -> dict:
     FM/WLS settings: prediction.fm/wls, else predictors.fm/wls (so ``predictors.fm.ckpt_path=...`` picks a checkpoint)."""
     from omegaconf import OmegaConf
 
-
     predictor_dir = conf_dir("predictor")
     pc = cfg.get("prediction", {}) or {}
     composed = cfg.get("predictors", {}) or {}  # evaluate.yaml composes conf/predictor/* here (CLI-overridable)

@@ -126,7 +126,6 @@ def export_bank(cfg: DictConfig, bank, out: Path) -> Path:
     """The bank with every family's ε/budget scaled as in live mode (to train a MARA policy for live settings)."""
     import pyarrow.parquet as pq
 
-
     table = scaled_family_params(bank, bank.families, float(cfg.live.time_scale), float(cfg.live.calibration_target))
     # the same calibration bank a live run with these settings uses (auto: real data -> live_real), so the policy
     # trains on the ε a live run will set

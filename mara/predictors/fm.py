@@ -57,6 +57,15 @@ def load_net(path) -> tuple[FlowNet, dict]:
     return net, blob
 
 
+def _prefix_end(S, L, lengths, cap_remaining, batch_size):
+    """Arrays as float64/int64 and each prefix's end: (S, L, lengths, S0 [B], L0 [B], horizon h [B] in samples)."""
+    S, L = np.asarray(S, np.float64), np.asarray(L, np.float64)
+    lengths = np.asarray(lengths, np.int64)
+    rows, last = np.arange(S.shape[0]), lengths - 1
+    h = np.maximum(np.asarray(cap_remaining, np.float64), 1.0) * np.asarray(batch_size, np.float64)
+    return S, L, lengths, S[rows, last], L[rows, last], h
+
+
 class FlowPredictor:
     """RemainingPredictor: Sobol noise → Euler → Eq. 6 reconstruction → first crossing per sample → median.
 
@@ -110,14 +119,8 @@ class FlowPredictor:
 
     def _inputs(self, S, L, lengths, cap_remaining, batch_size, lr):
         """Net inputs from the observed prefix only: x [B, H, 4], static, S0, L0, horizon (samples), bs."""
-        S = np.asarray(S, np.float64)
-        L = np.asarray(L, np.float64)
-        lengths = np.asarray(lengths, np.int64)
-        B = S.shape[0]
-        last = lengths - 1
-        S0, L0 = S[np.arange(B), last], L[np.arange(B), last]
+        S, L, lengths, S0, L0, h = _prefix_end(S, L, lengths, cap_remaining, batch_size)
         bs = np.asarray(batch_size, np.float64)
-        h = np.maximum(np.asarray(cap_remaining, np.float64), 1.0) * bs
         H = int(lengths.max())
         fs = getattr(self.net, "feature_set", "v1")
         x = torch.from_numpy(history_features(S[:, :H], L[:, :H], lengths, bs, fs).astype(np.float32))
@@ -140,13 +143,7 @@ class FlowPredictor:
 
     def _sample(self, S, L, lengths, cap_remaining, batch_size, lr, n_samples: int, n_steps: int):
         """(s_edges [B, K+1], L̂ [B, N, K+1], context vectors [B, D])."""
-        lengths = np.asarray(lengths, np.int64)
-        S = np.asarray(S, np.float64)
-        L = np.asarray(L, np.float64)
-        B = S.shape[0]
-        last = lengths - 1
-        S0, L0 = S[np.arange(B), last], L[np.arange(B), last]
-        h = np.maximum(np.asarray(cap_remaining, np.float64), 1.0) * np.asarray(batch_size, np.float64)
+        S, L, lengths, S0, L0, h = _prefix_end(S, L, lengths, cap_remaining, batch_size)
         y, c = self._net_samples(S, L, lengths, cap_remaining, batch_size, lr, n_samples, n_steps)
         edges = bin_edges(S0, h, self.net.n_bins)
         _, L_hat = reconstruct_L(y.astype(np.float64), edges[:, None, :], L0[:, None], self.delta)

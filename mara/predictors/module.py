@@ -102,7 +102,6 @@ class FlowPredictorModule(L.LightningModule):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-
         bank, k = dm.bank, self.hparams.obs_every
         rows = dm.val_rows[:: max(1, len(dm.val_rows) // 4)][:4]
         n_obs = np.full(len(rows), 10)
