@@ -39,3 +39,14 @@ def small_bank(tmp_path_factory):
     path = tmp_path_factory.mktemp("banks") / "small.parquet"
     build_parametric_bank(path, families=ALL_FAMILIES, counts={"fm_train": 4, "fm_val": 2, "pool": 8}, seed=3)
     return load_bank(path)
+
+
+@pytest.fixture
+def one_thread():
+    """Torch on one thread for the test, restored after (used by the zoo-job tests: ``usefixtures("one_thread")``)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

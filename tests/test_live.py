@@ -28,12 +28,7 @@ def spec(j, seed=11, bs=4):
     return JobSpec(job_id=j, family=FAM, seed=seed + j, batch_size=bs, lr=1e-3, source="synthetic")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 class _BatchLog(L.LightningModule):

@@ -28,12 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("MARA_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def test_every_family_has_its_data_sets_datamodule():
