@@ -117,14 +117,14 @@ def test_truth_teacher_is_slack_truth_step_by_step():
     FM env do not change with the teacher."""
     from mara.curves.bank import default_bank_path, load_bank
     from mara.mat.imitation import TruthTeacher, build_teacher
-    from mara.mat.train import build_named_predictor
+    from mara.predictors.factory import predictor_from
     from mara.sim.env import BatchedEnv
     from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
 
     bank = load_bank(default_bank_path())
     mk = lambda: generate_episodes(bank, bank.family_params, PAPER_TASK_SETS["ID"], 0.06, 1000, 2, n_steps=150)
-    truth_env = BatchedEnv(mk(), bank, predictor=build_named_predictor("truth", bank.path))
-    fm_env = BatchedEnv(mk(), bank, predictor=build_named_predictor("fm", bank.path))
+    truth_env = BatchedEnv(mk(), bank, predictor=predictor_from("truth", bank.path))
+    fm_env = BatchedEnv(mk(), bank, predictor=predictor_from("fm", bank.path))
     teacher = build_teacher("Slack-Truth")
     assert isinstance(teacher, TruthTeacher) and not isinstance(build_teacher("Slack-FM-q"), TruthTeacher)
     slack_truth = build_teacher("Slack-FM")  # the plain least-slack rule, fed truth estimates by truth_env

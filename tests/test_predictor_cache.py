@@ -21,9 +21,9 @@ def bank():
 
 @pytest.fixture(scope="module")
 def fm(bank):
-    from mara.mat.train import build_named_predictor
+    from mara.predictors.factory import predictor_from
 
-    return build_named_predictor("fm", bank.path)
+    return predictor_from("fm", bank.path)
 
 
 def _estimates(bank, fm, ep, cache):

@@ -19,10 +19,10 @@ import torch
 
 def _bank_and_fm():
     from mara.curves.bank import default_bank_path, load_bank
-    from mara.mat.train import build_named_predictor
+    from mara.predictors.factory import predictor_from
 
     bank = load_bank(default_bank_path())
-    return bank, build_named_predictor("fm", bank.path)
+    return bank, predictor_from("fm", bank.path)
 
 
 def actions(out: str) -> None:

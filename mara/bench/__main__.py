@@ -29,10 +29,11 @@ from mara.mat import ppo as ppo_step
 from mara.mat.losses import gae
 from mara.mat.nets import MATPolicy
 from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout
-from mara.mat.train import CONF_DIR, build_named_predictor
+from mara.mat.train import CONF_DIR
 from mara.predictors import build_predictor
 from mara.predictors.cache import FlowSampleCache
 from mara.predictors.data import observe
+from mara.predictors.factory import predictor_from
 from mara.sim.env import BatchedEnv
 from mara.sim.workload import PAPER_TASK_SETS, EpisodeBatch, generate_episodes
 
@@ -122,7 +123,7 @@ def mat_throughput(bank, predictor_name: str | None = "fm", iterations: int = 3,
     cfg.merge_with_dotlist(list(overrides or []))
     c = OmegaConf.to_container(cfg, resolve=True)
     ro, ppo, sim = c["rollout"], c["ppo"], c["sim"]
-    predictor = build_named_predictor(predictor_name, bank.path)
+    predictor = predictor_from(predictor_name, bank.path)
     cache = FlowSampleCache(int(ro.get("fm_cache_entries", 100_000))) \
         if ro.get("fm_cache") and getattr(predictor, "supports_cache", False) else None
     stream = EpisodeStream(bank, bank.family_params, "ID", 0.04, 424242, ro["n_episodes"], n_steps=sim["n_steps"])

@@ -19,7 +19,7 @@ from mara.allocators.lara import LARA
 from mara.allocators.rules import EDF, FIFO
 from mara.allocators.slack import SlackRule
 from mara.mat.allocator import PolicyAllocator
-from mara.predictors.factory import predictor_from as build_named_predictor
+from mara.predictors.factory import predictor_from
 from mara.predictors.val_metrics import rank_share
 from mara.sim.env import BatchedEnv, run_episodes
 from mara.sim.workload import PAPER_TASK_SETS, EpisodeBatch, generate_episodes
@@ -66,7 +66,7 @@ class ValidationCallback(L.Callback):
                                             n_steps=self.sim["n_steps"])
         if self.with_baselines and not self.baselines:
             for name, (cls, pred_name) in baseline_allocators().items():
-                m = run_episodes(self._env(pl_module, build_named_predictor(pred_name, pl_module.env.bank.path)), cls())
+                m = run_episodes(self._env(pl_module, predictor_from(pred_name, pl_module.env.bank.path)), cls())
                 self.baselines[name] = float(np.mean(m["success_rate"]))
 
     def on_train_start(self, trainer, pl_module) -> None:

@@ -16,14 +16,8 @@ from mara.core.progress_callback import ProgressCallback
 from mara.core.runlog import log_hparams, setup_logging
 from mara.mat.callback import ValidationCallback
 from mara.mat.module import MATModule
-from mara.predictors.factory import load_bank_and_predictor, predictor_from  # noqa: F401 (re-exported)
 
 CONF_DIR = conf_dir()
-
-
-def build_named_predictor(name: str | None, bank_path=None):
-    """The frozen predictor named in config (``conf/predictor/<name>.yaml``), or None (``predictor_from``)."""
-    return predictor_from(name, bank_path)
 
 
 def resolve_config(cfg: DictConfig) -> dict:
