@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from mara.core.cli import check_group_overrides, output_dir, run_cli
 from mara.core.config import (
     ConfigError,
-    check_predictor_allowed,
+    check_method_cfg,
     load_method_cfg,
     with_shipped_policies,
 )
@@ -55,7 +55,7 @@ def evaluate(cfg: DictConfig) -> dict:
     methods = list(cfg.methods)
     overrides = OmegaConf.to_container(cfg.method_overrides, resolve=True) if cfg.get("method_overrides") else {}
     for m in methods:  # fail fast on unknown names and on a learned policy given the truth predictor, before any work
-        check_predictor_allowed(load_method_cfg(m, overrides.get(m)))
+        check_method_cfg(load_method_cfg(m, overrides.get(m)))
     bank = load_bank_from_cfg(cfg)
     if cfg.get("shipped_policies", True):  # a learned method given no checkpoint evaluates the shipped policies
         overrides, shipped = with_shipped_policies(methods, overrides, bank.path)

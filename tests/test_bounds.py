@@ -47,3 +47,20 @@ def test_stress_numbers(tmp_path, small_bank):
     s = {m: res["summary"][m]["stress"]["0"]["mean"] for m in res["summary"]}
     assert s["FIFO"] == 0.0 and s["EDF"] == 0.0
     assert s["Oracle"] == pytest.approx(65.0) and s["Clairvoyant"] == pytest.approx(65.0)
+
+
+def test_clairvoyant_workers_give_the_same_rows(tmp_path, small_bank):
+    """Episodes solved in 2 worker processes: the same bounds, in the same episode order, as one process."""
+    rows = {}
+    for w in (1, 2):
+        res = evaluate(tiny(tmp_path / f"w{w}", small_bank.path, "methods=[Clairvoyant]", "eval.episodes=3",
+                            f"+method_overrides={{Clairvoyant:{{workers:{w}}}}}"))
+        rows[w] = [(r["task_set"], r["root"], r["episode"], r["succeeded"], r["optimal"]) for r in res["rows"]]
+    assert rows[1] == rows[2] and all(r[4] for r in rows[1]) and len(rows[1]) >= 3
+
+
+def test_clairvoyant_workers_config_mistake(tmp_path, small_bank):
+    from mara.core.config import ConfigError
+
+    with pytest.raises(ConfigError, match="workers must be an integer >= 0"):
+        evaluate(tiny(tmp_path, small_bank.path, "methods=[Clairvoyant]", "+method_overrides={Clairvoyant:{workers:-1}}"))

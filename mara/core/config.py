@@ -80,6 +80,14 @@ def check_predictor_allowed(cfg: DictConfig) -> None:
                           f"own curve) and is refused to learned policies at evaluation time; use fm or wls")
 
 
+def check_method_cfg(cfg: DictConfig) -> None:
+    """Settings of a composed method config that the runner reads, checked before any work (one-line ConfigError)."""
+    check_predictor_allowed(cfg)
+    w = cfg.get("workers", 1)
+    if isinstance(w, bool) or not isinstance(w, int) or w < 0:
+        raise ConfigError(f"method {cfg.name!r}: workers must be an integer >= 0 (0: one per CPU core), got {w!r}")
+
+
 SHIPPED_CKPT_DIR = PACKAGE_DIR / "data" / "checkpoints"
 
 

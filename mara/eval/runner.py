@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mara.bounds.clairvoyant import clairvoyant_batch
 from mara.bounds.clairvoyant_k import clairvoyant_k_batch
+from mara.bounds.parallel import map_episodes, resolve_workers
 from mara.core.config import (
     ConfigError,
     build_allocators,
@@ -233,23 +234,18 @@ def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: DictConfig, pr
     elif name == "Clairvoyant":
         limit = float(mcfg.get("time_limit_s", 10.0))
         speed = opts["node_speed"]
-        if hetero and mcfg.get("admission_limit", True):  # issue 25: speeds exact, switch costs relaxed (a bound when > 0)
-
-            solve = lambda sl: clairvoyant_k_batch(ep.arrival[sl], ep.deadline[sl], ep.need[sl], ep.n_tasks[sl], n_nodes=int(sim.nodes), max_active=int(sim.max_active), time_limit_s=limit, node_speed=speed)  # noqa: E731
-        elif hetero:  # and K relaxed
-
-            solve = lambda sl: clairvoyant_batch(ep.arrival[sl], ep.deadline[sl], ep.need[sl], ep.n_tasks[sl], n_nodes=int(sim.nodes), time_limit_s=limit, node_speed=speed)  # noqa: E731
-        elif mcfg.get("admission_limit", True):  # exact, with the FIFO admission limit K
-
-            solve = lambda sl: clairvoyant_k_batch(ep.arrival[sl], ep.deadline[sl], ep.need[sl], ep.n_tasks[sl], n_nodes=int(sim.nodes), max_active=int(sim.max_active), time_limit_s=limit)  # noqa: E731
-        else:  # K relaxed: a looser, faster upper bound
-
-            solve = lambda sl: clairvoyant_batch(ep.arrival[sl], ep.deadline[sl], ep.need[sl], ep.n_tasks[sl], n_nodes=int(sim.nodes), time_limit_s=limit)  # noqa: E731
-        res = []
-        for e in range(ep.E):  # one episode at a time, so a long solve still reports progress
-            res += solve(slice(e, e + 1))
-            if progress is not None:
-                progress((e + 1) / ep.E)
+        try:
+            workers = resolve_workers(mcfg.get("workers", 1))
+        except ValueError as exc:
+            raise ConfigError(f"method {name}: {exc}") from None
+        with_k = bool(mcfg.get("admission_limit", True))  # exact with the FIFO admission limit K; false: K relaxed (looser, cheaper)
+        kwargs = {"n_nodes": int(sim.nodes), "time_limit_s": limit}
+        if with_k:
+            kwargs["max_active"] = int(sim.max_active)
+        if hetero:  # issue 25: speeds exact (with K), switch costs relaxed (a bound when > 0)
+            kwargs["node_speed"] = speed
+        jobs = [(with_k, ep.arrival[e:e + 1], ep.deadline[e:e + 1], ep.need[e:e + 1], ep.n_tasks[e:e + 1], kwargs) for e in range(ep.E)]
+        res = map_episodes(_clairvoyant_one, jobs, workers, progress)  # one episode per job, so a long solve still reports progress
         succ = np.array([r.upper_bound for r in res])
         extra = {"optimal": [bool(r.optimal) for r in res], "solve_time_s": [float(r.solve_time_s) for r in res]}
         if hetero:  # what the number is: with a relaxation, "optimal" means the relaxation was solved
@@ -260,6 +256,11 @@ def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: DictConfig, pr
         raise ConfigError(f"unknown bound {name!r} (known: Oracle, Clairvoyant)")
     metrics = {"n_tasks": n, "succeeded": succ, "success_rate": np.where(n > 0, succ / np.maximum(n, 1), np.nan)}
     return metrics, extra
+
+
+def _clairvoyant_one(with_k: bool, arrival, deadline, need, n_tasks, kwargs: dict):
+    """The Clairvoyant bound of one episode (``[1, N]`` arrays): module-level so worker processes can run it."""
+    return (clairvoyant_k_batch if with_k else clairvoyant_batch)(arrival, deadline, need, n_tasks, **kwargs)[0]
 
 
 def method_outcome_note(exc: BaseException) -> tuple[str, str]:
