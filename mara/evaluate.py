@@ -97,6 +97,9 @@ def evaluate(cfg: DictConfig) -> dict:
                 "max_solve_time_s": float(max(times)),
                 "admission_limit": bool(load_method_cfg("Clairvoyant", (cfg.get("method_overrides") or {}).get("Clairvoyant")).get("admission_limit", True)),
             }
+            kinds = sorted({r["bound_kind"] for r in cl if r.get("bound_kind")})
+            if kinds:  # heterogeneous nodes / switch costs (issue 25): what the number is
+                extra["clairvoyant"]["bound_kind"] = ", ".join(kinds)
         return build_results(rows, extra)
 
     def checkpoint(rows, notes, timings):  # after every method: what is done is on disk

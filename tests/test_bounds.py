@@ -64,3 +64,13 @@ def test_clairvoyant_workers_config_mistake(tmp_path, small_bank):
 
     with pytest.raises(ConfigError, match="workers must be an integer >= 0"):
         evaluate(tiny(tmp_path, small_bank.path, "methods=[Clairvoyant]", "+method_overrides={Clairvoyant:{workers:-1}}"))
+
+
+def test_results_say_what_the_hetero_bound_is(tmp_path, small_bank):
+    """With switch costs the Clairvoyant relaxes them: results.json and results.md say it is a bound."""
+    res = evaluate(tiny(tmp_path, small_bank.path, "methods=[FIFO,Clairvoyant]", "eval.episodes=1",
+                        "sim.node_speed=[2,2,1,1,1,1,1]", "sim.switch_cost=1"))
+    assert res["clairvoyant"]["bound_kind"] == "bound: switch costs relaxed"
+    assert "here it is a bound: switch costs relaxed" in (tmp_path / "results.md").read_text()
+    plain = evaluate(tiny(tmp_path / "plain", small_bank.path, "methods=[Clairvoyant]", "eval.episodes=1"))
+    assert "bound_kind" not in plain["clairvoyant"]

@@ -94,14 +94,17 @@ def test_imitation_teacher_from_config():
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
         band = compose("train", overrides=["mat=band"])
         default = compose("train")
+        clone = compose("train", overrides=["mat=clone"])
     assert band.mat.imitation.teacher == "Slack-FM-q" and band.mat.net.features == "v2"
-    assert default.mat.imitation.teacher == "Slack-FM" and default.mat.net.get("features", "v1") == "v1"
+    assert default.mat.imitation.teacher == "Slack-FM-q" and default.mat.net.features == "v2"  # the default since part 5
+    assert list(default.mat.workload.load) == [0.04, 0.05, 0.06, 0.07] and default.mat.validation.n_episodes * 5 >= 180
+    assert clone.mat.imitation.teacher == "Slack-FM" and clone.mat.net.get("features", "v1") == "v1"
     teacher = build_allocators(load_method_cfg(band.mat.imitation.teacher))[0][1]
     assert teacher.quantile == BAND_Q  # the tokens' quantile is the teacher's
     o = hand_obs()
     acts = teacher.act(o)
     assert acts[0, 0] == 1  # Slack-FM-q serves slot 1 first (finishable at the quantile), the median rule would not
-    median = build_allocators(load_method_cfg(default.mat.imitation.teacher))[0][1]
+    median = build_allocators(load_method_cfg(clone.mat.imitation.teacher))[0][1]
     assert median.act(o)[0, 0] != 1
 
 

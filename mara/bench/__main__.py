@@ -105,6 +105,18 @@ def predictor_ms_per_prefix(bank, variants=(None, "v3"), repeats: int = 7) -> tu
     return {k: 1e3 * v / len(q["rows"]) for k, v in best.items()}, len(q["rows"])
 
 
+def load_recipe(name: str):
+    """conf/mat/<name>.yaml laid over the recipes its ``defaults`` list names (e.g. paper → clone, long → default)."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(CONF_DIR / "mat" / f"{name}.yaml")
+    base = OmegaConf.create()
+    for entry in cfg.pop("defaults", []) or []:
+        if entry != "_self_":
+            base = OmegaConf.merge(base, load_recipe(str(entry)))
+    return OmegaConf.merge(base, cfg)
+
+
 def mat_throughput(bank, predictor_name: str | None = "fm", iterations: int = 3, threads: int = 1, recipe: str = "default",
                    overrides: list[str] | None = None, device: str = "cpu", warmup: int = 1) -> dict:
     """MAT env-steps/s of a training recipe (conf/mat/<recipe>.yaml, default: the default recipe) on ``device``:
@@ -116,10 +128,7 @@ def mat_throughput(bank, predictor_name: str | None = "fm", iterations: int = 3,
     from omegaconf import OmegaConf
 
     torch.set_num_threads(threads)
-    cfg = OmegaConf.load(CONF_DIR / "mat" / f"{recipe}.yaml")
-    if "defaults" in cfg:  # a recipe laid over the default one (e.g. paper)
-        cfg.pop("defaults")
-        cfg = OmegaConf.merge(OmegaConf.load(CONF_DIR / "mat" / "default.yaml"), cfg)
+    cfg = load_recipe(recipe)
     cfg.merge_with_dotlist(list(overrides or []))
     c = OmegaConf.to_container(cfg, resolve=True)
     ro, ppo, sim = c["rollout"], c["ppo"], c["sim"]

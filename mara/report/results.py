@@ -84,6 +84,7 @@ def results_markdown(res: dict, title: str = "Evaluation") -> str:
         c = res["clairvoyant"]
         lines += [
             ("Clairvoyant models the admission limit K exactly; " if c.get("admission_limit", True) else "Clairvoyant relaxes the admission limit K (a looser upper bound); ")
+            + (f"here it is a {c['bound_kind']}; " if str(c.get("bound_kind", "exact")).startswith("bound") else "")
             + f"upper bounds are reported; "
             f"{c['n_optimal']}/{c['n_episodes']} episodes solved to proven optimality, "
             f"total solve time {c['solve_time_s']:.1f} s (max {c['max_solve_time_s']:.2f} s per episode).",
