@@ -122,6 +122,15 @@ def evaluate(cfg: DictConfig) -> dict:
     return res
 
 
+RESULT_NEUTRAL_KEYS = ("workers",)  # method settings that change how fast a method runs, not its rows
+
+
+def _neutral(overrides: dict) -> dict:
+    """Per-method overrides without the settings that cannot change the rows (and without empty entries)."""
+    kept = {m: {k: v for k, v in (o or {}).items() if k not in RESULT_NEUTRAL_KEYS} for m, o in overrides.items()}
+    return {m: o for m, o in kept.items() if o}
+
+
 def _resumable_rows(path: Path, base: dict, methods: list[str]) -> dict:
     """{method: rows} of an earlier results.json in this folder with the same protocol and bank (else {})."""
     import json
@@ -132,12 +141,18 @@ def _resumable_rows(path: Path, base: dict, methods: list[str]) -> dict:
         old = json.loads(path.read_text())
     except ValueError:
         return {}
-    if any(old.get(k) != json.loads(json.dumps(base[k])) for k in base):
+    differ = [k for k in base if k != "method_overrides" and old.get(k) != json.loads(json.dumps(base[k]))]
+    if differ:
+        log.warning(f"eval.resume: {path} was written with another {', '.join(differ)}; evaluating every method anew")
         return {}
+    was, now = (_neutral(o) for o in (old.get("method_overrides") or {}, json.loads(json.dumps(base["method_overrides"]))))
     out: dict = {}
     for r in old.get("rows", []):
-        if r["method"] in methods:
+        if r["method"] in methods and was.get(r["method"]) == now.get(r["method"]):  # a method's rows depend on its own settings
             out.setdefault(r["method"], []).append(r)
+    rerun = sorted({r["method"] for r in old.get("rows", []) if r["method"] in methods} - set(out))
+    if rerun:
+        log.warning(f"eval.resume: {', '.join(rerun)} evaluated anew (method_overrides changed)")
     return out
 
 

@@ -254,3 +254,16 @@ def test_lightning_lines_once_and_no_tips(caplog):
     lg.info("💡 Tip: For seamless cloud logging ... try installing [litlogger]")
     shown = [r.getMessage() for r in caplog.records if all(f.filter(r) for h in logging.getLogger().handlers for f in h.filters)]
     assert shown.count("GPU available: False, used: False") == 1 and not any("Tip" in m for m in shown)
+
+
+def test_resume_ignores_settings_that_cannot_change_rows(tmp_path, small_bank):
+    """The Clairvoyant solved with workers elsewhere is kept when the rest of the methods join the folder here."""
+    evaluate(tiny(tmp_path, small_bank.path, "methods=[Clairvoyant]", "+method_overrides={Clairvoyant:{workers:2}}"))
+    res = evaluate(tiny(tmp_path, small_bank.path, "methods=[FIFO,Clairvoyant]", "eval.resume=true"))
+    assert "Clairvoyant" not in res["timings"] and "FIFO" in res["timings"]
+    res = evaluate(tiny(tmp_path, small_bank.path, "methods=[Clairvoyant]", "eval.resume=true",
+                        "+method_overrides={Clairvoyant:{time_limit_s:3.0}}"))
+    assert "Clairvoyant" in res["timings"]  # a setting that can change the bound: evaluated anew
+    res = evaluate(tiny(tmp_path, small_bank.path, "methods=[FIFO,Clairvoyant]", "eval.resume=true",
+                        "+method_overrides={Clairvoyant:{time_limit_s:3.0},FIFO:{}}"))
+    assert "Clairvoyant" not in res["timings"]  # another method's overrides do not touch its rows
