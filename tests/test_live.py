@@ -170,6 +170,7 @@ def test_tiny_live_episode_on_fast_and_slow_nodes_with_a_switch_cost_equals_the_
     assert len(live["setup_timeline"]) == live["setup_steps"] == live["switches"]  # cost 1: one set-up step per switch
     assert sum(live["batches"]) == sum(HSIM["node_speed"][m] for _, m, _ in live["timeline"])  # s batches per node-step
     assert not set(live["timeline"]) & set(live["setup_timeline"])
+    assert live["stretch_s"] > 0 and live["setup_s"] >= live["reload_s"] > 0  # slow node slept; set-ups reloaded
     assert live["status"][0] == 3 and live["batches"][0] == 2  # one step on the fast node: 2 batches, success at its end
     moved = [j for _, _, j in live["setup_timeline"]]
     pool = InlinePool()  # the switched jobs' curves equal uninterrupted runs of their recipes

@@ -44,7 +44,9 @@ class LiveCurveSource:
         self.batch_seconds = 0.0
         self.n_batches = 0
         self.reloads = 0  # runs that reloaded the job's state (switches that paid the cost)
-        self.reload_seconds = self.sleep_seconds = 0.0
+        self.reload_seconds = 0.0  # wall seconds of the reloads (within the set-up steps)
+        self.setup_seconds = 0.0  # wall seconds the nodes spent in set-up steps (reload + idle), summed over nodes
+        self.stretch_seconds = 0.0  # seconds slept to stretch slower nodes' batches (sleep factor), summed over nodes
         self._sim_s: dict[int, int] = {}  # the simulator's processed batches per job at the previous step
         self._prev_node: dict[int, int] = {}  # node that served each job at t-1
         self._batch_time: dict[int, list] = {}  # per job: [compute seconds, batches] measured so far
@@ -90,7 +92,10 @@ class LiveCurveSource:
                 self._sim_s[j] = int(env.slot_s[0, k])
                 self.reloads += int(orders[j].reload)
                 self.reload_seconds += res.reload_s
-                self.sleep_seconds += res.sleep_s
+                if n_sim[j] > 0:
+                    self.stretch_seconds += res.sleep_s
+                else:
+                    self.setup_seconds += res.reload_s + res.sleep_s
                 if res.losses:
                     bt = self._batch_time.setdefault(j, [0.0, 0])
                     bt[0] += res.compute_s
@@ -188,7 +193,8 @@ def run_live(tasks, specs, allocator, pool, sim: dict, predictor=None, meta: dic
         "batch_s": source.batch_seconds, "alloc_ms_per_step": 1000.0 * res["alloc_seconds"] / max(1, len(res["decisions"])),
         "losses": [curves.ell[j, : lengths[j]].tolist() for j in range(n)], "batches": lengths,
         **({"setup_timeline": source.setup_timeline, "switches": int(m["switches"][0]), "setup_steps": int(m["setup_steps"][0]),
-            "reloads": source.reloads, "reload_s": source.reload_seconds, "sleep_s": source.sleep_seconds} if env.hetero else {}),
+            "reloads": source.reloads, "reload_s": source.reload_seconds, "setup_s": source.setup_seconds,
+            "stretch_s": source.stretch_seconds} if env.hetero else {}),
     }
 
 

@@ -36,7 +36,7 @@ def summarize(runs: list[dict]) -> dict:
                "worker_failures": sum(len(r["worker_failures"]) for r in rs)}
         if any("switches" in r for r in rs):  # heterogeneous nodes / switch costs (issue 25)
             row |= {k: int(sum(r[k] for r in rs)) for k in ("switches", "setup_steps", "reloads")}
-            row |= {k: float(sum(r[k] for r in rs)) for k in ("reload_s", "sleep_s")}
+            row |= {k: float(sum(r[k] for r in rs)) for k in ("reload_s", "setup_s", "stretch_s")}
         reps = [r.get("replay") for r in rs if r.get("replay")]
         if reps:
             rsucc = sum(p["succeeded"] for p in reps)
@@ -78,12 +78,12 @@ def markdown(res: dict) -> str:
                      f"{('yes' if rp['outcomes_identical'] else 'no') if rp else '–'} |")
     het = {m: s for m, s in res["summary"].items() if "switches" in s}
     if het:
-        lines += ["", "| Method | Switches (live / replay) | Set-up node-steps (live / replay) | Reload s | Sleep s (stretch + set-up) |",
-                  "|---|---|---|---|---|"]
+        lines += ["", "| Method | Switches (live / replay) | Set-up node-steps (live / replay) | Set-up node-s (of it reloads) | "
+                      "Sleep-factor node-s |", "|---|---|---|---|---|"]
         for m, s in het.items():
             rp = s.get("replay") or {}
             lines.append(f"| {m} | {s['switches']} / {rp.get('switches', '–')} | {s['setup_steps']} / {rp.get('setup_steps', '–')} | "
-                         f"{s['reload_s']:.1f} | {s['sleep_s']:.1f} |")
+                         f"{s['setup_s']:.1f} ({s['reload_s']:.1f}) | {s['stretch_s']:.1f} |")
     lines.append("")
     return "\n".join(lines)
 
