@@ -1,9 +1,10 @@
 """Drive the simulator's state machine with real training batches, and replay the recorded episode in the simulator.
 
 ``LiveCurveSource`` is the ``curve_source`` hook of ``BatchedEnv``: each step, after the allocator chose a
-job per node, it runs one real batch of each chosen job on the worker pool and writes the loss into the
-episode's ``LiveCurves`` (so observations, predictor inputs and success read real losses through the
-simulator's own code). Arrivals, admission (FIFO, limit K), deadlines, observations every ``obs_every``
+job per node, it runs each chosen job's node-step on the worker pool — one real batch on the paper's
+identical nodes; s batches on a node of speed s, or a set-up step after a switch (issue 25, ``LiveCurveSource``) —
+and writes the losses into the episode's ``LiveCurves`` (so observations, predictor inputs and success read real
+losses through the simulator's own code). Arrivals, admission (FIFO, limit K), deadlines, observations every ``obs_every``
 batches, predictor refreshes and success are the simulator's, unchanged.
 """
 from __future__ import annotations
