@@ -17,7 +17,13 @@ from mara.curves.bank import load_bank, write_bank
 from mara.live.driver import replay, run_live
 from mara.live.job import JobSpec, TrainingJob
 from mara.live.run import live_main
-from mara.live.workers import InlinePool, NodeStep, ProcessPool, node_step, preload_datasets
+from mara.live.workers import (
+    InlinePool,
+    NodeStep,
+    ProcessPool,
+    node_step,
+    preload_datasets,
+)
 from tasks_zoo.batching import ResumableBatches, TensorPairs, seeded_loader
 
 FAM = "ALSTM_Text_1"  # cheapest to build on synthetic data (no feature extraction)

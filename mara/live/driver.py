@@ -14,9 +14,9 @@ import time
 import numpy as np
 
 from mara.curves.bank import NEVER
+from mara.eval.runner import node_options
 from mara.live.episode import LiveCurves, live_episode
 from mara.live.workers import NodeStep, StepResult, WorkerDied
-from mara.eval.runner import node_options
 from mara.sim.env import IDLE, BatchedEnv
 
 

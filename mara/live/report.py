@@ -63,8 +63,8 @@ def markdown(res: dict) -> str:
              f"root {c['root']}, {c['episodes']} episode(s), budgets x {c['time_scale']}, ε calibrated on {res.get('calibration_bank')}.", ""]
     sim = c["sim"]
     if sim.get("node_speed") is not None or (sim.get("switch_cost") or 0) > 0:
-        lines += [f"Node speeds {sim.get('node_speed') or [1] * sim['nodes']} batches per step (a slower node's batches are "
-                  f"stretched by the sleep factor s_max / s), switch cost {sim.get('switch_cost') or 0} set-up steps.", ""]
+        lines += [(f"Node speeds {sim.get('node_speed') or [1] * sim['nodes']} batches per step (a slower node's batches are "
+                   f"stretched by the sleep factor s_max / s), switch cost {sim.get('switch_cost') or 0} set-up steps."), ""]
     for note in res["notes"]:
         lines.append(f"- note: {note}")
     lines += ["", "| Method | Success (%) | Node util. (%) | Wall (s) | Batches | Allocator ms/step | Replayed success (%) | Decisions identical | Outcomes identical |",
@@ -78,8 +78,8 @@ def markdown(res: dict) -> str:
                      f"{('yes' if rp['outcomes_identical'] else 'no') if rp else '–'} |")
     het = {m: s for m, s in res["summary"].items() if "switches" in s}
     if het:
-        lines += ["", "| Method | Switches (live / replay) | Set-up node-steps (live / replay) | Set-up node-s (of it reloads) | "
-                      "Sleep-factor node-s |", "|---|---|---|---|---|"]
+        lines += ["", ("| Method | Switches (live / replay) | Set-up node-steps (live / replay) | Set-up node-s (of it reloads) | "
+                       "Sleep-factor node-s |"), "|---|---|---|---|---|"]
         for m, s in het.items():
             rp = s.get("replay") or {}
             lines.append(f"| {m} | {s['switches']} / {rp.get('switches', '–')} | {s['setup_steps']} / {rp.get('setup_steps', '–')} | "
