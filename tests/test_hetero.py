@@ -125,10 +125,26 @@ def test_bad_node_options(speed, cost, needle):
         check_node_options(speed, cost, 3, 10)
 
 
-def test_live_mode_refuses_node_options(linear_bank):
-    ep = episodes_from_tasks([[task(0, 5, 10)]], linear_bank)
-    with pytest.raises(ValueError, match="live mode"):
-        BatchedEnv(ep, linear_bank, n_nodes=2, node_speed=[2, 1], curve_source=object())
+def test_live_hook_sees_each_steps_batches_and_changes_nothing(linear_bank):
+    """Live mode (mara/live) drives the heterogeneous path through ``curve_source``: the hook is called after the
+    step's batches are counted (speed 2: +2, set-up: +0), and a passive hook leaves every outcome unchanged."""
+    class Hook:
+        def __init__(self):
+            self.seen = []
+
+        def advance(self, env, actions, served):
+            self.seen.append(env.slot_s[0, :2].tolist())
+
+    ep = episodes_from_tasks([[task(0, 5, 20), task(0, 3, 20)]], linear_bank)
+    acts = [[0, 1], [1, 0], [1, 0], [1, 0], [IDLE, 0]]
+    envs = [BatchedEnv(ep, linear_bank, n_nodes=2, node_speed=[2, 1], switch_cost=2, curve_source=h) for h in (Hook(), None)]
+    for env in envs:
+        env.reset()
+        for a in acts:
+            env.step(np.array([a]))
+    assert envs[0].curve_source.seen == [[2, 1], [2, 1], [2, 1], [3, 3], [4, 0]]
+    for k, v in envs[1].metrics().items():
+        assert np.array_equal(envs[0].metrics()[k], v, equal_nan=True), k
 
 
 # ------------------------------------------------------------------------------------------ placement

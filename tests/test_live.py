@@ -17,7 +17,13 @@ from mara.curves.bank import load_bank, write_bank
 from mara.live.driver import replay, run_live
 from mara.live.job import JobSpec, TrainingJob
 from mara.live.run import live_main
-from mara.live.workers import InlinePool, ProcessPool, preload_datasets
+from mara.live.workers import (
+    InlinePool,
+    NodeStep,
+    ProcessPool,
+    node_step,
+    preload_datasets,
+)
 from tasks_zoo.batching import ResumableBatches, TensorPairs, seeded_loader
 
 FAM = "ALSTM_Text_1"  # cheapest to build on synthetic data (no feature extraction)
@@ -142,6 +148,57 @@ def test_a_dying_worker_fails_its_job_and_keeps_the_others():
     assert live["batches"][2] > 0 and all(s == 4 for s in live["status"])
 
 
+# ---- heterogeneous nodes and switch costs (issue 25) ------------------------------------------------------
+HSIM = {"nodes": 2, "max_active": 3, "steps": 6, "obs_every": 2, "node_speed": [2, 1], "switch_cost": 1}
+
+
+def hetero_tasks():
+    # job 0 succeeds at once; 1 and 2 never reach ε (run to their deadlines); 3 arrives at step 3 with the earliest
+    # deadline, so EDF pauses job 1 for it (a resume: set-up) and later moves job 1 to the fast node (set-up again)
+    return [{"arrival": a, "budget": b, "eps": e, "family": FAM, "curve_row": j, "cap": 16, "batch_size": 4, "lr": 1e-3,
+             "recipe_row": "test"} for j, (a, b, e) in enumerate(zip([0, 0, 1, 3], [4, 8, 6, 3], [10.0, 0.0, 0.0, 10.0]))]
+
+
+@pytest.mark.parametrize("alloc", [EDF, FIFO])
+def test_tiny_live_episode_on_fast_and_slow_nodes_with_a_switch_cost_equals_the_simulator(alloc):
+    """Speeds [2, 1], switch cost 1: the live run makes the simulator's decisions, pays the same switches and
+    set-up steps (each switch really reloads the job's state), runs speed-many batches per node-step, and a
+    job that was paused, resumed and moved still trains exactly as an uninterrupted run of its recipe."""
+    tasks = hetero_tasks()
+    specs = [spec(j) for j in range(len(tasks))]
+    preload_datasets(specs)
+    live = run_live(tasks, specs, alloc(), ProcessPool(), HSIM)
+    assert live["worker_failures"] == []
+    rp = replay(tasks, live["losses"], alloc(), HSIM)
+    assert rp["decisions"] == live["decisions"] and rp["status"] == live["status"] and rp["beyond_record"] == 0
+    assert (rp["switches"], rp["setup_steps"]) == (live["switches"], live["setup_steps"])
+    assert live["reloads"] == live["switches"] >= (2 if alloc is EDF else 1)
+    assert len(live["setup_timeline"]) == live["setup_steps"] == live["switches"]  # cost 1: one set-up step per switch
+    assert sum(live["batches"]) == sum(HSIM["node_speed"][m] for _, m, _ in live["timeline"])  # s batches per node-step
+    assert not set(live["timeline"]) & set(live["setup_timeline"])
+    assert live["stretch_s"] > 0 and live["setup_s"] >= live["reload_s"] > 0  # slow node slept; set-ups reloaded
+    assert live["status"][0] == 3 and live["batches"][0] == 2  # one step on the fast node: 2 batches, success at its end
+    moved = [j for _, _, j in live["setup_timeline"]]
+    pool = InlinePool()  # the switched jobs' curves equal uninterrupted runs of their recipes
+    for j in set(moved):
+        pool.start(specs[j])
+        assert [pool.run([j])[j] for _ in range(live["batches"][j])] == live["losses"][j]
+    pool.close()
+
+
+def test_node_step_stretches_batches_and_idles_in_setup():
+    """The sleep factor and the set-up idle time are what ``NodeStep`` asks (arithmetic on the measured seconds)."""
+    job = TrainingJob(spec(0))
+    job, res = node_step(job, NodeStep(batches=2, stretch=3.0))
+    assert len(res.losses) == 2 and job.processed == 2 and res.reload_s == 0.0
+    assert res.sleep_s == pytest.approx(2.0 * res.compute_s)
+    before = job.to_bytes()
+    job2, res = node_step(job, NodeStep(batches=0, idle_s=0.2, reload=True))
+    assert job2 is not job and res.losses == () and res.reload_s > 0 and job2.processed == 2
+    assert res.sleep_s == pytest.approx(max(0.0, 0.2 - res.reload_s))
+    assert job2.step() == TrainingJob.from_bytes(before).step()  # the reloaded job resumes exactly
+
+
 def cfg_for(tmp_path, *extra):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose("live", overrides=[f"paths.output_dir={tmp_path}", "live.data=synthetic", f"live.families=[{FAM}]",
@@ -167,6 +224,11 @@ def test_entry_point_runs_fifo_edf_writes_results_and_agreement(tmp_path):
     ("sim.nodes=0", "sim.nodes (M) must be >= 1"),
     ("++method_overrides={MARA: {ckpt_path: /nonexistent/best.ckpt}}", "cannot build allocator"),
     ("methods=[NoSuchMethod]", "unknown method"),
+    ("sim.node_speed=[2,1,1]", "sim.node_speed must have one entry per node (sim.nodes = 2), got 3"),
+    ("sim.node_speed=[2,0]", "sim.node_speed entries must be >= 1"),
+    ("sim.node_speed=[2,1.5]", "must be integers"),
+    ("sim.node_speed=[11,1]", "<= sim.obs_every = 10"),
+    ("sim.switch_cost=-1", "sim.switch_cost must be >= 0"),
 ])
 def test_bad_input_ends_with_one_line(tmp_path, capsys, override, needle):
     cfg = cfg_for(tmp_path, "methods=[MARA,FIFO]", override)
@@ -175,6 +237,17 @@ def test_bad_input_ends_with_one_line(tmp_path, capsys, override, needle):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0]
+
+
+def test_entry_point_on_heterogeneous_nodes_reports_switches_and_agreement(tmp_path):
+    res = live_main(cfg_for(tmp_path, "methods=[FIFO,Slack-WLS]", "sim.node_speed=[2,1]", "sim.switch_cost=1",
+                            "live.workers=inline", "live.figure=true"))
+    for m in ("FIFO", "Slack-WLS"):
+        s = res["summary"][m]
+        assert s["jobs"] > 0 and s["replay"]["decisions_identical"] and s["replay"]["outcomes_identical"]
+        assert s["replay"]["switches"] == s["switches"] == s["reloads"] > 0 and s["replay"]["setup_steps"] == s["setup_steps"]
+    md = (tmp_path / "live_results.md").read_text()
+    assert "Node speeds [2, 1]" in md and "| Switches (live / replay)" in md
 
 
 def test_mara_runs_live_with_the_shipped_policy_and_replays(tmp_path):

@@ -1,9 +1,10 @@
 """Drive the simulator's state machine with real training batches, and replay the recorded episode in the simulator.
 
 ``LiveCurveSource`` is the ``curve_source`` hook of ``BatchedEnv``: each step, after the allocator chose a
-job per node, it runs one real batch of each chosen job on the worker pool and writes the loss into the
-episode's ``LiveCurves`` (so observations, predictor inputs and success read real losses through the
-simulator's own code). Arrivals, admission (FIFO, limit K), deadlines, observations every ``obs_every``
+job per node, it runs each chosen job's node-step on the worker pool — one real batch on the paper's
+identical nodes; s batches on a node of speed s, or a set-up step after a switch (issue 25, ``LiveCurveSource``) —
+and writes the losses into the episode's ``LiveCurves`` (so observations, predictor inputs and success read real
+losses through the simulator's own code). Arrivals, admission (FIFO, limit K), deadlines, observations every ``obs_every``
 batches, predictor refreshes and success are the simulator's, unchanged.
 """
 from __future__ import annotations
@@ -13,20 +14,53 @@ import time
 import numpy as np
 
 from mara.curves.bank import NEVER
+from mara.eval.runner import node_options
 from mara.live.episode import LiveCurves, live_episode
-from mara.live.workers import WorkerDied
+from mara.live.workers import NodeStep, StepResult, WorkerDied
 from mara.sim.env import IDLE, BatchedEnv
 
 
 class LiveCurveSource:
-    """Runs the chosen batches for real; records losses, node timeline, worker failures and batch wall time."""
+    """Runs the chosen node-steps for real; records losses, node timeline, set-up steps, worker failures, wall time.
 
-    def __init__(self, pool, specs, curves: LiveCurves):
+    How many batches a job runs in a step is read off the simulator: ``slot_s`` has already advanced by the
+    node's speed (or by nothing in a set-up step) when ``advance`` is called, so the live run processes exactly
+    the simulator's batches. Heterogeneous nodes (issue 25): every machine here has the same hardware speed, so
+    a node of speed s runs its s batches with their compute time stretched by s_max / s (a sleep): every node's
+    step lasts about s_max batch times, and a speed-s node delivers s / s_max of a fast node's batches per second.
+    A switch (``sim.switch_cost`` c > 0: a job served before lands on a node other than the one that served it at
+    t-1) makes its worker really reload the job from its serialised state in the first set-up step; in each of the
+    c set-up steps the node is busy for one step of that job (s_max of its measured batch times) without a batch.
+    """
+
+    def __init__(self, pool, specs, curves: LiveCurves, node_speed=None, switch_cost: int = 0):
         self.pool, self.specs, self.curves = pool, {s.job_id: s for s in specs}, curves
+        self.speed = None if node_speed is None else [int(v) for v in node_speed]
+        self.s_max = 1 if self.speed is None else max(self.speed)
+        self.switch_cost = int(switch_cost)
         self.started: set[int] = set()
-        self.timeline: list[tuple[int, int, int]] = []  # (step, node, job)
+        self.timeline: list[tuple[int, int, int]] = []  # (step, node, job): node-steps that processed batches
+        self.setup_timeline: list[tuple[int, int, int]] = []  # (step, node, job): set-up node-steps (no batch)
         self.worker_failures: list[dict] = []
         self.batch_seconds = 0.0
+        self.n_batches = 0
+        self.reloads = 0  # runs that reloaded the job's state (switches that paid the cost)
+        self.reload_seconds = 0.0  # wall seconds of the reloads (within the set-up steps)
+        self.setup_seconds = 0.0  # wall seconds the nodes spent in set-up steps (reload + idle), summed over nodes
+        self.stretch_seconds = 0.0  # seconds slept to stretch slower nodes' batches (sleep factor), summed over nodes
+        self._sim_s: dict[int, int] = {}  # the simulator's processed batches per job at the previous step
+        self._prev_node: dict[int, int] = {}  # node that served each job at t-1
+        self._batch_time: dict[int, list] = {}  # per job: [compute seconds, batches] measured so far
+
+    def _order(self, j: int, m: int, n_sim: int, n_run: int) -> NodeStep:
+        """The node-step of job ``j`` on node ``m`` (class docstring): ``n_sim`` batches in the simulator, ``n_run``
+        of them inside its curve's cap."""
+        reload = self.switch_cost > 0 and j in self._sim_s and self._prev_node.get(j) != m
+        if n_sim > 0:
+            stretch = self.s_max / (1 if self.speed is None else self.speed[m])
+            return NodeStep(batches=n_run, stretch=stretch, reload=reload)
+        sec, n = self._batch_time.get(j, (0.0, 0))
+        return NodeStep(batches=0, idle_s=self.s_max * sec / max(n, 1), reload=reload)
 
     def advance(self, env: BatchedEnv, actions: np.ndarray, served: np.ndarray) -> None:
         t = env.t
@@ -41,28 +75,49 @@ class LiveCurveSource:
                     self.pool.start(self.specs[j])
                 except WorkerDied as exc:
                     self.worker_failures.append({"job": j, "step": t, "error": str(exc)})
-        run = [j for j in node_of if not any(f["job"] == j for f in self.worker_failures)]
-        t0 = time.perf_counter()
-        losses = self.pool.run(run) if run else {}
-        self.batch_seconds += time.perf_counter() - t0
+        orders, n_sim = {}, {}
+        failed = {f["job"] for f in self.worker_failures}
         for j, (m, k) in node_of.items():
-            loss = losses.get(j)
-            if isinstance(loss, float) and np.isfinite(loss):
-                s = int(env.slot_s[0, k])
-                L = self.curves.record(j, s, loss)
-                if L <= env.slot_eps[0, k] and env.slot_need[0, k] == NEVER:
-                    env.slot_need[0, k] = s
-                    env.ep.need[0, j] = s
-                self.timeline.append((t, m, j))
+            s = int(env.slot_s[0, k])
+            n_sim[j] = s - self._sim_s.get(j, 0)
+            if j not in failed:
+                n_run = max(0, min(s, int(self.curves.lengths[j])) - self.curves.recorded(j))
+                orders[j] = self._order(j, m, n_sim[j], n_run)
+        t0 = time.perf_counter()
+        results = self.pool.work(orders) if orders else {}
+        self.batch_seconds += time.perf_counter() - t0
+        self._prev_node = {j: m for j, (m, _) in node_of.items()}
+        for j, (m, k) in node_of.items():
+            res = results.get(j)
+            if isinstance(res, StepResult) and all(np.isfinite(res.losses)):
+                self._sim_s[j] = int(env.slot_s[0, k])
+                self.reloads += int(orders[j].reload)
+                self.reload_seconds += res.reload_s
+                if n_sim[j] > 0:
+                    self.stretch_seconds += res.sleep_s
+                else:
+                    self.setup_seconds += res.reload_s + res.sleep_s
+                if res.losses:
+                    bt = self._batch_time.setdefault(j, [0.0, 0])
+                    bt[0] += res.compute_s
+                    bt[1] += len(res.losses)
+                for loss in res.losses:
+                    s = self.curves.recorded(j) + 1
+                    L = self.curves.record(j, s, loss)
+                    if L <= env.slot_eps[0, k] and env.slot_need[0, k] == NEVER:
+                        env.slot_need[0, k] = s
+                        env.ep.need[0, j] = s
+                self.n_batches += len(res.losses)
+                (self.timeline if n_sim[j] > 0 else self.setup_timeline).append((t, m, j))
                 continue
-            # the worker died (or the loss is not finite): the job fails now, nothing else is touched
-            if isinstance(loss, WorkerDied):
-                self.worker_failures.append({"job": j, "step": t, "error": str(loss)})
-            elif loss is not None:
-                self.worker_failures.append({"job": j, "step": t, "error": f"non-finite loss {loss}"})
+            # the worker died (or a loss is not finite): the job fails now, nothing else is touched
+            if isinstance(res, WorkerDied):
+                self.worker_failures.append({"job": j, "step": t, "error": str(res)})
+            elif res is not None:
+                self.worker_failures.append({"job": j, "step": t, "error": f"non-finite loss {list(res.losses)}"})
                 self.pool.stop(j)
             served[0, k] = False
-            env.slot_s[0, k] -= 1
+            env.slot_s[0, k] -= n_sim[j]
             env.slot_deadline[0, k] = t + 1  # expires in this step through the simulator's own failure rule
             env.ep.deadline[0, j] = t + 1
 
@@ -72,6 +127,17 @@ class LiveCurveSource:
             if env.status[0, j] >= 3:
                 self.pool.stop(j)
                 self.started.discard(j)
+
+
+class _ProcessedBatches:
+    """A read-only ``curve_source`` for the replay: the batches the simulator processed per job (no live work)."""
+
+    def __init__(self, n: int):
+        self.processed = np.zeros(n, dtype=np.int64)
+
+    def advance(self, env: BatchedEnv, actions: np.ndarray, served: np.ndarray) -> None:
+        ks = np.nonzero(served[0])[0]
+        self.processed[env.slot_task[0, ks]] = np.maximum(self.processed[env.slot_task[0, ks]], env.slot_s[0, ks])
 
 
 def run_episode(env: BatchedEnv, allocator, on_step=None) -> dict:
@@ -101,9 +167,10 @@ def run_live(tasks, specs, allocator, pool, sim: dict, predictor=None, meta: dic
     curves = LiveCurves([t["cap"] for t in tasks], [t["batch_size"] for t in tasks], [t["lr"] for t in tasks])
     meta = meta or {"task_set": ["live"], "load": [0.0], "root": [0], "episode": [0]}
     ep = live_episode(tasks, specs, curves, meta, int(sim["steps"]))
-    source = LiveCurveSource(pool, specs, curves)
+    opts = node_options(sim)
+    source = LiveCurveSource(pool, specs, curves, **opts)
     env = BatchedEnv(ep, curves, int(sim["nodes"]), int(sim["max_active"]), int(sim["obs_every"]), predictor=predictor,
-                     curve_source=source)
+                     curve_source=source, **opts)
 
     def on_step(env):
         source.release_finished(env)
@@ -126,7 +193,11 @@ def run_live(tasks, specs, allocator, pool, sim: dict, predictor=None, meta: dic
         "utilization": float(m["utilization"][0]), "steps": int(m["steps"][0]), "wall_s": wall,
         "batch_s": source.batch_seconds, "alloc_ms_per_step": 1000.0 * res["alloc_seconds"] / max(1, len(res["decisions"])),
         "losses": [curves.ell[j, : lengths[j]].tolist() for j in range(n)], "batches": lengths,
+        **({"setup_timeline": source.setup_timeline, "switches": int(m["switches"][0]), "setup_steps": int(m["setup_steps"][0]),
+            "reloads": source.reloads, "reload_s": source.reload_seconds, "setup_s": source.setup_seconds,
+            "stretch_s": source.stretch_seconds} if env.hetero else {}),
     }
+
 
 
 def replay_curves(tasks, losses) -> LiveCurves:
@@ -145,17 +216,21 @@ def replay_curves(tasks, losses) -> LiveCurves:
 
 
 def replay(tasks, losses, allocator, sim: dict, predictor=None, meta: dict | None = None) -> dict:
-    """The same episode in the plain simulator (no live hook) from the recorded losses; decisions per step,
-    outcome, and ``beyond_record``: batches the replay ran past what the live run recorded (0 when it agrees)."""
+    """The same episode in the plain simulator from the recorded losses (its only hook counts processed batches,
+    read-only); decisions per step, outcome, and ``beyond_record``: batches the replay ran past what the live run
+    recorded (0 when it agrees)."""
     curves = replay_curves(tasks, losses)
     meta = meta or {"task_set": ["live"], "load": [0.0], "root": [0], "episode": [0]}
     ep = live_episode(tasks, None, curves, meta, int(sim["steps"]))
-    env = BatchedEnv(ep, curves, int(sim["nodes"]), int(sim["max_active"]), int(sim["obs_every"]), predictor=predictor)
+    n = len(tasks)
+    counter = _ProcessedBatches(n)
+    env = BatchedEnv(ep, curves, int(sim["nodes"]), int(sim["max_active"]), int(sim["obs_every"]), predictor=predictor,
+                     curve_source=counter, **node_options(sim))
     res = run_episode(env, allocator)
     m = env.metrics()
-    n = len(tasks)
-    served = np.bincount([j for row in res["decisions"] for j in row if j >= 0], minlength=n)
-    beyond = int(np.maximum(served - np.array([len(x) for x in losses]), 0).sum())
+    processed = np.minimum(counter.processed, curves.lengths)  # past the cap a curve has no batches to read
+    beyond = int(np.maximum(processed - np.array([len(x) for x in losses]), 0).sum())
     return {"decisions": res["decisions"], "status": env.status[0, :n].tolist(), "succeeded": int(m["succeeded"][0]),
             "success_rate": float(m["success_rate"][0]) if n else None, "beyond_record": beyond,
-            "alloc_ms_per_step": 1000.0 * res["alloc_seconds"] / max(1, len(res["decisions"]))}
+            "alloc_ms_per_step": 1000.0 * res["alloc_seconds"] / max(1, len(res["decisions"])),
+            **({"switches": int(m["switches"][0]), "setup_steps": int(m["setup_steps"][0])} if env.hetero else {})}

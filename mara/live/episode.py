@@ -78,6 +78,7 @@ class LiveCurves:
         self.ell = np.full((J, N), np.nan)
         self.C = np.full((J, N), np.nan)
         self.L = np.full((J, N), np.nan)
+        self.count = np.zeros(J, dtype=np.int64)  # batches recorded per job
         if ell is not None:  # recorded curves: derive C and L exactly as CurveBank does
             n = min(N, ell.shape[1])
             self.ell[:, :n] = ell[:, :n]
@@ -85,13 +86,19 @@ class LiveCurves:
             self.C = np.cumsum(np.nan_to_num(self.ell, nan=0.0), axis=1)
             self.L = self.C / steps
             self.L[np.isnan(self.ell)] = np.nan
+            self.count = np.isfinite(self.ell).sum(axis=1)
 
     def record(self, row: int, s: int, loss: float) -> float:
         """Store batch ``s`` (1-based) of job ``row``; returns its cumulative-average loss L(s)."""
         self.ell[row, s - 1] = loss
         self.C[row, s - 1] = (self.C[row, s - 2] if s > 1 else 0.0) + loss
         self.L[row, s - 1] = self.C[row, s - 1] / np.float64(s)
+        self.count[row] = s
         return float(self.L[row, s - 1])
+
+    def recorded(self, row: int) -> int:
+        """Batches recorded so far for job ``row``."""
+        return int(self.count[row])
 
     def first_crossing(self, rows, eps) -> np.ndarray:
         hit = self.L[np.asarray(rows)] <= np.asarray(eps, dtype=np.float64)[:, None]

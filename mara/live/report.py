@@ -34,6 +34,9 @@ def summarize(runs: list[dict]) -> dict:
                "batch_s": float(sum(r["batch_s"] for r in rs)), "batches": int(sum(sum(r["batches"]) for r in rs)),
                "alloc_ms_per_step": float(np.mean([r["alloc_ms_per_step"] for r in rs])),
                "worker_failures": sum(len(r["worker_failures"]) for r in rs)}
+        if any("switches" in r for r in rs):  # heterogeneous nodes / switch costs (issue 25)
+            row |= {k: int(sum(r[k] for r in rs)) for k in ("switches", "setup_steps", "reloads")}
+            row |= {k: float(sum(r[k] for r in rs)) for k in ("reload_s", "setup_s", "stretch_s")}
         reps = [r.get("replay") for r in rs if r.get("replay")]
         if reps:
             rsucc = sum(p["succeeded"] for p in reps)
@@ -46,6 +49,8 @@ def summarize(runs: list[dict]) -> dict:
                 "steps": int(sum(p["agreement"]["steps_live"] for p in reps)),
                 "beyond_record": int(sum(p["beyond_record"] for p in reps)),
             }
+            if "switches" in row:
+                row["replay"] |= {k: int(sum(p[k] for p in reps)) for k in ("switches", "setup_steps")}
         out[m] = row
     return out
 
@@ -56,6 +61,10 @@ def markdown(res: dict) -> str:
              f"{c['n_jobs']} real training jobs ({', '.join(c['families'])}, {res['data']} data) per method; "
              f"M = {c['sim']['nodes']} nodes, K = {c['sim']['max_active']}, T = {c['sim']['steps']}, p = {c['load']}, "
              f"root {c['root']}, {c['episodes']} episode(s), budgets x {c['time_scale']}, ε calibrated on {res.get('calibration_bank')}.", ""]
+    sim = c["sim"]
+    if sim.get("node_speed") is not None or (sim.get("switch_cost") or 0) > 0:
+        lines += [(f"Node speeds {sim.get('node_speed') or [1] * sim['nodes']} batches per step (a slower node's batches are "
+                   f"stretched by the sleep factor s_max / s), switch cost {sim.get('switch_cost') or 0} set-up steps."), ""]
     for note in res["notes"]:
         lines.append(f"- note: {note}")
     lines += ["", "| Method | Success (%) | Node util. (%) | Wall (s) | Batches | Allocator ms/step | Replayed success (%) | Decisions identical | Outcomes identical |",
@@ -67,6 +76,14 @@ def markdown(res: dict) -> str:
                      f"{s['batches']} | {s['alloc_ms_per_step']:.2f} | {pct(rp['success_rate']) if rp else '–'} | "
                      f"{('yes' if rp['decisions_identical'] else 'no (%d/%d steps)' % (rp['matching_steps'], rp['steps'])) if rp else '–'} | "
                      f"{('yes' if rp['outcomes_identical'] else 'no') if rp else '–'} |")
+    het = {m: s for m, s in res["summary"].items() if "switches" in s}
+    if het:
+        lines += ["", ("| Method | Switches (live / replay) | Set-up node-steps (live / replay) | Set-up node-s (of it reloads) | "
+                       "Sleep-factor node-s |"), "|---|---|---|---|---|"]
+        for m, s in het.items():
+            rp = s.get("replay") or {}
+            lines.append(f"| {m} | {s['switches']} / {rp.get('switches', '–')} | {s['setup_steps']} / {rp.get('setup_steps', '–')} | "
+                         f"{s['setup_s']:.1f} ({s['reload_s']:.1f}) | {s['stretch_s']:.1f} |")
     lines.append("")
     return "\n".join(lines)
 
@@ -81,12 +98,14 @@ def plot_timeline(runs: list[dict], episodes, path: Path, episode: int = 0) -> P
 
     rs = [r for r in runs if r["episode"] == episode]
     tasks = episodes[episode][0]
-    n_nodes = max([m for r in rs for _, m, _ in r["timeline"]], default=0) + 1
+    n_nodes = max([m for r in rs for _, m, _ in r["timeline"] + list(r.get("setup_timeline", []))], default=0) + 1
     cmap = plt.get_cmap("tab20")
     fig, axes = plt.subplots(len(rs), 1, figsize=(11, 0.9 + 0.55 * n_nodes * len(rs) + 0.4 * len(rs)), squeeze=False, sharex=True)
     for ax, r in zip(axes[:, 0], rs):
         for t, m, j in r["timeline"]:
             ax.broken_barh([(t, 1)], (m - 0.4, 0.8), facecolors=cmap(j % 20), edgecolor="none")
+        for t, m, j in r.get("setup_timeline", ()):  # set-up steps after a switch (issue 25): hatched, no batch
+            ax.broken_barh([(t, 1)], (m - 0.4, 0.8), facecolors="white", edgecolor=cmap(j % 20), hatch="///", lw=0.5)
         last = {j: (t, m) for t, m, j in r["timeline"]}
         for j, task in enumerate(tasks):
             ax.axvline(task["arrival"], color=cmap(j % 20), lw=0.8, ls=":", alpha=0.8)
@@ -96,7 +115,8 @@ def plot_timeline(runs: list[dict], episodes, path: Path, episode: int = 0) -> P
         ax.set_ylim(-0.6, n_nodes - 0.4)
         ax.set_title(f"{r['method']}: {r['succeeded']}/{r['n_tasks']} jobs succeeded, utilisation {100 * r['utilization']:.0f} %", fontsize=10)
         ax.invert_yaxis()
-    axes[-1, 0].set_xlabel("step (dotted: job arrival; ✓: job reached ε)")
+    axes[-1, 0].set_xlabel("step (dotted: job arrival; ✓: job reached ε" + ("; hatched: set-up after a switch)" if any(
+        r.get("setup_timeline") for r in rs) else ")"))
     handles = [Patch(color=cmap(j % 20), label=f"job {j} {t['family']}") for j, t in enumerate(tasks)]
     fig.legend(handles=handles, loc="upper center", ncol=min(4, len(tasks)), fontsize=8, bbox_to_anchor=(0.5, 0.0), frameon=False)
     fig.tight_layout()

@@ -11,7 +11,7 @@ from mara.core.cli import output_dir
 from mara.core.config import ConfigError, build_allocators, load_method_cfg
 from mara.curves.bank import load_bank, shipped_bank_path, write_bank
 from mara.curves.families import generation_cap
-from mara.eval.runner import build_predictor_by_name, load_bank_from_cfg
+from mara.eval.runner import build_predictor_by_name, load_bank_from_cfg, node_options
 from mara.live.driver import replay, run_live
 from mara.live.episode import live_tasks, scaled_family_params
 from mara.live.report import write_report
@@ -37,8 +37,9 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"sim.max_active (K) must be >= 1, got {sim.max_active}")
     if int(sim.steps) < 1:
         raise ConfigError(f"sim.steps (T) must be >= 1, got {sim.steps}")
-    if sim.get("node_speed") is not None or (sim.get("switch_cost") or 0) != 0:
-        raise ConfigError("sim.node_speed / sim.switch_cost are not supported in live mode yet (issue 25)")
+    if int(sim.get("obs_every", 10)) < 1:
+        raise ConfigError(f"sim.obs_every must be >= 1, got {sim.obs_every}")
+    node_options(sim)  # issue 25: node speeds and switch costs, checked as the simulator checks them
     if not 0.0 <= float(lv.load) <= 1.0:
         raise ConfigError(f"live.load: arrival probability p must lie in [0, 1], got {lv.load}")
     if int(lv.episodes) < 1:
@@ -161,6 +162,15 @@ def live_main(cfg: DictConfig) -> dict:
     return run_live_methods(cfg, bank, out)
 
 
+def _hetero_note(sim: dict) -> str:
+    """", node speeds [...] (sleep factor s_max / s), switch cost c" for the start line; empty on identical nodes."""
+    opts = node_options(sim)
+    if opts["node_speed"] is None and opts["switch_cost"] == 0:
+        return ""
+    speed = [1] * int(sim["nodes"]) if opts["node_speed"] is None else opts["node_speed"].tolist()
+    return f", node speeds {speed} (sleep factor s_max / s), switch cost {opts['switch_cost']}"
+
+
 def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
 
     lv, sim = cfg.live, OmegaConf.to_container(cfg.sim, resolve=True)
@@ -191,7 +201,7 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
     n_jobs = sum(len(t) for t, _ in episodes)
     _say(f"live: {', '.join(m for m, _, _ in plans)} on {len(episodes)} episode(s), {n_jobs} jobs of {', '.join(fams)} "
          f"({source} data), M={sim['nodes']} nodes, K={sim['max_active']}, T={sim['steps']}, p={lv.load}, root={lv.root}, "
-         f"workers={lv.workers} -> {out}")
+         f"workers={lv.workers}{_hetero_note(sim)} -> {out}")
     tb = None
     if lv.tensorboard:
         from torch.utils.tensorboard import SummaryWriter
@@ -213,7 +223,7 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
                     tb.add_scalar(f"{tag}/failed", int(env.failed[0]), env.t)
                 if env.t % int(lv.progress_every) == 0 or env.done.all():
                     _say(f"[{m} ep{e}] step {env.t:4d}  active {int(env.n_active[0])}  queued {int(env.n_queued[0])}  "
-                         f"succeeded {int(env.succeeded[0])}  failed {int(env.failed[0])}  batches {len(src.timeline)}  "
+                         f"succeeded {int(env.succeeded[0])}  failed {int(env.failed[0])}  batches {src.n_batches}  "
                          f"{time.perf_counter() - t0:6.1f} s")
 
             meta = {"task_set": ["live"], "load": [float(lv.load)], "root": [int(lv.root)], "episode": [e]}

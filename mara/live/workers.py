@@ -1,9 +1,11 @@
 """Where live jobs run: a pool of job-owning workers, one per running job, at most M of them busy per step.
 
-Every pool has the same four calls: ``start(spec)`` (a job joins), ``run(job_ids) -> {job_id: loss | WorkerDied}``
-(one batch each, concurrently), ``export(job_id) -> bytes`` (its state, to resume elsewhere) and ``stop(job_id)``.
-A job's model, optimiser and data position live in its worker between steps, so preemption costs nothing
-and a worker that dies takes only its own job with it.
+Every pool has the same calls: ``start(spec)`` (a job joins), ``run(job_ids) -> {job_id: loss | WorkerDied}``
+(one batch each, concurrently), ``work({job_id: NodeStep}) -> {job_id: StepResult | WorkerDied}`` (one node-step
+each, concurrently: several batches, a sleep factor, set-up; see ``NodeStep``), ``export(job_id) -> bytes`` (its
+state, to resume elsewhere) and ``stop(job_id)``. A job's model, optimiser and data position live in its worker
+between steps, so preemption costs nothing unless a switch cost is modelled, and a worker that dies takes only
+its own job with it.
 
 - ``InlinePool``: every job in this process, one after another (debugging, tests).
 - ``ProcessPool``: one OS process per job on this machine (``multiprocessing``; datasets loaded once in the
@@ -16,12 +18,57 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 
 from mara.live.job import JobSpec, TrainingJob
 
 
 class WorkerDied(RuntimeError):
     """A job's worker stopped answering (crashed, killed, lost machine); the job is lost, others are not."""
+
+
+@dataclass(frozen=True)
+class NodeStep:
+    """What a job's worker does in one step on its node (heterogeneous nodes / switch costs, issue 25).
+
+    ``reload``: first set-up step of a new run (moved or resumed with ``sim.switch_cost`` > 0): the worker
+    really serialises its job and rebuilds it from the bytes (model, optimiser, data position), as a node
+    loading a checkpoint would. ``batches``: real optimisation steps (the node's speed; 0 in a set-up step).
+    ``stretch`` >= 1: the batches' compute time is stretched by this factor with a sleep (a node of speed s
+    among nodes of top speed s_max runs at s / s_max of this machine's speed: stretch = s_max / s).
+    ``idle_s``: seconds the node stays busy without a batch (a set-up step); the reload's own time counts
+    against it. The default is the paper's plain step: one batch, no sleep."""
+
+    batches: int = 1
+    stretch: float = 1.0
+    idle_s: float = 0.0
+    reload: bool = False
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """A node-step's outcome: the batches' losses, their compute seconds, the reload and sleep seconds."""
+
+    losses: tuple
+    compute_s: float
+    reload_s: float
+    sleep_s: float
+
+
+def node_step(job: TrainingJob, order: NodeStep, device: str = "cpu") -> tuple[TrainingJob, StepResult]:
+    """Carry out ``order`` on ``job`` (in the worker that owns it) -> (the job, possibly rebuilt; the result)."""
+    reload_s = 0.0
+    if order.reload:
+        t0 = time.perf_counter()
+        job = type(job).from_bytes(job.to_bytes(), device)
+        reload_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    losses = tuple(job.step() for _ in range(order.batches))
+    compute_s = time.perf_counter() - t0
+    sleep_s = max(0.0, (order.stretch - 1.0) * compute_s) + max(0.0, order.idle_s - reload_s)
+    if sleep_s > 0:
+        time.sleep(sleep_s)
+    return job, StepResult(losses, compute_s, reload_s, sleep_s)
 
 
 def preload_datasets(specs) -> None:
@@ -52,6 +99,17 @@ class InlinePool:
                 out[j] = WorkerDied(f"job {j}: injected crash at batch {self.crash[j]}")
                 continue
             out[j] = self.jobs[j].step()
+        return out
+
+    def work(self, orders: dict) -> dict:
+        """One node-step per job (``NodeStep``), one job after another."""
+        out = {}
+        for j, order in orders.items():
+            if self.crash.get(j) is not None and self.jobs[j].processed + order.batches >= self.crash[j]:
+                self.jobs.pop(j)
+                out[j] = WorkerDied(f"job {j}: injected crash at batch {self.crash[j]}")
+                continue
+            self.jobs[j], out[j] = node_step(self.jobs[j], order, self.device)
         return out
 
     def export(self, job_id: int) -> bytes:
@@ -88,6 +146,14 @@ def _job_process(conn, spec: JobSpec, state: bytes | None, device: str, threads:
                 os._exit(17)  # fault injection (tests, `live.crash`): die like a killed worker, mid-run
             try:
                 conn.send(("ok", job.step()))
+            except Exception as exc:
+                conn.send(("err", f"{exc.__class__.__name__}: {exc}"))
+        elif isinstance(msg, NodeStep):
+            if crash_at is not None and job.processed + msg.batches >= crash_at:
+                os._exit(17)
+            try:
+                job, res = node_step(job, msg, device)
+                conn.send(("ok", res))
             except Exception as exc:
                 conn.send(("err", f"{exc.__class__.__name__}: {exc}"))
         elif msg == "export":
@@ -141,14 +207,20 @@ class ProcessPool:
             return "died", f"worker process of job {job_id} closed its pipe (exit code {p.exitcode})"
 
     def run(self, job_ids) -> dict:
-        job_ids = list(job_ids)
-        for j in job_ids:  # all chosen jobs compute their batch concurrently
+        return self._ask({j: "step" for j in job_ids})
+
+    def work(self, orders: dict) -> dict:
+        """One node-step per job (``NodeStep``), all concurrently (a sleeping worker uses no CPU)."""
+        return self._ask(dict(orders))
+
+    def _ask(self, msgs: dict) -> dict:
+        for j, msg in msgs.items():  # all chosen jobs compute concurrently
             try:
-                self.procs[j][1].send("step")
+                self.procs[j][1].send(msg)
             except (BrokenPipeError, OSError):
                 pass  # reported by _recv
         out = {}
-        for j in job_ids:
+        for j in msgs:
             tag, val = self._recv(j)
             if tag == "ok":
                 out[j] = val
@@ -231,6 +303,17 @@ class RayPool:
                 self.actors.pop(j, None)
         return out
 
+    def work(self, orders: dict) -> dict:
+        futures = {j: self.actors[j].work.remote(order) for j, order in orders.items()}
+        out = {}
+        for j, f in futures.items():
+            try:
+                out[j] = self.ray.get(f)
+            except Exception as exc:
+                out[j] = WorkerDied(f"Ray actor of job {j} died ({exc.__class__.__name__})")
+                self.actors.pop(j, None)
+        return out
+
     def export(self, job_id: int) -> bytes:
         return self.ray.get(self.actors[job_id].export.remote())
 
@@ -253,7 +336,7 @@ class _RayJob:
         torch.set_num_threads(threads)
         device = "cuda" if torch.cuda.is_available() and os.environ.get("CUDA_VISIBLE_DEVICES") else "cpu"
         self.job = TrainingJob.from_bytes(state, device) if state else TrainingJob(spec, device)
-        self.crash_at = crash_at
+        self.crash_at, self.device = crash_at, device
 
     def ready(self) -> bool:
         return True
@@ -262,6 +345,12 @@ class _RayJob:
         if self.crash_at is not None and self.job.processed + 1 >= self.crash_at:
             os._exit(17)
         return self.job.step()
+
+    def work(self, order: NodeStep) -> StepResult:
+        if self.crash_at is not None and self.job.processed + order.batches >= self.crash_at:
+            os._exit(17)
+        self.job, res = node_step(self.job, order, self.device)
+        return res
 
     def export(self) -> bytes:
         return self.job.to_bytes()

@@ -210,8 +210,6 @@ class BatchedEnv:
         self.node_speed, self.switch_cost = check_node_options(node_speed, switch_cost, n_nodes, obs_every)
         # the paper's identical nodes with free preemption take the original code path, untouched
         self.hetero = self.node_speed is not None or self.switch_cost > 0
-        if self.hetero and curve_source is not None:
-            raise ValueError("sim.node_speed / sim.switch_cost are not supported in live mode")
         self.ep, self.bank = episodes, bank
         self.M, self.K, self.obs_every = n_nodes, max_active, obs_every
         self.predictor, self.beta, self.compute_reward = predictor, beta, compute_reward
@@ -476,6 +474,9 @@ class BatchedEnv:
         else:  # a step may process 0 (set-up) or several batches; a loss point is due when a multiple of obs_every is passed
             s_old = self.slot_s.copy()
             work = self._serve_hetero(actions, served)
+            if self.curve_source is not None:  # live: slot_s already holds this step's batches; a lost worker unserves
+                self.curve_source.advance(self, actions, served)
+                work &= served
             first = work & (s_old == 0)
             c = self.slot_cap
             new_obs = work & (np.minimum(self.slot_s, c) // self.obs_every > np.minimum(s_old, c) // self.obs_every)
