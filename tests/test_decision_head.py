@@ -14,7 +14,7 @@ from mara.predictors.data import observe
 from mara.predictors.decision_data import N_STATIC, decision_examples, decision_inputs, remaining_target
 from mara.predictors.factory import predictor_from
 from mara.predictors.quantile import check_levels, level_index, monotone_quantiles, pinball_loss
-from mara.predictors.quantile_head import QuantileHeadPredictor, QuantileNet, load_head, save_ensemble, save_head
+from mara.predictors.quantile_head import QuantileHeadPredictor, default_ckpt_path, QuantileNet, load_head, save_ensemble, save_head
 
 
 def test_pinball_loss_hand_numbers():
@@ -161,3 +161,15 @@ def test_ensemble_averages_log_quantiles(small_bank, head_ckpt, tmp_path):
     bad = save_head(QuantileNet(levels=(0.1, 0.5, 0.9)), {"levels": [0.1, 0.5, 0.9]}, tmp_path / "c.ckpt")
     with pytest.raises(ValueError, match="same levels"):
         predictor_from({"name": "qr", "ckpt_path": [str(head_ckpt), str(bad)]})
+
+
+def test_shipped_head_follows_the_bank(tmp_path):
+    from mara.curves.bank import default_bank_path, shipped_bank_path
+
+    zoo = default_ckpt_path()
+    assert zoo.name == f"qr_{default_bank_path().stem}.ckpt" and zoo.exists()  # the default bank ships its head
+    assert default_ckpt_path(default_bank_path()) == zoo
+    assert default_ckpt_path(shipped_bank_path("parametric")) == zoo  # no head of its own: the default bank's
+    assert default_ckpt_path(tmp_path / "mine.parquet") == zoo
+    p = predictor_from("qr")  # conf/predictor/qr.yaml with the shipped head
+    assert p.quantiles == (0.1, 0.5, 0.9) and len(p.nets) == 3

@@ -41,7 +41,7 @@ def main(argv):
         d = paired_difference(s, ref)
         per = [paired_difference({k: v for k, v in s.items() if k[1] == p}, {k: v for k, v in ref.items() if k[1] == p})
                for p in loads]
-        dl = " / ".join(f"{x['diff']:+.2f}" for x in per)
+        dl = " / ".join(f"{x['diff']:+.2f} ± {x['se']:.2f}" for x in per)
         print(f"| {label} | " + " | ".join(f"{m:.2f}" for m in means) + f" | {np.mean(means):.2f} | "
               + ("" if s is ref else f"{d['diff']:+.2f} ± {d['se']:.2f} ({dl})") + " |")
 

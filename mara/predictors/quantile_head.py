@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from mara.curves.bank import default_bank_path
+from mara.curves.bank import SHIPPED_BANKS_DIR, default_bank_path
 from mara.predictors.decision_data import MIN_OBS, N_STATIC, decision_inputs
 from mara.predictors.nets import HistoryEncoder, Standardizer
 from mara.predictors.quantile import DEFAULT_LEVELS, check_levels, level_index, monotone_quantiles
@@ -50,8 +50,14 @@ class QuantileNet(nn.Module):
 
 
 def default_ckpt_path(bank_path=None) -> Path:
-    """``mara/data/checkpoints/qr_<bank>.ckpt`` (the shipped head trained on that bank's fm_train curves)."""
-    return CKPT_DIR / f"qr_{Path(bank_path or default_bank_path()).stem}.ckpt"
+    """``mara/data/checkpoints/qr_<bank>.ckpt``: the shipped head trained on a shipped bank's fm_train curves, else
+    (another bank, or a shipped bank without its own head) the default bank's, as for the FM checkpoint."""
+    if bank_path is not None:
+        bank = Path(bank_path).resolve()
+        own = CKPT_DIR / f"qr_{bank.stem}.ckpt"
+        if bank.parent == SHIPPED_BANKS_DIR and own.exists():
+            return own
+    return CKPT_DIR / f"qr_{default_bank_path().stem}.ckpt"
 
 
 def save_head(net: QuantileNet, hparams: Mapping, path, extra: Mapping | None = None) -> Path:
