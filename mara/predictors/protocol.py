@@ -18,6 +18,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from mara.predictors.fm import FlowPredictor
+from mara.predictors.quantile_head import QuantileHeadPredictor
 from mara.predictors.truth import TruthPredictor
 from mara.predictors.wls import WLSPredictor
 
@@ -52,16 +53,21 @@ def _fm(cfg, bank_path=None):
     return FlowPredictor.from_config(cfg, bank_path)
 
 
+def _qr(cfg, bank_path=None):
+
+    return QuantileHeadPredictor.from_config(cfg, bank_path)
+
+
 def _truth(cfg, bank_path=None):
 
     return TruthPredictor.from_config(cfg)
 
 
-PREDICTORS = {"wls": _wls, "fm": _fm, "truth": _truth}
+PREDICTORS = {"wls": _wls, "fm": _fm, "qr": _qr, "truth": _truth}
 
 
 def build_predictor(cfg_predictor, bank_path=None) -> RemainingPredictor:
-    """Predictor named by ``cfg_predictor.name`` (conf/predictor/{fm,wls,truth}.yaml); ``bank_path`` picks the shipped
+    """Predictor named by ``cfg_predictor.name`` (conf/predictor/{fm,wls,qr,truth}.yaml); ``bank_path`` picks the shipped
     FM checkpoint trained on that bank when no ``ckpt_path`` is given."""
     name = cfg_predictor.get("name")
     if name not in PREDICTORS:

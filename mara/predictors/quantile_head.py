@@ -1,0 +1,145 @@
+"""The decision head (issue 21, part 5): quantiles of the remaining batches to ε, learned by quantile regression.
+
+``QuantileNet`` (plain nn.Module): GRU over the standardised history features + the standardised static vector
+(mara/predictors/decision_data.py) → Q non-crossing quantiles of log(1 + remaining batches) (standardised target).
+An ensemble (several trained heads, e.g. training seeds) averages the members' quantiles of log(1 + batches) level
+by level (stays non-crossing); ``ckpt_path`` may name one file or a list, and one file may hold several members.
+``QuantileHeadPredictor`` gives the simulator the same interface as the flow predictor: ``predict_remaining`` (the
+0.5 level) and ``predict_quantiles`` → [B, 3] at the configured ``band`` levels (lo, 0.5, hi), each one of the
+trained levels, read directly (no extrapolation). Fewer than 4 observations → the cap (cold), as for FM and WLS.
+
+Shapes: ``B`` tasks, ``H`` history, ``Q`` trained levels.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from mara.curves.bank import SHIPPED_BANKS_DIR, default_bank_path
+from mara.predictors.decision_data import MIN_OBS, N_STATIC, decision_inputs
+from mara.predictors.nets import HistoryEncoder, Standardizer
+from mara.predictors.quantile import DEFAULT_LEVELS, check_levels, level_index, monotone_quantiles
+
+CKPT_DIR = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
+
+
+class QuantileNet(nn.Module):
+    def __init__(self, levels=DEFAULT_LEVELS, gru_hidden: int = 64, hidden: int = 128, n_hist_features: int = 4,
+                 n_static: int = N_STATIC):
+        super().__init__()
+        self.levels = check_levels(levels)
+        self.hist_norm = Standardizer(n_hist_features)
+        self.static_norm = Standardizer(n_static)
+        self.target_norm = Standardizer(1)
+        self.encoder = HistoryEncoder(n_hist_features, gru_hidden)
+        self.head = nn.Sequential(nn.Linear(gru_hidden + n_static, hidden), nn.SiLU(), nn.Linear(hidden, hidden),
+                                  nn.SiLU(), nn.Linear(hidden, len(self.levels)))
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor, static: torch.Tensor) -> torch.Tensor:
+        """Raw inputs -> standardised quantiles [B, Q] (non-crossing)."""
+        h = self.encoder(self.hist_norm(x), lengths)
+        return monotone_quantiles(self.head(torch.cat([h, self.static_norm(static)], dim=-1)))
+
+    def quantiles_log1p(self, x, lengths, static) -> torch.Tensor:
+        """Quantiles of log(1 + remaining batches) [B, Q]."""
+        return self.target_norm.inverse(self(x, lengths, static))
+
+
+def default_ckpt_path(bank_path=None) -> Path:
+    """``mara/data/checkpoints/qr_<bank>.ckpt``: the shipped head trained on a shipped bank's fm_train curves, else
+    (another bank, or a shipped bank without its own head) the default bank's, as for the FM checkpoint."""
+    if bank_path is not None:
+        bank = Path(bank_path).resolve()
+        own = CKPT_DIR / f"qr_{bank.stem}.ckpt"
+        if bank.parent == SHIPPED_BANKS_DIR and own.exists():
+            return own
+    return CKPT_DIR / f"qr_{default_bank_path().stem}.ckpt"
+
+
+def save_head(net: QuantileNet, hparams: Mapping, path, extra: Mapping | None = None) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"state_dict": net.state_dict(), "hparams": dict(hparams), "extra": dict(extra or {})}, path)
+    return path
+
+
+def save_ensemble(paths, out) -> Path:
+    """One file holding every member checkpoint in ``paths`` (each a ``save_head`` file)."""
+    members = [torch.load(Path(p), map_location="cpu", weights_only=False) for p in paths]
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"members": members}, out)
+    return out
+
+
+def load_heads(paths) -> list[QuantileNet]:
+    """The member nets of one checkpoint path or a list of them (a file may hold several members)."""
+    nets = []
+    for path in [paths] if isinstance(paths, (str, Path)) else list(paths):
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"no decision-head checkpoint {path} (train one: python -m mara.predictors.quantile_train)")
+        blob = torch.load(path, map_location="cpu", weights_only=False)
+        for m in blob.get("members", [blob]):
+            net = QuantileNet(**m["hparams"])
+            net.load_state_dict(m["state_dict"])
+            nets.append(net.eval())
+    if not nets or any(n.levels != nets[0].levels for n in nets):
+        raise ValueError("decision-head ensemble: every member must be trained at the same levels")
+    return nets
+
+
+def load_head(path) -> tuple[QuantileNet, dict]:
+    nets = load_heads(path)
+    return nets[0], {"n_members": len(nets)}
+
+
+class QuantileHeadPredictor:
+    """RemainingPredictor with a band read from learned quantile levels (module docstring)."""
+
+    name = "qr"
+
+    def __init__(self, net, band=(0.1, 0.5, 0.9), min_obs: int = MIN_OBS):
+        band = check_levels(band)
+        if len(band) != 3 or abs(band[1] - 0.5) > 1e-9:
+            raise ValueError(f"qr band must be three levels (lo, 0.5, hi), got {list(band)}")
+        self.nets = [n.eval() for n in (net if isinstance(net, (list, tuple)) else [net])]
+        self.levels = self.nets[0].levels
+        self.quantiles = band
+        self.band_idx = level_index(self.levels, band)
+        self.min_obs = int(min_obs)
+
+    @classmethod
+    def from_config(cls, cfg, bank_path=None) -> "QuantileHeadPredictor":
+        path = cfg.get("ckpt_path") or default_ckpt_path(bank_path)
+        if not isinstance(path, (str, Path)):
+            path = [str(p) for p in path]
+        return cls(load_heads(path), band=tuple(cfg.get("band", (0.1, 0.5, 0.9))), min_obs=int(cfg.get("min_obs", MIN_OBS)))
+
+    def all_quantiles(self, S, L, lengths, eps, cap_remaining, batch_size, lr) -> np.ndarray:
+        """Remaining batches at every trained level [B, Q], within [0, cap]; cold tasks (< min_obs) get the cap."""
+        lengths = np.asarray(lengths, np.int64)
+        cap = np.asarray(cap_remaining, np.float64)
+        out = np.repeat(cap[:, None], len(self.levels), axis=1)
+        warm = np.flatnonzero(lengths >= self.min_obs)
+        if len(warm):
+            sub = lambda a: np.asarray(a)[warm]  # noqa: E731
+            x, st = decision_inputs(sub(S), sub(L), lengths[warm], sub(eps), cap[warm], sub(batch_size), sub(lr))
+            args = (torch.from_numpy(x.astype(np.float32)), torch.from_numpy(lengths[warm]),
+                    torch.from_numpy(st.astype(np.float32)))
+            with torch.inference_mode():
+                q = np.mean([n.quantiles_log1p(*args).double().numpy() for n in self.nets], axis=0)
+            out[warm] = np.clip(np.expm1(q), 0.0, cap[warm, None])
+        return out
+
+    def predict_quantiles(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None) -> np.ndarray:
+        """[B, 3] remaining batches at the band levels (lo, 0.5, hi); ordered, within [0, cap]."""
+        return self.all_quantiles(S, L, lengths, eps, cap_remaining, batch_size, lr)[:, self.band_idx]
+
+    def predict_remaining(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None) -> np.ndarray:
+        """The learned median [B]."""
+        return self.predict_quantiles(S, L, lengths, eps, cap_remaining, batch_size, lr)[:, 1]

@@ -1,0 +1,131 @@
+"""Training of the decision head (issue 21, part 5): ``QuantileHeadModule`` (Lightning) and ``fit_quantile_head``.
+
+Pinball loss at the head's levels on log(1 + remaining batches); fm_train curves (examples resampled every epoch,
+seed + epoch), early stopping on the pinball loss of a fixed fm_val draw. Exports ``<out>/qr.ckpt``.
+CLI: ``python -m mara.predictors.quantile_train [paths.output_dir=DIR] [seed=S] [predictor.train.max_epochs=N] ...``
+(composes conf/predictor/qr.yaml under ``predictor``).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from omegaconf import OmegaConf
+from torch.utils.data import DataLoader, TensorDataset
+
+from mara.core.config import conf_dir
+from mara.curves.bank import default_bank_path, load_bank
+from mara.predictors.decision_data import decision_examples
+from mara.predictors.quantile import pinball_loss
+from mara.predictors.quantile_head import QuantileNet, save_head
+
+
+def _tensors(ex):
+    return TensorDataset(torch.from_numpy(ex.x.astype(np.float32)), torch.from_numpy(ex.n_obs.astype(np.int64)),
+                         torch.from_numpy(ex.static.astype(np.float32)), torch.from_numpy(ex.y.astype(np.float32)))
+
+
+def _collate(items):
+    x, n, st, y = (torch.stack(t) for t in zip(*items))
+    return x[:, : int(n.max())], n, st, y
+
+
+class DecisionDataModule(L.LightningDataModule):
+    """fm_train examples resampled per epoch; a fixed fm_val draw; standardisation stats from a fixed training draw."""
+
+    def __init__(self, bank, seed: int = 0, train_examples: int = 16384, val_examples: int = 4096,
+                 batch_size: int = 256, obs_every: int = 10):
+        super().__init__()
+        self.bank, self.seed, self.obs_every = bank, int(seed), int(obs_every)
+        self.n_train, self.batch_size = int(train_examples), int(batch_size)
+        fp = bank.family_params or {}
+        self.fp = fp
+        self.train_rows = np.flatnonzero(bank.split == "fm_train")
+        self.val_rows = np.flatnonzero(bank.split == "fm_val")
+        if len(self.train_rows) == 0 or len(self.val_rows) == 0:
+            raise ValueError(f"curve bank {bank.path}: needs fm_train and fm_val curves for the decision head")
+        self.val_set = decision_examples(bank, self.val_rows, int(val_examples), np.random.default_rng([self.seed, 1]), fp, obs_every)
+        ref = decision_examples(bank, self.train_rows, self.n_train, np.random.default_rng([self.seed, 0]), fp, obs_every)
+        valid = np.arange(ref.x.shape[1])[None, :] < ref.n_obs[:, None]
+        self.stats = {"hist": (ref.x[valid].mean(0), ref.x[valid].std(0)),
+                      "static": (ref.static.mean(0), ref.static.std(0)), "target": (ref.y.mean(keepdims=True), ref.y.std(keepdims=True))}
+
+    def train_dataloader(self):
+        epoch = self.trainer.current_epoch if self.trainer is not None else 0
+        ex = decision_examples(self.bank, self.train_rows, self.n_train, np.random.default_rng([self.seed, 100, epoch]),
+                               self.fp, self.obs_every)
+        return DataLoader(_tensors(ex), batch_size=self.batch_size, shuffle=True, collate_fn=_collate,
+                          generator=torch.Generator().manual_seed(self.seed + epoch))
+
+    def val_dataloader(self):
+        return DataLoader(_tensors(self.val_set), batch_size=2048, shuffle=False, collate_fn=_collate)
+
+
+class QuantileHeadModule(L.LightningModule):
+    def __init__(self, net: dict, lr: float = 2e-3, weight_decay: float = 1e-5, stats: dict | None = None):
+        super().__init__()
+        self.save_hyperparameters(ignore=["stats"])
+        self.net = QuantileNet(**net)
+        if stats is not None:
+            self.net.hist_norm.set(*stats["hist"])
+            self.net.static_norm.set(*stats["static"])
+            self.net.target_norm.set(*stats["target"])
+
+    def _loss(self, batch):
+        x, n, st, y = batch
+        return pinball_loss(self.net(x, n, st), self.net.target_norm(y[:, None])[:, 0], self.net.levels)
+
+    def training_step(self, batch, batch_idx):
+        loss = self._loss(batch)
+        self.log("train/pinball", loss, on_step=False, on_epoch=True, batch_size=batch[0].shape[0])
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val/pinball", self._loss(batch), prog_bar=True, on_epoch=True, batch_size=batch[0].shape[0])
+
+    def configure_optimizers(self):
+        opt = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        T = max(1, int(self.trainer.max_epochs or 1)) if self.trainer is not None else 1
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=T, eta_min=self.hparams.lr * 0.05)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "epoch"}}
+
+
+def fit_quantile_head(bank, pc, out, seed: int = 0) -> dict:
+    """Train on ``bank``'s fm_train curves, early-stop on fm_val pinball loss, export ``out/qr.ckpt``."""
+    tc, dc = pc.train, pc.data
+    L.seed_everything(seed, workers=True)
+    torch.set_num_threads(int(tc.get("num_threads", 1)))
+    out = Path(out)
+    dm = DecisionDataModule(bank, seed=seed, train_examples=dc.train_examples, val_examples=dc.val_examples,
+                            batch_size=dc.batch_size, obs_every=dc.obs_every)
+    net_kw = OmegaConf.to_container(pc.net, resolve=True)
+    module = QuantileHeadModule(net_kw, lr=tc.lr, weight_decay=tc.weight_decay, stats=dm.stats)
+    ckpt_cb = ModelCheckpoint(dirpath=out / "checkpoints", monitor="val/pinball", mode="min", filename="qr-{epoch:03d}")
+    trainer = L.Trainer(max_epochs=int(tc.max_epochs), accelerator="cpu", devices=1, logger=False,
+                        callbacks=[ckpt_cb, EarlyStopping(monitor="val/pinball", mode="min", patience=int(tc.patience))],
+                        reload_dataloaders_every_n_epochs=1, enable_model_summary=False, enable_progress_bar=False,
+                        gradient_clip_val=float(tc.get("gradient_clip_val", 1.0)), default_root_dir=str(out))
+    t0 = time.time()
+    trainer.fit(module, datamodule=dm)
+    module.load_state_dict(torch.load(ckpt_cb.best_model_path, map_location="cpu", weights_only=False)["state_dict"])
+    result = {"wall_s": time.time() - t0, "epochs": trainer.current_epoch,
+              "best_val_pinball": float(ckpt_cb.best_model_score), "bank": str(bank.path), "seed": seed}
+    result["ckpt"] = str(save_head(module.net, net_kw, out / "qr.ckpt", extra=result))
+    return result
+
+
+def _cli(argv: list[str]) -> None:
+    base = OmegaConf.create({"seed": 0, "bank": {"path": None}, "paths": {"output_dir": "outputs/qr"},
+                             "predictor": OmegaConf.load(conf_dir("predictor", "qr.yaml"))})
+    cfg = OmegaConf.merge(base, OmegaConf.from_dotlist(argv))
+    bank = load_bank(cfg.bank.path or default_bank_path())
+    print(fit_quantile_head(bank, cfg.predictor, cfg.paths.output_dir, seed=int(cfg.seed)))
+
+
+if __name__ == "__main__":
+    _cli(sys.argv[1:])
