@@ -153,3 +153,33 @@ def test_evaluate_drops_shipped_policies_on_hetero_nodes():
     assert _without_unfit_shipped(["MARA", "FIFO"], {}) == ["FIFO"]
     given = {"MARA": {"checkpoints": [{"train_seed": 0, "ckpt_path": "x.ckpt"}]}}
     assert _without_unfit_shipped(["MARA", "FIFO"], given) == ["MARA", "FIFO"]
+
+
+def test_value_warmup_head_only_leaves_the_policy_unchanged():
+    """``ppo.value_warmup_head_only``: a value-only update moves the value head and nothing else (the cloned policy's
+    action probabilities are unchanged); without it the shared encoder moves too, and so does the policy."""
+    from mara.mat import ppo as ppo_step
+    from mara.mat.nets import MATPolicy
+
+    def run(head_only: bool):
+        torch.manual_seed(0)
+        pol = MATPolicy(n_slots=4, n_nodes=3, d_model=8, d_ff=16, decoder="plackett_luce", features="v3")
+        tok, pres = obs_to_tokens(hetero_obs(), 350.0, "v3")
+        tok, pres = tok.repeat(8, 1, 1) + 0.1 * torch.randn(8, 4, 34), pres.repeat(8, 1)
+        a, logp, v = pol.act(tok, pres, generator=torch.Generator().manual_seed(1))
+        batch = {"tokens": tok, "present": pres, "actions": a, "logprobs": logp.detach(), "values": v.detach(),
+                 "advantages": torch.randn(8), "returns": torch.full((8,), 5.0)}
+        before = {k: p.detach().clone() for k, p in pol.named_parameters()}
+        opt = torch.optim.Adam(pol.parameters(), lr=1e-2)
+        cfg = {"update_epochs": 2, "norm_adv": True, "clip_coef": 0.2, "vf_coef": 1.0, "ent_coef": 0.0,
+               "value_warmup_head_only": head_only}
+        ppo_step.update(pol, opt, batch, cfg, 2, torch.Generator().manual_seed(2), lambda l: l.backward(), lambda: None,
+                        value_only=True)
+        moved = {k for k, p in pol.named_parameters() if not torch.equal(p, before[k])}
+        newlogp = pol.evaluate(tok, pres, a)[0]
+        return moved, float((newlogp - logp).abs().max())
+
+    moved, dlogp = run(True)
+    assert moved and all(k.startswith("value_head.") for k in moved) and dlogp == 0.0
+    moved, dlogp = run(False)
+    assert any(not k.startswith("value_head.") for k in moved) and dlogp > 0.0
