@@ -18,6 +18,7 @@ from mara.core.cli import check_group_overrides, output_dir, run_cli
 from mara.core.config import (
     ConfigError,
     check_method_cfg,
+    is_learned,
     load_method_cfg,
     with_shipped_policies,
 )
@@ -28,6 +29,7 @@ from mara.eval.runner import (
     build_episodes,
     evaluate_methods,
     load_bank_from_cfg,
+    node_options,
     protocol_from_cfg,
 )
 from mara.report.results import build_results, write_results
@@ -57,6 +59,8 @@ def evaluate(cfg: DictConfig) -> dict:
     for m in methods:  # fail fast on unknown names and on a learned policy given the truth predictor, before any work
         check_method_cfg(load_method_cfg(m, overrides.get(m)))
     bank = load_bank_from_cfg(cfg)
+    if node_options(cfg.sim)["node_speed"] is not None or node_options(cfg.sim)["switch_cost"] > 0:
+        methods = _without_unfit_shipped(methods, overrides)  # issue 25
     if cfg.get("shipped_policies", True):  # a learned method given no checkpoint evaluates the shipped policies
         overrides, shipped = with_shipped_policies(methods, overrides, bank.path)
         for m, paths in shipped.items():
@@ -129,6 +133,21 @@ def _neutral(overrides: dict) -> dict:
     """Per-method overrides without the settings that cannot change the rows (and without empty entries)."""
     kept = {m: {k: v for k, v in (o or {}).items() if k not in RESULT_NEUTRAL_KEYS} for m, o in overrides.items()}
     return {m: o for m, o in kept.items() if o}
+
+
+def _without_unfit_shipped(methods: list[str], overrides: dict) -> list[str]:
+    """On heterogeneous nodes / with switch costs (issue 25) the shipped policies (trained on identical nodes) are not
+    evaluated: a learned method given no checkpoint is dropped with a warning (``python -m mara.train experiment=hetero``
+    trains and evaluates one; or give ``+method_overrides.MARA.checkpoints=[...]``)."""
+    keep = []
+    for m in methods:
+        cfg = load_method_cfg(m, overrides.get(m))
+        if is_learned(cfg) and not cfg.get("ckpt_path") and not cfg.get("checkpoints"):
+            log.warning(f"skipping {m}: no checkpoint given and the shipped policies were trained on identical nodes "
+                        f"(python -m mara.train experiment=hetero trains one; or +method_overrides.{m}.checkpoints=[...])")
+            continue
+        keep.append(m)
+    return keep
 
 
 def _resumable_rows(path: Path, base: dict, methods: list[str]) -> dict:

@@ -117,10 +117,7 @@ def check_run_config(cfg: DictConfig) -> None:
     """Every setting the later stages read, checked before any work starts (one-line ConfigError)."""
     check_number("seed", cfg.get("seed", 0), int)
     protocol_from_cfg(cfg)  # sim.* and eval.*
-    opts = node_options(cfg.sim)
-    if opts["node_speed"] is not None or opts["switch_cost"] > 0:  # the MAT sees no node features yet (issue 25)
-        raise ConfigError("sim.node_speed / sim.switch_cost: training MARA on heterogeneous nodes is not supported yet "
-                          "(issue 25); evaluate the rules and bounds with python -m mara.evaluate experiment=hetero")
+    node_options(cfg.sim)  # issue 25: node speeds / switch costs reach the policy stage (mat=hetero: v3 node features)
     for m in cfg.get("methods") or []:
         load_method_cfg(m)
 

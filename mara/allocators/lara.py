@@ -228,6 +228,10 @@ class LARA:
 
     # -------------------------------------------------------------------------------- acting
     def act(self, obs: Observation) -> np.ndarray:
+        return place(obs, *self.choose(obs))  # issue 25: placement on heterogeneous nodes (identity otherwise)
+
+    def choose(self, obs: Observation) -> tuple[np.ndarray, np.ndarray]:
+        """(picks [E, M] in priority order, the integer demand p the placement reads); ``act`` places them."""
         E, K = obs.present.shape
         M = obs.n_nodes
         present = obs.present.copy()
@@ -268,4 +272,4 @@ class LARA:
                 _fill(warm, [dl, arr], M - used, taken, picks, used)
             else:  # cold_edf
                 _fill(cold, [dl, arr], M - used, taken, picks, used)
-        return place(obs, picks, p)  # issue 25: placement on heterogeneous nodes (identity otherwise)
+        return picks, p

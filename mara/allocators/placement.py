@@ -96,3 +96,13 @@ def place(obs: Observation, picks: np.ndarray, remaining=None) -> np.ndarray:
     if not getattr(obs, "hetero", False):  # duck-typed observations (tests) are identical-node ones
         return picks
     return assign_nodes(picks, obs.node_speed, obs.switch_cost, obs.last_node, obs.started, obs.setup_left, remaining)
+
+
+def place_policy(obs: Observation, picks: np.ndarray) -> np.ndarray:
+    """A learned policy's ordered picks [E, M] (its priority order, IDLE anywhere) placed as the least-slack rule
+    places its own, with the median remaining estimate ``obs.pred_remaining`` as the demand: the identity on
+    identical nodes with free preemption (old policies act unchanged). A deterministic function of the observation
+    and the picks, so the policy's log-probability of the picks is that of the placed action (issue 25)."""
+    if not getattr(obs, "hetero", False):
+        return picks
+    return place(obs, picks, obs.pred_remaining)

@@ -90,6 +90,11 @@ class SlackRule:
         pass
 
     def act(self, obs: Observation) -> np.ndarray:
+        return place(obs, *self.choose(obs))  # issue 25: placement on heterogeneous nodes (identity otherwise)
+
+    def choose(self, obs: Observation) -> tuple[np.ndarray, np.ndarray]:
+        """(picks [E, M]: the served slots in priority order, IDLE after; the median estimate the placement reads).
+        On identical nodes the picks are the actions; ``act`` places them. Imitation clones the picks (issue 25)."""
         tau = obs.remaining_time.astype(np.float64)
         pred = np.nan_to_num(np.asarray(obs.pred_remaining, dtype=np.float64), nan=np.inf)
         feas = pred
@@ -105,4 +110,4 @@ class SlackRule:
         ok = np.take_along_axis(stage, top, axis=1) != SKIP
         actions = np.full((order.shape[0], M), IDLE, dtype=np.int64)
         actions[:, :m] = np.where(ok, top, IDLE)
-        return place(obs, actions, pred)  # issue 25: placement on heterogeneous nodes (identity otherwise)
+        return actions, pred

@@ -1,4 +1,6 @@
-"""The MAT policy as an ``Allocator`` (docs/allocators.md): observation → masked joint action, argmax by default."""
+"""The MAT policy as an ``Allocator`` (docs/allocators.md): observation → masked joint action, argmax by default.
+On heterogeneous nodes / with switch costs (issue 25) the policy's ordered picks are placed on nodes by the rules'
+placement (``mara.allocators.placement.place_policy``)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mara.allocators.placement import place_policy
 from mara.mat.features import obs_to_tokens
 from mara.mat.nets import MATPolicy, to_env_actions
 from mara.sim.env import Observation
@@ -29,7 +32,7 @@ class PolicyAllocator:
         dev = next(self.policy.parameters()).device
         actions, _, _ = self.policy.act(tokens.to(dev), present.to(dev), deterministic=self.deterministic,
                                         generator=self.generator)
-        return to_env_actions(actions, self.policy.K)
+        return place_policy(obs, to_env_actions(actions, self.policy.K))  # issue 25: the identity on identical nodes
 
 
 class MATAllocator(PolicyAllocator):

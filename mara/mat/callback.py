@@ -19,6 +19,7 @@ from mara.allocators.lara import LARA
 from mara.allocators.rules import EDF, FIFO
 from mara.allocators.slack import SlackRule
 from mara.mat.allocator import PolicyAllocator
+from mara.mat.rollout import node_kwargs
 from mara.predictors.factory import predictor_from
 from mara.predictors.val_metrics import rank_share
 from mara.sim.env import BatchedEnv, run_episodes
@@ -58,7 +59,7 @@ class ValidationCallback(L.Callback):
     def _env(self, pl_module, predictor, episodes=None, fm_cache=None):
         return BatchedEnv(self.episodes if episodes is None else episodes, pl_module.env.bank, n_nodes=self.sim["n_nodes"],
                           max_active=self.sim["max_active"], obs_every=self.sim["obs_every"], predictor=predictor,
-                          fm_cache=fm_cache)
+                          fm_cache=fm_cache, **node_kwargs(self.sim))  # issue 25: the training nodes
 
     def on_fit_start(self, trainer, pl_module) -> None:
 

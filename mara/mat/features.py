@@ -13,6 +13,14 @@ Feature sets (``mat.net.features``, recorded in the checkpoint's hparams; a chec
   quantile; all zero = not servable), the band's width in log1p batches, the observation count, the cap left.
   Every one is computed from the ``Observation`` alone (the estimates the simulator carries), never from the curve.
   Not in the observation and so not in the tokens: the loss relative to ε and its slope, the FM novelty score.
+- ``v3`` (issue 25: heterogeneous nodes and switch costs, ``node_slot_features``): v2's 17 + per slot whether it ran at
+  t−1, the speed of the node it ran on relative to the fastest (0 if none), the set-up steps it still owes there, whether
+  it was served before (a move or resume then pays the switch cost), its median remaining estimate in steps on the
+  fastest node, the slacks at the ``BAND_Q`` quantile counted in fastest-node and in slowest-node steps, and the
+  Slack-FM-q stage judged in fastest-node steps (what that rule reads on such nodes, ``fastest_node_steps``) + the
+  node profile (share of nodes at the top speed, mean speed / top speed, top speed / 4, switch cost / 10),
+  the same in every slot. On identical nodes with free preemption these are what such nodes give (no history
+  features beyond ``started``/``last_node``, slacks equal to v2's), so one policy serves both settings.
 """
 from __future__ import annotations
 
@@ -23,7 +31,7 @@ from mara.allocators.slack import COLD, FINISHABLE, HOPELESS, band_quantile, sla
 from mara.sim.env import Observation
 
 N_GLOBAL_FEATURES = 3
-N_SLOT_FEATURES_BY_SET = {"v1": 7, "v2": 17}
+N_SLOT_FEATURES_BY_SET = {"v1": 7, "v2": 17, "v3": 31}
 FEATURE_SETS = tuple(N_SLOT_FEATURES_BY_SET)
 N_SLOT_FEATURES = N_SLOT_FEATURES_BY_SET["v1"]  # the v1 sizes (old imports)
 N_FEATURES = N_SLOT_FEATURES + N_GLOBAL_FEATURES
@@ -65,6 +73,37 @@ def band_slot_features(obs: Observation, scale: float, q: float = BAND_Q) -> np.
     )
 
 
+def node_slot_features(obs: Observation, scale: float, q: float = BAND_Q) -> np.ndarray:
+    """The v3 additions [E, K, 14] (module docstring; the caller zeroes absent slots), from the observation only:
+    the slot's node history and its estimates in node-speed terms, then the node profile (same in every slot)."""
+
+    E, K = obs.present.shape
+    speed = np.asarray(obs.node_speed, dtype=np.float64)
+    smax, smin = float(speed.max()), float(speed.min())
+    tau = obs.remaining_time.astype(np.float64)
+    med = np.asarray(obs.pred_remaining, dtype=np.float64)
+    pq = band_quantile(obs.pred_remaining_lo, med, obs.pred_remaining_hi, q)
+    last = np.asarray(obs.last_node)
+    ran = last >= 0
+    last_speed = np.where(ran, speed[np.maximum(last, 0)] / smax, 0.0)
+    stage = slack_stage(obs.present, obs.cap_remaining, obs.n_obs, pq / smax, tau)
+    per_slot = np.stack(
+        [
+            ran.astype(np.float64), last_speed,
+            np.clip(np.asarray(obs.setup_left, dtype=np.float64) / 10.0, 0.0, 3.0),
+            np.asarray(obs.started, dtype=np.float64),
+            np.clip(med / smax / scale, 0.0, 3.0),
+            np.clip((tau - pq / smax) / scale, -3.0, 3.0), np.clip((tau - pq / smin) / scale, -3.0, 3.0),
+            (stage == FINISHABLE).astype(np.float64), (stage == COLD).astype(np.float64),
+            (stage == HOPELESS).astype(np.float64),
+        ],
+        axis=-1,
+    )
+    profile = np.array([np.mean(speed == smax), speed.mean() / smax, min(smax / 4.0, 3.0),
+                        min(float(obs.switch_cost) / 10.0, 3.0)])
+    return np.concatenate([per_slot, np.broadcast_to(profile, (E, K, 4))], axis=-1)
+
+
 def obs_to_tokens(obs: Observation, scale: float = 350.0, feature_set: str = "v1") -> tuple[torch.Tensor, torch.Tensor]:
     """One token per slot: per-slot state (zero where absent), then the normalised node / active / queued counts.
 
@@ -88,8 +127,10 @@ def obs_to_tokens(obs: Observation, scale: float = 350.0, feature_set: str = "v1
         ],
         axis=-1,
     )
-    if feature_set == "v2":
+    if feature_set in ("v2", "v3"):
         per_slot = np.concatenate([per_slot, band_slot_features(obs, scale)], axis=-1)
+    if feature_set == "v3":
+        per_slot = np.concatenate([per_slot, node_slot_features(obs, scale)], axis=-1)
     per_slot = per_slot * present[..., None]
     E = present.shape[0]
     glob = np.stack(

@@ -8,6 +8,12 @@ as MAT). Its env actions ``[E, M]`` (slot per node in its priority order, IDLE a
 DAgger rounds roll the *student* (argmax) through fresh training episodes and label every visited state
 with the teacher's action; the data set is aggregated and the student retrained on all of it.
 
+Heterogeneous nodes / switch costs (issue 25): the labels are the teacher's picks in priority order *before* its
+node placement (``choose`` of the rules); the student's picks are placed by the same placement
+(``mara.allocators.placement.place_policy``), so a student that reproduces the picks reproduces the teacher's actions
+(the median estimate is the demand both place by: exact for the Slack rules, tested). On the paper's nodes picks and
+actions are the same. The env is stepped with the placed actions.
+
 Pure pieces: ``teacher_choices`` (env actions → choices), ``served_sets_equal`` (agreement metric: same set
 of served slots, node order irrelevant since nodes are identical).
 """
@@ -18,6 +24,7 @@ import time
 import numpy as np
 import torch
 
+from mara.allocators.placement import place
 from mara.core.config import build_allocators, load_method_cfg
 from mara.mat.nets import MATPolicy, to_env_actions
 from mara.mat.rollout import TrainingEnv
@@ -47,15 +54,15 @@ def collect_labelled_states(env: TrainingEnv, teacher, n_steps: int, student: MA
     n = env.episode_stream.E // env.n_groups
     for _ in range(n_steps):
         tok, p = env.tokens(scale, feature_set)
-        teach = teacher_actions(teacher, env)
+        picks, teach = teacher_labels(teacher, env)
         live = torch.as_tensor(np.concatenate([~o.done for o in env.group_obs]))
         if student is None:
             act = teach
         else:
             dev = next(student.parameters()).device
             a, _, _ = student.act(tok.to(dev), p.to(dev), deterministic=True)
-            act = to_env_actions(a, student.K)
-        toks.append(tok[live]), pres.append(p[live]), acts.append(teacher_choices(teach, tok.shape[1])[live])
+            act = env.place(to_env_actions(a, student.K))
+        toks.append(tok[live]), pres.append(p[live]), acts.append(teacher_choices(picks, tok.shape[1])[live])
         env.step(act)
     assert n > 0
     return {"tokens": torch.cat(toks), "present": torch.cat(pres), "actions": torch.cat(acts)}
@@ -79,12 +86,23 @@ class TruthTeacher:
 
         o = env.observe()
         truth = true_remaining_batches(env.slot_need, env.slot_s, np.maximum(env.slot_cap - env.slot_s, 0))
+        nodes = dict(node_speed=o._node_speed, switch_cost=o.switch_cost, last_node=o._last_node, started=o._started,
+                     setup_left=o._setup_left) if o.hetero else {}
         return type(o)(o.t, env.slot_task.copy(), env.slot_s.copy(), env.slot_arrival.copy(), env.slot_deadline.copy(),
                        env.slot_cap.copy(), truth, env.slot_s.copy(), o.n_queued, o.done, o.n_nodes, o.max_active,
-                       env.obs_every, slot_pred_lo=truth, slot_pred_hi=truth)
+                       env.obs_every, slot_pred_lo=truth, slot_pred_hi=truth, **nodes)
 
     def act_env(self, env) -> np.ndarray:
         return self.rule.act(self.truth_observation(env))
+
+    def choose_env(self, env) -> tuple[np.ndarray, np.ndarray]:
+        """(picks before placement, placed actions) on the truth observation."""
+        o = self.truth_observation(env)
+        if not hasattr(self.rule, "choose"):
+            a = self.rule.act(o)
+            return a, a
+        picks, rem = self.rule.choose(o)
+        return picks, place(o, picks, rem)
 
 
 def build_teacher(name: str):
@@ -99,9 +117,23 @@ def build_teacher(name: str):
 
 def teacher_actions(teacher, env: TrainingEnv) -> np.ndarray:
     """The teacher's env actions for every episode of ``env``'s groups, stacked -> [E, M]."""
+    return teacher_labels(teacher, env)[1]
+
+
+def teacher_labels(teacher, env: TrainingEnv) -> tuple[np.ndarray, np.ndarray]:
+    """(the teacher's picks in priority order before node placement, its placed env actions), every episode of
+    ``env``'s groups stacked -> ([E, M], [E, M]); the same arrays on identical nodes. A teacher without ``choose``
+    (not a rule of mara/allocators) is labelled with its actions."""
     if getattr(teacher, "privileged", False):
-        return np.concatenate([teacher.act_env(e) for e in env.envs])
-    return np.concatenate([teacher.act(o) for o in env.group_obs])
+        out = [teacher.choose_env(e) for e in env.envs]
+    elif hasattr(teacher, "choose"):
+        out = []
+        for o in env.group_obs:
+            picks, rem = teacher.choose(o)
+            out.append((picks, place(o, picks, rem)))
+    else:
+        out = [(a, a) for a in (teacher.act(o) for o in env.group_obs)]
+    return np.concatenate([p for p, _ in out]), np.concatenate([a for _, a in out])
 
 
 def merge(a: dict | None, b: dict) -> dict:

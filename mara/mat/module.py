@@ -15,7 +15,7 @@ from mara.mat import ppo as ppo_step
 from mara.mat.imitation import build_teacher, imitate
 from mara.mat.losses import explained_variance, gae
 from mara.mat.nets import MATPolicy
-from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout
+from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout, node_kwargs
 from mara.predictors.cache import FlowSampleCache
 from mara.predictors.factory import load_bank_and_predictor
 
@@ -51,7 +51,7 @@ class MATModule(L.LightningModule):
             self.fm_cache = FlowSampleCache(int(hp.rollout.get("fm_cache_entries", 100_000)))
         self.env = TrainingEnv(stream, bank, predictor, hp.reward, hp.sim["beta"], hp.sim["n_nodes"],
                                hp.sim["max_active"], hp.sim["obs_every"], hp.rollout["n_groups"], hp.rollout["stagger"],
-                               fm_cache=self.fm_cache)
+                               fm_cache=self.fm_cache, **node_kwargs(hp.sim))
         self.generator = torch.Generator().manual_seed(hp.seed * 1000 + rank)
         if self._pending_env_state is not None:
             self._restore_env(self._pending_env_state)
@@ -72,7 +72,7 @@ class MATModule(L.LightningModule):
                                    n_steps=hp.sim["n_steps"])
             return TrainingEnv(stream, bank, predictor, hp.reward, hp.sim["beta"], hp.sim["n_nodes"], hp.sim["max_active"],
                                hp.sim["obs_every"], hp.rollout["n_groups"], im.get("stagger", hp.rollout["stagger"]),
-                               fm_cache=self.fm_cache)
+                               fm_cache=self.fm_cache, **node_kwargs(hp.sim))
 
         return imitate(self.policy, make_env, teacher, im, seed=hp.seed, scale=hp.rollout["scale"],
                        log=lambda s: print(s, flush=True))

@@ -40,7 +40,12 @@ def flatten(buf, advantages: torch.Tensor, returns: torch.Tensor) -> dict[str, t
 def update(policy, opt, batch: dict, ppo: dict, n_mb: int, generator: torch.Generator, backward, clip,
            value_only: bool = False) -> dict[str, list[float]]:
     """``update_epochs`` passes of ``n_mb`` minibatches; ``backward(loss)`` and ``clip()`` do the framework's part.
-    ``value_only``: fit the value head only (policy terms kept at weight 0, so DDP sees every parameter)."""
+    ``value_only``: fit the value loss only (policy terms kept at weight 0, so DDP sees every parameter). The value
+    loss still reaches the encoder the policy shares, so the policy moves too; ``ppo.value_warmup_head_only: true``
+    (issue 25, mat=hetero) steps only the value head's parameters then, leaving the policy exactly as it was (there,
+    without it, the clone's approximate KL reached 1.3 per iteration during the warm-up and the policy collapsed to idling)."""
+    head_only = value_only and bool(ppo.get("value_warmup_head_only", False))
+    head = {id(p) for p in policy.value_head.parameters()} if head_only else set()
     stats = {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")}
     n = len(batch["logprobs"])
     for _ in range(ppo["update_epochs"]):
@@ -59,6 +64,10 @@ def update(policy, opt, batch: dict, ppo: dict, n_mb: int, generator: torch.Gene
                 loss = ppo["vf_coef"] * v_loss + 0.0 * loss
             opt.zero_grad()
             backward(loss)
+            if head_only:  # Adam skips parameters without a gradient: only the value head moves
+                for p in policy.parameters():
+                    if id(p) not in head:
+                        p.grad = None
             clip()
             opt.step()
             with torch.no_grad():

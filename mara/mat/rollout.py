@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mara.allocators.placement import place_policy
 from mara.allocators.rules import FIFO
 from mara.mat.features import obs_to_tokens
 from mara.mat.nets import MATPolicy, to_env_actions
@@ -28,6 +29,13 @@ def batch_load(load, counter: int) -> float:
         return float(load)
     loads = [float(x) for x in load]
     return loads[counter % len(loads)]
+
+
+def node_kwargs(sim) -> dict:
+    """``{node_speed, switch_cost}`` of the MAT ``sim`` settings for ``BatchedEnv`` / ``TrainingEnv`` (issue 25); {} on
+    the paper's identical nodes with free preemption (settings and checkpoints without the keys)."""
+    speed, cost = sim.get("node_speed"), int(sim.get("switch_cost") or 0)
+    return {} if speed is None and not cost else {"node_speed": None if speed is None else list(speed), "switch_cost": cost}
 
 
 class EpisodeStream:
@@ -58,7 +66,7 @@ class TrainingEnv:
 
     def __init__(self, episode_stream: EpisodeStream, bank, predictor=None, reward: str = "dense", beta: float = 0.1,
                  n_nodes: int = 7, max_active: int = 10, obs_every: int = 10, n_groups: int = 1, stagger: int = 0,
-                 fm_cache=None) -> None:
+                 fm_cache=None, node_speed=None, switch_cost: int = 0) -> None:
         if reward not in ("dense", "sparse"):
             raise ValueError(f"mat.reward must be 'dense' or 'sparse', got {reward!r}")
         if episode_stream.E % n_groups:
@@ -67,6 +75,8 @@ class TrainingEnv:
         self.fm_cache = fm_cache  # a FlowSampleCache shared by every group (and by other envs on the same bank/predictor)
         self.reward, self.beta, self.n_groups = reward, beta, n_groups
         self.sim = dict(n_nodes=n_nodes, max_active=max_active, obs_every=obs_every)
+        if node_speed is not None or switch_cost:  # issue 25: heterogeneous nodes / switch costs (else the paper's nodes)
+            self.sim.update(node_speed=node_speed, switch_cost=switch_cost)
         self.env_steps = 0  # live steps of this rank
         self.finished_success: list[float] = []  # episodes completed since the last ``pop_finished``
         self.finished_return: list[float] = []
@@ -82,6 +92,12 @@ class TrainingEnv:
         """Task tokens of every episode, groups stacked -> (tokens [E, K, F], present [E, K])."""
         toks = [obs_to_tokens(o, scale, feature_set) for o in self.group_obs]
         return torch.cat([t for t, _ in toks]), torch.cat([p for _, p in toks])
+
+    def place(self, picks: np.ndarray) -> np.ndarray:
+        """A policy's ordered picks [E, M] (env actions, IDLE = -1) placed on each group's nodes
+        (``place_policy``; the identity on identical nodes with free preemption)."""
+        n = self.episode_stream.E // self.n_groups
+        return np.concatenate([place_policy(o, picks[g * n:(g + 1) * n]) for g, o in enumerate(self.group_obs)])
 
     def new_batch(self, g: int) -> None:
         episodes = self.episode_stream.next(self.episode_stream.E // self.n_groups)
@@ -164,7 +180,7 @@ def collect_rollout(policy: MATPolicy, env: TrainingEnv, n_steps: int, generator
         tok, pres = tok.to(dev), pres.to(dev)
         with torch.inference_mode():
             a, logp, v = policy.act(tok, pres, generator=generator)
-        r, d, lv = env.step(to_env_actions(a, policy.K))
+        r, d, lv = env.step(env.place(to_env_actions(a, policy.K)))  # issue 25: picks -> nodes (identity by default)
         tokens.append(tok), present.append(pres), actions.append(a), logprobs.append(logp), values.append(v)
         rewards.append(torch.as_tensor(r, dtype=torch.float32, device=dev))
         dones.append(torch.as_tensor(d, device=dev))

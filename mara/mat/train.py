@@ -16,13 +16,15 @@ from mara.core.progress_callback import ProgressCallback
 from mara.core.runlog import log_hparams, setup_logging
 from mara.mat.callback import ValidationCallback
 from mara.mat.module import MATModule
+from mara.sim.env import check_node_options
 
 CONF_DIR = conf_dir()
 
 
 def resolve_config(cfg: DictConfig) -> dict:
     """The MAT settings as a plain dict: ``cfg.mat`` (conf/mat/default.yaml), with the pipeline's shared keys
-    (``seed``, ``reward``, ``ckpt_path``, ``predictor``, ``paths.output_dir``, ``sim``, ``bank.path``,
+    (``seed``, ``reward``, ``ckpt_path``, ``predictor``, ``paths.output_dir``, ``sim`` (incl. ``node_speed`` /
+    ``switch_cost``, issue 25), ``bank.path``,
     ``trainer.accelerator/devices/strategy``) taking precedence when ``cfg`` is the full ``conf/train.yaml``.
     A bare ``conf/mat/default.yaml`` is accepted too."""
     if "mat" not in cfg:
@@ -42,6 +44,15 @@ def resolve_config(cfg: DictConfig) -> dict:
                              ("obs_every", "obs_every"), ("beta", "beta")):
             if cfg.sim.get(theirs) is not None:
                 c["sim"][ours] = cfg.sim[theirs]
+        # issue 25: node speeds and switch costs reach the training, imitation and validation envs (and the checkpoint's
+        # hparams); recorded only when set, so identical-node runs keep their hparams
+        speed = cfg.sim.get("node_speed")
+        speed, cost = check_node_options(OmegaConf.to_container(speed) if OmegaConf.is_config(speed) else speed,
+                                         cfg.sim.get("switch_cost") or 0, int(c["sim"]["n_nodes"]), int(c["sim"]["obs_every"]))
+        if speed is not None:
+            c["sim"]["node_speed"] = [int(x) for x in speed]
+        if cost:
+            c["sim"]["switch_cost"] = int(cost)
     if cfg.get("trainer") is not None:
         for key in ("accelerator", "devices", "strategy"):
             if cfg.trainer.get(key) is not None:

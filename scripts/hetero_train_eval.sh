@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Issue 25: train MARA on heterogeneous nodes (experiment=hetero: speeds [2,2,1,1,1,1,1], switch cost 2, recipe
+# mat=hetero) for several seeds in parallel, then evaluate the policies next to every rule and bound on identical
+# episodes (evaluation roots 0-4, loads 0.04-0.07). Run from the repo root:
+#   OUT=outputs/hetero_mara SEEDS="0 1 2" THREADS=1 bash scripts/hetero_train_eval.sh
+# METHODS: the methods evaluated with MARA (default: every method of experiment=hetero except the Clairvoyant,
+#   ~6 s per episode; METHODS="[MARA,FIFO,EDF,LARA,LARA-FM,Slack-WLS,Slack-FM,Slack-FM-q,Slack-Truth,Oracle,Clairvoyant]"
+#   for all of them). EXTRA: further overrides for the training runs (e.g. "mat.total_env_steps=1000000").
+# Cost: each seed is one process (THREADS torch/BLAS threads); on the 2-core reference machine one seed took ~6 min
+# alone (docs/notes/issue25_mat.md), the evaluation of the rules + MARA on 720 episodes ~10-20 min.
+set -euo pipefail
+OUT=${OUT:-outputs/hetero_mara}
+SEEDS=${SEEDS:-"0 1 2"}
+THREADS=${THREADS:-1}
+METHODS=${METHODS:-"[MARA,FIFO,EDF,LARA,LARA-FM,Slack-WLS,Slack-FM,Slack-FM-q,Slack-Truth,Oracle]"}
+EXTRA=${EXTRA:-}
+mkdir -p "$OUT"
+export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
+
+pids=()
+for s in $SEEDS; do
+  # shellcheck disable=SC2086
+  python -m mara.train experiment=hetero stage=policy seed="$s" mat.num_threads="$THREADS" \
+    paths.output_dir="$OUT/seed$s" hydra.run.dir="$OUT/seed$s" $EXTRA > "$OUT/train_seed$s.log" 2>&1 &
+  pids+=($!)
+done
+status=0
+for p in "${pids[@]}"; do wait "$p" || status=1; done
+[ $status -eq 0 ] || { echo "a training run failed: see $OUT/train_seed*.log" >&2; exit 1; }
+
+ckpts=""
+for s in $SEEDS; do
+  ckpts="$ckpts{train_seed:$s,ckpt_path:$PWD/$OUT/seed$s/policy/checkpoints/best.ckpt},"
+done
+python -m mara.evaluate experiment=hetero "methods=$METHODS" "+method_overrides.MARA={checkpoints:[${ckpts%,}]}" \
+  paths.output_dir="$OUT/evaluation" hydra.run.dir="$OUT/evaluation" eval.tensorboard=false > "$OUT/evaluate.log" 2>&1
+echo "results: $OUT/evaluation/results.md (see 'Learned method minus the best non-learned method')"
