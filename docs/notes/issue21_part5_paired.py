@@ -1,6 +1,7 @@
 """Paired differences between methods stored in several results.json files (issue 21, part 5 write-up).
 
 Usage: python docs/notes/issue21_part5_paired.py REF_LABEL=run_dir:Method OTHER_LABEL=run_dir:Method ...
+``run_dir:Method@S`` keeps only the rows of training seed S (a learned method's policies; issue 21 part 6).
 Prints, per load and over all loads, each method's mean success (%) and its paired difference to the first one
 (± s.e., mara.report.decomposition.paired_difference over the (task set, load, root, episode) keys).
 """
@@ -14,11 +15,11 @@ import numpy as np
 from mara.report.decomposition import paired_difference
 
 
-def per_episode(run_dir: str, method: str) -> dict:
+def per_episode(run_dir: str, method: str, seed: int | None = None) -> dict:
     rows = json.load(open(f"{run_dir}/results.json"))["rows"]
     out: dict = {}
     for r in rows:
-        if r["method"] == method:
+        if r["method"] == method and (seed is None or r.get("train_seed") == seed):
             out.setdefault((r["task_set"], float(r["load"]), r["root"], r["episode"]), []).append(100.0 * r["success_rate"])
     if not out:
         raise SystemExit(f"no rows of {method} in {run_dir}")
@@ -30,7 +31,8 @@ def main(argv):
     for a in argv:
         label, spec = a.split("=", 1)
         run, method = spec.rsplit(":", 1)
-        series.append((label, per_episode(run, method)))
+        method, _, seed = method.partition("@")
+        series.append((label, per_episode(run, method, int(seed) if seed else None)))
     loads = sorted({k[1] for k in series[0][1]})
     ref_label, ref = series[0]
     head = "| reading | " + " | ".join(f"p = {p:g}" for p in loads) + " | mean | Δ vs " + ref_label + " (all loads) |"

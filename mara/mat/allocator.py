@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from mara.allocators.placement import place_policy
-from mara.mat.features import obs_to_tokens
+from mara.mat.features import obs_to_tokens, token_options
 from mara.mat.nets import MATPolicy, to_env_actions
 from mara.sim.env import Observation
 
@@ -28,7 +28,8 @@ class PolicyAllocator:
 
     @torch.no_grad()
     def act(self, obs: Observation) -> np.ndarray:
-        tokens, present = obs_to_tokens(obs, self.scale, getattr(self.policy, "features", "v1"))
+        tokens, present = obs_to_tokens(obs, self.scale, getattr(self.policy, "features", "v1"),
+                                        **token_options(self.policy))
         dev = next(self.policy.parameters()).device
         actions, _, _ = self.policy.act(tokens.to(dev), present.to(dev), deterministic=self.deterministic,
                                         generator=self.generator)

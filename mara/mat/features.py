@@ -13,6 +13,9 @@ Feature sets (``mat.net.features``, recorded in the checkpoint's hparams; a chec
   quantile; all zero = not servable), the band's width in log1p batches, the observation count, the cap left.
   Every one is computed from the ``Observation`` alone (the estimates the simulator carries), never from the curve.
   Not in the observation and so not in the tokens: the loss relative to ε and its slope, the FM novelty score.
+  The quantile and the levels of the band's ends are the policy's ``token_q`` / ``token_band`` (``mat.net``, issue 21
+  part 6; default 0.01 on the FM's (0.1, 0.9) band): ``mat=qr`` reads the decision head's 0.05 level itself, as
+  Slack-QR-q does.
 - ``v3`` (issue 25: heterogeneous nodes and switch costs, ``node_slot_features``): v2's 17 + per slot whether it ran at
   t−1, the speed of the node it ran on relative to the fastest (0 if none), the set-up steps it still owes there, whether
   it was served before (a move or resume then pays the switch cost), its median remaining estimate in steps on the
@@ -36,6 +39,13 @@ FEATURE_SETS = tuple(N_SLOT_FEATURES_BY_SET)
 N_SLOT_FEATURES = N_SLOT_FEATURES_BY_SET["v1"]  # the v1 sizes (old imports)
 N_FEATURES = N_SLOT_FEATURES + N_GLOBAL_FEATURES
 BAND_Q = 0.01  # conf/method/Slack-FM-q.yaml's quantile (chosen on validation roots in issue 21)
+BAND_LEVELS = (0.1, 0.9)  # the levels of the band's ends the FM carries (conf/predictor/fm.yaml)
+
+
+def token_options(policy) -> dict:
+    """The token settings a policy was trained with (``mat.net.token_q`` / ``mat.net.token_band``, recorded in the
+    checkpoint's hparams; absent: Slack-FM-q's quantile on the FM band) as ``obs_to_tokens`` keywords."""
+    return {"q": float(getattr(policy, "token_q", BAND_Q)), "band": tuple(getattr(policy, "token_band", BAND_LEVELS))}
 
 
 def n_features(feature_set: str = "v1") -> tuple[int, int]:
@@ -46,14 +56,16 @@ def n_features(feature_set: str = "v1") -> tuple[int, int]:
     return s, s + N_GLOBAL_FEATURES
 
 
-def band_slot_features(obs: Observation, scale: float, q: float = BAND_Q) -> np.ndarray:
-    """The v2 additions [E, K, 10] (zero where absent), from the observation only."""
+def band_slot_features(obs: Observation, scale: float, q: float = BAND_Q, band=BAND_LEVELS) -> np.ndarray:
+    """The v2 additions [E, K, 10] (zero where absent), from the observation only. ``q``: the quantile the stage and
+    the third slack are judged at; ``band``: the levels of the band's ends (``band_quantile``). With the decision
+    head's ``qr_q`` band (0.05, 0.9) and q = 0.05 they are Slack-QR-q's (the head's 0.05 level, read directly)."""
 
     tau = obs.remaining_time.astype(np.float64)
     med = np.asarray(obs.pred_remaining, dtype=np.float64)
     lo = np.asarray(obs.pred_remaining_lo, dtype=np.float64)
     hi = np.asarray(obs.pred_remaining_hi, dtype=np.float64)
-    pq = band_quantile(lo, med, hi, q)
+    pq = band_quantile(lo, med, hi, q, band)
     stage = slack_stage(obs.present, obs.cap_remaining, obs.n_obs, pq, tau)
 
     def sl(p):
@@ -73,7 +85,7 @@ def band_slot_features(obs: Observation, scale: float, q: float = BAND_Q) -> np.
     )
 
 
-def node_slot_features(obs: Observation, scale: float, q: float = BAND_Q) -> np.ndarray:
+def node_slot_features(obs: Observation, scale: float, q: float = BAND_Q, band=BAND_LEVELS) -> np.ndarray:
     """The v3 additions [E, K, 14] (module docstring; the caller zeroes absent slots), from the observation only:
     the slot's node history and its estimates in node-speed terms, then the node profile (same in every slot)."""
 
@@ -82,7 +94,7 @@ def node_slot_features(obs: Observation, scale: float, q: float = BAND_Q) -> np.
     smax, smin = float(speed.max()), float(speed.min())
     tau = obs.remaining_time.astype(np.float64)
     med = np.asarray(obs.pred_remaining, dtype=np.float64)
-    pq = band_quantile(obs.pred_remaining_lo, med, obs.pred_remaining_hi, q)
+    pq = band_quantile(obs.pred_remaining_lo, med, obs.pred_remaining_hi, q, band)
     last = np.asarray(obs.last_node)
     ran = last >= 0
     last_speed = np.where(ran, speed[np.maximum(last, 0)] / smax, 0.0)
@@ -104,8 +116,10 @@ def node_slot_features(obs: Observation, scale: float, q: float = BAND_Q) -> np.
     return np.concatenate([per_slot, np.broadcast_to(profile, (E, K, 4))], axis=-1)
 
 
-def obs_to_tokens(obs: Observation, scale: float = 350.0, feature_set: str = "v1") -> tuple[torch.Tensor, torch.Tensor]:
+def obs_to_tokens(obs: Observation, scale: float = 350.0, feature_set: str = "v1", q: float = BAND_Q,
+                  band=BAND_LEVELS) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per slot: per-slot state (zero where absent), then the normalised node / active / queued counts.
+    ``q`` / ``band``: the quantile and band levels the v2/v3 additions read (``token_options(policy)``).
 
     -> (tokens [E, K, F] float32, present [E, K] bool); F = ``n_features(feature_set)[1]``.
     """
@@ -128,9 +142,9 @@ def obs_to_tokens(obs: Observation, scale: float = 350.0, feature_set: str = "v1
         axis=-1,
     )
     if feature_set in ("v2", "v3"):
-        per_slot = np.concatenate([per_slot, band_slot_features(obs, scale)], axis=-1)
+        per_slot = np.concatenate([per_slot, band_slot_features(obs, scale, q, band)], axis=-1)
     if feature_set == "v3":
-        per_slot = np.concatenate([per_slot, node_slot_features(obs, scale)], axis=-1)
+        per_slot = np.concatenate([per_slot, node_slot_features(obs, scale, q, band)], axis=-1)
     per_slot = per_slot * present[..., None]
     E = present.shape[0]
     glob = np.stack(

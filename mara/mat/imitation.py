@@ -26,6 +26,7 @@ import torch
 
 from mara.allocators.placement import place
 from mara.core.config import build_allocators, load_method_cfg
+from mara.mat.features import token_options
 from mara.mat.nets import MATPolicy, to_env_actions
 from mara.mat.rollout import TrainingEnv
 from mara.predictors.truth import true_remaining_batches
@@ -47,13 +48,15 @@ def served_sets_equal(a: torch.Tensor, b: torch.Tensor, n_slots: int) -> torch.T
 
 @torch.no_grad()
 def collect_labelled_states(env: TrainingEnv, teacher, n_steps: int, student: MATPolicy | None = None,
-                            scale: float = 350.0, feature_set: str = "v1") -> dict[str, torch.Tensor]:
+                            scale: float = 350.0, feature_set: str = "v1",
+                            options: dict | None = None) -> dict[str, torch.Tensor]:
     """Step ``env`` ``n_steps`` times acting with ``student`` (argmax) or, when None, the teacher; record
-    every live state's tokens, present mask and the teacher's choices. -> dict of [B, ...] tensors."""
+    every live state's tokens (``options``: ``obs_to_tokens``'s q / band, ``token_options(policy)``), present mask
+    and the teacher's choices. -> dict of [B, ...] tensors."""
     toks, pres, acts = [], [], []
     n = env.episode_stream.E // env.n_groups
     for _ in range(n_steps):
-        tok, p = env.tokens(scale, feature_set)
+        tok, p = env.tokens(scale, feature_set, **(options or {}))
         picks, teach = teacher_labels(teacher, env)
         live = torch.as_tensor(np.concatenate([~o.done for o in env.group_obs]))
         if student is None:
@@ -188,7 +191,7 @@ def imitate(policy: MATPolicy, make_env, teacher, cfg: dict, seed: int = 0, scal
     data, report, t0 = None, {"rounds": []}, time.time()
     for r in range(1 + int(cfg["dagger_rounds"])):
         new = collect_labelled_states(make_env(r), teacher, int(cfg["n_steps"]), None if r == 0 else policy, scale,
-                                      getattr(policy, "features", "v1"))
+                                      getattr(policy, "features", "v1"), token_options(policy))
         held_out = agreement(policy, new) if r > 0 else None
         data = merge(data, new)
         losses = clone(policy, data, int(cfg["epochs"]), float(cfg["lr"]), int(cfg["batch_size"]), g)

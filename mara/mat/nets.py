@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from mara.mat import plackett_luce
-from mara.mat.features import N_GLOBAL_FEATURES, n_features
+from mara.mat.features import BAND_LEVELS, BAND_Q, N_GLOBAL_FEATURES, n_features
 from mara.mat.masks import choice_mask
 from mara.mat.softmax import log_softmax_last, softmax_last
 
@@ -110,9 +110,17 @@ class MATPolicy(nn.Module):
         decoder: str = "autoregressive",
         slot_buckets: list[int] | None = None,
         features: str = "v1",
+        token_q: float = BAND_Q,
+        token_band: tuple[float, float] | list[float] = BAND_LEVELS,
     ) -> None:
         super().__init__()
         self.features = features  # token feature set (mara/mat/features.py); checkpoints without it: v1
+        # v2/v3 tokens: the quantile the stage / third slack are judged at and the levels of the band's ends
+        # (features.token_options); checkpoints without them: Slack-FM-q's 0.01 on the FM's (0.1, 0.9) band
+        self.token_q, self.token_band = float(token_q), tuple(float(x) for x in token_band)
+        if not 0.0 < self.token_q < 1.0 or len(self.token_band) != 2 or not 0.0 < self.token_band[0] < 0.5 < self.token_band[1] < 1.0:
+            raise ValueError(f"mat.net.token_q must lie in (0, 1) and mat.net.token_band be (lo < 0.5 < hi), "
+                             f"got {token_q} and {list(token_band)}")
         self.n_slot_features, n_feat = n_features(features)
         if decoder not in DECODERS:
             raise ValueError(f"mat.net.decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")

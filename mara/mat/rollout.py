@@ -14,7 +14,7 @@ import torch
 
 from mara.allocators.placement import place_policy
 from mara.allocators.rules import FIFO
-from mara.mat.features import obs_to_tokens
+from mara.mat.features import obs_to_tokens, token_options
 from mara.mat.nets import MATPolicy, to_env_actions
 from mara.sim.env import BatchedEnv, step_envs
 from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
@@ -88,9 +88,10 @@ class TrainingEnv:
                     break
                 self.group_obs[g] = self.envs[g].step(FIFO().act(self.group_obs[g]))[0]
 
-    def tokens(self, scale: float = 350.0, feature_set: str = "v1") -> tuple[torch.Tensor, torch.Tensor]:
-        """Task tokens of every episode, groups stacked -> (tokens [E, K, F], present [E, K])."""
-        toks = [obs_to_tokens(o, scale, feature_set) for o in self.group_obs]
+    def tokens(self, scale: float = 350.0, feature_set: str = "v1", **options) -> tuple[torch.Tensor, torch.Tensor]:
+        """Task tokens of every episode, groups stacked -> (tokens [E, K, F], present [E, K]); ``options``:
+        ``obs_to_tokens``'s ``q`` / ``band`` (``token_options(policy)``)."""
+        toks = [obs_to_tokens(o, scale, feature_set, **options) for o in self.group_obs]
         return torch.cat([t for t, _ in toks]), torch.cat([p for _, p in toks])
 
     def place(self, picks: np.ndarray) -> np.ndarray:
@@ -176,7 +177,7 @@ def collect_rollout(policy: MATPolicy, env: TrainingEnv, n_steps: int, generator
     tokens, present, actions, logprobs, values, rewards, dones, live = ([] for _ in range(8))
     dev = next(policy.parameters()).device  # the buffer lives with the policy (CPU or GPU); the simulator on the CPU
     for _ in range(n_steps):
-        tok, pres = env.tokens(scale, policy.features)
+        tok, pres = env.tokens(scale, policy.features, **token_options(policy))
         tok, pres = tok.to(dev), pres.to(dev)
         with torch.inference_mode():
             a, logp, v = policy.act(tok, pres, generator=generator)
@@ -185,7 +186,7 @@ def collect_rollout(policy: MATPolicy, env: TrainingEnv, n_steps: int, generator
         rewards.append(torch.as_tensor(r, dtype=torch.float32, device=dev))
         dones.append(torch.as_tensor(d, device=dev))
         live.append(torch.as_tensor(lv, device=dev))
-    tok, pres = env.tokens(scale, policy.features)
+    tok, pres = env.tokens(scale, policy.features, **token_options(policy))
     with torch.inference_mode():
         _, _, last_value = policy.encode(tok.to(dev), pres.to(dev))
     st = torch.stack
