@@ -30,8 +30,11 @@ from mara.eval.runner import (
     evaluate_methods,
     load_bank_from_cfg,
     node_options,
+    predictor_mismatch_error,
     protocol_from_cfg,
 )
+from mara.mat.allocator import read_policy_checkpoint
+from mara.predictors.factory import trained_predictor_mismatch
 from mara.report.results import build_results, write_results
 
 
@@ -69,6 +72,7 @@ def evaluate(cfg: DictConfig) -> dict:
             cfg = cfg.copy()
             with open_dict(cfg):
                 cfg.method_overrides = overrides
+    _check_policies_fit_predictor(methods, overrides)
     episodes = build_episodes(cfg, bank, protocol)
     log.info(
         f"evaluate {', '.join(methods)} on {episodes.E} episodes "
@@ -133,6 +137,25 @@ def _neutral(overrides: dict) -> dict:
     """Per-method overrides without the settings that cannot change the rows (and without empty entries)."""
     kept = {m: {k: v for k, v in (o or {}).items() if k not in RESULT_NEUTRAL_KEYS} for m, o in overrides.items()}
     return {m: o for m, o in kept.items() if o}
+
+
+def _check_policies_fit_predictor(methods: list[str], overrides: dict) -> None:
+    """Before any work: every policy checkpoint a learned method will run was trained with the method's predictor
+    (mara.eval.runner.check_policy_predictor, which checks again at run time). A checkpoint that cannot be read is
+    left to the run, which reports it as that method's failure."""
+    for m in methods:
+        cfg = load_method_cfg(m, overrides.get(m))
+        if not is_learned(cfg):
+            continue
+        paths = [cfg.get("ckpt_path")] + [c.get("ckpt_path") for c in (cfg.get("checkpoints") or [])]
+        for path in filter(None, paths):
+            try:
+                hp = read_policy_checkpoint(path)["hyper_parameters"]
+            except (OSError, ValueError):
+                continue
+            why = trained_predictor_mismatch(hp.get("predictor"), cfg.get("predictor"))
+            if why:
+                raise predictor_mismatch_error(m, path, why)
 
 
 def _without_unfit_shipped(methods: list[str], overrides: dict) -> list[str]:

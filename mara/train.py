@@ -21,7 +21,7 @@ from mara.core.runlog import log
 from mara.eval.paper import run_paper
 from mara.eval.runner import check_number, node_options, protocol_from_cfg
 from mara.evaluate import all_methods_failed, evaluate
-from mara.mat.train import train_policy
+from mara.mat.train import check_teacher_predictor, resolve_config, train_policy
 from mara.predictors.train import train_predictor
 
 STAGES = ("all", "predictor", "policy", "evaluate")
@@ -120,6 +120,8 @@ def check_run_config(cfg: DictConfig) -> None:
     node_options(cfg.sim)  # issue 25: node speeds / switch costs reach the policy stage (mat=hetero: v3 node features)
     for m in cfg.get("methods") or []:
         load_method_cfg(m)
+    if cfg.get("mat") is not None and cfg.get("stage", "all") in ("all", "policy"):
+        check_teacher_predictor(resolve_config(cfg))  # mat=qr needs predictor=qr_q: refused before the predictor stage
 
 
 def _use_run_folder_checkpoints(cfg: DictConfig, out: Path, stage: str) -> None:
@@ -147,6 +149,8 @@ def _trained_method(cfg: DictConfig) -> str:
         return "MARA-sparse"
     if cfg.predictor.get("name") == "wls":
         return "MARA-WLS"
+    if cfg.predictor.get("name") == "qr":
+        return "MARA-QR"  # the decision head (mat=qr predictor=qr_q)
     mat = cfg.get("mat") or {}
     return "MARA" if (mat.get("imitation") or {}).get("enabled", False) else "MARA-paper"
 

@@ -28,7 +28,7 @@ from mara.curves.bank import (
     load_bank,
     shipped_bank_path,
 )
-from mara.predictors.factory import predictor_from
+from mara.predictors.factory import predictor_from, trained_predictor_mismatch
 from mara.sim.env import BatchedEnv, check_node_options, isolated_feasible
 from mara.sim.workload import (
     EpisodeBatch,
@@ -273,6 +273,22 @@ def method_outcome_note(exc: BaseException) -> tuple[str, str]:
     return status, msg
 
 
+def check_policy_predictor(mcfg: DictConfig, allocators) -> None:
+    """A learned policy runs on the predictor it was trained with: its tokens are that predictor's estimates and band.
+    A method that gives it another one (e.g. a policy trained on the decision head run as ``MARA``, whose predictor is
+    the FM) is a one-line ConfigError naming the method that fits, never a silently mis-fed evaluation."""
+    for alloc in allocators:
+        why = trained_predictor_mismatch(getattr(alloc, "trained_predictor", None), mcfg.get("predictor"))
+        if why:
+            raise predictor_mismatch_error(mcfg.name, getattr(alloc, "ckpt_path", "?"), why)
+
+
+def predictor_mismatch_error(method: str, path, why: str) -> ConfigError:
+    """The one-line error for a policy given another predictor than the one it was trained with."""
+    return ConfigError(f"method {method!r}: policy {path}: {why}; evaluate it under a method with that predictor "
+                       f"(MARA: fm, MARA-QR: qr_q, MARA-WLS: wls) or set +method_overrides.{method}.predictor=<name>")
+
+
 def evaluate_one(name: str, mcfg: DictConfig, ep: EpisodeBatch, bank: CurveBank, cfg: DictConfig, predictors: dict, progress=None) -> list[dict]:
     """Rows of one method on every episode (one allocator per training seed for learned policies)."""
     if mcfg.kind == "bound":
@@ -282,6 +298,7 @@ def evaluate_one(name: str, mcfg: DictConfig, ep: EpisodeBatch, bank: CurveBank,
     predictor = build_predictor_by_name(mcfg.get("predictor"), cfg, predictors, bank.path)
     rows = []
     allocators = build_allocators(mcfg)
+    check_policy_predictor(mcfg, [a for _, a in allocators])
     for i, (seed, alloc) in enumerate(allocators):
         tick = None if progress is None else (lambda s, n, i=i: progress((i + s / n) / len(allocators)))
         rows += _rows_from_metrics(name, ep, run_policy(alloc, ep, bank, cfg.sim, predictor, progress=tick), train_seed=seed)

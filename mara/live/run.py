@@ -11,7 +11,7 @@ from mara.core.cli import output_dir
 from mara.core.config import ConfigError, build_allocators, load_method_cfg
 from mara.curves.bank import load_bank, shipped_bank_path, write_bank
 from mara.curves.families import generation_cap
-from mara.eval.runner import build_predictor_by_name, load_bank_from_cfg, node_options
+from mara.eval.runner import build_predictor_by_name, check_policy_predictor, load_bank_from_cfg, node_options
 from mara.live.driver import replay, run_live
 from mara.live.episode import live_tasks, scaled_family_params
 from mara.live.report import write_report
@@ -85,6 +85,7 @@ def build_method(name: str, cfg: DictConfig, predictors: dict, bank_path):
         return None, (f"{name} skipped: no policy checkpoint; train one for these sim settings "
                       f"(docs: README 'Live mode') and pass '++method_overrides={{{name}: {{ckpt_path: ...}}}}'")
     _, first = build_allocators(mcfg)[0]  # fails with one line if the checkpoint does not load
+    check_policy_predictor(mcfg, [first])
     policy = getattr(first, "policy", None)
     if policy is not None and (policy.M != int(cfg.sim.nodes) or policy.K != int(cfg.sim.max_active)):
         raise ConfigError(f"method {name!r}: checkpoint was trained for M={policy.M}, K={policy.K}; "

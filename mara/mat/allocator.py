@@ -53,7 +53,8 @@ class MATAllocator(PolicyAllocator):
         policy.load_state_dict({k[len("policy."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("policy.")})
         policy.eval()
         super().__init__(policy, deterministic, hp["rollout"]["scale"], seed)
-        self.ckpt_path, self.predictor_name = ckpt_path, (hp.get("predictor") or {}).get("name")
+        self.ckpt_path, self.trained_predictor = ckpt_path, hp.get("predictor") or {}
+        self.predictor_name = self.trained_predictor.get("name")
 
 
 def read_policy_checkpoint(path) -> dict:

@@ -11,11 +11,12 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
-from mara.core.config import conf_dir
+from mara.core.config import ConfigError, conf_dir, load_method_cfg
 from mara.core.progress_callback import ProgressCallback
 from mara.core.runlog import log_hparams, setup_logging
 from mara.mat.callback import ValidationCallback
 from mara.mat.module import MATModule
+from mara.predictors.factory import predictor_config, trained_predictor_mismatch
 from mara.sim.env import check_node_options
 
 CONF_DIR = conf_dir()
@@ -60,6 +61,26 @@ def resolve_config(cfg: DictConfig) -> dict:
     return c
 
 
+def check_teacher_predictor(c: dict) -> None:
+    """The imitation teacher reads MAT's own frozen predictor, so a rule made for another predictor would be fed
+    estimates it was not tuned for (e.g. Slack-QR-q's learned 0.05 level replaced by the FM band's extrapolated one):
+    a one-line ConfigError. The privileged ``truth`` teacher (Slack-Truth) reads the simulator and is always allowed."""
+    imitation = c.get("imitation") or {}
+    if not imitation.get("enabled") or not imitation.get("teacher") or c.get("ckpt_path"):
+        return
+    teacher = str(imitation["teacher"])
+    wants = load_method_cfg(teacher).get("predictor")
+    if wants in (None, "truth"):
+        return
+    pred = c.get("predictor")
+    why = trained_predictor_mismatch(OmegaConf.to_container(predictor_config(pred)) if isinstance(pred, str) else pred, wants)
+    if why:
+        have = pred if isinstance(pred, str) or pred is None else pred.get("name")
+        raise ConfigError(f"mat.imitation.teacher={teacher} reads predictor {wants!r} but this policy is trained with "
+                          f"{have!r}: give the same predictor (e.g. `mat=qr predictor=qr_q`) or a teacher made for "
+                          f"{have!r}")
+
+
 def validation_load(c: dict) -> float:
     """The load the validation episodes use: ``validation.load`` if set, else the training load (with mixed-load
     training, a list, the highest of its loads)."""
@@ -75,6 +96,7 @@ def train_policy(cfg: DictConfig, callbacks: list | None = None) -> dict:
 
     setup_logging()
     c = resolve_config(cfg)
+    check_teacher_predictor(c)
     pred = c["predictor"]
     pred_name = pred if isinstance(pred, str) or pred is None else pred.get("name")
     out = Path(c["output_dir"] or f"outputs/mat/{pred_name}_{c['reward']}_seed{c['seed']}_{time.strftime('%Y-%m-%d_%H-%M-%S')}")

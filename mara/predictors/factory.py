@@ -41,3 +41,23 @@ def load_bank_and_predictor(bank_path: str | None, spec) -> tuple[CurveBank, Rem
     """The bank (``None``: the packaged default) and the predictor for ``spec`` built on it."""
     bank = load_bank(bank_path or default_bank_path())
     return bank, predictor_from(spec, bank.path)
+
+
+def trained_predictor_mismatch(trained, name: str | None) -> str | None:
+    """Why a policy trained with the predictor config ``trained`` (its checkpoint's ``hyper_parameters.predictor``)
+    must not be run with the method's predictor ``name``, or None when they agree. Compared: the predictor kind
+    (``name``) and its band levels — the policy's tokens read the band, so another band is another input. Unknown
+    on either side (no estimates, a checkpoint that did not record it): nothing to compare."""
+    if not name or not trained or not trained.get("name"):
+        return None
+    given = predictor_config(name)
+    t_name, g_name = str(trained["name"]), str(given.get("name", name))
+    t_band, g_band = (_plain(c.get("band")) for c in (trained, given))
+    if t_name != g_name or (t_band is not None and g_band is not None and t_band != g_band):
+        band = f" (band {t_band})" if t_band is not None else ""
+        return f"it was trained with predictor {t_name!r}{band}, the method gives it {name!r}"
+    return None
+
+
+def _plain(x):
+    return OmegaConf.to_container(x, resolve=True) if isinstance(x, DictConfig) or OmegaConf.is_config(x) else x

@@ -11,7 +11,7 @@ from mara.eval.metrics import summarize, summarize_diagnostics
 from mara.report.decomposition import decomposition_markdown, gap_decomposition
 
 SCHEMA = "mara.results/1"
-PAPER_ORDER = ["MARA", "MARA-WLS", "MARA-sparse", "MARA-paper", "Slack-FM", "Slack-FM-q", "Slack-WLS", "Slack-Truth", "LARA", "LARA-FM", "LARA-best",
+PAPER_ORDER = ["MARA", "MARA-QR", "MARA-WLS", "MARA-sparse", "MARA-paper", "Slack-FM", "Slack-FM-q", "Slack-WLS", "Slack-Truth", "LARA", "LARA-FM", "LARA-best",
                "LARA-FM-best", "FIFO", "EDF", "Oracle", "Clairvoyant"]
 
 

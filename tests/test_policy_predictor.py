@@ -1,0 +1,121 @@
+"""A learned policy runs on the predictor it was trained with (issue 21 part 6): its tokens are that predictor's
+estimates and band. The shipped decision-head policies are their own method (MARA-QR); a policy given another
+predictor, or a teacher rule made for another predictor, is a one-line config error before any work."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mara.core.config import SHIPPED_CKPT_DIR, ConfigError, with_shipped_policies
+from mara.curves.bank import default_bank_path
+from mara.mat.allocator import MATAllocator
+from mara.predictors.factory import predictor_config, trained_predictor_mismatch
+from tests.test_entrypoints import _run, cfg_for
+from tests.test_mat_qr_recipe import _compose
+
+QR_SHIPPED = [SHIPPED_CKPT_DIR / f"mara_qr_zoo_seed{s}.ckpt" for s in (0, 1, 2)]
+
+
+def test_mismatch_compares_kind_and_band():
+    fm = dict(predictor_config("fm"))
+    qr_q = {"name": "qr", "band": [0.05, 0.5, 0.9]}
+    assert trained_predictor_mismatch(qr_q, "qr_q") is None
+    assert trained_predictor_mismatch(fm, "fm") is None
+    assert "trained with predictor 'qr'" in trained_predictor_mismatch(qr_q, "fm")
+    assert "'fm'" in trained_predictor_mismatch(fm, "qr_q")
+    # same kind, another band: the tokens would read other levels
+    assert "band [0.05, 0.5, 0.9]" in trained_predictor_mismatch(qr_q, "qr")
+    assert trained_predictor_mismatch({"name": "wls"}, "wls") is None
+    # nothing recorded / no estimates: nothing to compare
+    assert trained_predictor_mismatch({}, "fm") is None and trained_predictor_mismatch(None, "fm") is None
+    assert trained_predictor_mismatch(qr_q, None) is None
+
+
+def test_shipped_policies_record_their_predictor():
+    for p in QR_SHIPPED:
+        alloc = MATAllocator(str(p))
+        assert alloc.trained_predictor["name"] == "qr" and list(alloc.trained_predictor["band"]) == [0.05, 0.5, 0.9]
+        assert trained_predictor_mismatch(alloc.trained_predictor, "qr_q") is None
+    for s in (0, 1, 2):
+        alloc = MATAllocator(str(SHIPPED_CKPT_DIR / f"mara_zoo_seed{s}.ckpt"))
+        assert trained_predictor_mismatch(alloc.trained_predictor, "fm") is None
+
+
+def test_mara_qr_takes_its_shipped_policies():
+    over, used = with_shipped_policies(["MARA", "MARA-QR"], {}, default_bank_path())
+    assert [c["ckpt_path"] for c in over["MARA-QR"]["checkpoints"]] == [str(p) for p in QR_SHIPPED]
+    assert all("mara_qr" not in c["ckpt_path"] for c in over["MARA"]["checkpoints"])  # MARA keeps its own
+    assert set(used) == {"MARA", "MARA-QR"}
+
+
+def test_evaluate_mara_qr_with_the_shipped_policies(tmp_path):
+    from mara.evaluate import evaluate
+
+    cfg = cfg_for("evaluate", ["methods=[MARA-QR]", "eval.roots=[0]", "eval.episodes=1", "sim.loads=[0.05]",
+                               "eval.task_sets=[ID]", f"paths.output_dir={tmp_path}", "eval.tensorboard=false"])
+    res = evaluate(cfg)
+    assert not res.get("failed") and not res.get("skipped")
+    rows = [r for r in json.loads((tmp_path / "results.json").read_text())["rows"] if r["method"] == "MARA-QR"]
+    assert sorted(r["train_seed"] for r in rows) == [0, 1, 2]
+
+
+def test_policy_given_another_predictor_stops_before_any_work(tmp_path):
+    """The decision-head policy run as MARA (predictor fm): one line, exit 2, no results written."""
+    ck = QR_SHIPPED[0]
+    p = _run("-m", "mara.evaluate", "methods=[MARA,FIFO]", "eval.roots=1", "eval.episodes=1", "sim.loads=[0.04]",
+             "eval.tensorboard=false", f"hydra.run.dir={tmp_path}/run",
+             f"+method_overrides={{MARA:{{checkpoints:[{{train_seed:0,ckpt_path:{ck}}}]}}}}")
+    assert p.returncode == 2, p.stderr[-2000:]
+    lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and "trained with predictor 'qr'" in lines[0] and "MARA-QR" in lines[0], p.stderr[-2000:]
+    assert not (tmp_path / "run" / "results.json").exists()
+    # the same policy under the method's predictor set to its own is accepted by the run-time check too
+    from omegaconf import OmegaConf
+
+    from mara.core.config import build_allocators, load_method_cfg
+    from mara.eval.runner import check_policy_predictor
+
+    mcfg = load_method_cfg("MARA", {"checkpoints": [{"train_seed": 0, "ckpt_path": str(ck)}]})
+    allocs = [a for _, a in build_allocators(mcfg)]
+    with pytest.raises(ConfigError, match="trained with predictor 'qr'"):
+        check_policy_predictor(mcfg, allocs)
+    mcfg = OmegaConf.merge(mcfg, {"predictor": "qr_q"})
+    check_policy_predictor(mcfg, allocs)
+
+
+def test_teacher_must_read_the_policy_predictor(tmp_path):
+    from mara.mat.train import check_teacher_predictor, resolve_config
+
+    with pytest.raises(ConfigError, match="teacher=Slack-QR-q reads predictor 'qr_q'"):
+        check_teacher_predictor(resolve_config(_compose("mat=qr")))  # the head's rule fed the FM band
+    with pytest.raises(ConfigError, match="teacher=Slack-QR-q"):
+        check_teacher_predictor(resolve_config(_compose("mat=qr", "predictor=qr")))  # the head, another band
+    check_teacher_predictor(resolve_config(_compose("mat=qr", "predictor=qr_q")))
+    check_teacher_predictor(resolve_config(_compose("mat=band")))  # Slack-FM-q on the FM
+    check_teacher_predictor(resolve_config(_compose("mat=band_truth")))  # the privileged teacher reads the simulator
+    check_teacher_predictor(resolve_config(_compose("mat=paper")))  # no imitation
+    # from the command line: refused before the predictor stage writes anything
+    p = _run("-m", "mara.train", "mat=qr", f"hydra.run.dir={tmp_path}/run")
+    assert p.returncode == 2, p.stderr[-2000:]
+    lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and "predictor=qr_q" in lines[0]
+    assert not (tmp_path / "run" / "predictor").exists()
+
+
+def test_training_with_the_head_is_named_mara_qr():
+    from mara.train import _trained_method
+
+    assert _trained_method(_compose("mat=qr", "predictor=qr_q")) == "MARA-QR"
+    assert _trained_method(_compose()) == "MARA"
+    assert _trained_method(_compose("predictor=wls")) == "MARA-WLS"
+
+
+def test_teacher_check_on_a_bare_mat_config():
+    """A bare conf/mat config names its predictor by string (`predictor: qr_q`): read from conf/predictor/."""
+    from mara.mat.train import check_teacher_predictor
+
+    base = {"imitation": {"enabled": True, "teacher": "Slack-QR-q"}, "ckpt_path": None}
+    check_teacher_predictor(dict(base, predictor="qr_q"))
+    with pytest.raises(ConfigError, match="trained with 'fm'"):
+        check_teacher_predictor(dict(base, predictor="fm"))
