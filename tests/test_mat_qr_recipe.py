@@ -7,7 +7,13 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from mara.mat.features import BAND_LEVELS, BAND_Q, n_features, obs_to_tokens, token_options
+from mara.mat.features import (
+    BAND_LEVELS,
+    BAND_Q,
+    n_features,
+    obs_to_tokens,
+    token_options,
+)
 from mara.mat.nets import MATPolicy
 from tests.test_mat_band_features import hand_obs
 

@@ -11,7 +11,12 @@ from mara.core.cli import output_dir
 from mara.core.config import ConfigError, build_allocators, load_method_cfg
 from mara.curves.bank import load_bank, shipped_bank_path, write_bank
 from mara.curves.families import generation_cap
-from mara.eval.runner import build_predictor_by_name, check_policy_predictor, load_bank_from_cfg, node_options
+from mara.eval.runner import (
+    build_predictor_by_name,
+    check_policy_predictor,
+    load_bank_from_cfg,
+    node_options,
+)
 from mara.live.driver import replay, run_live
 from mara.live.episode import live_tasks, scaled_family_params
 from mara.live.report import write_report
