@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mara.core.cli import check_group_overrides, output_dir, run_cli
@@ -96,6 +97,7 @@ def train(cfg: DictConfig) -> dict:
                     continue
                 if policy_ckpt and m == _trained_method(cfg):
                     overrides.setdefault(m, {})["checkpoints"] = [{"train_seed": int(cfg.seed), "ckpt_path": str(policy_ckpt)}]
+                    overrides[m]["predictor"] = run_predictor_key(cfg)  # the policy runs on the predictor it was trained with
                 elif not overrides.get(m, {}).get("checkpoints"):
                     log.warning(f"skipping {m} (this run trains {_trained_method(cfg)})")
                     continue
@@ -141,6 +143,29 @@ def _use_run_folder_checkpoints(cfg: DictConfig, out: Path, stage: str) -> None:
         with open_dict(cfg):
             cfg.policy_ckpt = str(best)
         log.info(f"using this run's policy {best}")
+
+
+def run_predictor_key(cfg: DictConfig) -> str | None:
+    """The ``predictors.<key>`` entry that is this run's training predictor, so the evaluation builds the policy's
+    predictor from the same config (``predictor=qr`` → ``qr``, not MARA-QR's default ``qr_q``). The run's predictor
+    config is copied into that entry (it may carry this run's FM checkpoint or command-line overrides)."""
+    pred = cfg.get("predictor")
+    if pred is None or pred.get("name") is None:
+        return None
+    key = None
+    try:
+        key = HydraConfig.get().runtime.choices.get("predictor")
+    except ValueError:  # called outside a Hydra run (tests, library use)
+        pass
+    preds = cfg.get("predictors") or {}
+    if key is None:
+        same = [k for k, v in preds.items() if v is not None and v.get("name") == pred.name and v.get("band") == pred.get("band")]
+        key = same[0] if same else str(pred.name)
+    with open_dict(cfg):
+        if "predictors" not in cfg:
+            cfg.predictors = {}
+        cfg.predictors[key] = pred.copy()
+    return key
 
 
 def _trained_method(cfg: DictConfig) -> str:

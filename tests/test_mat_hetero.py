@@ -4,13 +4,12 @@ identical-node shipped policies)."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 from mara.allocators.placement import place, place_policy
 from mara.allocators.slack import band_quantile
 from mara.mat.features import BAND_Q, n_features, obs_to_tokens
-from mara.sim.env import IDLE, Observation
+from mara.sim.env import Observation
 
 torch.set_num_threads(1)
 
@@ -141,7 +140,8 @@ def test_train_accepts_hetero_and_passes_the_nodes_to_the_policy_stage():
     check_run_config(cfg)  # no ConfigError any more
     c = resolve_config(cfg)
     assert c["sim"]["node_speed"] == [2, 2, 1, 1, 1, 1, 1] and c["sim"]["switch_cost"] == 2
-    assert c["net"]["features"] == "v3" and c["imitation"]["teacher"] == "Slack-FM-q"
+    assert c["net"]["features"] == "v3" and c["imitation"]["teacher"] == "Slack-QR"  # mat=hetero_qr on predictor qr
+    assert c["predictor"]["name"] == "qr"
     assert "MARA" in cfg.methods and "Clairvoyant" in cfg.methods
     plain = resolve_config(cfg_for("train", []))
     assert "node_speed" not in plain["sim"] and "switch_cost" not in plain["sim"]  # identical-node hparams unchanged

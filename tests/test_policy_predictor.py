@@ -119,3 +119,50 @@ def test_teacher_check_on_a_bare_mat_config():
     check_teacher_predictor(dict(base, predictor="qr_q"))
     with pytest.raises(ConfigError, match="trained with 'fm'"):
         check_teacher_predictor(dict(base, predictor="fm"))
+
+
+@pytest.mark.parametrize("experiment", [None, "hetero", "paper", "smoke"])
+def test_every_listed_method_has_its_predictor_configured(experiment):
+    """mara.train evaluates the methods it lists with the predictors it composes: none may be missing."""
+    from mara.core.config import load_method_cfg
+
+    cfg = _compose(*([f"experiment={experiment}"] if experiment else []))
+    for m in cfg.get("methods") or []:
+        pred = load_method_cfg(m).get("predictor")
+        assert pred is None or pred in cfg.predictors, (experiment, m, pred)
+
+
+def test_experiment_hetero_trains_mara_qr_on_the_head():
+    from mara.mat.train import check_teacher_predictor, resolve_config
+    from mara.train import _trained_method, run_predictor_key
+
+    cfg = _compose("experiment=hetero")
+    assert cfg.predictor.name == "qr" and cfg.mat.imitation.teacher == "Slack-QR" and cfg.mat.net.features == "v3"
+    check_teacher_predictor(resolve_config(cfg))
+    assert _trained_method(cfg) == "MARA-QR"
+    assert run_predictor_key(cfg) == "qr" and cfg.predictors.qr == cfg.predictor
+    old = _compose("experiment=hetero", "mat=hetero", "predictor=fm")  # the earlier recipe stays runnable
+    check_teacher_predictor(resolve_config(old))
+    assert _trained_method(old) == "MARA" and run_predictor_key(old) == "fm"
+    ev = cfg_for("evaluate", ["experiment=hetero"])  # mara.evaluate composes the same experiment
+    assert "qr" in ev.predictors and list(ev.sim.node_speed) == [2, 2, 1, 1, 1, 1, 1]
+
+
+def test_run_predictor_key_carries_the_run_predictor():
+    """A run's own predictor settings (a fresh FM checkpoint, a command-line override) reach its policy's evaluation."""
+    from mara.train import run_predictor_key
+
+    cfg = _compose("predictor=qr_q", "predictor.ckpt_path=/my/head.ckpt")
+    assert run_predictor_key(cfg) == "qr_q" and cfg.predictors.qr_q.ckpt_path == "/my/head.ckpt"
+
+
+def test_train_evaluates_its_policy_with_its_predictor(tmp_path):
+    """stage=evaluate of a policy trained on the head: evaluated as MARA-QR on the run's predictor (no refusal)."""
+    ck = QR_SHIPPED[0]
+    p = _run("-m", "mara.train", "stage=evaluate", "mat=qr", "predictor=qr_q", f"+policy_ckpt={ck}", "methods=[MARA,FIFO]",
+             "eval.roots=1", "eval.episodes=1", "sim.loads=[0.05]", "eval.task_sets=[ID]", "eval.tensorboard=false",
+             f"hydra.run.dir={tmp_path}/run")
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = json.loads((tmp_path / "run" / "evaluation" / "results.json").read_text())
+    assert {r["method"] for r in res["rows"]} == {"MARA-QR", "FIFO"} and not res.get("failed")
+    assert res["method_overrides"]["MARA-QR"]["predictor"] == "qr_q"

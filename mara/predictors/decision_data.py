@@ -26,7 +26,11 @@ import numpy as np
 from mara.curves.bank import CurveBank
 from mara.curves.calibrate import sample_eps_budget
 from mara.predictors.data import observe
-from mara.predictors.features import history_features, power_law_features, static_context
+from mara.predictors.features import (
+    history_features,
+    power_law_features,
+    static_context,
+)
 from mara.predictors.wls import WLSPredictor
 
 N_STATIC = 9

@@ -22,7 +22,12 @@ from torch import nn
 from mara.curves.bank import SHIPPED_BANKS_DIR, default_bank_path
 from mara.predictors.decision_data import MIN_OBS, N_STATIC, decision_inputs
 from mara.predictors.nets import HistoryEncoder, Standardizer
-from mara.predictors.quantile import DEFAULT_LEVELS, check_levels, level_index, monotone_quantiles
+from mara.predictors.quantile import (
+    DEFAULT_LEVELS,
+    check_levels,
+    level_index,
+    monotone_quantiles,
+)
 
 CKPT_DIR = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 
