@@ -166,3 +166,15 @@ def test_train_evaluates_its_policy_with_its_predictor(tmp_path):
     res = json.loads((tmp_path / "run" / "evaluation" / "results.json").read_text())
     assert {r["method"] for r in res["rows"]} == {"MARA-QR", "FIFO"} and not res.get("failed")
     assert res["method_overrides"]["MARA-QR"]["predictor"] == "qr_q"
+
+
+def test_rules_on_any_predictor_stay_valid_teachers():
+    """MARA-WLS imitates the slack rule on WLS estimates (paper protocol, `predictor=wls` in the README): allowed.
+    Only the head's rules, which read its trained levels, are tied to their predictor."""
+    from mara.mat.train import check_teacher_predictor, resolve_config
+
+    check_teacher_predictor(resolve_config(_compose("predictor=wls")))  # default recipe: Slack-FM-q on WLS
+    check_teacher_predictor(resolve_config(_compose("mat=clone", "predictor=wls")))  # experiment=paper's MARA-WLS
+    check_teacher_predictor(resolve_config(_compose("mat=band", "predictor=qr_q")))  # Slack-FM-q on the head's band
+    with pytest.raises(ConfigError, match="teacher=Slack-QR-q"):
+        check_teacher_predictor(resolve_config(_compose("mat=qr", "predictor=wls")))

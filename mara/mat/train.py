@@ -62,19 +62,22 @@ def resolve_config(cfg: DictConfig) -> dict:
 
 
 def check_teacher_predictor(c: dict) -> None:
-    """The imitation teacher reads MAT's own frozen predictor, so a rule made for another predictor would be fed
-    estimates it was not tuned for (e.g. Slack-QR-q's learned 0.05 level replaced by the FM band's extrapolated one):
-    a one-line ConfigError. The privileged ``truth`` teacher (Slack-Truth) reads the simulator and is always allowed."""
+    """The imitation teacher reads MAT's own frozen predictor (by design: MARA-WLS imitates the slack rule on WLS
+    estimates). That is sound for rules defined on any predictor's median and band (Slack-FM, Slack-FM-q), not for
+    the decision head's rules, which read levels only the head was trained at (Slack-QR-q's 0.05 level, Slack-QR's
+    band): fed another predictor they would silently become another rule. So a teacher whose predictor is the head
+    (``qr`` kind) must be given that very predictor — one-line ConfigError otherwise. The privileged ``truth``
+    teacher (Slack-Truth) reads the simulator and is always allowed."""
     imitation = c.get("imitation") or {}
     if not imitation.get("enabled") or not imitation.get("teacher") or c.get("ckpt_path"):
         return
     teacher = str(imitation["teacher"])
     wants = load_method_cfg(teacher).get("predictor")
-    if wants in (None, "truth"):
+    if wants in (None, "truth") or predictor_config(wants).get("name") != "qr":
         return
     pred = c.get("predictor")
     why = trained_predictor_mismatch(OmegaConf.to_container(predictor_config(pred)) if isinstance(pred, str) else pred, wants)
-    if why:
+    if why or pred is None:
         have = pred if isinstance(pred, str) or pred is None else pred.get("name")
         raise ConfigError(f"mat.imitation.teacher={teacher} reads predictor {wants!r} but this policy is trained with "
                           f"{have!r}: give the same predictor (e.g. `mat=qr predictor=qr_q`) or a teacher made for "
