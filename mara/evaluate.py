@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from mara.core.cli import check_group_overrides, output_dir, run_cli
 from mara.core.config import (
     ConfigError,
+    build_allocators,
     check_method_cfg,
     is_learned,
     load_method_cfg,
@@ -27,14 +28,12 @@ from mara.eval.lofo import run_lofo_experiment
 from mara.eval.prediction_cli import run_prediction
 from mara.eval.runner import (
     build_episodes,
+    check_policy_predictor,
     evaluate_methods,
     load_bank_from_cfg,
     node_options,
-    predictor_mismatch_error,
     protocol_from_cfg,
 )
-from mara.mat.allocator import read_policy_checkpoint
-from mara.predictors.factory import trained_predictor_mismatch
 from mara.report.results import build_results, write_results
 
 
@@ -140,22 +139,18 @@ def _neutral(overrides: dict) -> dict:
 
 
 def _check_policies_fit_predictor(methods: list[str], overrides: dict) -> None:
-    """Before any work: every policy checkpoint a learned method will run was trained with the method's predictor
-    (mara.eval.runner.check_policy_predictor, which checks again at run time). A checkpoint that cannot be read is
-    left to the run, which reports it as that method's failure."""
+    """Before any work: every policy a learned method will run was trained with the method's predictor (the run-time
+    check, mara.eval.runner.check_policy_predictor, on the method's allocators). A policy that cannot be built (a
+    missing or corrupt checkpoint) is left to the run, which reports it as that method's failure."""
     for m in methods:
         cfg = load_method_cfg(m, overrides.get(m))
-        if not is_learned(cfg):
+        if not is_learned(cfg) or not (cfg.get("ckpt_path") or cfg.get("checkpoints")):
             continue
-        paths = [cfg.get("ckpt_path")] + [c.get("ckpt_path") for c in (cfg.get("checkpoints") or [])]
-        for path in filter(None, paths):
-            try:
-                hp = read_policy_checkpoint(path)["hyper_parameters"]
-            except (OSError, ValueError):
-                continue
-            why = trained_predictor_mismatch(hp.get("predictor"), cfg.get("predictor"))
-            if why:
-                raise predictor_mismatch_error(m, path, why)
+        try:
+            allocators = [a for _, a in build_allocators(cfg)]
+        except ConfigError:
+            continue
+        check_policy_predictor(cfg, allocators)
 
 
 def _without_unfit_shipped(methods: list[str], overrides: dict) -> list[str]:

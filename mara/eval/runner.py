@@ -17,8 +17,10 @@ from mara.bounds.clairvoyant_k import clairvoyant_k_batch
 from mara.bounds.parallel import map_episodes, resolve_workers
 from mara.core.config import (
     ConfigError,
+    available_methods,
     build_allocators,
     check_predictor_allowed,
+    is_learned,
     load_method_cfg,
 )
 from mara.curves.bank import (
@@ -280,13 +282,11 @@ def check_policy_predictor(mcfg: DictConfig, allocators) -> None:
     for alloc in allocators:
         why = trained_predictor_mismatch(getattr(alloc, "trained_predictor", None), mcfg.get("predictor"))
         if why:
-            raise predictor_mismatch_error(mcfg.name, getattr(alloc, "ckpt_path", "?"), why)
-
-
-def predictor_mismatch_error(method: str, path, why: str) -> ConfigError:
-    """The one-line error for a policy given another predictor than the one it was trained with."""
-    return ConfigError(f"method {method!r}: policy {path}: {why}; evaluate it under a method with that predictor "
-                       f"(MARA: fm, MARA-QR: qr_q, MARA-WLS: wls) or set +method_overrides.{method}.predictor=<name>")
+            fits = [m for m in available_methods() if is_learned(c := load_method_cfg(m))
+                    and trained_predictor_mismatch(alloc.trained_predictor, c.get("predictor")) is None]
+            raise ConfigError(f"method {mcfg.name!r}: policy {getattr(alloc, 'ckpt_path', '?')}: {why}; evaluate it "
+                              f"under a method with that predictor ({', '.join(fits) or 'none configured'}) or set "
+                              f"+method_overrides.{mcfg.name}.predictor=<name>")
 
 
 def evaluate_one(name: str, mcfg: DictConfig, ep: EpisodeBatch, bank: CurveBank, cfg: DictConfig, predictors: dict, progress=None) -> list[dict]:

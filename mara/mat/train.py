@@ -76,7 +76,7 @@ def check_teacher_predictor(c: dict) -> None:
     if wants in (None, "truth") or predictor_config(wants).get("name") != "qr":
         return
     pred = c.get("predictor")
-    why = trained_predictor_mismatch(OmegaConf.to_container(predictor_config(pred)) if isinstance(pred, str) else pred, wants)
+    why = trained_predictor_mismatch(predictor_config(pred) if isinstance(pred, str) else pred, wants)
     if why or pred is None:
         have = pred if isinstance(pred, str) or pred is None else pred.get("name")
         raise ConfigError(f"mat.imitation.teacher={teacher} reads predictor {wants!r} but this policy is trained with "
