@@ -228,7 +228,7 @@ def build_report(run: Path, timings: dict | None = None) -> dict:
         "failed": {**(ev.get("failed") or {}), **{f"{k} (stress)": v for k, v in (st.get("failed") or {}).items()}},
         "by_load": by_load(summary, st.get("summary") or {}),
         "mara_minus": paired_differences(ev.get("rows") or []),
-        "decomposition": gap_decomposition(ev.get("rows") or []),  # allocation / prediction gap (issue 21)
+        "decomposition": gap_decomposition(ev.get("rows") or []),  # allocation / prediction gap
         "bank": ev.get("bank"),
         "bank_sources": _bank_sources(ev.get("bank")),
         "clairvoyant": ev.get("clairvoyant"),
