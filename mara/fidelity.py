@@ -20,7 +20,7 @@ from mara.curves.bank import default_bank_path, load_bank, shipped_bank_path
 from mara.curves.fidelity import fidelity_table, to_markdown
 from mara.curves.generation import plot_bank_grid
 from mara.report.results import write_text_atomic
-from mara.report.sections import figure_link, figures_dir, replace_section
+from mara.report.sections import figure_link, figures_dir, replace_section, shown_path
 
 
 def fidelity(cfg: DictConfig) -> list[dict]:
@@ -43,17 +43,6 @@ def fidelity(cfg: DictConfig) -> list[dict]:
         readme = Path(cfg.readme)
         print(f"updated the fidelity section of {write_readme_section(readme, md, path, Path(png), cfg)}")
     return rows
-
-
-def shown_path(path: Path) -> str:
-    """``path`` as the outputs show it: relative to the working directory or the repository when under one, so the
-    files written carry no machine's absolute paths."""
-    for root in (Path.cwd(), Path(__file__).resolve().parents[1]):
-        try:
-            return path.resolve().relative_to(root.resolve()).as_posix()
-        except ValueError:
-            continue
-    return path.as_posix()
 
 
 def readme_section(md: str, bank_path: Path, figure: str, command: str) -> str:

@@ -47,3 +47,10 @@ def test_the_patterns_catch_what_they_are_for():
     assert not TAG.search("an issue of scale") and not TAG.search("the part of the band")
     assert MACHINE_PATH.search("/" + "work/main/mara/data") and MACHINE_PATH.search("/" + "tmp/paper_tiny")
     assert not MACHINE_PATH.search("mara/data/banks/zoo.parquet")
+
+
+def test_generated_pages_show_repository_relative_paths(tmp_path):
+    from mara.report.sections import shown_path
+
+    assert shown_path(ROOT / "mara" / "data" / "banks" / "zoo.parquet") == "mara/data/banks/zoo.parquet"
+    assert shown_path(tmp_path / "run") == (tmp_path / "run").as_posix()  # outside the repository: kept as given
