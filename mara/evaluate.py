@@ -62,7 +62,7 @@ def evaluate(cfg: DictConfig) -> dict:
         check_method_cfg(load_method_cfg(m, overrides.get(m)))
     bank = load_bank_from_cfg(cfg)
     if node_options(cfg.sim)["node_speed"] is not None or node_options(cfg.sim)["switch_cost"] > 0:
-        methods = _without_unfit_shipped(methods, overrides)  # issue 25
+        methods = _without_unfit_shipped(methods, overrides)  # shipped policies were trained on identical nodes
     if cfg.get("shipped_policies", True):  # a learned method given no checkpoint evaluates the shipped policies
         overrides, shipped = with_shipped_policies(methods, overrides, bank.path)
         for m, paths in shipped.items():
@@ -81,7 +81,7 @@ def evaluate(cfg: DictConfig) -> dict:
     )
     proto = OmegaConf.to_container(cfg.eval, resolve=True) | {"loads": protocol.loads, "scenario": protocol.scenario,
                                                               "queue_capacity": cfg.sim.get("queue_capacity")}
-    for key, off in (("node_speed", None), ("switch_cost", 0)):  # issue 25; recorded only when set, so old folders resume
+    for key, off in (("node_speed", None), ("switch_cost", 0)):  # recorded only when set, so old folders resume
         if cfg.sim.get(key, off) not in (off, None):
             proto[key] = OmegaConf.to_container(cfg.sim[key]) if OmegaConf.is_config(cfg.sim[key]) else cfg.sim[key]
     proto.pop("resume", None)
@@ -105,7 +105,7 @@ def evaluate(cfg: DictConfig) -> dict:
                 "admission_limit": bool(load_method_cfg("Clairvoyant", (cfg.get("method_overrides") or {}).get("Clairvoyant")).get("admission_limit", True)),
             }
             kinds = sorted({r["bound_kind"] for r in cl if r.get("bound_kind")})
-            if kinds:  # heterogeneous nodes / switch costs (issue 25): what the number is
+            if kinds:  # heterogeneous nodes / switch costs: what the number is
                 extra["clairvoyant"]["bound_kind"] = ", ".join(kinds)
         return build_results(rows, extra)
 
@@ -154,7 +154,7 @@ def _check_policies_fit_predictor(methods: list[str], overrides: dict) -> None:
 
 
 def _without_unfit_shipped(methods: list[str], overrides: dict) -> list[str]:
-    """On heterogeneous nodes / with switch costs (issue 25) the shipped policies (trained on identical nodes) are not
+    """On heterogeneous nodes / with switch costs the shipped policies (trained on identical nodes) are not
     evaluated: a learned method given no checkpoint is dropped with a warning (``python -m mara.train experiment=hetero``
     trains and evaluates one; or give ``+method_overrides.MARA.checkpoints=[...]``)."""
     keep = []

@@ -119,7 +119,7 @@ def check_run_config(cfg: DictConfig) -> None:
     """Every setting the later stages read, checked before any work starts (one-line ConfigError)."""
     check_number("seed", cfg.get("seed", 0), int)
     protocol_from_cfg(cfg)  # sim.* and eval.*
-    node_options(cfg.sim)  # issue 25: node speeds / switch costs reach the policy stage (mat=hetero: v3 node features)
+    node_options(cfg.sim)  # node speeds / switch costs reach the policy stage (mat=hetero: v3 node features)
     for m in cfg.get("methods") or []:
         load_method_cfg(m)
     if cfg.get("mat") is not None and cfg.get("stage", "all") in ("all", "policy"):

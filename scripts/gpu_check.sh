@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 22 GPU check (< 4 minutes on one H200 with the repo installed by `pip install -e .`), run from the repo root:
+# GPU throughput check (< 4 minutes on one H200 with the repo installed by `pip install -e .`), run from the repo root:
 #   OUT=/some/dir bash scripts/gpu_check.sh
 # 1. torch sees the GPU;  2. `python -m mara.bench --device cuda --json $OUT/bench_gpu.json` (simulator and FM stay on
 # the CPU, the MAT policy, its rollout forward passes and PPO updates run on the GPU);  3. a tiny whole-pipeline run

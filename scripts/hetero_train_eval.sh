@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 25: train MARA on heterogeneous nodes (experiment=hetero: speeds [2,2,1,1,1,1,1], switch cost 2, recipe
+# Train MARA on heterogeneous nodes (experiment=hetero: speeds [2,2,1,1,1,1,1], switch cost 2, recipe
 # mat=hetero) for several seeds in parallel, then evaluate the policies next to every rule and bound on identical
 # episodes (evaluation roots 0-4, loads 0.04-0.07). Run from the repo root:
 #   OUT=outputs/hetero_mara SEEDS="0 1 2" THREADS=1 bash scripts/hetero_train_eval.sh
@@ -9,7 +9,7 @@
 #   experiment=hetero except the Clairvoyant, ~6 s per episode; add Clairvoyant for the bound).
 #   EXTRA: further overrides for the training runs (e.g. "mat.total_env_steps=1000000").
 # Cost: each seed is one process (THREADS torch/BLAS threads); on the 2-core reference machine one seed took ~6 min
-# alone (docs/notes/issue25_mat.md), the evaluation of the rules + MARA on 720 episodes ~10-20 min.
+# alone (docs/allocators.md), the evaluation of the rules + MARA on 720 episodes ~10-20 min.
 set -euo pipefail
 OUT=${OUT:-outputs/hetero_mara}
 SEEDS=${SEEDS:-"0 1 2"}

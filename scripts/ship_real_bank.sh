@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make the completed real-data bank the package default and re-measure everything on it (issue 12).
+# Make the completed real-data bank the package default and re-measure everything on it.
 #
 #   scripts/ship_real_bank.sh [OUT] [FROM]   # OUT: run folders (default outputs/real_bank); rerun to resume
 #
@@ -13,7 +13,7 @@
 #  2. the bank's FM checkpoint with the paper's inputs, fm_zoo.ckpt (the default; the policies below use it);
 #  3. the paper's protocol on the new bank with that FM (12 MAT trainings, every method at every load, stress,
 #     prediction); its three MARA policies ship as mara_zoo_seed{0,1,2}.ckpt; the README's results section;
-#  4. side by side: fm_zoo_v3.ckpt (issue 13) | the live-mode policy mara_live.ckpt (live-scaled bank);
+#  4. side by side: fm_zoo_v3.ckpt (v3 predictor) | the live-mode policy mara_live.ckpt (live-scaled bank);
 #  5. the README's other measurements into OUT: Table-6 fidelity (docs/fidelity/ and the README), the rules on the
 #     evaluation episodes, Table 1 with the v3 predictor, leave-one-family-out, the LARA readings on validation
 #     roots, and the two live runs; then the README's tables from them (`python -m mara.readme_tables`).

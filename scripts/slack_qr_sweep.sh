@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Slack-QR-q readings (issue 21, part 5) on VALIDATION roots 1000-1004 only (never the evaluation roots 0-4), loads
+# Slack-QR-q readings on VALIDATION roots 1000-1004 only (never the evaluation roots 0-4), loads
 # 0.04-0.07, 3 task sets x 12 episodes: 720 episodes per reading, identical for every reading. Each reading sets
 # the level the rule reads as "finishable" (a trained level of the decision head, conf/predictor/qr.yaml net.levels).
 # Usage: [CKPT=path/qr.ckpt] [QS="0.01 0.02 0.05"] scripts/slack_qr_sweep.sh OUTDIR

@@ -1,4 +1,4 @@
-"""The decision head (issue 21, part 5): pinball loss and monotone quantiles on hand numbers, training examples,
+"""The decision head: pinball loss and monotone quantiles on hand numbers, training examples,
 the predictor's band interface, the method configs and the one-line config errors."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 21: decision-relevant prediction metrics (finish decisions by observations, slack Spearman), by hand."""
+"""Decision-relevant prediction metrics (finish decisions by observations, slack Spearman), by hand."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Issue 21: the gap decomposition (allocation gap, prediction gap, share closed, learned − best rule), by hand."""
+"""The gap decomposition (allocation gap, prediction gap, share closed, learned − best rule), by hand."""
 from __future__ import annotations
 
 import pytest

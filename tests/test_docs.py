@@ -1,4 +1,4 @@
-"""The README and docs/: links resolve, the README stays short, its results table is the generated one."""
+"""The README and docs/: links and their #anchors resolve, the README stays short, its results table is the generated one."""
 import re
 from pathlib import Path
 
@@ -19,6 +19,34 @@ def test_every_relative_link_resolves():
             if not (page.parent / target).exists():
                 missing.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not missing, missing
+
+
+def _anchors(text: str) -> set[str]:
+    """GitHub's heading anchors (lower case, punctuation dropped, spaces to '-', repeats numbered) and explicit ids."""
+    out, seen = set(), {}
+    for heading in re.findall(r"^#{1,6}\s+(.*?)\s*$", re.sub(r"```.*?```", "", text, flags=re.S), flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out | set(re.findall(r'<a\s+(?:id|name)="([^"]+)"', text))
+
+
+def test_every_anchor_resolves():
+    broken = []
+    for page in PAGES:
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", page.read_text()):
+            if "://" in target or not (target == "" or target.endswith(".md")):
+                continue
+            linked = page.parent / target if target else page
+            if linked.exists() and anchor not in _anchors(linked.read_text()):
+                broken.append(f"{page.relative_to(ROOT)} -> {target}#{anchor}")
+    assert not broken, broken
+
+
+def test_anchor_rule_on_known_headings():
+    text = "# Throughput (`python -m mara.bench`)\n## MARA's training recipe\n## Notes\n## Notes\n<a id=\"rules\"></a>\n"
+    assert _anchors(text) == {"throughput-python--m-marabench", "maras-training-recipe", "notes", "notes-1", "rules"}
 
 
 def test_readme_results_table_is_the_generated_one():

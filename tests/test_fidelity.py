@@ -76,6 +76,7 @@ def test_entry_point_writes_table_json_plot_and_readme_section(tmp_path):
     assert p.returncode == 0, p.stderr
     data = json.loads((tmp_path / "fid" / "fidelity.json").read_text())
     assert len(data["families"]) == len(ALL_FAMILIES)
+    assert not data["bank"].startswith("/") and data["bank"].endswith(".parquet")  # no machine's absolute path
     assert "| ALSTM_Text_1 |" in (tmp_path / "fid" / "fidelity.md").read_text()
     assert (tmp_path / "fid" / "curves_by_family.png").stat().st_size > 10_000
     text = readme.read_text()

@@ -1,4 +1,4 @@
-"""Issue 25: heterogeneous node speeds and switch costs — hand-worked episodes, the placement step,
+"""Heterogeneous node speeds and switch costs — hand-worked episodes, the placement step,
 the default path unchanged, config validation, and every policy ≤ Clairvoyant (bound) ≤ Oracle."""
 import functools
 import subprocess

@@ -148,7 +148,7 @@ def test_a_dying_worker_fails_its_job_and_keeps_the_others():
     assert live["batches"][2] > 0 and all(s == 4 for s in live["status"])
 
 
-# ---- heterogeneous nodes and switch costs (issue 25) ------------------------------------------------------
+# ---- heterogeneous nodes and switch costs ------------------------------------------------------
 HSIM = {"nodes": 2, "max_active": 3, "steps": 6, "obs_every": 2, "node_speed": [2, 1], "switch_cost": 1}
 
 

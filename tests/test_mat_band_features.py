@@ -1,4 +1,4 @@
-"""Issue 21 part 4: the v2 MAT tokens (band slacks, Slack-FM-q stage, observation count), the feature set in the
+"""The v2 MAT tokens (band slacks, Slack-FM-q stage, observation count), the feature set in the
 policy / checkpoint, the imitation teacher from config, mixed-load episode batches."""
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def test_imitation_teacher_from_config():
         default = compose("train")
         clone = compose("train", overrides=["mat=clone"])
     assert band.mat.imitation.teacher == "Slack-FM-q" and band.mat.net.features == "v2"
-    assert default.mat.imitation.teacher == "Slack-FM-q" and default.mat.net.features == "v2"  # the default since part 5
+    assert default.mat.imitation.teacher == "Slack-FM-q" and default.mat.net.features == "v2"  # the default recipe
     assert list(default.mat.workload.load) == [0.04, 0.05, 0.06, 0.07] and default.mat.validation.n_episodes * 5 >= 180
     assert clone.mat.imitation.teacher == "Slack-FM" and clone.mat.net.get("features", "v1") == "v1"
     teacher = build_allocators(load_method_cfg(band.mat.imitation.teacher))[0][1]

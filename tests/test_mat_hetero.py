@@ -1,4 +1,4 @@
-"""Issue 25, the learned allocator on heterogeneous nodes: v3 tokens (node features), the rules' placement applied to
+"""The learned allocator on heterogeneous nodes: v3 tokens (node features), the rules' placement applied to
 the policy's ordered picks, imitation labels before placement, the entry points (train accepts, evaluate drops the
 identical-node shipped policies)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 25 + issue 21 part 6: the recipe `mat=hetero_qr` (MARA on heterogeneous nodes cloning Slack-QR, the decision
+"""The recipe `mat=hetero_qr` (MARA on heterogeneous nodes cloning Slack-QR, the decision
 head's median rule): it composes with `predictor=qr`, passes the teacher/predictor check, its tokens are read at the
 levels Slack-QR reads (the median; the head's band ends (0.1, 0.9)) and its v3 stage equals the teacher's."""
 from __future__ import annotations

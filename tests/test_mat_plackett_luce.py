@@ -1,4 +1,4 @@
-"""Plackett–Luce decoder (issue 22): exact log-probabilities against brute-force enumeration, sampling frequencies,
+"""Plackett–Luce decoder: exact log-probabilities against brute-force enumeration, sampling frequencies,
 argmax = best slots above idle, and the MATPolicy wiring (teacher forcing = sampling, masks, imitation)."""
 import itertools
 import math
@@ -140,7 +140,7 @@ def test_behaviour_cloning_learns_a_priority_rule():
 
 def test_shipped_checkpoints_load_with_their_recorded_decoder():
     """Checkpoints written before the decoder was recorded (mara_live.ckpt) are autoregressive and load strictly;
-    the others (mara_zoo_seed*.ckpt since issue 21 part 4: Plackett–Luce, v2 tokens) load as recorded."""
+    the others (mara_zoo_seed*.ckpt: Plackett–Luce, v2 tokens) load as recorded."""
     from pathlib import Path
 
     from mara.mat.allocator import MATAllocator
@@ -154,7 +154,7 @@ def test_shipped_checkpoints_load_with_their_recorded_decoder():
         assert policy.decoder == net.get("decoder", "autoregressive")
         assert policy.features == net.get("features", "v1")
         old += "decoder" not in net
-    assert old >= 1  # at least one pre-issue-22 checkpoint keeps the old-format path tested
+    assert old >= 1  # at least one checkpoint without a recorded decoder keeps the old-format path tested
 
 
 def test_slot_buckets_change_nothing_but_cost():

@@ -1,4 +1,4 @@
-"""Issue 21 part 6: MAT trained on the decision head (`mat=qr predictor=qr_q`): the recipe, the tokens at the head's
+"""MAT trained on the decision head (`mat=qr predictor=qr_q`): the recipe, the tokens at the head's
 level (`mat.net.token_q` / `token_band`), the policy / checkpoint carrying them, no FM sample cache for the head."""
 from __future__ import annotations
 

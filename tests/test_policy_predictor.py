@@ -1,4 +1,4 @@
-"""A learned policy runs on the predictor it was trained with (issue 21 part 6): its tokens are that predictor's
+"""A learned policy runs on the predictor it was trained with: its tokens are that predictor's
 estimates and band. The shipped decision-head policies are their own method (MARA-QR); a policy given another
 predictor, or a teacher rule made for another predictor, is a one-line config error before any work."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""FM sample cache (issue 22): reusing the network outputs per observed history changes no estimate."""
+"""FM sample cache: reusing the network outputs per observed history changes no estimate."""
 import numpy as np
 import pytest
 import torch

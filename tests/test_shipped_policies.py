@@ -1,4 +1,4 @@
-"""Issue 21: `python -m mara.evaluate methods=[MARA]` evaluates the shipped MARA policies when given no checkpoint."""
+"""`python -m mara.evaluate methods=[MARA]` evaluates the shipped MARA policies when given no checkpoint."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Issue 21: the perfect-prediction bound (predictor truth, Slack-Truth) and the band-aware rule (Slack-FM-q)."""
+"""The perfect-prediction bound (predictor truth, Slack-Truth) and the band-aware rule (Slack-FM-q)."""
 from __future__ import annotations
 
 from types import SimpleNamespace

@@ -27,7 +27,7 @@ deadline step the simulator does not run. Measured on the default bank (p = 0.04
 candidate set is almost always feasible, so the tree search rarely runs; ``n_searches`` counts it. Tasks that have exhausted their generation cap
 (``cap_remaining == 0``) can never succeed and are skipped when ``skip_exhausted``.
 
-On heterogeneous nodes / with switch costs (issue 25) the selection above is unchanged (the plan still
+On heterogeneous nodes / with switch costs the selection above is unchanged (the plan still
 counts M unit-speed nodes, a conservative capacity) and the picks, in dispatch order, are placed by
 ``mara.allocators.placement.place`` with ``p`` as the remaining demand.
 
@@ -228,7 +228,7 @@ class LARA:
 
     # -------------------------------------------------------------------------------- acting
     def act(self, obs: Observation) -> np.ndarray:
-        return place(obs, *self.choose(obs))  # issue 25: placement on heterogeneous nodes (identity otherwise)
+        return place(obs, *self.choose(obs))  # placement on heterogeneous nodes (identity otherwise)
 
     def choose(self, obs: Observation) -> tuple[np.ndarray, np.ndarray]:
         """(picks [E, M] in priority order, the integer demand p the placement reads); ``act`` places them."""

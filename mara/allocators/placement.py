@@ -1,4 +1,4 @@
-"""Node placement for heterogeneous nodes and switch costs (issue 25): which node each chosen task gets.
+"""Node placement for heterogeneous nodes and switch costs: which node each chosen task gets.
 
 The rules (FIFO, EDF, LARA, LARA-FM, Slack-*) decide *which* tasks run this step and in which priority
 order; on the paper's identical nodes with free preemption the node a task lands on does not matter and
@@ -22,7 +22,7 @@ node stays free for a task that gains from it), then to the lower index. Consequ
 running task stays on its node unless the expected gain from a faster free node exceeds the set-up it pays
 (sticky assignment); a new task or a task with a long way to go goes to the fastest free node; with fewer
 tasks than nodes the slowest nodes idle. The claims hold without switch costs too: on validation roots
-100–101 (docs/notes/issue25.md) that beat handing the fastest nodes to the highest ranks every step (LARA
+100–101 (docs/allocators.md) that beat handing the fastest nodes to the highest ranks every step (LARA
 65.3 → 69.8 %, Slack-WLS 73.3 → 73.9 %, FIFO/EDF unchanged) — a task that keeps a fast node finishes, and
 frees its admission slot, sooner.
 """
@@ -102,7 +102,7 @@ def place_policy(obs: Observation, picks: np.ndarray) -> np.ndarray:
     """A learned policy's ordered picks [E, M] (its priority order, IDLE anywhere) placed as the least-slack rule
     places its own, with the median remaining estimate ``obs.pred_remaining`` as the demand: the identity on
     identical nodes with free preemption (old policies act unchanged). A deterministic function of the observation
-    and the picks, so the policy's log-probability of the picks is that of the placed action (issue 25)."""
+    and the picks, so the policy's log-probability of the picks is that of the placed action."""
     if not getattr(obs, "hetero", False):
         return picks
     return place(obs, picks, obs.pred_remaining)

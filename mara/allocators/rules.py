@@ -1,6 +1,6 @@
 """Work-conserving rule baselines: FIFO (earliest arrival first) and EDF (earliest deadline first).
 
-On heterogeneous nodes / with switch costs (issue 25) the chosen tasks are placed by
+On heterogeneous nodes / with switch costs the chosen tasks are placed by
 ``mara.allocators.placement.place`` with the observable generation cap as the remaining demand (the rules
 use no predictor): the earliest-ranked task first, each on the free node where it would finish soonest,
 running tasks kept on their node unless a faster node pays for the set-up. ``choose`` returns the priority order

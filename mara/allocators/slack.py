@@ -1,4 +1,4 @@
-"""The predictor-guided least-slack rule (issue #14): ``Slack-FM`` / ``Slack-WLS``.
+"""The predictor-guided least-slack rule: ``Slack-FM`` / ``Slack-WLS``.
 
 Each step, per episode, every present task whose generation cap is not used up is put in one of three
 stages and the M nodes go to the tasks in stage order, one node per task (work-conserving):
@@ -11,7 +11,7 @@ stages and the M nodes go to the tasks in stage order, one node per task (work-c
 Ties: earlier deadline, then earlier arrival (task index). The ordering key is a pure function
 (``slack_keys``); ``SlackRule.act`` sorts all episodes at once.
 
-Band-aware variant (issue 21, ``Slack-FM-q``): with ``quantile: q`` the finishable test reads the q-quantile of
+Band-aware variant (``Slack-FM-q``): with ``quantile: q`` the finishable test reads the q-quantile of
 the predictor's band instead of its median (``band_quantile``: a split log-normal through the band's q10 / q50 /
 q90 in log1p batches), and ``slack_at`` says which estimate the least-slack order reads (``median`` or
 ``quantile``). ``quantile: null`` is the plain rule.
@@ -58,7 +58,7 @@ def slack_keys(stage, pred, tau, deadline, task) -> tuple[np.ndarray, ...]:
 
 
 def fastest_node_steps(obs: Observation, pred: np.ndarray) -> np.ndarray:
-    """Issue 25: the predicted remaining batches in steps on the fastest node (``pred / max(node_speed)``), so a
+    """Heterogeneous nodes: the predicted remaining batches in steps on the fastest node (``pred / max(node_speed)``), so a
     task is finishable when it could still finish there and its slack is counted in those steps; ``pred`` itself
     on identical unit-speed nodes. (Chosen on validation roots 100-101: without it tasks only a fast node can
     still save are ranked hopeless.) The nodes themselves are assigned by ``placement.place``."""
@@ -90,17 +90,17 @@ class SlackRule:
         pass
 
     def act(self, obs: Observation) -> np.ndarray:
-        return place(obs, *self.choose(obs))  # issue 25: placement on heterogeneous nodes (identity otherwise)
+        return place(obs, *self.choose(obs))  # placement on heterogeneous nodes (identity otherwise)
 
     def choose(self, obs: Observation) -> tuple[np.ndarray, np.ndarray]:
         """(picks [E, M]: the served slots in priority order, IDLE after; the median estimate the placement reads).
-        On identical nodes the picks are the actions; ``act`` places them. Imitation clones the picks (issue 25)."""
+        On identical nodes the picks are the actions; ``act`` places them. Imitation clones the picks."""
         tau = obs.remaining_time.astype(np.float64)
         pred = np.nan_to_num(np.asarray(obs.pred_remaining, dtype=np.float64), nan=np.inf)
         feas = pred
         if self.quantile is not None:
             feas = np.nan_to_num(band_quantile(obs.pred_remaining_lo, pred, obs.pred_remaining_hi, self.quantile, self.band), nan=np.inf)
-        feas_steps = fastest_node_steps(obs, feas)  # issue 25; == feas on the paper's identical nodes
+        feas_steps = fastest_node_steps(obs, feas)  # == feas on the paper's identical nodes
         stage = slack_stage(obs.present, obs.cap_remaining, obs.n_obs, feas_steps, tau, self.warm_obs)
         keys = slack_keys(stage, feas_steps if self.slack_at == "quantile" else fastest_node_steps(obs, pred), tau, obs.deadline, obs.task)
         order = np.lexsort(tuple(reversed(keys)), axis=-1)  # lexsort: last key is primary

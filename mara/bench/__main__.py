@@ -7,10 +7,10 @@ machine: ≥ 500,000 env-steps/s at E = 1024; protocol < 60 s. MAT throughput of
 whole PPO iterations, env-steps/s, with and without the FM predictor; target ≥ 15,000 PPO env-steps/s with FM and
 ≥ 1/80 of the simulator's E = 1024 figure) is printed next to the simulator's (``--no-mat`` skips it, ``--recipe``
 picks another conf/mat recipe, ``--device cuda`` puts the policy on a GPU); ``--json FILE`` writes the three
-headline figures of the run (issue 22). ``--clairvoyant`` adds the Clairvoyant
+headline figures of the run. ``--clairvoyant`` adds the Clairvoyant
 bound over the p = 0.04 protocol (target < 10 minutes). Predictor latency is part of the prediction
 benchmark (``python -m mara.evaluate experiment=prediction``); ``--predictors`` times the shipped FM checkpoints
-(paper v1 and issue-13 v3) interleaved in one process on the ID Table-1 prefixes (target ≤ 0.25 ms/prefix,
+(paper v1 and v3) interleaved in one process on the ID Table-1 prefixes (target ≤ 0.25 ms/prefix,
 batched, one thread), so a loaded machine inflates both alike.
 """
 from __future__ import annotations

@@ -42,7 +42,7 @@ serves one task per step.  Conversely every real schedule induces such ``y``.  H
 program's optimum equals the best achievable success count.  :func:`feasible_schedule` builds the
 step-by-step schedule this way.
 
-Heterogeneous nodes and switch costs (issue 25): a proven upper bound, not exact
+Heterogeneous nodes and switch costs: a proven upper bound, not exact
 ---------------------------------------------------------------------------------
 With ``node_speed`` (node i processes ``s_i`` batches per step) the same program is solved with
 ``y_{k,I} in [0, s_max * l_I]`` (a task gets at most one node, so at most the fastest node's
@@ -273,7 +273,7 @@ def clairvoyant_episode(arrival, deadline, need, n_nodes: int = 7,
                         time_limit_s: float = 10.0, node_speed=None) -> ClairvoyantResult:
     """Best success count of one episode (1-D int arrays over its tasks), K relaxed.
 
-    ``node_speed`` (M positive ints, issue 25): solve the speed-capacity relaxation instead (module
+    ``node_speed`` (M positive ints): solve the speed-capacity relaxation instead (module
     docstring); ``upper_bound`` is then a proven bound on every policy, not an attained optimum."""
     cp_model = _cp_model()
     t0 = time.perf_counter()

@@ -65,8 +65,8 @@ are alive, node rows only where more than M candidates are alive, eagerness only
 may be waiting; a component never holding more than K alive tasks has no admission effect and is
 answered by the K-relaxed :func:`~mara.bounds.clairvoyant.clairvoyant_episode`.
 
-Heterogeneous nodes (issue 25): exact for speeds, a bound for switch costs
---------------------------------------------------------------------------
+Heterogeneous nodes: exact for speeds, a bound for switch costs
+---------------------------------------------------------------
 With ``node_speed`` (node i processes ``s_i`` batches per step) the nodes fall in speed classes ``c``
 (speed ``s_c``, ``n_c`` nodes).  A served step ``x[k,t]`` is on exactly one class,
 ``sum_c v[k,t,c] = x[k,t]``, at most ``n_c`` tasks per class and step, and a success needs
@@ -441,7 +441,7 @@ def clairvoyant_k_episode(arrival, deadline, need, n_nodes: int = 7, max_active:
                           time_limit_s: float = 10.0, *, _use_heuristics: bool = True, node_speed=None) -> ClairvoyantResult:
     """Best success count of one episode (1-D int arrays over its tasks) under the admission
     limit ``max_active`` (FIFO, eager), every need known.  ``time_limit_s`` is the episode budget.
-    ``node_speed`` (M positive ints, issue 25): the speed-capacity relaxation (module docstring), a bound.
+    ``node_speed`` (M positive ints): the speed-capacity relaxation (module docstring), a bound.
     (``_use_heuristics=False`` is a testing hook: the CP-SAT model alone, without incumbent or hint.)"""
     cp_model = _cp_model()
     t_start = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Decision-relevant prediction metrics (issue 21): how well an estimate of the remaining batches supports the
+"""Decision-relevant prediction metrics: how well an estimate of the remaining batches supports the
 least-slack rule's two decisions, as pure functions over prediction-benchmark queries.
 
 * **finish decision** — "does the task finish before its deadline if it is served from now on?": predicted

@@ -1,4 +1,4 @@
-"""Prediction quality at the simulator's real decision points (issue 21).
+"""Prediction quality at the simulator's real decision points.
 
 ``collect_decision_points`` rolls a policy through a batched simulator and records, before every action, each warm
 task that could be served (present, ≥ 4 observations, cap not used up): its observation count, the time left to

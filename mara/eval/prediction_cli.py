@@ -35,7 +35,7 @@ def run_prediction(cfg: DictConfig, out: Path) -> dict:
     md = "# Remaining-resource prediction (Table 1)\n\n" + table1_markdown(results)
     decisions = {ts: r.get("decision") for ts, r in results.items() if r.get("decision")}
     if decisions:
-        md += ("\n## Decision-relevant metrics (issue 21)\n\nAt each query (s0 batches processed, budget B): "
+        md += ("\n## Decision-relevant metrics\n\nAt each query (s0 batches processed, budget B): "
                "\"finishes within B if served from now on\" predicted (s0 + estimate ≤ B) against the truth; accuracy "
                "overall and by number of observations (queries in brackets), the two error rates, and the Spearman rank "
                "correlation of predicted and true slack (B − s0 − remaining).\n\n" + decision_markdown(decisions))

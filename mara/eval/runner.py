@@ -108,7 +108,7 @@ def validate_sim_cfg(sim: DictConfig) -> None:
 
 
 def node_options(sim: DictConfig) -> dict:
-    """``{node_speed, switch_cost}`` for ``BatchedEnv`` from ``sim`` (issue 25; absent = identical nodes, free
+    """``{node_speed, switch_cost}`` for ``BatchedEnv`` from ``sim`` (absent = identical nodes, free
     preemption), checked: one-line ConfigError for a wrong length, a non-positive speed, a negative cost."""
 
     speed = sim.get("node_speed")
@@ -192,7 +192,7 @@ def _rows_from_metrics(method: str, ep: EpisodeBatch, metrics: dict, train_seed=
             else:
                 x = v[e].item() if hasattr(v[e], "item") else v[e]
                 row[k] = None if isinstance(x, float) and not np.isfinite(x) else x
-        for k in ("switches", "setup_steps"):  # issue 25 diagnostics, only on heterogeneous nodes / with switch costs
+        for k in ("switches", "setup_steps"):  # diagnostics only on heterogeneous nodes / with switch costs
             if k in metrics:
                 row[k] = int(metrics[k][e])
         if extra:
@@ -229,7 +229,7 @@ def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: DictConfig, pr
     if name == "Oracle":
         if not hetero:
             succ = ep.oracle_successes()
-        else:  # issue 25: alone, a task runs without a break on the fastest node
+        else:  # heterogeneous nodes: alone, a task runs without a break on the fastest node
 
             succ = (isolated_feasible(ep.need, ep.budget, opts["node_speed"]) & ep.valid).sum(axis=1)
         extra = {}
@@ -244,7 +244,7 @@ def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: DictConfig, pr
         kwargs = {"n_nodes": int(sim.nodes), "time_limit_s": limit}
         if with_k:
             kwargs["max_active"] = int(sim.max_active)
-        if hetero:  # issue 25: speeds exact (with K), switch costs relaxed (a bound when > 0)
+        if hetero:  # heterogeneous nodes: speeds exact (with K), switch costs relaxed (a bound when > 0)
             kwargs["node_speed"] = speed
         jobs = [(with_k, ep.arrival[e:e + 1], ep.deadline[e:e + 1], ep.need[e:e + 1], ep.n_tasks[e:e + 1], kwargs) for e in range(ep.E)]
         res = map_episodes(_clairvoyant_one, jobs, workers, progress)  # one episode per job, so a long solve still reports progress

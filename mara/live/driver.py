@@ -2,7 +2,7 @@
 
 ``LiveCurveSource`` is the ``curve_source`` hook of ``BatchedEnv``: each step, after the allocator chose a
 job per node, it runs each chosen job's node-step on the worker pool — one real batch on the paper's
-identical nodes; s batches on a node of speed s, or a set-up step after a switch (issue 25, ``LiveCurveSource``) —
+identical nodes; s batches on a node of speed s, or a set-up step after a switch (``LiveCurveSource``) —
 and writes the losses into the episode's ``LiveCurves`` (so observations, predictor inputs and success read real
 losses through the simulator's own code). Arrivals, admission (FIFO, limit K), deadlines, observations every ``obs_every``
 batches, predictor refreshes and success are the simulator's, unchanged.
@@ -25,7 +25,7 @@ class LiveCurveSource:
 
     How many batches a job runs in a step is read off the simulator: ``slot_s`` has already advanced by the
     node's speed (or by nothing in a set-up step) when ``advance`` is called, so the live run processes exactly
-    the simulator's batches. Heterogeneous nodes (issue 25): every machine here has the same hardware speed, so
+    the simulator's batches. Heterogeneous nodes: every machine here has the same hardware speed, so
     a node of speed s runs its s batches with their compute time stretched by s_max / s (a sleep): every node's
     step lasts about s_max batch times, and a speed-s node delivers s / s_max of a fast node's batches per second.
     A switch (``sim.switch_cost`` c > 0: a job served before lands on a node other than the one that served it at

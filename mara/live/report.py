@@ -34,7 +34,7 @@ def summarize(runs: list[dict]) -> dict:
                "batch_s": float(sum(r["batch_s"] for r in rs)), "batches": int(sum(sum(r["batches"]) for r in rs)),
                "alloc_ms_per_step": float(np.mean([r["alloc_ms_per_step"] for r in rs])),
                "worker_failures": sum(len(r["worker_failures"]) for r in rs)}
-        if any("switches" in r for r in rs):  # heterogeneous nodes / switch costs (issue 25)
+        if any("switches" in r for r in rs):  # heterogeneous nodes / switch costs
             row |= {k: int(sum(r[k] for r in rs)) for k in ("switches", "setup_steps", "reloads")}
             row |= {k: float(sum(r[k] for r in rs)) for k in ("reload_s", "setup_s", "stretch_s")}
         reps = [r.get("replay") for r in rs if r.get("replay")]
@@ -104,7 +104,7 @@ def plot_timeline(runs: list[dict], episodes, path: Path, episode: int = 0) -> P
     for ax, r in zip(axes[:, 0], rs):
         for t, m, j in r["timeline"]:
             ax.broken_barh([(t, 1)], (m - 0.4, 0.8), facecolors=cmap(j % 20), edgecolor="none")
-        for t, m, j in r.get("setup_timeline", ()):  # set-up steps after a switch (issue 25): hatched, no batch
+        for t, m, j in r.get("setup_timeline", ()):  # set-up steps after a switch: hatched, no batch
             ax.broken_barh([(t, 1)], (m - 0.4, 0.8), facecolors="white", edgecolor=cmap(j % 20), hatch="///", lw=0.5)
         last = {j: (t, m) for t, m, j in r["timeline"]}
         for j, task in enumerate(tasks):

@@ -23,7 +23,7 @@ from mara.live.report import write_report
 from mara.live.workers import make_pool, preload_datasets
 
 LIVE_BANK = "live_curves.parquet"
-#: MARA policy shipped for the live defaults (M = 2, K = 4, T = 120, budgets x 0.25); see docs/notes/issue15.md
+#: MARA policy shipped for the live defaults (M = 2, K = 4, T = 120, budgets x 0.25); see docs/live.md
 SHIPPED_POLICY = Path(__file__).resolve().parents[1] / "data" / "checkpoints" / "mara_live.ckpt"
 
 
@@ -44,7 +44,7 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"sim.steps (T) must be >= 1, got {sim.steps}")
     if int(sim.get("obs_every", 10)) < 1:
         raise ConfigError(f"sim.obs_every must be >= 1, got {sim.obs_every}")
-    node_options(sim)  # issue 25: node speeds and switch costs, checked as the simulator checks them
+    node_options(sim)  # node speeds and switch costs, checked as the simulator checks them
     if not 0.0 <= float(lv.load) <= 1.0:
         raise ConfigError(f"live.load: arrival probability p must lie in [0, 1], got {lv.load}")
     if int(lv.episodes) < 1:

@@ -29,7 +29,7 @@ class WorkerDied(RuntimeError):
 
 @dataclass(frozen=True)
 class NodeStep:
-    """What a job's worker does in one step on its node (heterogeneous nodes / switch costs, issue 25).
+    """What a job's worker does in one step on its node (heterogeneous nodes / switch costs).
 
     ``reload``: first set-up step of a new run (moved or resumed with ``sim.switch_cost`` > 0): the worker
     really serialises its job and rebuilds it from the bytes (model, optimiser, data position), as a node

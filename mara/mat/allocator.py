@@ -1,5 +1,5 @@
 """The MAT policy as an ``Allocator`` (docs/allocators.md): observation → masked joint action, argmax by default.
-On heterogeneous nodes / with switch costs (issue 25) the policy's ordered picks are placed on nodes by the rules'
+On heterogeneous nodes / with switch costs the policy's ordered picks are placed on nodes by the rules'
 placement (``mara.allocators.placement.place_policy``)."""
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class PolicyAllocator:
         dev = next(self.policy.parameters()).device
         actions, _, _ = self.policy.act(tokens.to(dev), present.to(dev), deterministic=self.deterministic,
                                         generator=self.generator)
-        return place_policy(obs, to_env_actions(actions, self.policy.K))  # issue 25: the identity on identical nodes
+        return place_policy(obs, to_env_actions(actions, self.policy.K))  # placement: the identity on identical nodes
 
 
 class MATAllocator(PolicyAllocator):

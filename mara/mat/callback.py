@@ -59,7 +59,7 @@ class ValidationCallback(L.Callback):
     def _env(self, pl_module, predictor, episodes=None, fm_cache=None):
         return BatchedEnv(self.episodes if episodes is None else episodes, pl_module.env.bank, n_nodes=self.sim["n_nodes"],
                           max_active=self.sim["max_active"], obs_every=self.sim["obs_every"], predictor=predictor,
-                          fm_cache=fm_cache, **node_kwargs(self.sim))  # issue 25: the training nodes
+                          fm_cache=fm_cache, **node_kwargs(self.sim))  # the training nodes
 
     def on_fit_start(self, trainer, pl_module) -> None:
 

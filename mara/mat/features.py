@@ -7,16 +7,16 @@ Feature sets (``mat.net.features``, recorded in the checkpoint's hparams; a chec
 
 - ``v1`` (the shipped policies): 7 per-slot features (present, predicted remaining, remaining time, median slack,
   warm-up fraction, processed, median-feasible) + 3 global (nodes, active, queued).
-- ``v2`` (issue 21 part 4: what the band-aware rule reads and the v1 tokens lack): v1's 7 + the slacks at the
+- ``v2`` (what the band-aware rule reads and the v1 tokens lack): v1's 7 + the slacks at the
   band's q10 and q90 and at its ``BAND_Q`` quantile (the quantile Slack-FM-q judges feasibility by,
   ``mara.allocators.slack.band_quantile``), the Slack-FM-q stage as one-hot (finishable / cold / hopeless at that
   quantile; all zero = not servable), the band's width in log1p batches, the observation count, the cap left.
   Every one is computed from the ``Observation`` alone (the estimates the simulator carries), never from the curve.
   Not in the observation and so not in the tokens: the loss relative to ε and its slope, the FM novelty score.
-  The quantile and the levels of the band's ends are the policy's ``token_q`` / ``token_band`` (``mat.net``, issue 21
-  part 6; default 0.01 on the FM's (0.1, 0.9) band): ``mat=qr`` reads the decision head's 0.05 level itself, as
+  The quantile and the levels of the band's ends are the policy's ``token_q`` / ``token_band`` (``mat.net``;
+  default 0.01 on the FM's (0.1, 0.9) band): ``mat=qr`` reads the decision head's 0.05 level itself, as
   Slack-QR-q does.
-- ``v3`` (issue 25: heterogeneous nodes and switch costs, ``node_slot_features``): v2's 17 + per slot whether it ran at
+- ``v3`` (heterogeneous nodes and switch costs, ``node_slot_features``): v2's 17 + per slot whether it ran at
   t−1, the speed of the node it ran on relative to the fastest (0 if none), the set-up steps it still owes there, whether
   it was served before (a move or resume then pays the switch cost), its median remaining estimate in steps on the
   fastest node, the slacks at the ``BAND_Q`` quantile counted in fastest-node and in slowest-node steps, and the
@@ -38,7 +38,7 @@ N_SLOT_FEATURES_BY_SET = {"v1": 7, "v2": 17, "v3": 31}
 FEATURE_SETS = tuple(N_SLOT_FEATURES_BY_SET)
 N_SLOT_FEATURES = N_SLOT_FEATURES_BY_SET["v1"]  # the v1 sizes (old imports)
 N_FEATURES = N_SLOT_FEATURES + N_GLOBAL_FEATURES
-BAND_Q = 0.01  # conf/method/Slack-FM-q.yaml's quantile (chosen on validation roots in issue 21)
+BAND_Q = 0.01  # conf/method/Slack-FM-q.yaml's quantile (chosen on validation roots 1000–1004)
 BAND_LEVELS = (0.1, 0.9)  # the levels of the band's ends the FM carries (conf/predictor/fm.yaml)
 
 

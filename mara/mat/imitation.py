@@ -1,4 +1,4 @@
-"""Imitation warm start for the MAT policy (issue #14): behaviour cloning of a rule teacher, then DAgger.
+"""Imitation warm start for the MAT policy: behaviour cloning of a rule teacher, then DAgger.
 
 The teacher is any allocator (default: the least-slack rule ``SlackRule`` reading the same frozen predictor
 as MAT). Its env actions ``[E, M]`` (slot per node in its priority order, IDLE after) become MAT choices
@@ -8,7 +8,7 @@ as MAT). Its env actions ``[E, M]`` (slot per node in its priority order, IDLE a
 DAgger rounds roll the *student* (argmax) through fresh training episodes and label every visited state
 with the teacher's action; the data set is aggregated and the student retrained on all of it.
 
-Heterogeneous nodes / switch costs (issue 25): the labels are the teacher's picks in priority order *before* its
+Heterogeneous nodes / switch costs: the labels are the teacher's picks in priority order *before* its
 node placement (``choose`` of the rules); the student's picks are placed by the same placement
 (``mara.allocators.placement.place_policy``), so a student that reproduces the picks reproduces the teacher's actions
 (the median estimate is the demand both place by: exact for the Slack rules, tested). On the paper's nodes picks and
@@ -72,7 +72,7 @@ def collect_labelled_states(env: TrainingEnv, teacher, n_steps: int, student: MA
 
 
 class TruthTeacher:
-    """A privileged DAgger teacher (issue 21 part 4): ``rule`` acting on the *true* remaining batches of the
+    """A privileged DAgger teacher: ``rule`` acting on the *true* remaining batches of the
     simulator's state — Slack-Truth when ``rule`` is the least-slack rule. Only the labels see the truth; the
     student's tokens are built from the ordinary observation (the estimates of MAT's own predictor). Same timing
     as the ``truth`` predictor: a task is cold (no estimate) before its 4th observation."""

@@ -15,7 +15,7 @@ def choice_mask(present: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     allow = torch.empty((E, M, K + 1), dtype=torch.bool, device=actions.device)
     allow[..., K] = True  # idle
     open_slots = present
-    for i in range(M):  # M small: one [E, K] step per node beats one-hot + cumsum over [E, M, K] (issue 22)
+    for i in range(M):  # M small: one [E, K] step per node beats one-hot + cumsum over [E, M, K] (PPO speed)
         allow[:, i, :K] = open_slots
         open_slots = open_slots & ~chosen[:, i]
     return allow

@@ -1,7 +1,7 @@
 """Multi-Agent Transformer (§4.2): task-slot encoder → centralised value; node decoder → masked matching.
 
 Two decoders (``decoder``): ``autoregressive`` (the paper's, below; what shipped checkpoints use, and the default
-for checkpoints that do not record one) and ``plackett_luce`` (issue 22): the encoder output scores every slot and
+for checkpoints that do not record one) and ``plackett_luce`` (faster PPO): the encoder output scores every slot and
 idle once, and the M nodes' picks are drawn without replacement from those scores (mara/mat/plackett_luce.py), so
 the network cost does not grow with M. Both give the same interface (``act``/``evaluate``) and masks (Eq. 2).
 

@@ -1,4 +1,4 @@
-"""Plackett–Luce node assignment (issue 22): one score per slot and one for idle, M picks without replacement.
+"""Plackett–Luce node assignment: one score per slot and one for idle, M picks without replacement.
 
 Nodes are identical, so one pass of the network scores every choice once — ``scores [E, K+1]`` (K slots, then
 idle) — and the joint action is drawn as a sequence of M picks: pick i chooses among the present slots not yet

@@ -42,7 +42,7 @@ def update(policy, opt, batch: dict, ppo: dict, n_mb: int, generator: torch.Gene
     """``update_epochs`` passes of ``n_mb`` minibatches; ``backward(loss)`` and ``clip()`` do the framework's part.
     ``value_only``: fit the value loss only (policy terms kept at weight 0, so DDP sees every parameter). The value
     loss still reaches the encoder the policy shares, so the policy moves too; ``ppo.value_warmup_head_only: true``
-    (issue 25, mat=hetero) steps only the value head's parameters then, leaving the policy exactly as it was (there,
+    (mat=hetero) steps only the value head's parameters then, leaving the policy exactly as it was (there,
     without it, the clone's approximate KL reached 1.3 per iteration during the warm-up and the policy collapsed to idling)."""
     head_only = value_only and bool(ppo.get("value_warmup_head_only", False))
     head = {id(p) for p in policy.value_head.parameters()} if head_only else set()

@@ -24,7 +24,7 @@ _NOT_STATE = ("bank", "predictor", "episode_stream", "fm_cache")
 
 def batch_load(load, counter: int) -> float:
     """The load of episode batch ``counter``: ``load`` itself, or for a list of loads (mixed-load training,
-    issue 21) the list cycled batch by batch, so every load gets the same share of episodes."""
+    the loads of the paper's protocol) the list cycled batch by batch, so every load gets the same share of episodes."""
     if isinstance(load, (int, float)):
         return float(load)
     loads = [float(x) for x in load]
@@ -32,7 +32,7 @@ def batch_load(load, counter: int) -> float:
 
 
 def node_kwargs(sim) -> dict:
-    """``{node_speed, switch_cost}`` of the MAT ``sim`` settings for ``BatchedEnv`` / ``TrainingEnv`` (issue 25); {} on
+    """``{node_speed, switch_cost}`` of the MAT ``sim`` settings for ``BatchedEnv`` / ``TrainingEnv``; {} on
     the paper's identical nodes with free preemption (settings and checkpoints without the keys)."""
     speed, cost = sim.get("node_speed"), int(sim.get("switch_cost") or 0)
     return {} if speed is None and not cost else {"node_speed": None if speed is None else list(speed), "switch_cost": cost}
@@ -75,7 +75,7 @@ class TrainingEnv:
         self.fm_cache = fm_cache  # a FlowSampleCache shared by every group (and by other envs on the same bank/predictor)
         self.reward, self.beta, self.n_groups = reward, beta, n_groups
         self.sim = dict(n_nodes=n_nodes, max_active=max_active, obs_every=obs_every)
-        if node_speed is not None or switch_cost:  # issue 25: heterogeneous nodes / switch costs (else the paper's nodes)
+        if node_speed is not None or switch_cost:  # heterogeneous nodes / switch costs (else the paper's nodes)
             self.sim.update(node_speed=node_speed, switch_cost=switch_cost)
         self.env_steps = 0  # live steps of this rank
         self.finished_success: list[float] = []  # episodes completed since the last ``pop_finished``
@@ -181,7 +181,7 @@ def collect_rollout(policy: MATPolicy, env: TrainingEnv, n_steps: int, generator
         tok, pres = tok.to(dev), pres.to(dev)
         with torch.inference_mode():
             a, logp, v = policy.act(tok, pres, generator=generator)
-        r, d, lv = env.step(env.place(to_env_actions(a, policy.K)))  # issue 25: picks -> nodes (identity by default)
+        r, d, lv = env.step(env.place(to_env_actions(a, policy.K)))  # picks -> nodes (identity by default)
         tokens.append(tok), present.append(pres), actions.append(a), logprobs.append(logp), values.append(v)
         rewards.append(torch.as_tensor(r, dtype=torch.float32, device=dev))
         dones.append(torch.as_tensor(d, device=dev))

@@ -1,4 +1,4 @@
-"""Softmax / log-softmax over a short last dimension (issue 22: PPO speed on the CPU).
+"""Softmax / log-softmax over a short last dimension (PPO speed on the CPU).
 
 PyTorch's CPU kernels for ``softmax(x, dim=-1)`` are slow when the last dimension is short (the K+1 ≤ 11 choices,
 the ≤ 11 attention keys): about 10 ns per element. Moving that dimension to the front and reducing over dim 0 of a

@@ -25,7 +25,7 @@ CONF_DIR = conf_dir()
 def resolve_config(cfg: DictConfig) -> dict:
     """The MAT settings as a plain dict: ``cfg.mat`` (conf/mat/default.yaml), with the pipeline's shared keys
     (``seed``, ``reward``, ``ckpt_path``, ``predictor``, ``paths.output_dir``, ``sim`` (incl. ``node_speed`` /
-    ``switch_cost``, issue 25), ``bank.path``,
+    ``switch_cost``), ``bank.path``,
     ``trainer.accelerator/devices/strategy``) taking precedence when ``cfg`` is the full ``conf/train.yaml``.
     A bare ``conf/mat/default.yaml`` is accepted too."""
     if "mat" not in cfg:
@@ -45,7 +45,7 @@ def resolve_config(cfg: DictConfig) -> dict:
                              ("obs_every", "obs_every"), ("beta", "beta")):
             if cfg.sim.get(theirs) is not None:
                 c["sim"][ours] = cfg.sim[theirs]
-        # issue 25: node speeds and switch costs reach the training, imitation and validation envs (and the checkpoint's
+        # node speeds and switch costs reach the training, imitation and validation envs (and the checkpoint's
         # hparams); recorded only when set, so identical-node runs keep their hparams
         speed = cfg.sim.get("node_speed")
         speed, cost = check_node_options(OmegaConf.to_container(speed) if OmegaConf.is_config(speed) else speed,

@@ -1,4 +1,4 @@
-"""Reuse of the flow predictor's policy-independent work across rollouts (issue 22).
+"""Reuse of the flow predictor's policy-independent work across rollouts (PPO speed).
 
 The FM estimate of a task depends only on its observed history (the bank curve's loss points up to the n-th
 observation), its horizon (batches left to the cap), its target ε and its static attributes; never on the

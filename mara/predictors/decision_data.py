@@ -1,4 +1,4 @@
-"""Inputs and training examples of the decision head (issue 21, part 5): "how many batches until ε" as quantiles.
+"""Inputs and training examples of the decision head: "how many batches until ε" as quantiles.
 
 The flow predictor learns the future curve and reads the crossing of ε off sampled futures; the decision head is
 trained on the crossing itself. An example is what the simulator asks at a refresh: a task's observed prefix

@@ -1,4 +1,4 @@
-"""Quantile regression pieces for the decision head (issue 21, part 5), written out as pure functions.
+"""Quantile regression pieces for the decision head, written out as pure functions.
 
 Shapes: ``B`` examples, ``Q`` quantile levels. Values are in whatever unit the caller uses (the decision head
 uses log(1 + remaining batches)).

@@ -1,4 +1,4 @@
-"""The decision head (issue 21, part 5): quantiles of the remaining batches to ε, learned by quantile regression.
+"""The decision head: quantiles of the remaining batches to ε, learned by quantile regression.
 
 ``QuantileNet`` (plain nn.Module): GRU over the standardised history features + the standardised static vector
 (mara/predictors/decision_data.py) → Q non-crossing quantiles of log(1 + remaining batches) (standardised target).

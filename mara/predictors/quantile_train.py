@@ -1,4 +1,4 @@
-"""Training of the decision head (issue 21, part 5): ``QuantileHeadModule`` (Lightning) and ``fit_quantile_head``.
+"""Training of the decision head: ``QuantileHeadModule`` (Lightning) and ``fit_quantile_head``.
 
 Pinball loss at the head's levels on log(1 + remaining batches); fm_train curves (examples resampled every epoch,
 seed + epoch), early stopping on the pinball loss of a fixed fm_val draw. Exports ``<out>/qr.ckpt``.

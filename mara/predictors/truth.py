@@ -1,4 +1,4 @@
-"""The perfect-prediction bound (issue 21): ``predictor: truth`` reads each task's own curve.
+"""The perfect-prediction bound: ``predictor: truth`` reads each task's own curve.
 
 The true remaining batches of a task are ``need − processed`` (``need`` = the first batch at which the task's
 curve reaches ε). A curve that never reaches ε within its generation cap gets ``cap_remaining + 1`` — more

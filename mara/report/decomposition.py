@@ -1,4 +1,4 @@
-"""Where the gap to the optimum comes from (issue 21): pure functions over per-episode result rows.
+"""Where the gap to the optimum comes from (allocation vs prediction): pure functions over per-episode result rows.
 
 With the exact optimum (``Clairvoyant``) and the least-slack rule fed the true remaining batches (``Slack-Truth``,
 the perfect-prediction bound) in the same run, every method's gap to the optimum splits into

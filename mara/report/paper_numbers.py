@@ -1,4 +1,4 @@
-"""The paper's published numbers, in one place (transcribed from /work/shared/paper/MARA-paper.txt).
+"""The paper's published numbers, in one place (transcribed from the paper's full text).
 
 Every report column headed "paper" reads from here. Success rates and diagnostics are (mean, sample std);
 prediction cells are plain values. A method or cell the paper does not report is simply absent.

@@ -16,6 +16,18 @@ def figures_dir(page: Path) -> Path:
     return page.parent / "figures" if page.parent.name == "docs" else page.parent / "docs" / "figures"
 
 
+def shown_path(path: Path | str) -> str:
+    """``path`` as a generated page shows it: relative to the working directory or the repository when under one, so
+    pages and outputs carry no machine's absolute paths."""
+    path = Path(path)
+    for root in (Path.cwd(), Path(__file__).resolve().parents[2]):
+        try:
+            return path.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            continue
+    return path.as_posix()
+
+
 def figure_link(page: Path, figure: Path) -> str:
     """The markdown path of ``figure`` as seen from ``page``."""
     return Path(os.path.relpath(Path(figure).resolve(), Path(page).resolve().parent)).as_posix()

@@ -12,7 +12,7 @@ One step ``t``:
      first crossing of ε (``need``) — its executable steps are ``arrival <= t < deadline``;
   4. tasks (active or queued) with ``deadline <= t + 1`` that have not succeeded fail and leave;
   5. ``t += 1``.
-Heterogeneous nodes and switch costs (issue 25; both off by default, and then the step above is the
+Heterogeneous nodes and switch costs (both off by default, and then the step above is the
 exact code path it always was):
   * ``node_speed`` (list of M positive integers, default all 1): node i processes ``node_speed[i]``
     batches of the task it serves per step (all of them within the step; success is checked at its

@@ -1,7 +1,7 @@
-"""Paired differences between methods stored in several results.json files (issue 21, part 5 write-up).
+"""Paired differences between methods stored in several results.json files (± standard error over identical episodes).
 
-Usage: python docs/notes/issue21_part5_paired.py REF_LABEL=run_dir:Method OTHER_LABEL=run_dir:Method ...
-``run_dir:Method@S`` keeps only the rows of training seed S (a learned method's policies; issue 21 part 6).
+Usage: python scripts/paired_differences.py REF_LABEL=run_dir:Method OTHER_LABEL=run_dir:Method ...
+``run_dir:Method@S`` keeps only the rows of training seed S (a learned method's policies).
 Prints, per load and over all loads, each method's mean success (%) and its paired difference to the first one
 (± s.e., mara.report.decomposition.paired_difference over the (task set, load, root, episode) keys).
 """
@@ -49,4 +49,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
+        raise SystemExit(__doc__)
     main(sys.argv[1:])

@@ -1,12 +1,17 @@
-"""Issue 23: regenerate shipped real-data bank curves with the current code path and compare them with the shards.
+"""Regenerate shipped real-data bank curves with the current code path (DataModule + stateful loader) and compare
+them with the shards: the bank is reproducible batch for batch (docs/banks.md).
 
-    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python docs/notes/issue23_reproduce.py TSFM_Audio_1 pool 0 1 2 3
+    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python scripts/reproduce_real_shards.py TSFM_Audio_1 pool 0 1 2 3
+
+Data sets are read from ``$MARA_DATA_ROOT`` (default ``../shared/data`` next to the repository).
 
 Prints, per curve, the recipe, the number of batches compared, how many are bit-for-bit equal, and the max abs
 difference per batch between the regenerated and the shipped losses.
 """
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -16,12 +21,12 @@ import torch
 from mara.curves import generation as gen
 
 SHARDS = Path("data/zoo_bank/shards")
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+DATA = Path(os.environ.get("MARA_DATA_ROOT", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
 def main(family: str, split: str, indices: list[int]) -> None:
     torch.set_num_threads(1)
-    settings = gen.GenerationSettings(shard_dir="/tmp/unused", data_root=str(DATA), cache_dir="data_cache")
+    settings = gen.GenerationSettings(shard_dir=tempfile.gettempdir(), data_root=str(DATA), cache_dir="data_cache")
     for i in indices:
         job = gen.Job(family, split, i, "real")
         shipped = pq.read_table(SHARDS / job.shard_name).to_pylist()[0]
@@ -37,4 +42,6 @@ def main(family: str, split: str, indices: list[int]) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 4 or sys.argv[1] in ("-h", "--help"):
+        raise SystemExit(__doc__)
     main(sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3:]])

@@ -1,6 +1,7 @@
-"""Issue 25 note: the validation-root check behind Slack's fastest-node steps (mara/allocators/slack.py).
+"""The validation-root check behind Slack's fastest-node steps (mara/allocators/slack.py) and the shared placement
+(mara/allocators/placement.py) on heterogeneous nodes.
 
-    python docs/notes/issue25_validation.py
+    python scripts/hetero_placement_validation.py
 
 Validation roots 100-101 (never the evaluation roots 0-4), 4 episodes per task set, p = 0.04 and 0.07, WLS
 estimates, speeds [2,2,1,1,1,1,1], switch cost 0 and 2. Prints mean success (%) and the switches paid.
@@ -19,7 +20,7 @@ from mara.sim.workload import PAPER_TASK_SETS, EpisodeBatch, generate_episodes
 
 
 class SlackUnitSteps(slack.SlackRule):
-    """Slack without the issue-25 change: remaining batches counted as unit-speed steps."""
+    """Slack without fastest-node steps: remaining batches counted as unit-speed steps."""
 
     def act(self, obs):
         keep = slack.fastest_node_steps
@@ -31,6 +32,9 @@ class SlackUnitSteps(slack.SlackRule):
 
 
 def main() -> None:
+    import sys
+    if sys.argv[1:] and sys.argv[1] in ("-h", "--help"):
+        raise SystemExit(__doc__)
     bank = load_bank(default_bank_path())
     ep = EpisodeBatch.concat([generate_episodes(bank, bank.family_params, ts, p, r, 4)
                               for ts in PAPER_TASK_SETS.values() for p in (0.04, 0.07) for r in (100, 101)])
