@@ -131,7 +131,7 @@ def test_the_checker_reads_real_imports():
     assert "mara.core.config" in targets("mara.eval.runner")
     generation = "mara.curves.generation"  # imports the zoo inside its functions only
     assert "tasks_zoo.registry" in targets(generation) and "tasks_zoo.registry" not in targets(generation, nested=False)
-    assert unit_of("mara/eval/runner.py") == (7, "mara/eval/") and unit_of("mara/train.py")[1] == "mara/train.py"
+    assert unit_of("mara/eval/runner.py")[1] == "mara/eval/" and unit_of("mara/train.py")[1] == "mara/train.py"
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:

@@ -55,7 +55,9 @@ def predictor_from(spec, bank_path=None, *, configured=None, built: dict | None 
     ``built``: the caller's {name: predictor} for one run, so each named predictor is built once."""
     if spec is None:
         return None
-    if isinstance(spec, str) and configured is not None:
+    if isinstance(spec, str):
+        if configured is None:
+            return _build(predictor_config(spec), bank_path)
         if built is not None and spec in built:
             return built[spec]
         if spec not in configured:
@@ -64,8 +66,6 @@ def predictor_from(spec, bank_path=None, *, configured=None, built: dict | None 
         if built is not None:
             built[spec] = predictor
         return predictor
-    if isinstance(spec, str):
-        return _build(predictor_config(spec), bank_path)
     cfg = spec if isinstance(spec, DictConfig) else OmegaConf.create(dict(spec))
     if "name" not in cfg or cfg.name is None:
         return None
