@@ -19,10 +19,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from mara.core.cli import check_group_overrides, output_dir, run_cli
 from mara.core.config import ConfigError, load_method_cfg
 from mara.core.runlog import log
-from mara.eval.paper import run_paper
 from mara.eval.runner import check_number, node_options, protocol_from_cfg
 from mara.evaluate import all_methods_failed, evaluate
 from mara.mat.train import check_teacher_predictor, resolve_config, train_policy
+from mara.pipelines.paper import run_paper
 from mara.predictors.train import train_predictor
 
 STAGES = ("all", "predictor", "policy", "evaluate")

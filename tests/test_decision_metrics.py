@@ -51,9 +51,9 @@ def test_benchmark_reports_decisions(tmp_path, small_bank):
     from omegaconf import OmegaConf
 
     from mara.eval.prediction import TASK_SETS, build_queries, decision_results
-    from mara.predictors.protocol import build_predictor
+    from mara.predictors.factory import predictor_from
 
-    wls = build_predictor(OmegaConf.create({"name": "wls", "gamma": 0.9, "ridge": 1e-10, "min_obs": 4}))
+    wls = predictor_from(OmegaConf.create({"name": "wls", "gamma": 0.9, "ridge": 1e-10, "min_obs": 4}))
     fams, split = TASK_SETS["ID"]
     q = build_queries(small_bank, [f for f in fams if len(small_bank.rows(f, split))], split, small_bank.family_params, 4)
     res = decision_results(wls, wls, small_bank, q, quantiles=(0.05,))  # WLS in both roles: any predictor with a band

@@ -6,7 +6,7 @@ from omegaconf import OmegaConf
 
 from mara.curves.bank import default_bank_path, load_bank
 from mara.eval.prediction import build_queries
-from mara.predictors import build_predictor
+from mara.predictors import predictor_from
 from mara.predictors.augment import stretch_ell, stretched_bank
 from mara.predictors.data import CurveDataModule, observe
 from mara.predictors.features import history_features, static_context
@@ -84,10 +84,10 @@ def test_quantiles_are_ordered_and_contain_the_median(fallback):
     cfg = OmegaConf.load(FM_YAML)
     if fallback:
         cfg.fallback = fallback
-    fm = build_predictor(cfg, bank.path)
+    fm = predictor_from(cfg, bank.path)
     band = _checks_band(fm, args, q)
     assert (band[:, 2] > band[:, 0]).mean() > 0.3  # FM's band is not degenerate
-    wls = build_predictor(OmegaConf.load("conf/predictor/wls.yaml"))
+    wls = predictor_from(OmegaConf.load("conf/predictor/wls.yaml"))
     _checks_band(wls, args, q)
     cov = band_metrics(band, q["truth"])["coverage"]
     assert 0.0 <= cov <= 1.0
@@ -170,7 +170,7 @@ def test_band_reaches_the_allocators(small_bank):
     for cfg in (OmegaConf.load(FM_YAML), OmegaConf.load("conf/predictor/wls.yaml")):
         alloc = Recording()
         alloc.seen = []
-        run_episodes(BatchedEnv(ep, small_bank, predictor=build_predictor(cfg)), alloc)
+        run_episodes(BatchedEnv(ep, small_bank, predictor=predictor_from(cfg)), alloc)
         lo, med, hi, present = (np.stack(a) for a in zip(*alloc.seen))
         assert np.all(lo <= med) and np.all(med <= hi)
         if cfg.name == "fm":
@@ -189,9 +189,9 @@ def test_shipped_v3_checkpoint_reproduces_table1(tmp_path):
     bank = load_bank(default_bank_path())
     cfg = OmegaConf.load(FM_YAML)
     cfg.ckpt_variant = "v3"
-    fm = build_predictor(cfg, bank.path)
+    fm = predictor_from(cfg, bank.path)
     assert fm.net.feature_set == "v3" and fm.novelty is not None and fm.band_offset != 0.0
-    res = run_prediction_benchmark(bank, fm, build_predictor(OmegaConf.load("conf/predictor/wls.yaml")),
+    res = run_prediction_benchmark(bank, fm, predictor_from(OmegaConf.load("conf/predictor/wls.yaml")),
                                    bank.family_params, tmp_path)
     for ts, (mae, acc, cov) in TABLE1_V3.items():
         r = res[ts]["FM"]

@@ -8,7 +8,7 @@ import torch
 from omegaconf import OmegaConf
 
 from mara.curves.bank import default_bank_path, load_bank, records_to_table, write_bank
-from mara.predictors import RemainingPredictor, build_predictor
+from mara.predictors import RemainingPredictor, predictor_from
 from mara.predictors.data import CurveDataModule, observe, remaining_mae, true_remaining
 from mara.predictors.fm import FlowPredictor, default_ckpt_path, load_net
 from mara.predictors.module import FlowPredictorModule
@@ -63,8 +63,8 @@ def test_same_prefix_same_estimate_and_protocol(tiny_bank_path):
     cfg = OmegaConf.load(FM_YAML)
     if not default_ckpt_path().exists():
         pytest.skip("no shipped checkpoint")
-    fm = build_predictor(cfg)
-    wls = build_predictor(OmegaConf.load("conf/predictor/wls.yaml"))
+    fm = predictor_from(cfg)
+    wls = predictor_from(OmegaConf.load("conf/predictor/wls.yaml"))
     assert isinstance(fm, RemainingPredictor) and isinstance(wls, RemainingPredictor)
     bank = load_bank(tiny_bank_path)
     rows = bank.rows(split="fm_val")

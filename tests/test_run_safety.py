@@ -132,7 +132,7 @@ def test_paper_trainings_follow_their_recipe(tmp_path):
     from hydra import compose, initialize_config_dir
 
     from mara.core.config import CONF_DIR
-    from mara.eval.paper import _job_cfg, training_jobs
+    from mara.pipelines.paper import _job_cfg, training_jobs
 
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
         cfg = compose("train", overrides=["experiment=paper"])

@@ -30,7 +30,6 @@ from mara.mat.losses import gae
 from mara.mat.nets import MATPolicy
 from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout
 from mara.mat.train import CONF_DIR
-from mara.predictors import build_predictor
 from mara.predictors.cache import FlowSampleCache
 from mara.predictors.data import observe
 from mara.predictors.factory import predictor_from
@@ -95,7 +94,7 @@ def predictor_ms_per_prefix(bank, variants=(None, "v3"), repeats: int = 7) -> tu
     for v in variants:
         cfg = OmegaConf.load(CONF_PREDICTOR / "fm.yaml")
         cfg.ckpt_variant = v
-        preds[v or "v1"] = build_predictor(cfg, bank.path)
+        preds[v or "v1"] = predictor_from(cfg, bank.path)
     best = {k: np.inf for k in preds}
     for _ in range(repeats):
         for k, p in preds.items():

@@ -1,2 +1,2 @@
 """Shared infrastructure: configuration and errors (config), entry-point helpers (cli), logging and
-progress (runlog), the resumable job graph (jobs)."""
+progress (runlog), atomic file writes (files), the resumable job graph (jobs)."""

@@ -8,10 +8,10 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from mara.core.config import CONF_DIR, ConfigError
-from mara.curves.bank import BankError
 
-#: mistakes a user can make in config or data: reported as one line, never a traceback
-USER_ERRORS = (ConfigError, BankError, FileNotFoundError)
+#: mistakes a user can make in config or data: reported as one line, never a traceback (a bank that cannot be used,
+#: ``BankError``, is a ValueError and caught as one below)
+USER_ERRORS = (ConfigError, FileNotFoundError)
 
 
 def output_dir(cfg: DictConfig) -> Path:

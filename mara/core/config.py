@@ -14,10 +14,9 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
-from mara.curves.bank import SHIPPED_BANKS_DIR
-
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 CONF_DIR = PACKAGE_DIR.parent / "conf"
+SHIPPED_BANKS_DIR = PACKAGE_DIR / "data" / "banks"
 
 
 def conf_dir(*parts: str) -> Path:

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from mara.core.files import write_text_atomic
 from mara.core.runlog import Progress, fmt_seconds, log, setup_logging
-from mara.report.results import write_text_atomic
 
 MARKER = "DONE.json"
 LOG = "job.log"

@@ -18,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from mara.core.config import SHIPPED_BANKS_DIR
+
 SCHEMA_VERSION = "1"
 SPLITS = ("fm_train", "fm_val", "pool")
 DATA_SOURCES = ("real", "synthetic", "parametric", "live")  # live: recorded by mara.live
@@ -261,8 +263,6 @@ def merge_tables(paths: Iterable[str | os.PathLike]) -> pa.Table:
         raise BankError(f"merging shards: duplicate curve_id {dup!r}")
     return merged
 
-
-SHIPPED_BANKS_DIR = Path(__file__).resolve().parent.parent / "data" / "banks"
 
 
 def default_bank_path() -> Path:

@@ -17,10 +17,10 @@ from mara.core.config import build_allocators, load_method_cfg
 from mara.eval.decision_metrics import decision_metrics
 from mara.eval.runner import (
     build_episodes,
-    build_predictor_by_name,
     load_bank_from_cfg,
     protocol_from_cfg,
 )
+from mara.predictors.factory import predictor_from
 from mara.predictors.truth import true_remaining_batches
 from mara.sim.env import WARMUP_OBS, BatchedEnv
 
@@ -75,7 +75,7 @@ def decision_points_from_cfg(cfg) -> dict:
     out, cache = {}, {}
     for label, method in OmegaConf.to_container(dp.policies, resolve=True).items():
         mcfg = load_method_cfg(method)
-        pred = build_predictor_by_name(mcfg.get("predictor"), cfg, cache, bank.path)
+        pred = predictor_from(mcfg.get("predictor"), bank.path, configured=cfg.get("predictors") or {}, built=cache)
         (_, alloc), = build_allocators(mcfg)
         env = BatchedEnv(ep, bank, int(cfg.sim.nodes), int(cfg.sim.max_active), int(cfg.sim.obs_every), predictor=pred)
         out[label] = decision_point_metrics(collect_decision_points(env, alloc, quantiles if label == "FM" else ()))

@@ -17,8 +17,7 @@ from mara.curves.bank import CurveBank, default_bank_path, load_bank, shipped_ba
 from mara.curves.families import ID_FAMILIES
 from mara.eval.prediction import build_queries, concat_queries, evaluate_predictor
 from mara.predictors.data import CurveDataModule
-from mara.predictors.fm import FlowPredictor
-from mara.predictors.protocol import build_predictor
+from mara.predictors.factory import predictor_from
 from mara.predictors.train import compute_novelty, fit_flow
 
 
@@ -70,7 +69,7 @@ def run_lofo(bank: CurveBank, fm_cfg, wls_cfg, out_dir, families=None, test_spli
     fm_cfg = OmegaConf.create(OmegaConf.to_container(fm_cfg, resolve=True))
     fm_cfg.data.train_examples = int(train_examples)
     fm_cfg.train.figure_every_n_epochs = 0
-    wls = build_predictor(wls_cfg)
+    wls = predictor_from(wls_cfg)
     folds, training = {}, {}
     for held in fams:
         fold_dir = out_dir / f"fold_{held}"
@@ -86,7 +85,7 @@ def run_lofo(bank: CurveBank, fm_cfg, wls_cfg, out_dir, families=None, test_spli
                 raise RuntimeError(f"LOFO fold {held}: the held-out family reached training or validation")
             log(f"fold {held}: trained on {len(others)} families in {res['wall_s']:.0f} s ({res['epochs']} epochs)")
         torch.set_num_threads(1)
-        fm = FlowPredictor.from_config(OmegaConf.merge(fm_cfg, {"ckpt_path": str(ckpt)}))
+        fm = predictor_from(OmegaConf.merge(fm_cfg, {"ckpt_path": str(ckpt)}))
         if fm.novelty is None:  # a checkpoint from before the novelty score: its reference from the fold's own data
 
             dm = CurveDataModule(bank, seed=seed, families=[f for f in fams if f != held],

@@ -20,7 +20,7 @@ from mara.curves.bank import CurveBank, default_bank_path, load_bank
 from mara.curves.families import ID_FAMILIES
 from mara.eval.decision_metrics import decision_markdown, decision_metrics
 from mara.predictors.data import observe, true_remaining
-from mara.predictors.protocol import build_predictor
+from mara.predictors.factory import predictor_from
 from mara.predictors.uncertainty import band_metrics
 from mara.predictors.wls import wls_fit
 
@@ -240,7 +240,7 @@ def run_prediction_experiment(cfg) -> dict:
     fm_cfg = pc.get("fm") or composed.get("fm") or OmegaConf.load(predictor_dir / "fm.yaml")
     wls_cfg = pc.get("wls") or composed.get("wls") or OmegaConf.load(predictor_dir / "wls.yaml")
     bank = load_bank(cfg.get("bank", {}).get("path") or default_bank_path())
-    return run_prediction_benchmark(bank, build_predictor(fm_cfg, bank.path), build_predictor(wls_cfg), bank.family_params,
+    return run_prediction_benchmark(bank, predictor_from(fm_cfg, bank.path), predictor_from(wls_cfg), bank.family_params,
                                     Path(cfg.paths.output_dir), n_ranks=int(pc.get("n_ranks", 8)),
                                     obs_every=int(pc.get("obs_every", 10)), seed=int(pc.get("seed", 0)),
                                     decision_quantiles=tuple(pc.get("decision_quantiles", (0.05,))))

@@ -162,18 +162,6 @@ def build_episodes(cfg: DictConfig, bank: CurveBank, protocol: EvalProtocol) -> 
     return EpisodeBatch.concat(batches)
 
 
-def build_predictor_by_name(name: str | None, cfg: DictConfig, cache: dict, bank_path=None):
-    """The simulator predictor a method asks for (``None``, ``wls`` or ``fm``), built once per run."""
-    if name is None:
-        return None
-    if name not in cache:
-        preds = cfg.get("predictors") or {}
-        if name not in preds:
-            raise ConfigError(f"predictor {name!r} is not configured (known: {', '.join(preds) or 'none'})")
-        cache[name] = predictor_from(preds[name], bank_path)
-    return cache[name]
-
-
 def _rows_from_metrics(method: str, ep: EpisodeBatch, metrics: dict, train_seed=None, extra=None) -> list[dict]:
     rows = []
     for e in range(ep.E):
@@ -295,7 +283,7 @@ def evaluate_one(name: str, mcfg: DictConfig, ep: EpisodeBatch, bank: CurveBank,
         metrics, extra = run_bound(name, mcfg, ep, cfg.sim, progress=progress)
         return _rows_from_metrics(name, ep, metrics, extra=extra)
     check_predictor_allowed(mcfg)
-    predictor = build_predictor_by_name(mcfg.get("predictor"), cfg, predictors, bank.path)
+    predictor = predictor_from(mcfg.get("predictor"), bank.path, configured=cfg.get("predictors") or {}, built=predictors)
     rows = []
     allocators = build_allocators(mcfg)
     check_policy_predictor(mcfg, [a for _, a in allocators])

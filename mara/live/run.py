@@ -12,12 +12,12 @@ from mara.core.config import ConfigError, build_allocators, load_method_cfg
 from mara.curves.bank import load_bank, shipped_bank_path, write_bank
 from mara.curves.families import generation_cap
 from mara.eval.runner import (
-    build_predictor_by_name,
     check_policy_predictor,
     load_bank_from_cfg,
     node_options,
 )
 from mara.live.driver import replay, run_live
+from mara.predictors.factory import predictor_from
 from mara.live.episode import live_tasks, scaled_family_params
 from mara.live.report import write_report
 from mara.live.workers import make_pool, preload_datasets
@@ -95,7 +95,7 @@ def build_method(name: str, cfg: DictConfig, predictors: dict, bank_path):
     if policy is not None and (policy.M != int(cfg.sim.nodes) or policy.K != int(cfg.sim.max_active)):
         raise ConfigError(f"method {name!r}: checkpoint was trained for M={policy.M}, K={policy.K}; "
                           f"live run has sim.nodes={cfg.sim.nodes}, sim.max_active={cfg.sim.max_active}")
-    predictor = build_predictor_by_name(mcfg.get("predictor"), cfg, predictors, bank_path)
+    predictor = predictor_from(mcfg.get("predictor"), bank_path, configured=cfg.get("predictors") or {}, built=predictors)
     return (lambda: build_allocators(mcfg)[0][1]), predictor
 
 

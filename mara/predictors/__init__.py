@@ -1,4 +1,5 @@
 """Remaining-demand predictors: WLS (LARA) and conditional flow matching (MARA §4.1)."""
-from mara.predictors.protocol import RemainingPredictor, build_predictor
+from mara.predictors.factory import predictor_from
+from mara.predictors.protocol import RemainingPredictor
 
-__all__ = ["RemainingPredictor", "build_predictor"]
+__all__ = ["RemainingPredictor", "predictor_from"]

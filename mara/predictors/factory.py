@@ -1,17 +1,42 @@
 """The one place that turns a predictor name or config into a predictor.
 
-A spec is ``None`` (no estimates), a name (``fm`` / ``wls`` / ``truth``: ``conf/predictor/<name>.yaml``), or a config
-mapping with ``name`` — Hydra-composed from the same ``conf/predictor/`` group (``predictor=...``,
-``predictors.fm....`` overrides), or just ``{name: ...}``, which reads the group's file. Training, validation,
-evaluation and the bench all build their predictors here, so every path reads one config source.
+A spec is ``None`` (no estimates), a name (``fm`` / ``wls`` / ``qr`` / ``truth``: ``conf/predictor/<name>.yaml``, or the
+run's own ``predictors.<name>`` where the caller passes them), or a config mapping with ``name`` — Hydra-composed from
+the same ``conf/predictor/`` group (``predictor=...``, ``predictors.fm....`` overrides), or just ``{name: ...}``, which
+reads the group's file. Training, validation, evaluation, the prediction benchmarks, live mode and the bench all build
+their predictors here, so every path reads one config source.
 """
 from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from mara.core.config import conf_dir
+from mara.core.config import ConfigError, conf_dir
 from mara.curves.bank import CurveBank, default_bank_path, load_bank
-from mara.predictors.protocol import RemainingPredictor, build_predictor
+from mara.predictors.fm import FlowPredictor
+from mara.predictors.protocol import RemainingPredictor
+from mara.predictors.quantile_head import QuantileHeadPredictor
+from mara.predictors.truth import TruthPredictor
+from mara.predictors.wls import WLSPredictor
+
+
+def _wls(cfg, bank_path=None):
+    return WLSPredictor.from_config(cfg)
+
+
+def _fm(cfg, bank_path=None):
+    return FlowPredictor.from_config(cfg, bank_path)
+
+
+def _qr(cfg, bank_path=None):
+    return QuantileHeadPredictor.from_config(cfg, bank_path)
+
+
+def _truth(cfg, bank_path=None):
+    return TruthPredictor.from_config(cfg)
+
+
+#: predictor name → its constructor from a config (``bank_path`` picks the shipped checkpoint trained on that bank)
+PREDICTORS = {"wls": _wls, "fm": _fm, "qr": _qr, "truth": _truth}
 
 
 def predictor_config(name: str) -> DictConfig:
@@ -23,18 +48,38 @@ def predictor_config(name: str) -> DictConfig:
     return cfg
 
 
-def predictor_from(spec, bank_path=None) -> RemainingPredictor | None:
-    """The predictor for ``spec`` (see the module docstring); ``bank_path`` picks the FM checkpoint trained on that bank."""
+def predictor_from(spec, bank_path=None, *, configured=None, built: dict | None = None) -> RemainingPredictor | None:
+    """The predictor for ``spec`` (see the module docstring); ``bank_path`` picks the checkpoint trained on that bank.
+
+    ``configured``: a run's ``predictors`` (name → config); a name is then one of them, else a ConfigError.
+    ``built``: the caller's {name: predictor} for one run, so each named predictor is built once."""
     if spec is None:
         return None
     if isinstance(spec, str):
-        return build_predictor(predictor_config(spec), bank_path)
+        if configured is None:
+            return _build(predictor_config(spec), bank_path)
+        if built is not None and spec in built:
+            return built[spec]
+        if spec not in configured:
+            raise ConfigError(f"predictor {spec!r} is not configured (known: {', '.join(configured) or 'none'})")
+        predictor = predictor_from(configured[spec], bank_path)
+        if built is not None:
+            built[spec] = predictor
+        return predictor
     cfg = spec if isinstance(spec, DictConfig) else OmegaConf.create(dict(spec))
     if "name" not in cfg or cfg.name is None:
         return None
     if len(cfg) == 1:  # only a name: the group's file
-        return build_predictor(predictor_config(str(cfg.name)), bank_path)
-    return build_predictor(cfg, bank_path)
+        return _build(predictor_config(str(cfg.name)), bank_path)
+    return _build(cfg, bank_path)
+
+
+def _build(cfg, bank_path=None) -> RemainingPredictor:
+    """The predictor that the full config ``cfg`` names (``cfg.name`` one of :data:`PREDICTORS`)."""
+    name = cfg.get("name")
+    if name not in PREDICTORS:
+        raise ValueError(f"predictor.name must be one of {sorted(PREDICTORS)}, got {name!r}")
+    return PREDICTORS[name](cfg, bank_path)
 
 
 def load_bank_and_predictor(bank_path: str | None, spec) -> tuple[CurveBank, RemainingPredictor | None]:

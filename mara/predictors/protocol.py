@@ -1,4 +1,4 @@
-"""The predictor interface shared by every allocator, and the config-driven factory.
+"""The predictor interface shared by every allocator (predictors are built in :mod:`mara.predictors.factory`).
 
 Shapes: ``B`` tasks, ``H`` padded history. S, L [B, H] float64 (processed samples, cumulative-average
 loss), lengths [B] int, eps [B], cap_remaining [B] int batches, batch_size [B], lr [B];
@@ -16,11 +16,6 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 import numpy as np
-
-from mara.predictors.fm import FlowPredictor
-from mara.predictors.quantile_head import QuantileHeadPredictor
-from mara.predictors.truth import TruthPredictor
-from mara.predictors.wls import WLSPredictor
 
 
 @runtime_checkable
@@ -42,34 +37,3 @@ def predict_band(predictor, S, L, lengths, eps, cap_remaining, batch_size, lr, f
     med = predictor.predict_remaining(S, L, lengths, eps, cap_remaining, batch_size, lr, family=family, **extra)
     return med, med, med
 
-
-def _wls(cfg, bank_path=None):
-
-    return WLSPredictor.from_config(cfg)
-
-
-def _fm(cfg, bank_path=None):
-
-    return FlowPredictor.from_config(cfg, bank_path)
-
-
-def _qr(cfg, bank_path=None):
-
-    return QuantileHeadPredictor.from_config(cfg, bank_path)
-
-
-def _truth(cfg, bank_path=None):
-
-    return TruthPredictor.from_config(cfg)
-
-
-PREDICTORS = {"wls": _wls, "fm": _fm, "qr": _qr, "truth": _truth}
-
-
-def build_predictor(cfg_predictor, bank_path=None) -> RemainingPredictor:
-    """Predictor named by ``cfg_predictor.name`` (conf/predictor/{fm,wls,qr,truth}.yaml); ``bank_path`` picks the shipped
-    FM checkpoint trained on that bank when no ``ckpt_path`` is given."""
-    name = cfg_predictor.get("name")
-    if name not in PREDICTORS:
-        raise ValueError(f"predictor.name must be one of {sorted(PREDICTORS)}, got {name!r}")
-    return PREDICTORS[name](cfg_predictor, bank_path)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from mara.core.files import write_text_atomic
 from mara.report.paper import copy_figures_for_readme, readme_markdown, write_report
-from mara.report.results import write_text_atomic
 from mara.report.sections import figure_link, figures_dir, replace_section
 
 

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
+from mara.core.files import write_text_atomic
 from mara.eval.metrics import summarize
 from mara.report import paper_numbers as P
 from mara.report.decomposition import decomposition_markdown, gap_decomposition
-from mara.report.results import PAPER_ORDER, write_text_atomic
+from mara.report.results import PAPER_ORDER
 from mara.report.sections import shown_path
 
 DASH = "–"

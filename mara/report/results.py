@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
+from mara.core.files import write_text_atomic
 from mara.eval.metrics import summarize, summarize_diagnostics
 from mara.report.decomposition import decomposition_markdown, gap_decomposition
 
@@ -143,15 +143,6 @@ def log_tensorboard(res: dict, out_dir: Path) -> None:
                 for ld, cell in per_load.items():
                     if cell["mean"] is not None:
                         w.add_scalar(f"eval/success_rate/{ts}/{m}", cell["mean"], global_step=int(round(float(ld) * 100)))
-
-
-def write_text_atomic(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temporary file and a rename: readers never see half a file."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
 
 
 def write_results(res: dict, out_dir: Path, title: str = "Evaluation", tensorboard: bool = True, figures: bool = True) -> dict[str, Path]:

@@ -22,8 +22,8 @@ import json
 import sys
 from pathlib import Path
 
+from mara.core.files import write_text_atomic
 from mara.eval.lofo import lofo_markdown
-from mara.report.results import write_text_atomic
 from mara.report.sections import replace_section
 
 #: scripts/lara_sweep.sh's readings, in the README's order: (folder name, what it sets)

@@ -22,6 +22,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mara.core.config import CONF_DIR, ConfigError, load_method_cfg
+from mara.core.files import write_text_atomic
 from mara.core.jobs import Job, run_jobs
 from mara.core.runlog import fmt_seconds, log, setup_logging
 from mara.eval.prediction import run_prediction_experiment
@@ -29,7 +30,7 @@ from mara.evaluate import evaluate
 from mara.mat.train import train_policy
 from mara.predictors.train import train_predictor
 from mara.report.paper import write_report
-from mara.report.results import build_results, write_results, write_text_atomic
+from mara.report.results import build_results, write_results
 
 # Single-thread CPU minutes of each kind of job (start order and ETA weights), measured on these 2 cores: a default
 # MAT training ≈ 6 min (341 s user time), Clairvoyant ≈ 13 min of CP-SAT over 720 episodes; the rest estimated.

@@ -1,0 +1,35 @@
+"""The one predictor builder: names, configs, a run's configured predictors (each built once), clear errors."""
+import pytest
+from omegaconf import OmegaConf
+
+from mara.core.config import ConfigError
+from mara.predictors.factory import PREDICTORS, predictor_from
+from mara.predictors.wls import WLSPredictor
+
+
+def test_a_name_reads_the_group_file_and_a_config_is_taken_as_it_is():
+    assert predictor_from(None) is None and predictor_from({"name": None}) is None
+    assert isinstance(predictor_from("wls"), WLSPredictor)
+    assert predictor_from(OmegaConf.create({"name": "wls", "gamma": 0.5})).gamma == 0.5
+    assert predictor_from({"name": "wls"}).gamma == OmegaConf.load("conf/predictor/wls.yaml").get("gamma", 0.9)
+
+
+def test_a_run_builds_each_configured_predictor_once():
+    configured = OmegaConf.create({"wls": {"name": "wls", "gamma": 0.7}})
+    built: dict = {}
+    first = predictor_from("wls", configured=configured, built=built)
+    assert first.gamma == 0.7 and built == {"wls": first}
+    assert predictor_from("wls", configured=configured, built=built) is first
+    assert predictor_from(None, configured=configured, built=built) is None
+
+
+def test_a_name_the_run_does_not_configure_is_one_config_error():
+    with pytest.raises(ConfigError, match=r"predictor 'fm' is not configured \(known: wls\)"):
+        predictor_from("fm", configured={"wls": {"name": "wls"}}, built={})
+    with pytest.raises(ConfigError, match=r"known: none"):
+        predictor_from("wls", configured={})
+
+
+def test_an_unknown_kind_names_the_known_ones():
+    with pytest.raises(ValueError, match=str(sorted(PREDICTORS)).replace("[", r"\[").replace("]", r"\]")):
+        predictor_from({"name": "nope", "gamma": 1.0})
