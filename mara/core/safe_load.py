@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,10 @@ import torch
 from mara.core.config import ConfigError
 
 #: the ``kind`` field of a checkpoint the package writes: what it holds (a policy file is a Lightning checkpoint)
-KINDS = {"policy": "MAT policy checkpoint", "fm": "FM predictor checkpoint", "qr": "decision-head (qr) checkpoint"}
+KINDS = {"policy": "a MAT policy checkpoint", "fm": "an FM predictor checkpoint", "qr": "a decision-head (qr) checkpoint"}
+
+
+_ZIP_MAGIC = b"PK\x03\x04"
 
 
 class CheckpointError(ConfigError):
@@ -42,31 +46,38 @@ def load_checkpoint(source, what: str = "checkpoint", mmap: bool = False):
         if not path.is_file():
             raise CheckpointError(f"{what} {path} not found")
         source = path
+    if isinstance(source, Path):
+        with open(source, "rb") as fh:
+            head = fh.read(4)
+    else:
+        at = source.tell()
+        head = source.read(4)
+        source.seek(at)
+    if head != _ZIP_MAGIC:  # torch.save writes a zip archive; anything else is not a checkpoint of ours
+        raise CheckpointError(f"{what} {_name(source)} is not a readable PyTorch checkpoint (not a torch.save archive)")
     try:
-        return torch.load(source, map_location="cpu", weights_only=True, mmap=mmap)
+        return torch.load(source, map_location="cpu", weights_only=True, mmap=mmap and isinstance(source, Path))
     except pickle.UnpicklingError as exc:
-        if "weights only" in str(exc).lower() or "weights_only" in str(exc).lower():
-            raise CheckpointError(f"{what} {_name(source)} is not loadable as data: it holds objects other than tensors "
-                                  f"and plain values, refused unread (old checkpoints: python -m mara.core.ckpt_convert)"
-                                  ) from None
-        raise CheckpointError(f"{what} {_name(source)} is not a readable PyTorch checkpoint ({' '.join(str(exc).split())[:80]})"
-                              ) from None
+        found = re.search(r"GLOBAL (\S+) was not an allowed global", str(exc))
+        names = f" ({found.group(1)})" if found else ""
+        raise CheckpointError(f"{what} {_name(source)} is not loadable as data: it holds objects other than tensors and "
+                              f"plain values{names}; refused unread") from None
     except Exception as exc:  # zip, storage and decoding errors alike: the bytes are not a torch file
         raise CheckpointError(f"{what} {_name(source)} is not a readable PyTorch checkpoint ({type(exc).__name__})") from None
 
 
 def check_kind(ckpt, path, kind: str, required: tuple[str, ...]) -> dict:
     """``ckpt`` as a dict of the expected kind (its ``kind`` field if it has one, else the ``required`` keys), or a
-    one-line ``CheckpointError``: "<path> is not a <kind> (it is a <other kind> / has no <keys>)"."""
+    one-line ``CheckpointError``: "<path> is not <kind> (it is <other kind> / no <keys>)"."""
     want = KINDS[kind]
     if not isinstance(ckpt, dict):
-        raise CheckpointError(f"{path} is not a {want} (it holds a {type(ckpt).__name__}, not a dict)")
+        raise CheckpointError(f"{path} is not {want} (it holds a {type(ckpt).__name__}, not a dict)")
     have = ckpt.get("kind")
     if have is not None and have != kind:
-        raise CheckpointError(f"{path} is not a {want} (it is a {KINDS.get(have, repr(have))})")
+        raise CheckpointError(f"{path} is not {want} (it is {KINDS.get(have, repr(have))})")
     missing = [k for k in required if k not in ckpt]
     if missing:
-        raise CheckpointError(f"{path} is not a {want} (no {'/'.join(missing)})")
+        raise CheckpointError(f"{path} is not {want} (no {'/'.join(missing)})")
     return ckpt
 
 
