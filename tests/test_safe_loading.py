@@ -243,7 +243,7 @@ def _exit_line(capsys, fn, cfg) -> str:
     return err[0]
 
 
-def test_train_policy_resume_from_a_crafted_last_ckpt(tmp_path, marker, capsys, small_bank):
+def test_train_policy_refuses_crafted_resume_and_predictor_files(tmp_path, marker, capsys, small_bank):
     from mara.train import train
 
     for ckpt, needle in ((crafted_last_ckpt(tmp_path / "last.ckpt", marker), "pickled bytes"),
@@ -256,6 +256,13 @@ def test_train_policy_resume_from_a_crafted_last_ckpt(tmp_path, marker, capsys, 
         line = _exit_line(capsys, train, cfg)
         assert str(ckpt) in line and needle in line, line
         assert not marker.exists() and not (out / "policy" / "checkpoints").exists()
+    fm = crafted_predictor(tmp_path / "fm.ckpt", marker)  # the policy's frozen predictor
+    out = tmp_path / "run_fm"
+    cfg = _compose("train", "experiment=smoke", "stage=policy", f"predictor.ckpt_path={fm}", f"bank.path={small_bank.path}",
+                   f"paths.output_dir={out}")
+    line = _exit_line(capsys, train, cfg)
+    assert str(fm) in line and "not loadable as data" in line, line
+    assert not marker.exists() and not (out / "policy" / "checkpoints").exists()
 
 
 def test_live_policy_options_refuse_a_crafted_file(tmp_path, marker, capsys):
