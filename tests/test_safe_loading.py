@@ -48,7 +48,7 @@ def crafted_predictor(path, marker, shipped="fm_zoo.ckpt") -> Path:
 
 def crafted_last_ckpt(path, marker) -> Path:
     """A resumable-looking last.ckpt whose pickle itself loads as data, but whose MAT training state is pickled bytes
-    that would run ``Payload`` if unpickled (the old format)."""
+    that would run ``Payload`` if unpickled (the form ``ckpt_convert`` rewrites)."""
     good = load_checkpoint(SHIPPED_CKPT_DIR / "mara_live.ckpt")
     blob = pickle.dumps({"envs": [Payload(marker)]})
     state = {**good["mat_state"], "env": {"blob": torch.frombuffer(bytearray(blob), dtype=torch.uint8).clone()}}

@@ -143,8 +143,8 @@ class TrainingEnv:
                          "finished": (self.finished_success, self.finished_return)}, _STATE_CLASSES)
 
     def load_state_dict(self, state: dict) -> None:
-        if "blob" in state:  # the pickled form of older checkpoints: never unpickled here
-            raise CheckpointError("the checkpoint's MAT training state is pickled bytes (old format), refused unread: "
+        if "blob" in state:  # a state pickled inside a tensor: never unpickled here (ckpt_convert rewrites such files)
+            raise CheckpointError("the checkpoint's MAT training state is pickled bytes, refused unread: "
                                   "convert the file with python -m mara.core.ckpt_convert")
         try:
             s = from_plain(state, _STATE_CLASSES)

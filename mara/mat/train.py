@@ -13,8 +13,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from mara.core.config import ConfigError, conf_dir, load_method_cfg
 from mara.core.progress_callback import ProgressCallback
-from mara.core.safe_load import CheckpointError
 from mara.core.runlog import log_hparams, setup_logging
+from mara.core.safe_load import CheckpointError
 from mara.mat.allocator import read_policy_checkpoint
 from mara.mat.callback import ValidationCallback
 from mara.mat.module import MATModule
@@ -95,7 +95,7 @@ def check_resume_checkpoint(path) -> None:
         raise CheckpointError(f"{path} is not a MAT training checkpoint to resume (no training state: a policy for "
                               f"evaluation only; resume from the run's checkpoints/last.ckpt)")
     if "blob" in (state.get("env") or {}):
-        raise CheckpointError(f"{path} holds its MAT training state as pickled bytes (old format), refused unread: "
+        raise CheckpointError(f"{path} holds its MAT training state as pickled bytes, refused unread: "
                               f"convert it with python -m mara.core.ckpt_convert {path}")
 
 
