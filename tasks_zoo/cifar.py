@@ -14,10 +14,23 @@ MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2470, 0.2435, 0.2616)
 
 
+class _BatchUnpickler(pickle.Unpickler):
+    """A python batch is a dict of a numpy array, lists, bytes and str: only numpy's array reconstruction may be
+    named, so a tampered archive cannot run code when its batches are read."""
+
+    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+               ("numpy", "ndarray"), ("numpy", "dtype")}
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"{module}.{name} is not data")
+        return super().find_class(module, name)
+
+
 def _read_batch(path: Path) -> tuple[np.ndarray, list[int]]:
     """One python batch file -> data uint8 [n, 3072], labels (keys are bytes or str depending on the pickle)."""
     with open(path, "rb") as fh:
-        batch = pickle.load(fh, encoding="latin1")
+        batch = _BatchUnpickler(fh, encoding="latin1").load()
     get = lambda k: batch[k] if k in batch else batch[k.encode()]  # noqa: E731
     return np.asarray(get("data"), dtype=np.uint8), list(get("labels"))
 

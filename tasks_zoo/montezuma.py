@@ -125,7 +125,7 @@ def load_montezuma(cache_dir: str | Path, n: int = 4096, seed: int = 0) -> Frame
     """Real emulator dataset, generated once per (n, seed) and cached under ``cache_dir/montezuma``."""
     path = Path(cache_dir) / "montezuma" / f"dagger_n{n}_seed{seed}.pt"
     if path.exists():
-        data = torch.load(path)
+        data = torch.load(path, weights_only=True)  # a cache file: tensors only, read as data
     else:
         data = collect(n, seed)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -227,7 +227,7 @@ def train_curve(job: Job, settings: GenerationSettings, attempt: int = 0, device
         use_distributed_sampler=False, num_sanity_val_steps=0, limit_val_batches=0, precision="32-true",
     )
     t0, c0 = time.perf_counter(), time.process_time()
-    trainer.fit(module, datamodule=dm, ckpt_path=resume)
+    trainer.fit(module, datamodule=dm, ckpt_path=resume, weights_only=True)  # its own checkpoint, still read as data
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0  # cpu: this process's CPU time, all its threads
     if recorder.failure:
         return None, recorder.failure

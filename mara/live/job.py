@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from mara.core.safe_load import CheckpointError, load_checkpoint
 from tasks_zoo.batching import ResumableBatches
 
 
@@ -78,8 +79,15 @@ class TrainingJob:
 
     @classmethod
     def from_bytes(cls, blob: bytes, device: str = "cpu") -> "TrainingJob":
-        """Rebuild a job from ``to_bytes`` output (on this process's device) and restore its state."""
-        state = torch.load(io.BytesIO(blob), map_location=device, weights_only=False)
-        job = cls(JobSpec(**state["spec"]), device)
+        """Rebuild a job from ``to_bytes`` output (on this process's device) and restore its state; the bytes are read as
+        data (``weights_only=True``), so a state from another worker or machine cannot run code here."""
+        state = load_checkpoint(blob, "live job state")  # tensors and plain values only: never runs code
+        if not isinstance(state, dict) or not {"spec", "model", "optimizer", "batches", "processed"} <= state.keys():
+            raise CheckpointError("live job state is not a TrainingJob.to_bytes() state (no spec/model/optimizer/batches)")
+        try:
+            spec = JobSpec(**state["spec"])
+        except TypeError as exc:
+            raise CheckpointError(f"live job state has no valid job spec ({exc})") from None
+        job = cls(spec, device)
         job.load_state_dict(state)
         return job

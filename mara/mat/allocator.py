@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from mara.allocators.placement import place_policy
+from mara.core.safe_load import CheckpointError, check_kind, load_checkpoint
 from mara.mat.features import obs_to_tokens, token_options
 from mara.mat.nets import MATPolicy, to_env_actions
 from mara.sim.env import Observation
@@ -49,20 +50,39 @@ class MATAllocator(PolicyAllocator):
             raise ValueError(f"policy checkpoint {ckpt_path} not found")
         ckpt = read_policy_checkpoint(ckpt_path)
         hp = ckpt["hyper_parameters"]
-        policy = MATPolicy(n_slots=hp["sim"]["max_active"], n_nodes=hp["sim"]["n_nodes"], **hp["net"])
-        policy.load_state_dict({k[len("policy."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("policy.")})
+        try:
+            policy = MATPolicy(n_slots=hp["sim"]["max_active"], n_nodes=hp["sim"]["n_nodes"], **hp["net"])
+            policy.load_state_dict({k[len("policy."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("policy.")})
+        except (RuntimeError, TypeError, ValueError) as exc:  # weights that do not fit the recorded network
+            why = " ".join(str(exc).split())[:120]
+            raise CheckpointError(f"policy checkpoint {ckpt_path} is not a MAT policy checkpoint ({why})") from None
         policy.eval()
         super().__init__(policy, deterministic, hp["rollout"]["scale"], seed)
         self.ckpt_path, self.trained_predictor = ckpt_path, hp.get("predictor") or {}
         self.predictor_name = self.trained_predictor.get("name")
 
 
-def read_policy_checkpoint(path) -> dict:
-    """A MAT Lightning checkpoint as a dict; a file that is not one is a one-line ``ValueError`` naming it."""
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # pickle, zip and torch errors alike: the file is not a checkpoint
-        raise ValueError(f"policy checkpoint {path} is not a readable PyTorch checkpoint ({type(exc).__name__})") from None
-    if not isinstance(ckpt, dict) or "hyper_parameters" not in ckpt or "state_dict" not in ckpt:
-        raise ValueError(f"policy checkpoint {path} is not a MAT policy checkpoint (no hyper_parameters/state_dict)")
+def _check_policy(ckpt, path) -> dict:
+    ckpt = check_kind(ckpt, path, "policy", ("hyper_parameters", "state_dict"))
+    hp = ckpt["hyper_parameters"]
+    ok = (isinstance(hp, dict) and isinstance(hp.get("sim"), dict) and isinstance(hp.get("net"), dict)
+          and isinstance(hp.get("rollout"), dict) and {"max_active", "n_nodes"} <= hp["sim"].keys() and "scale" in hp["rollout"])
+    if not ok:
+        raise CheckpointError(f"{path} is not a MAT policy checkpoint (its hyper_parameters have no sim/net/rollout)")
     return ckpt
+
+
+def read_policy_checkpoint(path) -> dict:
+    """A MAT Lightning checkpoint as a dict, loaded as data only (``weights_only=True``); a file that is not one is
+    a one-line ``CheckpointError`` (a ``ConfigError``) naming it and what it is not."""
+    return _check_policy(load_checkpoint(path, "policy checkpoint"), path)
+
+
+def read_policy_meta(path) -> dict:
+    """What a policy checkpoint was trained for, read without loading its weights (tensors memory-mapped):
+    ``{M, K, features, decoder, predictor, recipe}``; a file that is not a policy is a one-line ``CheckpointError``."""
+    ckpt = _check_policy(load_checkpoint(path, "policy checkpoint", mmap=True), path)
+    hp = ckpt["hyper_parameters"]
+    return {"M": int(hp["sim"]["n_nodes"]), "K": int(hp["sim"]["max_active"]), "features": hp["net"].get("features", "v1"),
+            "decoder": hp["net"].get("decoder", "autoregressive"), "predictor": hp.get("predictor"),
+            "recipe": ckpt.get("recipe")}

@@ -11,6 +11,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
+from mara.core.safe_load import plain_lightning_checkpoint
 from mara.mat import ppo as ppo_step
 from mara.mat.imitation import build_teacher, imitate
 from mara.mat.losses import explained_variance, gae
@@ -122,6 +123,8 @@ class MATModule(L.LightningModule):
 
     # --------------------------------------------------------- checkpointing
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        plain_lightning_checkpoint(checkpoint)  # tensors and plain values only: loads with weights_only=True
+        checkpoint["kind"] = "policy"
         checkpoint["mat_state"] = {"global_env_steps": self.global_env_steps, "generator": self.generator.get_state(),
                                    "env": self.env.state_dict(), "rank": self.global_rank,
                                    "stream_counter": self.env.episode_stream.counter}

@@ -6,7 +6,6 @@ The environment steps E episodes in a few staggered lockstep groups; episodes th
 """
 from __future__ import annotations
 
-import pickle
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,12 +13,14 @@ import torch
 
 from mara.allocators.placement import place_policy
 from mara.allocators.rules import FIFO
+from mara.core.safe_load import CheckpointError, from_plain, to_plain
 from mara.mat.features import obs_to_tokens, token_options
 from mara.mat.nets import MATPolicy, to_env_actions
-from mara.sim.env import BatchedEnv, step_envs
-from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
+from mara.sim.env import BatchedEnv, Observation, step_envs
+from mara.sim.workload import PAPER_TASK_SETS, EpisodeBatch, generate_episodes
 
 _NOT_STATE = ("bank", "predictor", "episode_stream", "fm_cache")
+_STATE_CLASSES = (EpisodeBatch, Observation)  # the only objects a training state may rebuild (safe_load.from_plain)
 
 
 def batch_load(load, counter: int) -> float:
@@ -134,20 +135,26 @@ class TrainingEnv:
         return out
 
     def state_dict(self) -> dict:
-        """Everything needed to continue the stream exactly (env arrays, observations, counters)."""
+        """Everything needed to continue the stream exactly (env arrays, observations, counters), as tensors and
+        plain values (``safe_load.to_plain``), so a checkpoint holding it loads with ``weights_only=True``."""
         envs = [{k: v for k, v in e.__dict__.items() if k not in _NOT_STATE} for e in self.envs]
-        blob = pickle.dumps({"envs": envs, "obs": self.group_obs, "ep_return": self.ep_return, "env_steps": self.env_steps,
-                             "counter": self.episode_stream.counter,
-                             "finished": (self.finished_success, self.finished_return)})
-        return {"blob": torch.frombuffer(bytearray(blob), dtype=torch.uint8).clone()}
+        return to_plain({"envs": envs, "obs": self.group_obs, "ep_return": self.ep_return, "env_steps": self.env_steps,
+                         "counter": self.episode_stream.counter,
+                         "finished": (self.finished_success, self.finished_return)}, _STATE_CLASSES)
 
     def load_state_dict(self, state: dict) -> None:
-        s = pickle.loads(state["blob"].numpy().tobytes())
+        if "blob" in state:  # a state pickled inside a tensor: never unpickled here (ckpt_convert rewrites such files)
+            raise CheckpointError("the checkpoint's MAT training state is pickled bytes, refused unread: "
+                                  "convert the file with python -m mara.core.ckpt_convert")
+        try:
+            s = from_plain(state, _STATE_CLASSES)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CheckpointError(f"the checkpoint's MAT training state is not one this version wrote ({exc})") from None
         for env, env_state in zip(self.envs, s["envs"]):
             env.__dict__.update(env_state)
         self.group_obs, self.ep_return, self.env_steps = s["obs"], s["ep_return"], s["env_steps"]
         self.episode_stream.counter = s["counter"]
-        self.finished_success, self.finished_return = s["finished"]
+        self.finished_success, self.finished_return = (list(x) for x in s["finished"])
 
     def restart(self) -> None:
         """Fresh batches for every group (a rank whose env state was not checkpointed)."""

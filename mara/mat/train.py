@@ -14,6 +14,8 @@ from omegaconf import DictConfig, OmegaConf
 from mara.core.config import ConfigError, conf_dir, load_method_cfg
 from mara.core.progress_callback import ProgressCallback
 from mara.core.runlog import log_hparams, setup_logging
+from mara.core.safe_load import CheckpointError
+from mara.mat.allocator import read_policy_checkpoint
 from mara.mat.callback import ValidationCallback
 from mara.mat.module import MATModule
 from mara.predictors.factory import predictor_config, trained_predictor_mismatch
@@ -84,6 +86,19 @@ def check_teacher_predictor(c: dict) -> None:
                           f"{have!r}")
 
 
+def check_resume_checkpoint(path) -> None:
+    """Before any work: ``ckpt_path`` (resume) is a MAT training checkpoint loadable as data, with its training state
+    in the current form; else one ``CheckpointError`` line naming the file and what it is not."""
+    ckpt = read_policy_checkpoint(path)
+    state = ckpt.get("mat_state")
+    if state is None or "optimizer_states" not in ckpt or "loops" not in ckpt:
+        raise CheckpointError(f"{path} is not a MAT training checkpoint to resume (no training state: a policy for "
+                              f"evaluation only; resume from the run's checkpoints/last.ckpt)")
+    if "blob" in (state.get("env") or {}):
+        raise CheckpointError(f"{path} holds its MAT training state as pickled bytes, refused unread: "
+                              f"convert it with python -m mara.core.ckpt_convert {path}")
+
+
 def validation_load(c: dict) -> float:
     """The load the validation episodes use: ``validation.load`` if set, else the training load (with mixed-load
     training, a list, the highest of its loads)."""
@@ -99,6 +114,8 @@ def train_policy(cfg: DictConfig, callbacks: list | None = None) -> dict:
 
     setup_logging()
     c = resolve_config(cfg)
+    if c.get("ckpt_path"):
+        check_resume_checkpoint(c["ckpt_path"])
     check_teacher_predictor(c)
     pred = c["predictor"]
     pred_name = pred if isinstance(pred, str) or pred is None else pred.get("name")
@@ -129,7 +146,7 @@ def train_policy(cfg: DictConfig, callbacks: list | None = None) -> dict:
         num_sanity_val_steps=0, default_root_dir=str(out),
     )
     t0 = time.time()
-    trainer.fit(module, ckpt_path=c["ckpt_path"])
+    trainer.fit(module, ckpt_path=c["ckpt_path"], weights_only=True)  # a resumed file is read as data, never run
     written = out / "checkpoints" / "validation.json"  # by rank 0; the only copy in the parent process under ddp_spawn
     summary = json.loads(written.read_text()) if written.exists() else val_cb.summary()
     if getattr(module, "imitation_report", None):

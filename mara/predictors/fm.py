@@ -11,6 +11,7 @@ from typing import Mapping
 import numpy as np
 import torch
 
+from mara.core.safe_load import CheckpointError, check_kind, load_checkpoint, plain_config
 from mara.curves.bank import SHIPPED_BANKS_DIR, default_bank_path
 from mara.predictors.crossing import decode_crossing
 from mara.predictors.features import history_features, static_context
@@ -42,17 +43,27 @@ def default_ckpt_path(bank_path=None, variant: str | None = None) -> Path:
 
 
 def save_checkpoint(net: FlowNet, hparams: Mapping, path, extra: Mapping | None = None) -> Path:
-    """Plain torch file: net state dict (incl. standardisation stats) + net hparams (+ extra info)."""
+    """Plain torch file: net state dict (incl. standardisation stats) + net hparams (+ extra info), tensors and plain
+    values only (loads with ``weights_only=True``); ``recipe`` (in ``extra``) names the command that made it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"state_dict": net.state_dict(), "hparams": dict(hparams), "extra": dict(extra or {})}, path)
+    extra = plain_config(dict(extra or {}))
+    recipe = extra.pop("recipe", None)
+    torch.save({"kind": "fm", "state_dict": net.state_dict(), "hparams": plain_config(dict(hparams)), "extra": extra,
+                "recipe": recipe}, path)
     return path
 
 
 def load_net(path) -> tuple[FlowNet, dict]:
-    blob = torch.load(Path(path), map_location="cpu", weights_only=False)
-    net = FlowNet(**blob["hparams"])
-    net.load_state_dict(blob["state_dict"])
+    """The FM net of a ``save_checkpoint`` file and the file's dict, loaded as data only; a file that is not an FM
+    checkpoint is a one-line ``CheckpointError`` naming it."""
+    blob = check_kind(load_checkpoint(path, "FM checkpoint"), path, "fm", ("state_dict", "hparams"))
+    try:
+        net = FlowNet(**blob["hparams"])
+        net.load_state_dict(blob["state_dict"])
+    except (RuntimeError, TypeError, ValueError) as exc:  # hparams or weights of another network
+        why = " ".join(str(exc).split())[:120]
+        raise CheckpointError(f"{path} is not an FM predictor checkpoint ({why})") from None
     net.eval()
     return net, blob
 

@@ -9,6 +9,7 @@ import lightning as L
 import numpy as np
 import torch
 
+from mara.core.safe_load import plain_lightning_checkpoint
 from mara.predictors.data import observe, true_remaining
 from mara.predictors.flow import fm_loss
 from mara.predictors.fm import FlowPredictor
@@ -41,6 +42,9 @@ class FlowPredictorModule(L.LightningModule):
         z0 = torch.randn_like(z1) if z0 is None else z0
         u = torch.rand(z1.shape[0], device=z1.device) if u is None else u
         return fm_loss(self.net.velocity, z1, ctx, z0, u)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        plain_lightning_checkpoint(checkpoint)  # loads with weights_only=True
 
     def training_step(self, batch, batch_idx):
         loss = self._loss(batch)

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from mara.core.safe_load import CheckpointError, check_kind, load_checkpoint, plain_config
 from mara.curves.bank import SHIPPED_BANKS_DIR, default_bank_path
 from mara.predictors.decision_data import MIN_OBS, N_STATIC, decision_inputs
 from mara.predictors.nets import HistoryEncoder, Standardizer
@@ -68,17 +69,26 @@ def default_ckpt_path(bank_path=None) -> Path:
 def save_head(net: QuantileNet, hparams: Mapping, path, extra: Mapping | None = None) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"state_dict": net.state_dict(), "hparams": dict(hparams), "extra": dict(extra or {})}, path)
+    extra = plain_config(dict(extra or {}))
+    recipe = extra.pop("recipe", None)
+    torch.save({"kind": "qr", "state_dict": net.state_dict(), "hparams": plain_config(dict(hparams)), "extra": extra,
+                "recipe": recipe}, path)
     return path
 
 
 def save_ensemble(paths, out) -> Path:
     """One file holding every member checkpoint in ``paths`` (each a ``save_head`` file)."""
-    members = [torch.load(Path(p), map_location="cpu", weights_only=False) for p in paths]
+    members = [_check_head(load_checkpoint(p, "decision-head checkpoint"), p) for p in paths]
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"members": members}, out)
+    torch.save({"kind": "qr", "members": members, "recipe": members[0].get("recipe") if members else None}, out)
     return out
+
+
+def _check_head(member, path) -> dict:
+    if not isinstance(member, dict) or not isinstance(member.get("hparams"), dict) or "state_dict" not in member:
+        raise CheckpointError(f"{path} is not a decision-head (qr) checkpoint (no state_dict/hparams)")
+    return check_kind(member, path, "qr", ())
 
 
 def load_heads(paths) -> list[QuantileNet]:
@@ -88,10 +98,16 @@ def load_heads(paths) -> list[QuantileNet]:
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"no decision-head checkpoint {path} (train one: python -m mara.predictors.quantile_train)")
-        blob = torch.load(path, map_location="cpu", weights_only=False)
-        for m in blob.get("members", [blob]):
-            net = QuantileNet(**m["hparams"])
-            net.load_state_dict(m["state_dict"])
+        blob = load_checkpoint(path, "decision-head checkpoint")
+        members = check_kind(blob, path, "qr", ()).get("members", [blob])
+        for m in members if isinstance(members, list) else [None]:
+            m = _check_head(m, path)
+            try:
+                net = QuantileNet(**m["hparams"])
+                net.load_state_dict(m["state_dict"])
+            except (RuntimeError, TypeError, ValueError) as exc:  # hparams or weights of another network
+                why = " ".join(str(exc).split())[:120]
+                raise CheckpointError(f"{path} is not a decision-head (qr) checkpoint ({why})") from None
             nets.append(net.eval())
     if not nets or any(n.levels != nets[0].levels for n in nets):
         raise ValueError("decision-head ensemble: every member must be trained at the same levels")

@@ -22,6 +22,7 @@ from mara.core.config import conf_dir
 from mara.curves.bank import default_bank_path, load_bank
 from mara.predictors.decision_data import decision_examples
 from mara.predictors.quantile import pinball_loss
+from mara.core.safe_load import load_checkpoint, plain_lightning_checkpoint
 from mara.predictors.quantile_head import QuantileNet, save_head
 
 
@@ -88,6 +89,9 @@ class QuantileHeadModule(L.LightningModule):
     def validation_step(self, batch, batch_idx):
         self.log("val/pinball", self._loss(batch), prog_bar=True, on_epoch=True, batch_size=batch[0].shape[0])
 
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        plain_lightning_checkpoint(checkpoint)  # loads with weights_only=True
+
     def configure_optimizers(self):
         opt = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
         T = max(1, int(self.trainer.max_epochs or 1)) if self.trainer is not None else 1
@@ -112,7 +116,7 @@ def fit_quantile_head(bank, pc, out, seed: int = 0) -> dict:
                         gradient_clip_val=float(tc.get("gradient_clip_val", 1.0)), default_root_dir=str(out))
     t0 = time.time()
     trainer.fit(module, datamodule=dm)
-    module.load_state_dict(torch.load(ckpt_cb.best_model_path, map_location="cpu", weights_only=False)["state_dict"])
+    module.load_state_dict(load_checkpoint(ckpt_cb.best_model_path, "decision-head training checkpoint")["state_dict"])
     result = {"wall_s": time.time() - t0, "epochs": trainer.current_epoch,
               "best_val_pinball": float(ckpt_cb.best_model_score), "bank": str(bank.path), "seed": seed}
     result["ckpt"] = str(save_head(module.net, net_kw, out / "qr.ckpt", extra=result))

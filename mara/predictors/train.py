@@ -21,6 +21,7 @@ from mara.core.progress_callback import ProgressCallback
 from mara.core.runlog import log_hparams, setup_logging
 from mara.curves.bank import default_bank_path, load_bank
 from mara.predictors.data import CurveDataModule, observe, true_remaining
+from mara.core.safe_load import load_checkpoint
 from mara.predictors.fm import FlowPredictor, novelty_stats, save_checkpoint
 from mara.predictors.module import FlowPredictorModule
 from mara.predictors.uncertainty import conformal_offset
@@ -82,7 +83,7 @@ def fit_flow(bank, pc, cfg_trainer, out: Path, seed: int = 0, families=None) -> 
     if trainer.is_global_zero:
         best = ckpt_cb.best_model_path
         if best:
-            state = torch.load(best, map_location="cpu", weights_only=False)["state_dict"]
+            state = load_checkpoint(best, "FM training checkpoint")["state_dict"]
             module.load_state_dict(state)
         result.update(calibrate_band(module.net, pc, dm))
         novelty = {k: v.tolist() for k, v in compute_novelty(module.net, dm).items()}  # checkpoint only

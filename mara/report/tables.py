@@ -185,14 +185,14 @@ def checkpoints_section(run: Path) -> str | None:
         return None
     lines = []
     if any(p.exists() for *_, p in fms):
-        import torch
+        from mara.core.safe_load import load_checkpoint
 
         lines += ["| shipped FM checkpoint | command | epochs | val. FM loss | val. MAE FM / WLS (batches) | conformal offset | "
                   "training wall time (s) |", "|---|---|---:|---:|---:|---:|---:|"]
         for label, cmd, path in fms:
             if not path.exists():
                 continue
-            x = torch.load(path, map_location="cpu", weights_only=False).get("extra", {})
+            x = load_checkpoint(path, "FM checkpoint", mmap=True).get("extra", {})
             f = lambda k, fmt: format(x[k], fmt) if isinstance(x.get(k), (int, float)) else "–"  # noqa: E731
             lines.append(f"| `{label.split(' ', 1)[0]}` {label.split(' ', 1)[1]} | `{cmd}` | {x.get('epochs', '–')} | "
                          f"{f('val/fm_loss', '.3f')} | {f('val/mae_fm', '.1f')} / {f('val/mae_wls', '.1f')} | "
