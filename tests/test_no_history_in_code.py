@@ -54,3 +54,12 @@ def test_generated_pages_show_repository_relative_paths(tmp_path):
 
     assert shown_path(ROOT / "mara" / "data" / "banks" / "zoo.parquet") == "mara/data/banks/zoo.parquet"
     assert shown_path(tmp_path / "run") == (tmp_path / "run").as_posix()  # outside the repository: kept as given
+
+
+def test_shipped_data_files_hold_no_machine_paths():
+    """Checkpoints and banks shipped in the package carry repository-relative paths in their metadata too."""
+    pattern = re.compile(MACHINE_PATH.pattern.encode())
+    shipped = sorted((ROOT / "mara" / "data").rglob("*.ckpt")) + sorted((ROOT / "mara" / "data").rglob("*.parquet"))
+    assert shipped
+    hits = [f.relative_to(ROOT).as_posix() for f in shipped if pattern.search(f.read_bytes())]
+    assert not hits, "machine paths inside shipped files: " + ", ".join(hits)
