@@ -10,7 +10,7 @@ import pytest
 from mara.allocators.rules import EDF, FIFO
 from mara.allocators.slack import SlackRule
 from mara.predictors.truth import TruthPredictor
-from mara.sim.env import BatchedEnv
+from mara.sim.env import BatchedEnv, TaskStatus
 from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
 
 NODES = {  # name -> BatchedEnv keyword arguments beyond the shared ones
@@ -94,3 +94,10 @@ def test_simulator_fingerprint(small_bank, nodes, rule):
     digest, succeeded = _trace(small_bank, nodes, rule)
     assert succeeded == EXPECTED_SUCCEEDED[nodes, rule]
     assert digest == EXPECTED[nodes, rule]
+
+
+def test_task_status_values_are_the_stored_integers():
+    # stored results (live_results.json "status") and the simulator's int8 arrays hold these integers
+    assert {s.name: int(s) for s in TaskStatus} == {"PENDING": 0, "QUEUED": 1, "ACTIVE": 2, "SUCCEEDED": 3, "FAILED": 4,
+                                                    "TURNED_AWAY": 5}
+    assert TaskStatus.left(np.arange(6)).tolist() == [False, False, False, True, True, True]
