@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from mara.core.cli import run_cli
 from mara.curves.bank import default_bank_path, load_bank, shipped_bank_path
 from mara.curves.fidelity import fidelity_table, to_markdown
-from mara.curves.generation import plot_bank_grid
+from mara.curves.plots import plot_bank_grid
 from mara.report.results import write_text_atomic
 from mara.report.sections import figure_link, figures_dir, replace_section
 
