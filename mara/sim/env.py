@@ -62,6 +62,10 @@ class TaskStatus(IntEnum):
         return status >= cls.SUCCEEDED
 
 
+# the hot comparisons use an int8 scalar: numpy compares an int8 array with an IntEnum member several times slower
+_QUEUED = np.int8(TaskStatus.QUEUED)
+
+
 class Observation:
     """What allocators see at step t: per episode and slot arrays ``[E, K]`` (absent slots are 0/False).
 
@@ -305,7 +309,7 @@ class BatchedEnv:
         rows = np.flatnonzero((n_free > 0) & (self.n_queued > 0))
         if len(rows) == 0:
             return
-        queued = self.status[rows] == TaskStatus.QUEUED  # [R, N]
+        queued = self.status[rows] == _QUEUED  # [R, N]
         rank = np.cumsum(queued, axis=1)  # 1-based queue position
         admit = queued & (rank <= n_free[rows, None])
         free = self.slot_task[rows] < 0  # [R, K]
@@ -322,7 +326,7 @@ class BatchedEnv:
         rows = np.flatnonzero(over > 0)
         if len(rows) == 0:
             return
-        queued = self.status[rows] == TaskStatus.QUEUED
+        queued = self.status[rows] == _QUEUED
         rank_from_back = np.cumsum(queued[:, ::-1], axis=1)[:, ::-1]  # 1 = latest arrival in the queue
         drop = queued & (rank_from_back <= over[rows, None])
         dr, dt = np.nonzero(drop)
@@ -502,9 +506,9 @@ class BatchedEnv:
             self.curve_source.advance(self, actions, served)
             work &= served
         first = work & (s_old == 0)
-        c = self.slot_cap
-        # a loss point is due each time the processed count passes a multiple of obs_every (up to the cap)
-        new_obs = work & (np.minimum(self.slot_s, c) // self.obs_every > np.minimum(s_old, c) // self.obs_every)
+        # a loss point is due each time the processed count passes a multiple of obs_every up to the cap (a count
+        # already at the cap passes none: min(s, cap) // obs_every cannot exceed s_old // obs_every then)
+        new_obs = work & (np.minimum(self.slot_s, self.slot_cap) // self.obs_every > s_old // self.obs_every)
         if first.any():
             self.slot_L0[first] = self.bank.L[self.slot_row[first], 0]
         # observations and predictor refresh
@@ -540,7 +544,7 @@ class BatchedEnv:
             self.slot_s[gone] = 0
         # expiry in the admission queue
         if self.n_queued.any():
-            qlose = (self.status == TaskStatus.QUEUED) & (self.ep.deadline <= t + 1)
+            qlose = (self.status == _QUEUED) & (self.ep.deadline <= t + 1)
             if qlose.any():
                 self.status[qlose] = TaskStatus.FAILED
                 c = qlose.sum(axis=1)
