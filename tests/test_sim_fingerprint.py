@@ -1,7 +1,7 @@
-"""The simulator's outputs pinned: FIFO, EDF and Slack-Truth on fixed random episodes, on identical nodes and on
-nodes with speeds and switch costs. Every per-step allocation, task status, processed count and reward and every
-per-episode outcome is hashed; the hashes were recorded from the simulator before its step was restructured, so a
-refactor that changes any decision or number fails here."""
+"""The simulator's outputs pinned: FIFO, EDF and Slack-Truth on fixed random episodes, on identical nodes, with a
+bounded queue, and on nodes with speeds and switch costs. Every per-step allocation, task status, processed count and
+reward and every per-episode outcome is hashed against recorded values, so a refactor that changes any decision or
+number fails here; only a deliberate change of the simulator's rules re-records them."""
 import hashlib
 
 import numpy as np
@@ -22,7 +22,7 @@ NODES = {  # name -> BatchedEnv keyword arguments beyond the shared ones
 }
 RULES = {"FIFO": (FIFO, None), "EDF": (EDF, None), "Slack-Truth": (lambda: SlackRule(name="Slack-Truth"), TruthPredictor)}
 
-# sha256 of the trace below, recorded from the simulator as it was before the refactor of its step
+# sha256 of each configuration's trace (_trace)
 EXPECTED = {
     ('identical', 'FIFO'): 'ce7d005b11fe5241ae0ea9909a786f838e9d30572addda2df61be2062196854e',
     ('identical', 'EDF'): '014d6899022a854341102db0abdb24dc493769f4cc33781bf40f8e2fcb4753bf',
@@ -40,7 +40,7 @@ EXPECTED = {
     ('speeds_switch', 'EDF'): 'bcdb57ab77c754018362da8671df78d56813aca4f36e68b88e75dc8b3c823b0e',
     ('speeds_switch', 'Slack-Truth'): '6041f8d08eada80808d79aa803137899223a3d3766fe38192d8b37a32b11187b',
 }
-# per-episode successes, the same recording (a readable first line when a hash differs)
+# per-episode successes of the same runs (a readable first failure when a hash differs)
 EXPECTED_SUCCEEDED = {
     ('identical', 'FIFO'): [5, 4, 4, 3, 5],
     ('identical', 'EDF'): [5, 4, 4, 3, 6],

@@ -72,8 +72,8 @@ import numpy as np
 from mara.bounds import cpsat
 from mara.bounds.cpsat import MissingORTools, stop_at_bound, time_components
 
-__all__ = ["NEVER", "ClairvoyantResult", "MissingORTools", "clairvoyant_batch", "clairvoyant_episode", "feasible_schedule",
-           "independent_feasible", "per_episode"]
+__all__ = ["NEVER", "ClairvoyantResult", "MissingORTools", "clairvoyant_batch", "clairvoyant_episode",
+           "feasible_schedule", "independent_feasible", "per_episode"]
 
 NEVER = int(np.iinfo(np.int32).max)
 
@@ -277,8 +277,8 @@ def clairvoyant_batch(arrival, deadline, need, n_tasks, n_nodes: int = 7,
 # --------------------------------------------------------------------------- realising a schedule
 
 def _max_flow(edges: list[tuple[int, int, int]], s: int, t: int):
-    """Max-flow on integer capacities (OR-Tools' ``SimpleMaxFlow``) over a non-empty edge list ``(tail, head, capacity)``;
-    returns (value, flow per edge in input order)."""
+    """Max-flow on integer capacities (OR-Tools' ``SimpleMaxFlow``) over a non-empty list of edges
+    ``(tail, head, capacity)``; returns (value, flow per edge in input order)."""
     flow = cpsat.max_flow().SimpleMaxFlow()
     tails, heads, caps = (np.array(c, dtype=np.int64) for c in zip(*edges))
     arcs = flow.add_arcs_with_capacity(tails, heads, caps)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from mara.curves.plan import COST_GUESS_S, Job
 
+
 class ProgressReporter:
     """Progress: rich bar with ETA on a terminal, one plain line per finished job otherwise."""
 
