@@ -19,7 +19,7 @@ from mara.core.cli import run_cli
 from mara.core.files import write_text_atomic
 from mara.curves.bank import default_bank_path, load_bank, shipped_bank_path
 from mara.curves.fidelity import fidelity_table, to_markdown
-from mara.curves.generation import plot_bank_grid
+from mara.curves.plots import plot_bank_grid
 from mara.report.sections import figure_link, figures_dir, replace_section, shown_path
 
 

@@ -10,14 +10,11 @@ from omegaconf import DictConfig, OmegaConf
 from mara.calibrate import calibrate_bank
 from mara.core.cli import check_group_overrides
 from mara.curves.bank import BankError, load_bank, shipped_bank_path
-from mara.curves.generation import (
-    COST_GUESS_S,
-    generate,
-    merge,
-    plan_jobs,
-    plot_bank_grid,
-)
+from mara.curves.generation import generate
+from mara.curves.merge import merge
+from mara.curves.plan import COST_GUESS_S, plan_jobs
 from mara.curves.plan_status import plan_status, status_markdown
+from mara.curves.plots import plot_bank_grid
 from tasks_zoo.errors import ZooError
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 import subprocess
 import sys
 
@@ -11,8 +12,10 @@ import torch
 from omegaconf import OmegaConf
 
 from mara.curves import generation as gen
+from mara.curves import training
 from mara.curves.bank import load_bank
 from mara.curves.families import (
+    ALL_FAMILIES,
     DOMAIN_BATCH_SIZES,
     FAMILY_DOMAIN,
     ID_FAMILIES,
@@ -79,7 +82,7 @@ def test_eta_learns_from_finished_shards(tmp_path):
     assert set(measured) == {FAM} and 0 < measured[FAM] < 60
     assert gen.measured_seconds(shards, [FAM], accelerator="gpu") == {}  # CPU times never feed a GPU estimate
     todo = [gen.Job(FAM, "pool", i, "synthetic") for i in range(2, 6)]
-    reporter = gen._Reporter(todo, parallel=2, quiet=True, prior=measured)
+    reporter = gen.ProgressReporter(todo, parallel=2, quiet=True, prior=measured)
     assert reporter.eta_seconds() == pytest.approx(4 * measured[FAM] / 2)
 
 
@@ -95,13 +98,13 @@ def test_two_workers_give_the_same_curves(tmp_path):
 def test_torchrun_rank_takes_its_share(tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "3")
     monkeypatch.setenv("RANK", "1")
-    monkeypatch.setattr(gen, "run_job", lambda job, s, d=None: {"job": gen.asdict(job), "status": "done", "seconds": 0.0})
+    monkeypatch.setattr(gen, "run_job", lambda job, s, d=None: {"job": asdict(job), "status": "done", "seconds": 0.0})
     res = gen.generate([FAM], {"pool": 7}, shard_dir=tmp_path, cap=5, quiet=True)
     assert [r["job"]["index"] for r in res] == [1, 4]
 
 
 def test_non_finite_run_is_logged_and_left_out(tmp_path, monkeypatch):
-    monkeypatch.setattr(gen, "train_curve", lambda job, s, attempt=0, dev=None: (None, f"non-finite loss nan at batch {attempt + 2}"))
+    monkeypatch.setattr(training, "train_curve", lambda job, s, attempt=0, dev=None: (None, f"non-finite loss nan at batch {attempt + 2}"))
     settings = gen.GenerationSettings(shard_dir=str(tmp_path), cap=5, max_attempts=2)
     res = gen.run_job(gen.Job(FAM, "pool", 0, "synthetic"), settings)
     assert res["status"] == "failed" and not list(tmp_path.glob("*.parquet"))
@@ -128,7 +131,7 @@ def test_entry_point_prints_one_line_on_config_mistake(tmp_path):
                           f"hydra.run.dir={tmp_path}/h"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     lines = [x for x in out.stderr.splitlines() if x.strip()]
-    assert lines == ["error: unknown family Nope (known: " + ", ".join(gen.ALL_FAMILIES) + ")"]
+    assert lines == ["error: unknown family Nope (known: " + ", ".join(ALL_FAMILIES) + ")"]
 
 
 def test_missing_real_data_stops_before_training_with_one_line(tmp_path):

@@ -80,7 +80,7 @@ def _one_line(exc) -> str:
 
 
 def test_every_loader_refuses_a_crafted_file(tmp_path, marker):
-    from mara.core.ckpt_convert import convert
+    from mara.ckpt_convert import convert
     from mara.live.job import TrainingJob
     from mara.mat.allocator import MATAllocator, read_policy_checkpoint, read_policy_meta
     from mara.predictors.fm import FlowPredictor, load_net
@@ -104,7 +104,7 @@ def test_every_loader_refuses_a_crafted_file(tmp_path, marker):
 
 
 def test_old_pickled_training_state_is_never_unpickled(tmp_path, marker):
-    from mara.core.ckpt_convert import convert
+    from mara.ckpt_convert import convert
     from mara.mat.rollout import TrainingEnv
     from mara.mat.train import check_resume_checkpoint
 
@@ -150,7 +150,7 @@ def test_not_a_checkpoint_and_the_wrong_kind_are_one_line(tmp_path):
 
 
 def test_shipped_checkpoints_load_as_data_and_name_their_recipe():
-    from mara.core.ckpt_convert import SHIPPED_RECIPES
+    from mara.ckpt_convert import SHIPPED_RECIPES
     from mara.mat.allocator import read_policy_meta
 
     files = sorted(SHIPPED_CKPT_DIR.glob("*.ckpt"))
@@ -168,7 +168,7 @@ def test_shipped_checkpoints_load_as_data_and_name_their_recipe():
 def test_converter_keeps_weights_and_rewrites_old_state(tmp_path):
     """An old-format last.ckpt (training state pickled inside a tensor, no kind/recipe) converts: same weights, the
     state as tensors and plain values equal to what the old bytes held."""
-    from mara.core.ckpt_convert import main
+    from mara.ckpt_convert import main
     from mara.mat.rollout import _STATE_CLASSES
     from mara.sim.workload import EpisodeBatch
 

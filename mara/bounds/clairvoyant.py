@@ -43,7 +43,7 @@ program's optimum equals the best achievable success count.  :func:`feasible_sch
 step-by-step schedule this way.
 
 Heterogeneous nodes and switch costs: a proven upper bound, not exact
----------------------------------------------------------------------------------
+--------------------------------------------------------------------
 With ``node_speed`` (node i processes ``s_i`` batches per step) the same program is solved with
 ``y_{k,I} in [0, s_max * l_I]`` (a task gets at most one node, so at most the fastest node's
 batches per step) and ``sum_k y_{k,I} <= S * l_I`` with ``S = sum_i s_i``; a task is a candidate iff
@@ -65,18 +65,17 @@ bound (such results depend on machine speed).
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from mara.bounds import cpsat
+from mara.bounds.cpsat import MissingORTools, stop_at_bound, time_components
+
+__all__ = ["NEVER", "ClairvoyantResult", "MissingORTools", "clairvoyant_batch", "clairvoyant_episode",
+           "feasible_schedule", "independent_feasible", "per_episode"]
+
 NEVER = int(np.iinfo(np.int32).max)
-
-_MISSING_ORTOOLS = "Clairvoyant needs OR-Tools: pip install 'mara[bounds]'"
-
-
-class MissingORTools(ImportError, RuntimeError):
-    """OR-Tools is not installed: an optional dependency missing (an ImportError; a RuntimeError for older callers)."""
 
 
 @dataclass
@@ -86,15 +85,6 @@ class ClairvoyantResult:
     optimal: bool
     solve_time_s: float
     chosen: np.ndarray = field(repr=False)  # [n] bool, which tasks succeed
-
-
-def _cp_model():
-    """Lazy import of CP-SAT; a missing OR-Tools gives one clear line."""
-    try:
-        from ortools.sat.python import cp_model
-    except ImportError:  # ModuleNotFoundError included
-        raise MissingORTools(_MISSING_ORTOOLS) from None
-    return cp_model
 
 
 def _as_int64(a, name: str) -> np.ndarray:
@@ -135,21 +125,6 @@ def _capacity(n_nodes: int, node_speed) -> tuple[int, int]:
     return int(sp.max()), int(sp.sum())
 
 
-def _components(b: np.ndarray, d: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:
-    """Split task indices into groups whose windows [b, d) are connected in time."""
-    order = idx[np.argsort(b[idx], kind="stable")]
-    groups, cur, end = [], [], None
-    for k in order:
-        if cur and b[k] >= end:
-            groups.append(np.array(cur, dtype=np.int64))
-            cur, end = [], None
-        cur.append(k)
-        end = d[k] if end is None else max(end, d[k])
-    if cur:
-        groups.append(np.array(cur, dtype=np.int64))
-    return groups
-
-
 def _intervals(b: np.ndarray, d: np.ndarray, idx: np.ndarray):
     """Elementary intervals of the tasks ``idx``: (starts, lengths, cover[k_local] = interval ids)."""
     times = np.unique(np.concatenate([b[idx], d[idx]]))
@@ -158,20 +133,6 @@ def _intervals(b: np.ndarray, d: np.ndarray, idx: np.ndarray):
     hi = np.searchsorted(times, d[idx])
     cover = [np.arange(lo[j], hi[j]) for j in range(len(idx))]
     return starts, lengths, cover
-
-
-def _stop_at_bound(cp_model, z, target):
-    class _Stop(cp_model.CpSolverSolutionCallback):
-        def __init__(self):
-            super().__init__()
-            self.hit = False
-
-        def on_solution_callback(self):
-            if sum(self.Value(v) for v in z) >= target:
-                self.hit = True
-                self.StopSearch()
-
-    return _Stop()
 
 
 def _solve_group(cp_model, b, d, q, idx, n_nodes, time_limit_s, unit=1):
@@ -207,11 +168,8 @@ def _solve_group(cp_model, b, d, q, idx, n_nodes, time_limit_s, unit=1):
     # to the model as a cut was measured to slow typical solves down ~2x, so it is only a stop.)
     wb = _window_bound(b, d, q, idx, n_nodes, unit)
 
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.random_seed = 0
-    solver.parameters.max_time_in_seconds = max(float(time_limit_s), 1e-3)
-    stop = _stop_at_bound(cp_model, z, wb)
+    solver = cpsat.solver(time_limit_s)
+    stop = stop_at_bound(z, wb)
     status = solver.Solve(model, stop)
     if status == cp_model.OPTIMAL or (status == cp_model.FEASIBLE and stop.hit):
         chosen = np.array([bool(solver.Value(zj)) for zj in z], dtype=bool)
@@ -275,7 +233,7 @@ def clairvoyant_episode(arrival, deadline, need, n_nodes: int = 7,
 
     ``node_speed`` (M positive ints): solve the speed-capacity relaxation instead (module
     docstring); ``upper_bound`` is then a proven bound on every policy, not an attained optimum."""
-    cp_model = _cp_model()
+    cp_model = cpsat.cp_model()
     t0 = time.perf_counter()
     b, d, q = _check(arrival, deadline, need)
     if n_nodes < 0:
@@ -286,7 +244,7 @@ def clairvoyant_episode(arrival, deadline, need, n_nodes: int = 7,
     cand = np.flatnonzero(independent_feasible(b, d, q, unit)) if n_nodes > 0 else np.zeros(0, np.int64)
     best = bound = 0
     optimal = True
-    for g in _components(b, d, cand):
+    for g in time_components(b, d, cand):
         left = time_limit_s - (time.perf_counter() - t0)
         ch, gb, gu, gopt = _solve_group(cp_model, b, d, q, g, total, left, unit)
         chosen[g] = ch
@@ -300,7 +258,7 @@ def clairvoyant_episode(arrival, deadline, need, n_nodes: int = 7,
 def per_episode(solve, arrival, deadline, need, n_tasks, *args) -> list[ClairvoyantResult]:
     """Apply an episode solver ``solve(arrival, deadline, need, *args)`` to each row of padded ``[E, N]``
     arrays (the first ``n_tasks[e]`` entries of row ``e`` are real)."""
-    _cp_model()
+    cpsat.cp_model()
     arrival, deadline, need = (np.asarray(a) for a in (arrival, deadline, need))
     n_tasks = np.asarray(n_tasks, dtype=np.int64).reshape(-1)
     if arrival.ndim != 2 or arrival.shape != deadline.shape or arrival.shape != need.shape:
@@ -318,51 +276,16 @@ def clairvoyant_batch(arrival, deadline, need, n_tasks, n_nodes: int = 7,
 
 # --------------------------------------------------------------------------- realising a schedule
 
-def _max_flow(n_vertices: int, edges: list[tuple[int, int, int]], s: int, t: int):
-    """Dinic's max-flow on integer capacities; returns (value, flow per edge in input order)."""
-    head = [[] for _ in range(n_vertices)]
-    to, cap = [], []
-    for (u, v, c) in edges:
-        head[u].append(len(to)); to.append(v); cap.append(c)
-        head[v].append(len(to)); to.append(u); cap.append(0)
-    orig = list(cap)
-    total = 0
-    while True:
-        level = [-1] * n_vertices
-        level[s] = 0
-        dq = deque([s])
-        while dq:
-            u = dq.popleft()
-            for e in head[u]:
-                if cap[e] > 0 and level[to[e]] < 0:
-                    level[to[e]] = level[u] + 1
-                    dq.append(to[e])
-        if level[t] < 0:
-            break
-        it = [0] * n_vertices
-
-        def push(u, f):
-            if u == t:
-                return f
-            while it[u] < len(head[u]):
-                e = head[u][it[u]]
-                v = to[e]
-                if cap[e] > 0 and level[v] == level[u] + 1:
-                    got = push(v, min(f, cap[e]))
-                    if got:
-                        cap[e] -= got
-                        cap[e ^ 1] += got
-                        return got
-                it[u] += 1
-            return 0
-
-        while True:
-            f = push(s, 1 << 62)
-            if not f:
-                break
-            total += f
-    flows = [orig[2 * i] - cap[2 * i] for i in range(len(edges))]
-    return total, flows
+def _max_flow(edges: list[tuple[int, int, int]], s: int, t: int):
+    """Max-flow on integer capacities (OR-Tools' ``SimpleMaxFlow``) over a non-empty list of edges
+    ``(tail, head, capacity)``; returns (value, flow per edge in input order)."""
+    flow = cpsat.max_flow().SimpleMaxFlow()
+    tails, heads, caps = (np.array(c, dtype=np.int64) for c in zip(*edges))
+    arcs = flow.add_arcs_with_capacity(tails, heads, caps)
+    status = flow.solve(s, t)
+    if status != flow.OPTIMAL:
+        raise RuntimeError(f"max-flow did not solve: {status}")
+    return int(flow.optimal_flow()), flow.flows(arcs).tolist()
 
 
 def _allocate(b, d, q, idx, n_nodes, unit=1):
@@ -386,7 +309,7 @@ def _allocate(b, d, q, idx, n_nodes, unit=1):
             ti.append((len(edges), j, int(i)))
             edges.append((j, n + int(i), unit * int(lengths[i])))
     edges += [(n + i, snk, n_nodes * int(lengths[i])) for i in range(n_int)]
-    value, flows = _max_flow(n + n_int + 2, edges, src, snk)
+    value, flows = _max_flow(edges, src, snk)
     if value < int(q[idx].sum()):
         return None
     per_interval = [[] for _ in range(n_int)]
@@ -404,7 +327,6 @@ def feasible_schedule(arrival, deadline, need, chosen, n_nodes: int = 7) -> np.n
     batch counts come from a max-flow (tasks -> elementary intervals, capacity ``l_I`` per edge and
     ``M * l_I`` per interval); each interval is then filled by McNaughton's wrap-around rule (see
     the module docstring).  Raises ``ValueError`` if the chosen set cannot all succeed.
-    Needs no OR-Tools.
     """
     b, d, q = _check(arrival, deadline, need)
     chosen = np.asarray(chosen, dtype=bool).reshape(-1)

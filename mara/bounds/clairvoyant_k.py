@@ -90,19 +90,14 @@ of CP-SAT's proven bound and ``U`` (such results depend on machine speed).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
-from mara.bounds.clairvoyant import (
-    NEVER,
-    ClairvoyantResult,
-    _components,
-    _cp_model,
-    _stop_at_bound,
-    clairvoyant_episode,
-    per_episode,
-)
+from mara.bounds import cpsat
+from mara.bounds.clairvoyant import NEVER, ClairvoyantResult, clairvoyant_episode, per_episode
+from mara.bounds.cpsat import stop_at_bound, time_components
 
 __all__ = ["clairvoyant_k_episode", "clairvoyant_k_batch", "simulate_k", "NEVER"]
 
@@ -240,192 +235,263 @@ def _admission_window(b, d, q, K, cand):
 
 # --------------------------------------------------------------------------- exact model
 
+@dataclass
+class _Group:
+    """One time-connected group of tasks (local arrays, index = arrival order) and what the model derives from it."""
+
+    b: np.ndarray  # [n] arrival step
+    d: np.ndarray  # [n] deadline
+    q: np.ndarray  # [n] need (batches)
+    M: int
+    K: int
+    node_speed: list | None
+    classes: list  # [(speed, nodes)] speed classes, fastest first (empty on identical nodes)
+    qs: np.ndarray  # [n] least served steps to complete (== q on identical nodes)
+    t0: int
+    t1: int
+    alive: np.ndarray  # [n, T] bool: b_k <= t < d_k, T = t1 - t0
+    cand: np.ndarray  # [n] bool: can still succeed
+    early: np.ndarray | None = None  # [n] admission window (module docstring), -1: never admitted / no latest step
+    late: np.ndarray | None = None
+
+    @property
+    def hetero(self) -> bool:
+        return self.node_speed is not None
+
+
+def _group(b, d, q, n_nodes, max_active, node_speed) -> _Group:
+    """The group's speed classes, least served steps, alive grid and first candidates (no admission window yet)."""
+    n = len(b)
+    hetero = node_speed is not None
+    unit = 1 if not hetero else int(max(node_speed))
+    classes = [] if not hetero else [(int(v), int(c)) for v, c in zip(*np.unique(node_speed, return_counts=True))][::-1]
+    qs = -(-q // unit)
+    t0, t1 = int(b.min()), int(d.max())
+    alive = np.zeros((n, t1 - t0), dtype=bool)
+    for k in range(n):
+        alive[k, b[k] - t0:d[k] - t0] = True
+    return _Group(b, d, q, n_nodes, max_active, node_speed, classes, qs, t0, t1, alive, qs <= d - b)
+
+
+def _cut_windows(g: _Group) -> None:
+    """Admission windows from monotonicity (module docstring); tasks that can never be admitted in time drop out."""
+    g.early, g.late = _admission_window(g.b, g.d, g.qs, g.K, g.cand)
+    g.cand = g.cand & (g.early >= 0) & (g.early <= g.d - g.qs)
+
+
+def _relaxed_on_windows(g: _Group, time_limit_s: float) -> ClairvoyantResult:
+    """The K-relaxed optimum with every window cut to [early_k, d_k): a valid bound ``U`` on the group."""
+    eb = np.where(g.early >= 0, g.early, g.b)
+    return clairvoyant_episode(eb, g.d, np.where(g.cand, g.q, NEVER), n_nodes=g.M,
+                               time_limit_s=max(time_limit_s / 3, 0.05), node_speed=g.node_speed)
+
+
+@dataclass
+class _ModelK:
+    """The time-indexed CP-SAT model of a group and its literals (keys (k, t) with t absolute)."""
+
+    model: object
+    one: object
+    zero: object
+    adm: dict  # (k, t) -> admitted at or before t (a constant where the window fixes it)
+    fin: dict  # (k, t) -> released after step t (candidates only)
+    x: dict  # (k, t) -> served at t
+    y: dict  # (k, t, c) -> served at t on speed class c (heterogeneous nodes)
+    z: dict  # k -> succeeds
+
+
+def _admission_literals(m: _ModelK, g: _Group) -> None:
+    """``adm[k, t]``, monotone in t: 0 before ``early_k``, 1 from where task k cannot be waiting (at most K tasks of
+    index <= k alive, or from ``late_k`` on), a variable in between."""
+    model, one, zero = m.model, m.one, m.zero
+    t0 = g.t0
+    sure = g.alive & (np.cumsum(g.alive, axis=0) <= g.K)  # k cannot be waiting at t
+    for k in range(len(g.b)):
+        if g.late[k] >= 0:
+            sure[k, g.late[k] - t0:g.d[k] - t0] = True
+    for k in range(len(g.b)):
+        fixed = False
+        for t in range(int(g.b[k]), int(g.d[k])):
+            if g.early[k] < 0 or t < g.early[k]:
+                m.adm[k, t] = zero
+            elif fixed or sure[k, t - t0]:
+                fixed = True
+                m.adm[k, t] = one
+            else:
+                m.adm[k, t] = model.NewBoolVar(f"a{k}_{t}")
+        prev = None
+        for t in range(int(g.b[k]), int(g.d[k])):
+            v = m.adm[k, t]
+            if prev is not None and v is not one and prev is not zero:
+                model.AddImplication(prev, v)
+            prev = v
+
+
+def _completion_and_service(m: _ModelK, g: _Group) -> None:
+    """Per candidate: ``fin`` (monotone, implies admission ``qs_k`` steps earlier), ``z_k = fin[k, d_k - 1]``, service
+    ``x`` only while admitted and not released, and the batches it must receive (per speed class on heterogeneous
+    nodes, where a completing step may overshoot)."""
+    model = m.model
+    for k in np.flatnonzero(g.cand):
+        k = int(k)
+        first = int(g.early[k] + g.qs[k] - 1)
+        prev = None
+        for t in range(first, int(g.d[k])):
+            v = model.NewBoolVar(f"f{k}_{t}")
+            m.fin[k, t] = v
+            if prev is not None:
+                model.AddImplication(prev, v)
+            prev = v
+            a = m.adm[k, t - int(g.qs[k]) + 1]
+            if a is not m.one:
+                model.AddImplication(v, a)  # never zero: t - need_k + 1 >= early_k
+        m.z[k] = m.fin[k, int(g.d[k]) - 1]
+        xs = []
+        for t in range(int(g.early[k]), int(g.d[k])):
+            v = model.NewBoolVar(f"x{k}_{t}")
+            m.x[k, t] = v
+            xs.append(v)
+            if m.adm[k, t] is not m.one:
+                model.AddImplication(v, m.adm[k, t])
+            f = m.fin.get((k, t - 1))
+            if f is not None:
+                model.AddImplication(v, f.Not())
+        if g.hetero:  # served on a node of one speed class; batches = that speed (a completing step may overshoot)
+            got = []
+            for t in range(int(g.early[k]), int(g.d[k])):
+                vs = [model.NewBoolVar(f"v{k}_{t}_{c}") for c in range(len(g.classes))]
+                for c, v in enumerate(vs):
+                    m.y[k, t, c] = v
+                    got.append(g.classes[c][0] * v)
+                model.Add(sum(vs) == m.x[k, t])
+                model.AddImplication(m.x[k, t], m.z[k])  # w.l.o.g. a failing task gets no service
+            model.Add(sum(got) >= int(g.q[k]) * m.z[k])
+        else:
+            model.Add(sum(xs) == int(g.q[k]) * m.z[k])
+
+
+def _step_rows(m: _ModelK, g: _Group) -> None:
+    """Per step: at most M served (n_c per speed class); where more than K tasks are alive at most K hold a slot,
+    a task waits only if all K are held (eagerness), and admission follows arrival order (FIFO)."""
+    model, one, zero = m.model, m.one, m.zero
+
+    def occupancy(t):  # occ[k, t] = adm[k, t] - fin[k, t - 1] over the tasks alive at t
+        terms = [(m.adm[int(k), t], m.fin.get((int(k), t - 1))) for k in np.flatnonzero(g.alive[:, t - g.t0])]
+        return (sum((1 if a is one else a) for a, _ in terms if a is not zero)
+                - sum(f for _, f in terms if f is not None))
+
+    for t in range(g.t0, g.t1):
+        col = g.alive[:, t - g.t0]
+        xs_t = [m.x[int(k), t] for k in np.flatnonzero(col & g.cand) if (int(k), t) in m.x]
+        if len(xs_t) > g.M:
+            model.Add(sum(xs_t) <= g.M)
+        if g.hetero:
+            for c, (_, n_c) in enumerate(g.classes):  # at most n_c tasks on the nodes of speed class c
+                vs = [m.y[int(k), t, c] for k in np.flatnonzero(col & g.cand) if (int(k), t, c) in m.y]
+                if len(vs) > n_c:
+                    model.Add(sum(vs) <= n_c)
+        if col.sum() > g.K:
+            model.Add(occupancy(t) <= g.K)
+            waiters = [m.adm[int(k), t] for k in np.flatnonzero(col) if m.adm[int(k), t] is not one]
+            if waiters:
+                full = model.NewBoolVar(f"full{t}")
+                model.Add(occupancy(t) >= g.K).OnlyEnforceIf(full)
+                for a in waiters:
+                    model.AddBoolOr([a, full])
+                # FIFO: admitted only after every earlier task still alive at t
+                alive_ks = [int(k) for k in np.flatnonzero(col)]
+                for i in range(1, len(alive_ks)):
+                    a = m.adm[alive_ks[i], t]
+                    p = m.adm[alive_ks[i - 1], t]
+                    if a is not one and a is not zero and p is not one:
+                        model.AddImplication(a, p)
+                    elif a is one and p is not one:
+                        model.Add(p == 1)
+
+
+def _build_model(cp_model, g: _Group) -> _ModelK:
+    """The exact time-indexed model of the group (module docstring), objective not yet set."""
+    model = cp_model.CpModel()
+    m = _ModelK(model, model.NewConstant(1), model.NewConstant(0), {}, {}, {}, {}, {})
+    _admission_literals(m, g)
+    _completion_and_service(m, g)
+    _step_rows(m, g)
+    return m
+
+
+def _hint(m: _ModelK, ok, steps, adm_h) -> None:
+    """Start the search from the best heuristic schedule (services, admissions, completions)."""
+    served_at = [set(s) for s in steps]
+    for (k, t), v in m.adm.items():
+        if v is not m.one and v is not m.zero:
+            m.model.AddHint(v, bool(adm_h[k] >= 0 and adm_h[k] <= t))
+    for (k, t), v in m.x.items():
+        m.model.AddHint(v, bool(ok[k] and t in served_at[k]))
+    for (k, t), v in m.fin.items():
+        m.model.AddHint(v, bool(ok[k] and steps[k] and steps[k][-1] <= t))
+
+
+def _replay(m: _ModelK, g: _Group, solver, sol) -> np.ndarray:
+    """Run the model's services in the simulator (:func:`simulate_k`) -> the successes it realises [n] bool. With
+    speeds each step's tasks go fastest class first, so each gets at least the speed the model gave it."""
+    plan = {}
+    for (k, t), v in m.x.items():
+        if sol[k] and solver.Value(v):
+            c = next((c for c in range(len(g.classes)) if solver.Value(m.y[k, t, c])), 0) if g.hetero else 0
+            plan.setdefault(t, []).append((c, k))
+    plan = {t: [k for _, k in sorted(v)] for t, v in plan.items()}
+    real, _, _ = simulate_k(g.b, g.d, g.q, g.M, g.K,
+                            lambda t, active, served: [k for k in plan.get(t, ()) if k in active], g.node_speed)
+    assert real[sol].all(), "Clairvoyant-K: a model schedule did not replay in the simulator"
+    return real
+
+
 def _solve_group_k(cp_model, b, d, q, n_nodes, max_active, time_limit_s, use_heuristics=True, node_speed=None):
     """One time-connected group (local arrays, index = arrival order).
 
     Returns (chosen bool[n], best, bound, optimal)."""
     n = len(b)
-    K, M = max_active, n_nodes
-    hetero = node_speed is not None
-    unit = 1 if not hetero else int(max(node_speed))
-    classes = [] if not hetero else [(int(v), int(c)) for v, c in zip(*np.unique(node_speed, return_counts=True))][::-1]
-    qs = -(-q // unit)  # least served steps to complete (== q on identical nodes)
-    cand = qs <= d - b
-    t0, t1 = int(b.min()), int(d.max())
-    T = t1 - t0
-    alive = np.zeros((n, T), dtype=bool)  # b_k <= t < d_k
-    for k in range(n):
-        alive[k, b[k] - t0:d[k] - t0] = True
     deadline_t = time.perf_counter() + time_limit_s
-    if alive.sum(axis=0).max() <= K and not hetero:  # (with speeds the K-relaxed model is only a bound)
+    g = _group(b, d, q, n_nodes, max_active, node_speed)
+    if g.alive.sum(axis=0).max() <= g.K and not g.hetero:  # (with speeds the K-relaxed model is only a bound)
         # never more than K tasks alive: admission is immediate, the K-relaxed answer is exact
-        rel = clairvoyant_episode(b, d, q, n_nodes=M, time_limit_s=time_limit_s, node_speed=node_speed)
+        rel = clairvoyant_episode(b, d, q, n_nodes=g.M, time_limit_s=time_limit_s, node_speed=node_speed)
         return rel.chosen, rel.successes, rel.upper_bound, rel.optimal
-    early, late = _admission_window(b, d, qs, K, cand)
-    cand = cand & (early >= 0) & (early <= d - qs)  # the rest can never succeed
-    # K-relaxed optimum with every window cut to [early_k, d_k): a valid bound here too
-    eb = np.where(early >= 0, early, b)
-    rel = clairvoyant_episode(eb, d, np.where(cand, q, NEVER), n_nodes=M,
-                              time_limit_s=max(time_limit_s / 3, 0.05), node_speed=node_speed)
+    _cut_windows(g)
+    rel = _relaxed_on_windows(g, time_limit_s)
     U = rel.upper_bound
     if U == 0:
         return np.zeros(n, bool), 0, 0, True
 
     if use_heuristics:
-        ok, steps, adm_h = _heuristics(b, d, q, M, K, [cand, rel.chosen & cand], node_speed)
+        ok, steps, adm_h = _heuristics(b, d, q, g.M, g.K, [g.cand, rel.chosen & g.cand], node_speed)
     else:  # testing hook: the model alone (no incumbent, no hint)
         ok, steps, adm_h = np.zeros(n, dtype=bool), [[] for _ in range(n)], np.full(n, -1)
     lb = int(ok.sum())
     if lb >= U:
         return ok, lb, lb, True
 
-    # cumulative alive counts among tasks of index <= k: fixed admission where <= K
-    cum_alive = np.cumsum(alive, axis=0)
-    sure = alive & (cum_alive <= K)  # k cannot be waiting at t
-    for k in range(n):
-        if late[k] >= 0:
-            sure[k, late[k] - t0:d[k] - t0] = True
-    model = cp_model.CpModel()
-    one = model.NewConstant(1)
-    zero = model.NewConstant(0)
-    adm = {}  # (k, t) -> literal, t absolute, b_k <= t < d_k
-    for k in range(n):
-        fixed = False
-        for t in range(int(b[k]), int(d[k])):
-            if early[k] < 0 or t < early[k]:
-                adm[k, t] = zero
-            elif fixed or sure[k, t - t0]:
-                fixed = True
-                adm[k, t] = one
-            else:
-                adm[k, t] = model.NewBoolVar(f"a{k}_{t}")
-        prev = None
-        for t in range(int(b[k]), int(d[k])):
-            v = adm[k, t]
-            if prev is not None and v is not one and prev is not zero:
-                model.AddImplication(prev, v)
-            prev = v
-    fin, x, z, y = {}, {}, {}, {}
-    for k in np.flatnonzero(cand):
-        k = int(k)
-        first = int(early[k] + qs[k] - 1)
-        prev = None
-        for t in range(first, int(d[k])):
-            v = model.NewBoolVar(f"f{k}_{t}")
-            fin[k, t] = v
-            if prev is not None:
-                model.AddImplication(prev, v)
-            prev = v
-            a = adm[k, t - int(qs[k]) + 1]
-            if a is not one:
-                model.AddImplication(v, a)  # never zero: t - need_k + 1 >= early_k
-        z[k] = fin[k, int(d[k]) - 1]
-        xs = []
-        for t in range(int(early[k]), int(d[k])):
-            v = model.NewBoolVar(f"x{k}_{t}")
-            x[k, t] = v
-            xs.append(v)
-            if adm[k, t] is not one:
-                model.AddImplication(v, adm[k, t])
-            f = fin.get((k, t - 1))
-            if f is not None:
-                model.AddImplication(v, f.Not())
-        if hetero:  # served on a node of one speed class; batches = that speed (a completing step may overshoot)
-            got = []
-            for t in range(int(early[k]), int(d[k])):
-                vs = [model.NewBoolVar(f"v{k}_{t}_{c}") for c in range(len(classes))]
-                for c, v in enumerate(vs):
-                    y[k, t, c] = v
-                    got.append(classes[c][0] * v)
-                model.Add(sum(vs) == x[k, t])
-                model.AddImplication(x[k, t], z[k])  # w.l.o.g. a failing task gets no service
-            model.Add(sum(got) >= int(q[k]) * z[k])
-        else:
-            model.Add(sum(xs) == int(q[k]) * z[k])
-
-    def occ_terms(t):
-        terms = []
-        for k in np.flatnonzero(alive[:, t - t0]):
-            k = int(k)
-            a = adm[k, t]
-            f = fin.get((k, t - 1))
-            terms.append((a, f))
-        return terms
-
-    def lin(terms):
-        return (sum((1 if a is one else a) for a, _ in terms if a is not zero)
-                - sum(f for _, f in terms if f is not None))
-
-    for t in range(t0, t1):
-        col = alive[:, t - t0]
-        xs_t = [x[int(k), t] for k in np.flatnonzero(col & cand) if (int(k), t) in x]
-        if len(xs_t) > M:
-            model.Add(sum(xs_t) <= M)
-        if hetero:
-            for c, (_, n_c) in enumerate(classes):  # at most n_c tasks on the nodes of speed class c
-                vs = [y[int(k), t, c] for k in np.flatnonzero(col & cand) if (int(k), t, c) in y]
-                if len(vs) > n_c:
-                    model.Add(sum(vs) <= n_c)
-        if col.sum() > K:
-            terms = occ_terms(t)
-            model.Add(lin(terms) <= K)
-            waiters = [adm[int(k), t] for k in np.flatnonzero(col) if adm[int(k), t] is not one]
-            if waiters:
-                full = model.NewBoolVar(f"full{t}")
-                model.Add(lin(terms) >= K).OnlyEnforceIf(full)
-                for a in waiters:
-                    model.AddBoolOr([a, full])
-                # FIFO: admitted only after every earlier task still alive at t
-                alive_ks = [int(k) for k in np.flatnonzero(col)]
-                for i in range(1, len(alive_ks)):
-                    a = adm[alive_ks[i], t]
-                    p = adm[alive_ks[i - 1], t]
-                    if a is not one and a is not zero and p is not one:
-                        model.AddImplication(a, p)
-                    elif a is one and p is not one:
-                        model.Add(p == 1)
-    zs = [z[k] for k in sorted(z)]
+    m = _build_model(cp_model, g)
+    zs = [m.z[k] for k in sorted(m.z)]
     if not zs:
         return np.zeros(n, bool), 0, 0, True
-    model.Add(sum(zs) <= U)
-    model.Maximize(sum(zs))
+    m.model.Add(sum(zs) <= U)
+    m.model.Maximize(sum(zs))
+    if use_heuristics:
+        _hint(m, ok, steps, adm_h)
 
-    if use_heuristics:  # hint: the best heuristic schedule (services, admissions, completions)
-        served_at = [set(s) for s in steps]
-        for (k, t), v in adm.items():
-            if v is not one and v is not zero:
-                model.AddHint(v, bool(adm_h[k] >= 0 and adm_h[k] <= t))
-        for (k, t), v in x.items():
-            model.AddHint(v, bool(ok[k] and t in served_at[k]))
-        for (k, t), v in fin.items():
-            model.AddHint(v, bool(ok[k] and steps[k] and steps[k][-1] <= t))
-
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.random_seed = 0
+    solver = cpsat.solver(deadline_t - time.perf_counter())
     solver.parameters.cp_model_probing_level = 0  # probing cost more than it saved (measured)
-    solver.parameters.max_time_in_seconds = max(deadline_t - time.perf_counter(), 1e-3)
-    stop = _stop_at_bound(cp_model, zs, U)
-    status = solver.Solve(model, stop)
+    stop = stop_at_bound(zs, U)
+    status = solver.Solve(m.model, stop)
     bound = U
     chosen = ok
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         sol = np.zeros(n, dtype=bool)
-        for k, v in z.items():
+        for k, v in m.z.items():
             sol[k] = bool(solver.Value(v))
         if sol.sum() > chosen.sum():
-            # realise it: replay the model's services in the simulator (see the module docstring); with speeds
-            # each step's tasks go fastest class first, so each gets at least the speed the model gave it
-            plan = {}
-            for (k, t), v in x.items():
-                if sol[k] and solver.Value(v):
-                    c = next((c for c in range(len(classes)) if solver.Value(y[k, t, c])), 0) if hetero else 0
-                    plan.setdefault(t, []).append((c, k))
-            plan = {t: [k for _, k in sorted(v)] for t, v in plan.items()}
-            real, _, _ = simulate_k(b, d, q, M, K,
-                                    lambda t, active, served: [k for k in plan.get(t, ()) if k in active], node_speed)
-            assert real[sol].all(), "Clairvoyant-K: a model schedule did not replay in the simulator"
-            chosen = real
+            chosen = _replay(m, g, solver, sol)  # realise it (module docstring)
         if status == cp_model.OPTIMAL or stop.hit:
             bound = int(chosen.sum())
         else:
@@ -443,7 +509,7 @@ def clairvoyant_k_episode(arrival, deadline, need, n_nodes: int = 7, max_active:
     limit ``max_active`` (FIFO, eager), every need known.  ``time_limit_s`` is the episode budget.
     ``node_speed`` (M positive ints): the speed-capacity relaxation (module docstring), a bound.
     (``_use_heuristics=False`` is a testing hook: the CP-SAT model alone, without incumbent or hint.)"""
-    cp_model = _cp_model()
+    cp_model = cpsat.cp_model()
     t_start = time.perf_counter()
     b, d, q = _check(arrival, deadline, need)
     if n_nodes < 0:
@@ -455,7 +521,7 @@ def clairvoyant_k_episode(arrival, deadline, need, n_nodes: int = 7, max_active:
     best = bound = 0
     optimal = True
     if n and n_nodes > 0:
-        groups = [np.sort(g) for g in _components(b, d, np.arange(n))]
+        groups = [np.sort(g) for g in time_components(b, d, np.arange(n))]
         for gi, g in enumerate(groups):
             left = time_limit_s - (time.perf_counter() - t_start)
             share = max(left / (len(groups) - gi), 1e-3)

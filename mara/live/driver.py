@@ -17,7 +17,7 @@ from mara.curves.bank import NEVER
 from mara.eval.runner import node_options
 from mara.live.episode import LiveCurves, live_episode
 from mara.live.workers import NodeStep, StepResult, WorkerDied
-from mara.sim.env import IDLE, BatchedEnv
+from mara.sim.env import IDLE, BatchedEnv, TaskStatus
 
 
 class LiveCurveSource:
@@ -124,7 +124,7 @@ class LiveCurveSource:
     def release_finished(self, env: BatchedEnv) -> None:
         """Stop the workers of jobs that left (succeeded or failed)."""
         for j in list(self.started):
-            if env.status[0, j] >= 3:
+            if TaskStatus.left(env.status[0, j]):
                 self.pool.stop(j)
                 self.started.discard(j)
 

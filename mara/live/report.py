@@ -8,8 +8,10 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from mara.sim.env import TaskStatus
+
 SCHEMA = "mara.live/1"
-STATUS = {3: "succeeded", 4: "failed"}
+STATUS = {TaskStatus.SUCCEEDED: "succeeded", TaskStatus.FAILED: "failed"}
 
 
 def compare_decisions(live: list, replayed: list) -> dict:
@@ -109,7 +111,7 @@ def plot_timeline(runs: list[dict], episodes, path: Path, episode: int = 0) -> P
         last = {j: (t, m) for t, m, j in r["timeline"]}
         for j, task in enumerate(tasks):
             ax.axvline(task["arrival"], color=cmap(j % 20), lw=0.8, ls=":", alpha=0.8)
-            if r["status"][j] == 3 and j in last:  # succeeded: a tick after its last batch
+            if r["status"][j] == TaskStatus.SUCCEEDED and j in last:  # succeeded: a tick after its last batch
                 ax.text(last[j][0] + 1.2, last[j][1], "✓", va="center", fontsize=9, color="k")
         ax.set_yticks(range(n_nodes), [f"node {m}" for m in range(n_nodes)])
         ax.set_ylim(-0.6, n_nodes - 0.4)

@@ -145,7 +145,7 @@ class TrainingEnv:
     def load_state_dict(self, state: dict) -> None:
         if "blob" in state:  # a state pickled inside a tensor: never unpickled here (ckpt_convert rewrites such files)
             raise CheckpointError("the checkpoint's MAT training state is pickled bytes, refused unread: "
-                                  "convert the file with python -m mara.core.ckpt_convert")
+                                  "convert the file with python -m mara.ckpt_convert")
         try:
             s = from_plain(state, _STATE_CLASSES)
         except (ValueError, KeyError, TypeError) as exc:

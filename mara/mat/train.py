@@ -96,7 +96,7 @@ def check_resume_checkpoint(path) -> None:
                               f"evaluation only; resume from the run's checkpoints/last.ckpt)")
     if "blob" in (state.get("env") or {}):
         raise CheckpointError(f"{path} holds its MAT training state as pickled bytes, refused unread: "
-                              f"convert it with python -m mara.core.ckpt_convert {path}")
+                              f"convert it with python -m mara.ckpt_convert {path}")
 
 
 def validation_load(c: dict) -> float:

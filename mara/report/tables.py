@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from mara.core.files import write_text_atomic
+from mara.core.safe_load import load_checkpoint
 from mara.eval.lofo import lofo_markdown
 from mara.report.sections import replace_section
 
@@ -185,8 +186,6 @@ def checkpoints_section(run: Path) -> str | None:
         return None
     lines = []
     if any(p.exists() for *_, p in fms):
-        from mara.core.safe_load import load_checkpoint
-
         lines += ["| shipped FM checkpoint | command | epochs | val. FM loss | val. MAE FM / WLS (batches) | conformal offset | "
                   "training wall time (s) |", "|---|---|---:|---:|---:|---:|---:|"]
         for label, cmd, path in fms:

@@ -12,8 +12,8 @@ One step ``t``:
      first crossing of ε (``need``) — its executable steps are ``arrival <= t < deadline``;
   4. tasks (active or queued) with ``deadline <= t + 1`` that have not succeeded fail and leave;
   5. ``t += 1``.
-Heterogeneous nodes and switch costs (both off by default, and then the step above is the
-exact code path it always was):
+Heterogeneous nodes and switch costs (both off by default, and then every node processes one batch of the
+task it serves per step, the rule above):
   * ``node_speed`` (list of M positive integers, default all 1): node i processes ``node_speed[i]``
     batches of the task it serves per step (all of them within the step; success is checked at its
     end, so a task one batch short on a speed-2 node still takes the whole step). Speeds are integers:
@@ -33,6 +33,7 @@ only when it gets a new observation (from the 4th on), and the estimate then cou
 """
 from __future__ import annotations
 
+from enum import IntEnum
 from functools import cached_property
 
 import numpy as np
@@ -43,6 +44,26 @@ from mara.sim.workload import EpisodeBatch
 
 IDLE = -1
 WARMUP_OBS = 4
+
+
+class TaskStatus(IntEnum):
+    """Where a task is in its life (``BatchedEnv.status`` [E, N], int8); the values are the stored integers."""
+
+    PENDING = 0  # not yet arrived
+    QUEUED = 1  # in the FIFO admission queue
+    ACTIVE = 2  # holds one of the K slots
+    SUCCEEDED = 3
+    FAILED = 4  # deadline reached, in a slot or in the queue
+    TURNED_AWAY = 5  # found the bounded waiting queue full: never entered, not counted in n_tasks
+
+    @classmethod
+    def left(cls, status):
+        """Mask of tasks that have left the system (succeeded, failed or turned away); ``status`` any shape."""
+        return status >= cls.SUCCEEDED
+
+
+# the hot comparisons use an int8 scalar: numpy compares an int8 array with an IntEnum member several times slower
+_QUEUED = np.int8(TaskStatus.QUEUED)
 
 
 class Observation:
@@ -208,7 +229,7 @@ class BatchedEnv:
             raise ValueError(f"predictor {predictor.name!r} reads the recorded crossing and cannot run in live mode")
         self.queue_capacity = queue_capacity
         self.node_speed, self.switch_cost = check_node_options(node_speed, switch_cost, n_nodes, obs_every)
-        # the paper's identical nodes with free preemption take the original code path, untouched
+        # node bookkeeping (who served whom, set-up owed) only where speeds or switch costs make it matter
         self.hetero = self.node_speed is not None or self.switch_cost > 0
         self.ep, self.bank = episodes, bank
         self.M, self.K, self.obs_every = n_nodes, max_active, obs_every
@@ -227,7 +248,7 @@ class BatchedEnv:
         ep, E, K, N = self.ep, self.ep.E, self.K, self.ep.N
         self.t = 0
         self.rows = np.arange(E)
-        self.status = np.zeros((E, N), dtype=np.int8)  # 0 pending, 1 queued, 2 active, 3 succeeded, 4 failed
+        self.status = np.full((E, N), TaskStatus.PENDING, dtype=np.int8)
         self.valid = ep.valid
         self.slot_task = np.full((E, K), IDLE, dtype=np.int64)
         self.slot_s = np.zeros((E, K), dtype=np.int64)
@@ -274,7 +295,7 @@ class BatchedEnv:
         t, ep = self.t, self.ep
         new = (ep.arrival == t) & self.valid
         if new.any():
-            self.status[new] = 1
+            self.status[new] = TaskStatus.QUEUED
             cnt = new.sum(axis=1)
             self.n_queued += cnt
             self.arrived += cnt
@@ -288,7 +309,7 @@ class BatchedEnv:
         rows = np.flatnonzero((n_free > 0) & (self.n_queued > 0))
         if len(rows) == 0:
             return
-        queued = self.status[rows] == 1  # [R, N]
+        queued = self.status[rows] == _QUEUED  # [R, N]
         rank = np.cumsum(queued, axis=1)  # 1-based queue position
         admit = queued & (rank <= n_free[rows, None])
         free = self.slot_task[rows] < 0  # [R, K]
@@ -305,17 +326,17 @@ class BatchedEnv:
         rows = np.flatnonzero(over > 0)
         if len(rows) == 0:
             return
-        queued = self.status[rows] == 1
+        queued = self.status[rows] == _QUEUED
         rank_from_back = np.cumsum(queued[:, ::-1], axis=1)[:, ::-1]  # 1 = latest arrival in the queue
         drop = queued & (rank_from_back <= over[rows, None])
         dr, dt = np.nonzero(drop)
-        self.status[rows[dr], dt] = 5
+        self.status[rows[dr], dt] = TaskStatus.TURNED_AWAY
         self.n_queued[rows] -= over[rows]
         self.turned_away[rows] += over[rows]
 
     def _fill_slots(self, er, at, us, rows, n_admit) -> None:
         ep = self.ep
-        self.status[er, at] = 2
+        self.status[er, at] = TaskStatus.ACTIVE
         self.n_queued[rows] -= n_admit
         self.slot_task[er, us] = at
         self.slot_s[er, us] = 0
@@ -347,9 +368,21 @@ class BatchedEnv:
             **extra,
         )
 
-    def _serve_hetero(self, actions: np.ndarray, served: np.ndarray) -> np.ndarray:
-        """Node speeds and switch costs (module docstring): advance ``slot_s`` of the served slots; returns the
-        slots that processed at least one batch this step [E, K]."""
+    def _serve(self, actions: np.ndarray, served: np.ndarray) -> np.ndarray:
+        """Advance ``slot_s`` of the served slots by the batches their nodes process this step; returns the slots
+        that processed at least one batch [E, K].
+
+        Identical nodes without switch costs are the case speed 1, cost 0 of :meth:`_serve_on_nodes`: every served
+        slot processes exactly one batch. That case is written out on its own because it needs none of the node
+        bookkeeping (which node served whom, set-up owed), and it is the paper's setting and the hot path."""
+        if not self.hetero:
+            self.slot_s += served
+            return served
+        return self._serve_on_nodes(actions, served)
+
+    def _serve_on_nodes(self, actions: np.ndarray, served: np.ndarray) -> np.ndarray:
+        """:meth:`_serve` with node speeds and switch costs (module docstring): a slot served on node i processes
+        ``node_speed[i]`` batches, or none while it owes set-up steps after a move or resume."""
         E, K = served.shape
         node = np.full((E, K + 1), IDLE, dtype=np.int64)
         node[self.rows[:, None], actions] = np.arange(self.M)[None, :]  # IDLE lands in the last column
@@ -465,27 +498,23 @@ class BatchedEnv:
         self.steps += live
         self.full_steps += live & (self.n_active >= self.K)
         self.queue_sum += np.where(live, self.n_queued, 0)
-        if not self.hetero:
-            self.slot_s += served
-            if self.curve_source is not None:
-                self.curve_source.advance(self, actions, served)
-            first = served & (self.slot_s == 1)
-            new_obs = served & (self.slot_s % self.obs_every == 0) & (self.slot_s <= self.slot_cap)
-        else:  # a step may process 0 (set-up) or several batches; a loss point is due when a multiple of obs_every is passed
-            s_old = self.slot_s.copy()
-            work = self._serve_hetero(actions, served)
-            if self.curve_source is not None:  # live: slot_s already holds this step's batches; a lost worker unserves
-                self.curve_source.advance(self, actions, served)
-                work &= served
-            first = work & (s_old == 0)
-            c = self.slot_cap
-            new_obs = work & (np.minimum(self.slot_s, c) // self.obs_every > np.minimum(s_old, c) // self.obs_every)
+        # a step processes 0 (set-up), 1 or several batches of a served slot; every rule below reads only the
+        # processed counts before (s_old) and after it, so it is one rule for identical and heterogeneous nodes
+        s_old = self.slot_s.copy()
+        work = self._serve(actions, served)
+        if self.curve_source is not None:  # live: slot_s already holds this step's batches; a lost worker unserves
+            self.curve_source.advance(self, actions, served)
+            work &= served
+        first = work & (s_old == 0)
+        # a loss point is due each time the processed count passes a multiple of obs_every up to the cap (a count
+        # already at the cap passes none: min(s, cap) // obs_every cannot exceed s_old // obs_every then)
+        new_obs = work & (np.minimum(self.slot_s, self.slot_cap) // self.obs_every > s_old // self.obs_every)
         if first.any():
             self.slot_L0[first] = self.bank.L[self.slot_row[first], 0]
         # observations and predictor refresh
         if new_obs.any():
             w = WARMUP_OBS * self.obs_every
-            ready_now = new_obs & (self.slot_s == w) if not self.hetero else new_obs & (s_old < w) & (self.slot_s >= w)
+            ready_now = new_obs & (s_old < w) & (self.slot_s >= w)
             if ready_now.any():
                 er, ks = np.nonzero(ready_now)
                 self.ready_time[er, self.slot_task[er, ks]] = t + 1
@@ -502,10 +531,10 @@ class BatchedEnv:
         n_win = win.sum(axis=1)
         if win.any() or lose.any():
             er, ks = np.nonzero(win)
-            self.status[er, self.slot_task[er, ks]] = 3
+            self.status[er, self.slot_task[er, ks]] = TaskStatus.SUCCEEDED
             self.finish_time[er, self.slot_task[er, ks]] = t + 1
             lr_, lk = np.nonzero(lose)
-            self.status[lr_, self.slot_task[lr_, lk]] = 4
+            self.status[lr_, self.slot_task[lr_, lk]] = TaskStatus.FAILED
             self.finish_time[lr_, self.slot_task[lr_, lk]] = t + 1
             self.succeeded += n_win
             self.failed += lose.sum(axis=1)
@@ -515,9 +544,9 @@ class BatchedEnv:
             self.slot_s[gone] = 0
         # expiry in the admission queue
         if self.n_queued.any():
-            qlose = (self.status == 1) & (self.ep.deadline <= t + 1)
+            qlose = (self.status == _QUEUED) & (self.ep.deadline <= t + 1)
             if qlose.any():
-                self.status[qlose] = 4
+                self.status[qlose] = TaskStatus.FAILED
                 c = qlose.sum(axis=1)
                 self.failed += c
                 self.n_queued -= c
@@ -551,8 +580,9 @@ class BatchedEnv:
             "ready": ready_mean,
             "steps": self.steps.copy(),
             "turned_away": self.turned_away.copy(),
-            "oracle": (((self.ep.need <= self.ep.budget) & self.valid) & (self.status != 5)).sum(axis=1) if not self.hetero
-            else ((isolated_feasible(self.ep.need, self.ep.budget, self.node_speed) & self.valid) & (self.status != 5)).sum(axis=1),
+            "oracle": (((self.ep.need <= self.ep.budget) & self.valid) & (self.status != TaskStatus.TURNED_AWAY)).sum(axis=1)
+            if not self.hetero else ((isolated_feasible(self.ep.need, self.ep.budget, self.node_speed) & self.valid)
+                                     & (self.status != TaskStatus.TURNED_AWAY)).sum(axis=1),
             **({"setup_steps": self.setup_steps.copy(), "switches": self.switches.copy()} if self.hetero else {}),
         }
 

@@ -1,7 +1,7 @@
 """Convert a checkpoint to the package's load-as-data form and record the command that made it.
 
-    python -m mara.core.ckpt_convert OLD.ckpt [--out NEW.ckpt] [--recipe "python -m mara.train ..."]
-    python -m mara.core.ckpt_convert --shipped        # the files in mara/data/checkpoints, with their recipes
+    python -m mara.ckpt_convert OLD.ckpt [--out NEW.ckpt] [--recipe "python -m mara.train ..."]
+    python -m mara.ckpt_convert --shipped        # the files in mara/data/checkpoints, with their recipes
 
 What changes: a ``kind`` field (``policy`` | ``fm`` | ``qr``), a ``recipe`` field (the command or recipe that trained
 it; kept when not given), hyper-parameters as plain containers, and a MAT training state stored as pickled bytes
@@ -23,6 +23,7 @@ import torch
 
 from mara.core.config import SHIPPED_CKPT_DIR, ConfigError
 from mara.core.safe_load import CheckpointError, load_checkpoint, plain_lightning_checkpoint, to_plain
+from mara.mat.rollout import _STATE_CLASSES
 
 _LIVE = ("python -m mara.live action=export_bank bank_out=outputs/live_bank/live_bank.parquet && "
          "python -m mara.train stage=policy bank.path=outputs/live_bank/live_bank.parquet sim.nodes=2 sim.max_active=4 "
@@ -57,8 +58,6 @@ class _StateUnpickler(pickle.Unpickler):
 
 
 def _old_training_state(blob: torch.Tensor):
-    from mara.mat.rollout import _STATE_CLASSES
-
     try:
         state = _StateUnpickler(io.BytesIO(blob.numpy().tobytes())).load()
     except Exception as exc:
@@ -137,7 +136,7 @@ def convert(src, out=None, recipe: str | None = None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mara.core.ckpt_convert", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m mara.ckpt_convert", description=__doc__.split("\n")[0])
     p.add_argument("src", nargs="*", help="checkpoint(s) to convert")
     p.add_argument("--out", help="where to write (one source only; default: in place)")
     p.add_argument("--recipe", help="the command or recipe that trained the file (kept when not given)")
