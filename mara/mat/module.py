@@ -120,6 +120,10 @@ class MATModule(L.LightningModule):
         if self.global_env_steps >= self.hparams.total_env_steps:
             self.trainer.should_stop = True
 
+    def on_train_start(self) -> None:
+        if self.global_env_steps >= self.hparams.total_env_steps:  # resumed from the checkpoint of a finished training
+            self.trainer.should_stop = True
+
     # --------------------------------------------------------- checkpointing
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["mat_state"] = {"global_env_steps": self.global_env_steps, "generator": self.generator.get_state(),
