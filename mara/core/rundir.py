@@ -1,9 +1,10 @@
 """Run folders: one live run per folder, resume by default, ``fresh=true`` to start over.
 
-**Lock.** The process working in a run folder (``hydra.run.dir`` / ``paths.output_dir``) holds an advisory
-``fcntl.flock`` on ``<run>/.run.lock`` for the whole call. The kernel drops it when the process ends, however it ends,
-so a killed run never blocks its rerun; a second run into a folder a live run holds is refused (one line, exit 2)
-rather than writing beside it: a folder's results are read, merged and rewritten by one process at a time.
+**Lock.** The process working in a run folder (``hydra.run.dir`` / ``paths.output_dir``) holds an advisory lock on
+``<run>/.run.lock`` for the whole call: a POSIX record lock (``fcntl.lockf``), which the kernel drops when the process
+ends, however it ends, and which forked workers (live mode) do not inherit, so a killed run never blocks its rerun. A
+second run into a folder a live run holds is refused (one line, exit 2) rather than writing beside it: a folder's
+results are read, merged and rewritten by one process at a time.
 
 **Stages.** A pipeline stage (``<run>/predictor``, ``<run>/policy``) records the settings it depends on in
 ``<stage>/stage.json`` when it starts and its result when it finishes. A rerun reuses a finished stage, resumes an
@@ -42,10 +43,10 @@ TB_DIRS = ("tb", "tensorboard")  # TensorBoard folders a stage or an evaluation 
 KEEP_ON_FRESH = {".hydra", LOCK_NAME, "superseded"}
 
 #: what each pipeline stage's product depends on (keys of the composed train config; ``sim.loads`` only sets the
-#: evaluation loads)
+#: evaluation loads, and a given ``ckpt_path`` only says where the policy stage continues from)
 STAGE_SETTINGS = {
     "predictor": ("bank", "seed", "predictor", "trainer"),
-    "policy": ("bank", "seed", "predictor", "trainer", "mat", "reward", "sim", "ckpt_path"),
+    "policy": ("bank", "seed", "predictor", "trainer", "mat", "reward", "sim"),
 }
 IGNORED_SETTINGS = {"sim.loads"}
 
@@ -68,8 +69,8 @@ def acquire(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     f = open(folder / LOCK_NAME, "a+")
     try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
         f.seek(0)
         holder = f.read().strip() or "another process"
         f.close()
@@ -90,7 +91,7 @@ def release(folder: Path) -> None:
         return
     entry[1] -= 1
     if entry[1] == 0:
-        fcntl.flock(entry[0].fileno(), fcntl.LOCK_UN)
+        fcntl.lockf(entry[0], fcntl.LOCK_UN)
         entry[0].close()
         del _held[key]
 
