@@ -23,6 +23,7 @@ from mara.core.config import (
     load_method_cfg,
     with_shipped_policies,
 )
+from mara.core.rundir import checkpoint_digests, earlier_results, run_folder
 from mara.core.runlog import Progress, log, setup_logging
 from mara.eval.lofo import run_lofo_experiment
 from mara.eval.prediction_cli import run_prediction
@@ -37,12 +38,14 @@ from mara.eval.runner import (
 from mara.report.results import build_results, write_results
 
 
+@run_folder  # one live run per folder; fresh=true sets the folder's earlier results aside
 def evaluate(cfg: DictConfig) -> dict:
     """Run the evaluation protocol of ``cfg``; writes results into the run folder and returns them.
 
     ``results.json`` / ``results.md`` are rewritten (atomically) after every method, so a failure later loses
     nothing; a method that cannot be evaluated is listed under ``skipped`` / ``failed`` with a one-line reason.
-    With ``eval.resume=true`` the methods already in the folder's ``results.json`` (same protocol) are kept.
+    The folder's ``results.json`` merges by method (mara/core/rundir.py): other methods' rows are kept, and with
+    ``eval.resume`` (default) so are this run's methods already evaluated there with the same settings.
     """
 
     setup_logging()
@@ -87,13 +90,15 @@ def evaluate(cfg: DictConfig) -> dict:
     proto.pop("resume", None)
     proto.pop("tensorboard", None)
     base = {"protocol": proto, "bank": str(bank.path), "method_overrides": overrides}
-    done_rows = _resumable_rows(out / "results.json", base, methods) if cfg.eval.get("resume", False) else {}
+    earlier = earlier_results(out / "results.json", base, methods, resume=bool(cfg.eval.get("resume", True)))
+    digests = checkpoint_digests(overrides)
     title = f"Evaluation ({protocol.scenario})"
 
     def assemble(rows, notes, timings):
-        extra = dict(base, timings=dict(timings))
-        extra["skipped"] = {m: n["reason"] for m, n in notes.items() if n["status"] == "skipped"}
-        extra["failed"] = {m: n["reason"] for m, n in notes.items() if n["status"] == "failed"}
+        merged = earlier.merged(rows, {m: n["reason"] for m, n in notes.items() if n["status"] == "skipped"},
+                                {m: n["reason"] for m, n in notes.items() if n["status"] == "failed"}, overrides, digests)
+        rows = merged.pop("rows")  # the other methods' rows in this folder stay, with their settings
+        extra = dict(base, timings=dict(timings), **merged)
         cl = [r for r in rows if r["method"] == "Clairvoyant"]
         if cl:
             times = [r["solve_time_s"] for r in cl]
@@ -118,7 +123,7 @@ def evaluate(cfg: DictConfig) -> dict:
         bars.setdefault(method, Progress(f"evaluate {method}")).update(fraction)
 
     rows, timings, notes = evaluate_methods(methods, episodes, bank, cfg, progress=progress, log=log.info,
-                                            on_method_done=checkpoint, done_rows=done_rows)
+                                            on_method_done=checkpoint, done_rows=earlier.done)
     res = assemble(rows, notes, timings)
     paths = write_results(res, out, title=title, tensorboard=bool(cfg.eval.get("tensorboard", True)))
     print(Path(paths["md"]).read_text())
@@ -127,15 +132,6 @@ def evaluate(cfg: DictConfig) -> dict:
     log.info(f"wrote {paths['json']} and {paths['md']}")
     res["paths"] = {k: str(v) for k, v in paths.items()}
     return res
-
-
-RESULT_NEUTRAL_KEYS = ("workers",)  # method settings that change how fast a method runs, not its rows
-
-
-def _neutral(overrides: dict) -> dict:
-    """Per-method overrides without the settings that cannot change the rows (and without empty entries)."""
-    kept = {m: {k: v for k, v in (o or {}).items() if k not in RESULT_NEUTRAL_KEYS} for m, o in overrides.items()}
-    return {m: o for m, o in kept.items() if o}
 
 
 def _check_policies_fit_predictor(methods: list[str], overrides: dict) -> None:
@@ -166,31 +162,6 @@ def _without_unfit_shipped(methods: list[str], overrides: dict) -> list[str]:
             continue
         keep.append(m)
     return keep
-
-
-def _resumable_rows(path: Path, base: dict, methods: list[str]) -> dict:
-    """{method: rows} of an earlier results.json in this folder with the same protocol and bank (else {})."""
-    import json
-
-    if not path.exists():
-        return {}
-    try:
-        old = json.loads(path.read_text())
-    except ValueError:
-        return {}
-    differ = [k for k in base if k != "method_overrides" and old.get(k) != json.loads(json.dumps(base[k]))]
-    if differ:
-        log.warning(f"eval.resume: {path} was written with another {', '.join(differ)}; evaluating every method anew")
-        return {}
-    was, now = (_neutral(o) for o in (old.get("method_overrides") or {}, json.loads(json.dumps(base["method_overrides"]))))
-    out: dict = {}
-    for r in old.get("rows", []):
-        if r["method"] in methods and was.get(r["method"]) == now.get(r["method"]):  # a method's rows depend on its own settings
-            out.setdefault(r["method"], []).append(r)
-    rerun = sorted({r["method"] for r in old.get("rows", []) if r["method"] in methods} - set(out))
-    if rerun:
-        log.warning(f"eval.resume: {', '.join(rerun)} evaluated anew (method_overrides changed)")
-    return out
 
 
 def all_methods_failed(res: dict | None) -> str | None:

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from mara.core.cli import check_group_overrides, output_dir, run_cli
 from mara.core.config import ConfigError, load_method_cfg
 from mara.core.runlog import log
+from mara.core.rundir import run_folder, run_stage
 from mara.eval.runner import check_number, node_options, protocol_from_cfg
 from mara.evaluate import all_methods_failed, evaluate
 from mara.mat.train import check_teacher_predictor, resolve_config, train_policy
@@ -42,6 +43,7 @@ def _stage_cfg(cfg: DictConfig, out: Path) -> DictConfig:
     return c
 
 
+@run_folder(stages=("predictor", "policy"))  # one live run per folder; a rerun resumes (fresh=true: start over)
 def train(cfg: DictConfig) -> dict:
     """Run the configured stages; returns a dict of what each stage produced."""
     stage = cfg.get("stage", "all")
@@ -68,7 +70,7 @@ def train(cfg: DictConfig) -> dict:
 
     if run("predictor") and pred_name == "fm" and not (stage == "all" and cfg.predictor.get("ckpt_path")):
 
-        result["predictor"] = train_predictor(_stage_cfg(cfg, out / "predictor"))
+        result["predictor"] = run_stage(out / "predictor", train_predictor, _stage_cfg(cfg, out / "predictor"), "predictor")
         ckpt = result["predictor"].get("fm_ckpt")
         if ckpt:
             with open_dict(cfg):
@@ -80,7 +82,8 @@ def train(cfg: DictConfig) -> dict:
         if not _available("mara.mat.train"):
             raise ConfigError("the policy stage needs mara.mat (MAT-PPO), which this checkout does not have")
 
-        result["policy"] = train_policy(_stage_cfg(cfg, out / "policy"))
+        result["policy"] = run_stage(out / "policy", train_policy, _stage_cfg(cfg, out / "policy"), "policy",
+                                     resume_file="checkpoints/last.ckpt")
 
     if run("evaluate"):
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from mara.core.cli import output_dir
+from mara.core.rundir import run_folder
 from mara.core.config import ConfigError, build_allocators, load_method_cfg
 from mara.curves.bank import load_bank, shipped_bank_path, write_bank
 from mara.curves.families import generation_cap
@@ -155,6 +156,7 @@ def export_bank(cfg: DictConfig, bank, out: Path) -> Path:
     return path
 
 
+@run_folder  # one live run per folder
 def live_main(cfg: DictConfig) -> dict:
     """Run ``cfg.action``; returns the results dict (run) or the exported bank path."""
 

@@ -121,6 +121,10 @@ class MATModule(L.LightningModule):
         if self.global_env_steps >= self.hparams.total_env_steps:
             self.trainer.should_stop = True
 
+    def on_train_start(self) -> None:
+        if self.global_env_steps >= self.hparams.total_env_steps:  # resumed from the checkpoint of a finished training
+            self.trainer.should_stop = True
+
     # --------------------------------------------------------- checkpointing
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         plain_lightning_checkpoint(checkpoint)  # tensors and plain values only: loads with weights_only=True

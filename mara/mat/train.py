@@ -136,7 +136,8 @@ def train_policy(cfg: DictConfig, callbacks: list | None = None) -> dict:
     val_cb = ValidationCallback(out / "checkpoints", val["roots"], val["n_episodes"], val["every_n_iterations"], c["sim"],
                                 c["rollout"]["scale"], val["baselines"], c["workload"]["task_set"], validation_load(c),
                                 at_start=val.get("at_start", False))
-    last_cb = ModelCheckpoint(dirpath=out / "checkpoints", save_last=True, save_top_k=0, every_n_epochs=1, enable_version_counter=False)
+    # the state after every PPO iteration (weights, optimiser, rollout and validation state): a killed run resumes there
+    last_cb = ModelCheckpoint(dirpath=out / "checkpoints", filename="last", save_top_k=1, every_n_epochs=1, enable_version_counter=False)
     what = c.get("run_name") or f"policy ({pred_name}, {c['reward']}, seed {c['seed']})"
     prog_cb = ProgressCallback(what, total_env_steps=int(c["total_env_steps"]))
     trainer = L.Trainer(
