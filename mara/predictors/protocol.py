@@ -53,6 +53,12 @@ def _fm(cfg, bank_path=None):
     return FlowPredictor.from_config(cfg, bank_path)
 
 
+def _fm_cal(cfg, bank_path=None):
+    from mara.predictors.calibrated import CalibratedFlowPredictor
+
+    return CalibratedFlowPredictor.from_config(cfg, bank_path)
+
+
 def _qr(cfg, bank_path=None):
 
     return QuantileHeadPredictor.from_config(cfg, bank_path)
@@ -63,7 +69,7 @@ def _truth(cfg, bank_path=None):
     return TruthPredictor.from_config(cfg)
 
 
-PREDICTORS = {"wls": _wls, "fm": _fm, "qr": _qr, "truth": _truth}
+PREDICTORS = {"wls": _wls, "fm": _fm, "fm_cal": _fm_cal, "qr": _qr, "truth": _truth}
 
 
 def build_predictor(cfg_predictor, bank_path=None) -> RemainingPredictor:
