@@ -18,7 +18,7 @@ from mara.allocators.slack import band_quantile
 from mara.core.config import conf_dir
 from mara.curves.bank import CurveBank, default_bank_path, load_bank
 from mara.curves.families import ID_FAMILIES
-from mara.eval.decision_metrics import decision_markdown, decision_metrics
+from mara.eval.decision_metrics import OBS_BINS, decision_markdown, decision_metrics, obs_bin_labels
 from mara.predictors.data import observe, true_remaining
 from mara.predictors.protocol import build_predictor
 from mara.predictors.uncertainty import band_metrics
@@ -83,7 +83,7 @@ def evaluate_predictor(predictor, bank: CurveBank, q: dict, obs_every: int = 10,
                                            bank.lr[rows], family=bank.family[rows])
 
     pred, secs = _timed(call)
-    band = {}
+    band, qs = {}, None
     if hasattr(predictor, "predict_quantiles"):
         S, L = observe(bank, rows, q["n_obs"], obs_every)
         qs = predictor.predict_quantiles(S, L, q["n_obs"], q["eps"], q["cap"], bank.batch_size[rows], bank.lr[rows],
@@ -95,7 +95,41 @@ def evaluate_predictor(predictor, bank: CurveBank, q: dict, obs_every: int = 10,
     true_ok = q["first"] <= q["budget"]
     per_rank = [float(err[q["rank"] == k].mean()) if (q["rank"] == k).any() else float("nan") for k in range(n_ranks)]
     return {"mae": float(err.mean()), "budget_acc": float((pred_ok == true_ok).mean()),
-            "ms_per_prefix": 1e3 * secs / len(rows), "per_rank_mae": per_rank, "n_queries": int(len(rows)), **band}, pred
+            "ms_per_prefix": 1e3 * secs / len(rows), "per_rank_mae": per_rank, "n_queries": int(len(rows)), **band,
+            "by_obs": metrics_by_obs(q["n_obs"], err, pred_ok == true_ok, qs, q["truth"])}, pred
+
+
+def metrics_by_obs(n_obs, err, correct, qs, truth, edges=OBS_BINS) -> dict:
+    """{n_obs bin: MAE, finish-decision accuracy, q10–q90 coverage (None without a band), n} over queries [Q]."""
+    bins = np.digitize(np.asarray(n_obs), edges) - 1
+    out = {}
+    for i, lab in enumerate(obs_bin_labels(edges)):
+        m = bins == i
+        n = int(m.sum())
+        nan = float("nan")
+        out[lab] = {"mae": float(err[m].mean()) if n else nan, "budget_acc": float(correct[m].mean()) if n else nan,
+                    "coverage": (band_metrics(qs[m], truth[m])["coverage"] if n else nan) if qs is not None else None,
+                    "n": n}
+    return out
+
+
+def by_obs_markdown(results: dict) -> str:
+    """One table: task set × method rows, per n_obs bin the MAE / finish accuracy (%) / q10–q90 coverage (%)."""
+    labels = obs_bin_labels()
+    lines = ["| Task set | Method | " + " | ".join(f"n_obs {lab}: MAE / acc. / cov." for lab in labels) + " |",
+             "|---|---|" + "---:|" * len(labels)]
+    for ts, res in results.items():
+        for m in ("FM", "WLS"):
+            cells = []
+            for lab in labels:
+                b = res[m].get("by_obs", {}).get(lab)
+                if not b or not b["n"]:
+                    cells.append("–")
+                    continue
+                cov = "–" if b["coverage"] is None else f"{100 * b['coverage']:.0f}"
+                cells.append(f"{b['mae']:.0f} / {100 * b['budget_acc']:.0f} / {cov} ({b['n']})")
+            lines.append(f"| {ts} | {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _figure(bank, fm, wls, q, out_dir: Path, results: dict, obs_every: int, rank: int = 3) -> list[str]:
@@ -220,7 +254,7 @@ def run_prediction_benchmark(bank: CurveBank, fm, wls, family_params: dict, out_
             results[ts]["decision"] = decision_results(fm, wls, bank, q, obs_every, decision_quantiles)
     figs = _figure(bank, fm, wls, queries["ID"], out_dir, {ts: {m: r[m] for m in ("FM", "WLS")} for ts, r in results.items()},
                    obs_every) if "ID" in queries else []
-    md = table1_markdown(results)
+    md = table1_markdown(results) + "\n" + by_obs_markdown(results)
     if decision_quantiles is not None:
 
         md += "\n" + decision_markdown({ts: r.get("decision") or {} for ts, r in results.items()})
