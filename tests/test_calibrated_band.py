@@ -5,7 +5,8 @@ from omegaconf import OmegaConf
 
 from mara.curves.bank import default_bank_path, load_bank
 from mara.eval.prediction import build_queries, by_obs_markdown, metrics_by_obs
-from mara.predictors.calibrated import CalibratedFlowPredictor, calibrate, family_offsets, novel_offset, offsets_for
+from mara.predictors.calibrated import (calibrate, family_offsets, held_out_family_coverage, novel_offset,
+                                        offsets_for)
 from mara.predictors.data import observe
 from mara.predictors.factory import predictor_from
 from mara.predictors.uncertainty import apply_offset, band_metrics
@@ -83,6 +84,15 @@ def test_fm_cal_offsets_are_fitted_on_held_out_curves_of_the_training_families_o
         m = bank.family[rows] == f
         n = int(m.sum())  # the query whose score equals the offset sits on the band's end: round-off may drop it
         assert band_metrics(band[m], q["truth"][m])["coverage"] >= (np.ceil((n + 1) * 0.8) - 1) / n
+
+
+def test_held_out_family_check_wider_rule_never_covers_less(fm_cal):
+    bank = load_bank(default_bank_path())
+    cov = held_out_family_coverage(fm_cal.fm, bank)
+    assert set(cov) == {"pooled", "widest", "upper_quartile", "median"}
+    assert set(cov["widest"]) == set(fm_cal.offsets)
+    for f in fm_cal.offsets:  # widest ≥ upper quartile ≥ median of the same offsets: the bands are nested
+        assert cov["widest"][f] >= cov["upper_quartile"][f] >= cov["median"][f]
 
 
 def test_unknown_predictor_name_is_refused():
