@@ -5,7 +5,7 @@ from omegaconf import OmegaConf
 
 from mara.curves.bank import default_bank_path, load_bank
 from mara.eval.prediction import build_queries, by_obs_markdown, metrics_by_obs
-from mara.predictors.calibrated import (calibrate, family_offsets, held_out_family_coverage, novel_offset,
+from mara.predictors.calibrated import (calibrate, group_offsets, held_out_family_coverage, novel_offset,
                                         offsets_for)
 from mara.predictors.data import observe
 from mara.predictors.factory import predictor_from
@@ -20,25 +20,34 @@ def _family_set(rng, n, width):
     return np.expm1(centre - 0.05), np.expm1(centre + 0.05), y
 
 
-def test_family_offsets_give_the_exact_split_conformal_coverage_per_family():
+def test_group_offsets_give_the_exact_split_conformal_coverage_per_family_and_bin():
     rng = np.random.default_rng(0)
-    parts = {"narrow": _family_set(rng, 49, 0.1), "wide": _family_set(rng, 99, 1.0)}
+    parts = {("narrow", 5): _family_set(rng, 49, 0.1), ("narrow", 25): _family_set(rng, 39, 0.5),
+             ("wide", 5): _family_set(rng, 99, 1.0)}
     lo, hi, y = (np.concatenate([p[i] for p in parts.values()]) for i in range(3))
-    fam = np.concatenate([[f] * len(p[0]) for f, p in parts.items()])
-    offs = family_offsets(lo, hi, y, fam, coverage=0.8)
-    assert offs["wide"] > offs["narrow"]
-    for f, (l, h, t) in parts.items():
+    fam = np.concatenate([[f] * len(p[0]) for (f, _), p in parts.items()])
+    n_obs = np.concatenate([[k] * len(p[0]) for (_, k), p in parts.items()])
+    offs = group_offsets(lo, hi, y, fam, n_obs, obs_bins=(10, 20), coverage=0.8)
+    assert offs["narrow"].shape == (3,) and np.isnan(offs["narrow"][1]) and np.isnan(offs["wide"][1:]).all()
+    assert offs["wide"][0] > offs["narrow"][0]
+    for (f, k), (l, h, t) in parts.items():
         n = len(t)
-        a, b = apply_offset(l, np.sqrt(l * h), h, offs[f], np.full(n, 1e9))
+        e = offsets_for(np.array([f] * n), np.full(n, k), offs, novel_offset(offs, 3), (10, 20))
+        a, b = apply_offset(l, np.sqrt(l * h), h, e, np.full(n, 1e9))
         inside = ((a <= t * (1 + 1e-12)) & (t <= b * (1 + 1e-12))).mean()
         assert inside == pytest.approx(np.ceil((n + 1) * 0.8) / n)  # ⌈(n+1)·0.8⌉ of n scores are ≤ the offset
 
 
-def test_novel_family_gets_the_widest_known_offset():
-    offs = {"a": -0.1, "b": 0.3, "c": 0.05}
-    assert novel_offset(offs) == 0.3 and novel_offset({}) == 0.0
-    np.testing.assert_array_equal(offsets_for(["c", "zzz", "a"], offs, novel_offset(offs)), [0.05, 0.3, -0.1])
-    assert offsets_for(None, offs, 0.3) is None
+def test_novel_family_gets_the_widest_known_offset_per_bin():
+    offs = {"a": np.array([-0.1, 0.2]), "b": np.array([0.3, np.nan]), "c": np.array([0.05, 0.0])}
+    np.testing.assert_array_equal(novel_offset(offs, 2), [0.3, 0.2])
+    np.testing.assert_array_equal(novel_offset({}, 2), [0.0, 0.0])
+    np.testing.assert_array_equal(novel_offset({"b": np.array([0.3, np.nan])}, 2), [0.3, 0.0])
+    novel = novel_offset(offs, 2)
+    # rows: c early, unknown family late, a early, b late (b has no late offset: the novel one)
+    got = offsets_for(np.array(["c", "zzz", "a", "b"]), np.array([4, 12, 9, 30]), offs, novel, obs_bins=(10,))
+    np.testing.assert_array_equal(got, [0.05, 0.2, -0.1, 0.2])
+    np.testing.assert_array_equal(offsets_for(None, np.array([4, 12]), offs, novel, (10,)), [0.3, 0.2])
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +71,8 @@ def test_fm_cal_keeps_the_fm_median_and_widens_by_the_family_offset(fm_cal):
     assert np.all(np.diff(band, axis=1) >= 0) and np.all(band[:, 2] <= q["cap"])
     np.testing.assert_array_equal(band[:3], np.repeat(q["cap"][:3, None], 3, axis=1))
     warm = n_obs >= 4
-    lo, hi = apply_offset(raw[:, 0], raw[:, 1], raw[:, 2], offsets_for(fam, fm_cal.offsets, fm_cal.novel), q["cap"])
+    off = offsets_for(fam, n_obs, fm_cal.offsets, fm_cal.novel, fm_cal.obs_bins)
+    lo, hi = apply_offset(raw[:, 0], raw[:, 1], raw[:, 2], off + 1e-9, q["cap"])
     np.testing.assert_allclose(band[warm, 0], lo[warm])
     np.testing.assert_allclose(band[warm, 2], hi[warm])
 
@@ -71,28 +81,32 @@ def test_fm_cal_offsets_are_fitted_on_held_out_curves_of_the_training_families_o
     bank = load_bank(default_bank_path())
     trained = {f for f in np.unique(bank.family) if len(bank.rows(f, "fm_train"))}
     assert set(fm_cal.offsets) == trained  # RL and ViT have no training curves: no offset of their own
-    assert fm_cal.novel == max(fm_cal.offsets.values())
+    np.testing.assert_array_equal(fm_cal.novel, np.nanmax(np.stack(list(fm_cal.offsets.values())), axis=0))
     # refitting on the same calibration split reproduces the offsets, and the band then covers ≥ 80 % of it
-    assert calibrate(fm_cal.fm, bank, split="pool") == pytest.approx(fm_cal.offsets)
+    refit = calibrate(fm_cal.fm, bank, split="pool", obs_bins=fm_cal.obs_bins)
+    for f, v in fm_cal.offsets.items():
+        np.testing.assert_allclose(refit[f], v)
     fams = sorted(trained)
     q = build_queries(bank, fams, "pool", bank.family_params)
     rows = q["rows"]
     S, L = observe(bank, rows, q["n_obs"])
     band = fm_cal.predict_quantiles(S, L, q["n_obs"], q["eps"], q["cap"], bank.batch_size[rows], bank.lr[rows],
                                     family=bank.family[rows])
-    for f in fams:
-        m = bank.family[rows] == f
-        n = int(m.sum())  # the query whose score equals the offset sits on the band's end: round-off may drop it
-        assert band_metrics(band[m], q["truth"][m])["coverage"] >= (np.ceil((n + 1) * 0.8) - 1) / n
+    bins = np.digitize(q["n_obs"], fm_cal.obs_bins)
+    for f, b in {(f, b) for f in fams for b in range(len(fm_cal.obs_bins) + 1)}:
+        m = (bank.family[rows] == f) & (bins == b)
+        n = int(m.sum())
+        assert band_metrics(band[m], q["truth"][m])["coverage"] >= np.ceil((n + 1) * 0.8) / n
 
 
 def test_held_out_family_check_wider_rule_never_covers_less(fm_cal):
     bank = load_bank(default_bank_path())
-    cov = held_out_family_coverage(fm_cal.fm, bank)
-    assert set(cov) == {"pooled", "widest", "upper_quartile", "median"}
-    assert set(cov["widest"]) == set(fm_cal.offsets)
-    for f in fm_cal.offsets:  # widest ≥ upper quartile ≥ median of the same offsets: the bands are nested
-        assert cov["widest"][f] >= cov["upper_quartile"][f] >= cov["median"][f]
+    cov = held_out_family_coverage(fm_cal.fm, bank, obs_bins_options=((), (10, 20)))
+    assert set(cov) == {(r, b) for r in ("pooled", "widest", "upper_quartile", "median") for b in ((), (10, 20))}
+    for b in ((), (10, 20)):
+        assert set(cov[("widest", b)]) == set(fm_cal.offsets)
+        for f in fm_cal.offsets:  # widest ≥ upper quartile ≥ median of the same offsets: the bands are nested
+            assert cov[("widest", b)][f] >= cov[("upper_quartile", b)][f] >= cov[("median", b)][f]
 
 
 def test_unknown_predictor_name_is_refused():
