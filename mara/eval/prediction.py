@@ -25,6 +25,7 @@ from mara.predictors.uncertainty import band_metrics
 from mara.predictors.wls import wls_fit
 
 CONF_PREDICTOR = conf_dir("predictor")
+COLD_OBS = (1, 2, 3)  # observation counts of cold tasks (a warm estimate needs 4)
 TASK_SETS = {"ID": (tuple(ID_FAMILIES), "fm_val"), "RL_OOD": (("RLExpertConfig",), "pool"),
              "ViT_OOD": (("ViT_Cifar10_1",), "pool")}
 
@@ -58,6 +59,26 @@ def build_queries(bank: CurveBank, families, split: str, family_params: dict, n_
     return q
 
 
+def build_cold_queries(bank: CurveBank, families, split: str, family_params: dict, obs=(1, 2, 3), obs_every: int = 10,
+                       seed: int = 0) -> dict:
+    """Queries [Q] of cold tasks (``obs`` observations, fewer than a warm estimate needs), keyed as ``build_queries``'s,
+    with the same (ε, budget) draw per curve; ``rank`` is the observation count's index in ``obs``."""
+    rows = np.concatenate([bank.rows(f, split) for f in families])
+    out = {k: [] for k in ("rows", "rank", "n_obs", "eps", "budget")}
+    for r in rows:
+        eps, B = draw_eps_budget(family_params[bank.family[r]], np.random.default_rng([seed, int(r)]))
+        for k, n in enumerate(obs):
+            for key, v in zip(out, (r, k, n, eps, B)):
+                out[key].append(v)
+    q = {k: np.asarray(v) for k, v in out.items()}
+    first = bank.first_crossing(q["rows"], q["eps"])
+    keep = first > q["n_obs"] * obs_every
+    q = {k: v[keep] for k, v in q.items()}
+    q["first"] = first[keep]
+    q["truth"], q["cap"] = true_remaining(bank, q["rows"], q["n_obs"], q["eps"], obs_every)
+    return q
+
+
 def concat_queries(qs: list[dict]) -> dict:
     """One query set from several (e.g. a family's fm_val and pool queries)."""
     qs = [q for q in qs if len(q["rows"])]
@@ -73,7 +94,8 @@ def _timed(fn, repeats: int = 3):
     return out, best
 
 
-def evaluate_predictor(predictor, bank: CurveBank, q: dict, obs_every: int = 10, n_ranks: int = 8) -> tuple[dict, np.ndarray]:
+def evaluate_predictor(predictor, bank: CurveBank, q: dict, obs_every: int = 10, n_ranks: int = 8,
+                       obs_edges=OBS_BINS) -> tuple[dict, np.ndarray]:
     """Metrics of one predictor on one query set (latency = best of 3 batched calls, incl. feature building)."""
     rows = q["rows"]
 
@@ -96,7 +118,7 @@ def evaluate_predictor(predictor, bank: CurveBank, q: dict, obs_every: int = 10,
     per_rank = [float(err[q["rank"] == k].mean()) if (q["rank"] == k).any() else float("nan") for k in range(n_ranks)]
     return {"mae": float(err.mean()), "budget_acc": float((pred_ok == true_ok).mean()),
             "ms_per_prefix": 1e3 * secs / len(rows), "per_rank_mae": per_rank, "n_queries": int(len(rows)), **band,
-            "by_obs": metrics_by_obs(q["n_obs"], err, pred_ok == true_ok, qs, q["truth"])}, pred
+            "by_obs": metrics_by_obs(q["n_obs"], err, pred_ok == true_ok, qs, q["truth"], obs_edges)}, pred
 
 
 def metrics_by_obs(n_obs, err, correct, qs, truth, edges=OBS_BINS) -> dict:
@@ -113,9 +135,9 @@ def metrics_by_obs(n_obs, err, correct, qs, truth, edges=OBS_BINS) -> dict:
     return out
 
 
-def by_obs_markdown(results: dict) -> str:
+def by_obs_markdown(results: dict, edges=OBS_BINS) -> str:
     """One table: task set × method rows, per n_obs bin the MAE / finish accuracy (%) / q10–q90 coverage (%)."""
-    labels = obs_bin_labels()
+    labels = obs_bin_labels(edges)
     lines = ["| Task set | Method | " + " | ".join(f"n_obs {lab}: MAE / acc. / cov." for lab in labels) + " |",
              "|---|---|" + "---:|" * len(labels)]
     for ts, res in results.items():
@@ -242,7 +264,7 @@ def run_prediction_benchmark(bank: CurveBank, fm, wls, family_params: dict, out_
     torch.set_num_threads(1)  # latency on one core
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    results, queries = {}, {}
+    results, queries, cold = {}, {}, {}
     for ts, (fams, split) in TASK_SETS.items():
         fams = [f for f in fams if len(bank.rows(f, split))]
         if not fams:
@@ -252,9 +274,15 @@ def run_prediction_benchmark(bank: CurveBank, fm, wls, family_params: dict, out_
         results[ts] = {name: evaluate_predictor(p, bank, q, obs_every, n_ranks)[0] for name, p in (("FM", fm), ("WLS", wls))}
         if decision_quantiles is not None:
             results[ts]["decision"] = decision_results(fm, wls, bank, q, obs_every, decision_quantiles)
+        qc = build_cold_queries(bank, fams, split, family_params, COLD_OBS, obs_every, seed)
+        if len(qc["rows"]):
+            cold[ts] = {name: evaluate_predictor(p, bank, qc, obs_every, len(COLD_OBS), COLD_OBS)[0]
+                        for name, p in (("FM", fm), ("WLS", wls))}
     figs = _figure(bank, fm, wls, queries["ID"], out_dir, {ts: {m: r[m] for m in ("FM", "WLS")} for ts, r in results.items()},
                    obs_every) if "ID" in queries else []
-    md = table1_markdown(results) + "\n" + by_obs_markdown(results)
+    for ts, c in cold.items():
+        results[ts]["cold"] = c
+    md = table1_markdown(results) + "\n" + by_obs_markdown(results) + "\n" + by_obs_markdown(cold, COLD_OBS)
     if decision_quantiles is not None:
 
         md += "\n" + decision_markdown({ts: r.get("decision") or {} for ts, r in results.items()})

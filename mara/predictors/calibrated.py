@@ -63,8 +63,8 @@ class CalibratedFlowPredictor:
     name = "fm_cal"
     supports_cache = True
 
-    def __init__(self, fm: FlowPredictor, offsets: Mapping[str, np.ndarray], obs_bins=OBS_BINS):
-        self.fm, self.obs_bins = fm, tuple(int(b) for b in obs_bins)
+    def __init__(self, fm: FlowPredictor, offsets: Mapping[str, np.ndarray], obs_bins=OBS_BINS, cold=None):
+        self.fm, self.obs_bins, self.cold = fm, tuple(int(b) for b in obs_bins), cold  # cold: ColdPrior or None (cap)
         self.offsets = {str(k): np.asarray(v, np.float64) for k, v in offsets.items()}
         self.novel = novel_offset(self.offsets, len(self.obs_bins) + 1)
         self.quantiles = fm.quantiles
@@ -81,7 +81,14 @@ class CalibratedFlowPredictor:
         bank = load_bank(bank_path or default_bank_path())
         offsets = calibrate(fm, bank, split=str(cal.get("split", "pool")), coverage=float(cal.get("coverage", 0.8)),
                             obs_bins=bins, obs_every=int(cal.get("obs_every", 10)), seed=int(cal.get("seed", 0)))
-        return cls(fm, offsets, bins)
+        cc = cfg.get("cold")
+        cold = None
+        if cc:
+            from mara.predictors.cold import ColdPrior
+
+            cold = ColdPrior.from_bank(bank, split=str(cc.get("split", "fm_train")), k=int(cc.get("k", 10)),
+                                       quantiles=fm.quantiles)
+        return cls(fm, offsets, bins, cold)
 
     def predict_quantiles(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None, keys=None, cache=None):
         """[B, Q] ordered remaining batches; the outer columns widened by each row's (family, n_obs bin) offset."""
@@ -95,14 +102,28 @@ class CalibratedFlowPredictor:
         lo, hi = apply_offset(q[:, 0], q[:, mid], q[:, -1], off + ROUNDOFF, cap)
         q = q.copy()
         q[:, 0], q[:, -1] = lo, hi
-        warm = np.asarray(lengths) >= self.fm.min_obs
-        q[~warm] = cap[~warm, None]
+        cold = np.flatnonzero(np.asarray(lengths) < self.fm.min_obs)
+        q[cold] = cap[cold, None]
+        if self.cold is not None and len(cold) and family is not None:
+            sub = lambda a: np.asarray(a)[cold]  # noqa: E731
+            q[cold] = self.cold.predict_quantiles(sub(S), sub(L), sub(lengths), sub(eps), cap[cold], sub(batch_size),
+                                                  sub(family))
         return q
 
     def predict_remaining(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None, keys=None, cache=None):
-        """The FM's median remaining batches [B] (the calibration moves only the band)."""
-        return self.fm.predict_remaining(S, L, lengths, eps, cap_remaining, batch_size, lr, family=family, keys=keys,
-                                         cache=cache)
+        """The FM's median remaining batches [B] (the calibration moves only the band); cold tasks: the cold prior's
+        median when ``cold`` is set."""
+        med = self.fm.predict_remaining(S, L, lengths, eps, cap_remaining, batch_size, lr, family=family, keys=keys,
+                                        cache=cache)
+        cold = np.flatnonzero(np.asarray(lengths) < self.fm.min_obs)
+        if self.cold is None or not len(cold) or family is None:
+            return med
+        sub = lambda a: np.asarray(a)[cold]  # noqa: E731
+        q = self.cold.predict_quantiles(sub(S), sub(L), sub(lengths), sub(eps), sub(cap_remaining), sub(batch_size),
+                                        sub(family))
+        med = np.array(med, np.float64)
+        med[cold] = q[:, len(self.quantiles) // 2]
+        return med
 
     def sample_futures(self, S, L, lengths, cap_remaining, batch_size, lr, n_samples: int, n_steps: int):
         """The FM's sampled futures (s_edges [B, K+1], L̂ [B, N, K+1]); the calibration does not touch them."""
