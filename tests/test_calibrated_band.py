@@ -61,16 +61,18 @@ def test_fm_cal_keeps_the_fm_median_and_widens_by_the_family_offset(fm_cal):
     rows = q["rows"]
     S, L = observe(bank, rows, q["n_obs"])
     n_obs = q["n_obs"].copy()
-    n_obs[:3] = 2  # cold rows: the cap everywhere
+    n_obs[:3] = 2  # cold rows: the FM answers the cap, fm_cal its cold prior
     args = (S, L, n_obs, q["eps"], q["cap"], bank.batch_size[rows], bank.lr[rows])
     fam = bank.family[rows]
     band = fm_cal.predict_quantiles(*args, family=fam)
     raw = fm_cal.fm.predict_quantiles(*args, family=fam)
     np.testing.assert_array_equal(band[:, 1], fm_cal.predict_remaining(*args, family=fam))
-    np.testing.assert_array_equal(band[:, 1], raw[:, 1])
-    assert np.all(np.diff(band, axis=1) >= 0) and np.all(band[:, 2] <= q["cap"])
-    np.testing.assert_array_equal(band[:3], np.repeat(q["cap"][:3, None], 3, axis=1))
     warm = n_obs >= 4
+    np.testing.assert_array_equal(band[warm, 1], raw[warm, 1])
+    assert np.all(np.diff(band, axis=1) >= 0) and np.all(band[:, 2] <= q["cap"])
+    np.testing.assert_array_equal(raw[:3], np.repeat(q["cap"][:3, None], 3, axis=1))
+    np.testing.assert_array_equal(band[:3], fm_cal.cold.predict_quantiles(S[:3], L[:3], n_obs[:3], q["eps"][:3],
+                                                                          q["cap"][:3], args[5][:3], fam[:3]))
     off = offsets_for(fam, n_obs, fm_cal.offsets, fm_cal.novel, fm_cal.obs_bins)
     lo, hi = apply_offset(raw[:, 0], raw[:, 1], raw[:, 2], off + 1e-9, q["cap"])
     np.testing.assert_allclose(band[warm, 0], lo[warm])
@@ -130,3 +132,46 @@ def test_metrics_by_obs_known_answer():
     assert metrics_by_obs(n_obs, err, correct, None, truth)["4–5"]["coverage"] is None
     md = by_obs_markdown({"ID": {"FM": {"by_obs": out}, "WLS": {"by_obs": metrics_by_obs(n_obs, err, correct, None, truth)}}})
     assert "| ID | FM | 15 / 50 / 50 (2) | 3 / 100 / 100 (1) |" in md and "| ID | WLS | 15 / 50 / – (2)" in md
+
+
+def test_cold_prior_known_answer():
+    from mara.predictors.cold import ColdPrior
+
+    # three curves of family "a" over 10 batches: constant losses 1.0, 2.0, 4.0 until they drop to 0.1 at batch 3/6/9
+    L = np.array([[1.0] * 2 + [0.1] * 8, [2.0] * 5 + [0.1] * 5, [4.0] * 8 + [0.1] * 2])
+    prior = ColdPrior({"a": L}, k=2, quantiles=(0.0, 0.5, 1.0))
+    bs = np.array([4.0, 4.0, 4.0, 4.0])
+    # row 0: one observation at batch 1 with loss 1.9: nearest 2.0 then 1.0 (log 1.9 < log 4/1.9) -> remaining 5 and 2
+    # row 1: two observations (batches 1, 4) of loss 4: the 1.0 curve crossed at 3 <= 4 (excluded) -> 9-4=5, 6-4=2
+    # row 2: a family with no curves -> cap; row 3: no observation -> the two nearest by index order (all d = 0)
+    S = np.array([[4.0, 0.0], [4.0, 16.0], [4.0, 0.0], [0.0, 0.0]])
+    Lh = np.array([[1.9, 0.0], [4.0, 4.0], [1.0, 0.0], [0.0, 0.0]])
+    q = prior.predict_quantiles(S, Lh, np.array([1, 2, 1, 0]), np.full(4, 0.5), np.array([100, 100, 7, 4]), bs,
+                                np.array(["a", "a", "zzz", "a"]))
+    np.testing.assert_allclose(q[0], [2.0, 3.5, 5.0])
+    np.testing.assert_allclose(q[1], [2.0, 3.5, 5.0])
+    np.testing.assert_allclose(q[2], [7.0, 7.0, 7.0])
+    np.testing.assert_allclose(q[3], [3.0, 3.5, 4.0])  # remaining 3 and 6 capped at 4
+    np.testing.assert_array_equal(prior.predict_quantiles(S, Lh, np.array([1, 2, 1, 0]), np.full(4, 0.5),
+                                                          np.full(4, 9), bs, None), np.full((4, 3), 9.0))
+
+
+def test_cold_queries_and_fm_cal_cold_estimates(fm_cal):
+    from mara.eval.prediction import build_cold_queries
+
+    bank = load_bank(default_bank_path())
+    q = build_cold_queries(bank, ["CNN_Cifar10", "RLExpertConfig"], "pool", bank.family_params, obs=(1, 3))
+    assert set(np.unique(q["n_obs"])) <= {1, 3} and np.all(q["first"] > 10 * q["n_obs"])
+    rows = q["rows"]
+    S, L = observe(bank, rows, q["n_obs"])
+    args = (S, L, q["n_obs"], q["eps"], q["cap"], bank.batch_size[rows], bank.lr[rows])
+    fam = bank.family[rows]
+    band = fm_cal.predict_quantiles(*args, family=fam)
+    med = fm_cal.predict_remaining(*args, family=fam)
+    np.testing.assert_array_equal(band[:, 1], med)
+    novel = fam == "RLExpertConfig"  # no training curves: the cap, as without the cold prior
+    np.testing.assert_array_equal(band[novel], np.repeat(q["cap"][novel, None], 3, axis=1))
+    known = ~novel
+    np.testing.assert_array_equal(band[known], fm_cal.cold.predict_quantiles(*[a[known] for a in args[:5]],
+                                                                             args[5][known], fam[known]))
+    assert (band[known, 1] < q["cap"][known]).mean() > 0.5  # informative, not the cap
