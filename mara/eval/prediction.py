@@ -4,7 +4,9 @@ Queries: for each curve of a task set, ε and budget B drawn deterministically f
 and eight prefixes (query ranks) spread over the budget on the obs_every grid; a query counts only if
 the curve has not crossed ε by its prefix end (the simulator would have retired the task).
 Metrics: capped remaining-batch MAE, budget-success accuracy (predicted crossing within B ↔ true
-crossing within B), milliseconds per prefix for one batched call.
+crossing within B), milliseconds per prefix for one batched call; q10–q90 coverage of the true remaining batches
+for predictors with a band; all of them also per observation-count bin (``by_obs``), and on cold queries (1–3
+observations of the same curves and draws, ``cold``), where a predictor without a cold estimate answers the cap.
 """
 from __future__ import annotations
 
