@@ -175,3 +175,13 @@ def test_cold_queries_and_fm_cal_cold_estimates(fm_cal):
     np.testing.assert_array_equal(band[known], fm_cal.cold.predict_quantiles(*[a[known] for a in args[:5]],
                                                                              args[5][known], fam[known]))
     assert (band[known, 1] < q["cap"][known]).mean() > 0.5  # informative, not the cap
+
+
+@pytest.mark.parametrize("override", ["calibration.split=valid", "cold.split=training"])
+def test_a_wrong_split_is_one_clear_config_error(override):
+    from mara.core.config import ConfigError
+    from mara.predictors.factory import predictor_config
+
+    cfg = OmegaConf.merge(predictor_config("fm_cal"), OmegaConf.from_dotlist([override]))
+    with pytest.raises(ConfigError, match="is not a bank split"):
+        predictor_from(cfg, default_bank_path())

@@ -72,16 +72,19 @@ class CalibratedFlowPredictor:
     @classmethod
     def from_config(cls, cfg, bank_path=None) -> "CalibratedFlowPredictor":
         """The FM of ``cfg`` (band offset 0) calibrated on the bank at ``bank_path`` (``cfg.calibration``)."""
-        from mara.curves.bank import default_bank_path, load_bank
+        from mara.core.config import ConfigError
+        from mara.curves.bank import SPLITS, default_bank_path, load_bank
 
+        cal, cc = cfg.get("calibration", {}) or {}, cfg.get("cold")
+        for key, split in (("calibration.split", cal.get("split", "pool")), ("cold.split", (cc or {}).get("split"))):
+            if split is not None and split not in SPLITS:
+                raise ConfigError(f"predictor.{key}={split!r} is not a bank split (known: {', '.join(SPLITS)})")
         fm = FlowPredictor.from_config(cfg, bank_path)
         fm.band_offset = 0.0  # the per-family offsets replace the checkpoint's pooled one
-        cal = cfg.get("calibration", {}) or {}
         bins = tuple(cal.get("obs_bins", OBS_BINS))
         bank = load_bank(bank_path or default_bank_path())
         offsets = calibrate(fm, bank, split=str(cal.get("split", "pool")), coverage=float(cal.get("coverage", 0.8)),
                             obs_bins=bins, obs_every=int(cal.get("obs_every", 10)), seed=int(cal.get("seed", 0)))
-        cc = cfg.get("cold")
         cold = None
         if cc:
             from mara.predictors.cold import ColdPrior
