@@ -4,7 +4,9 @@ Queries: for each curve of a task set, ε and budget B drawn deterministically f
 and eight prefixes (query ranks) spread over the budget on the obs_every grid; a query counts only if
 the curve has not crossed ε by its prefix end (the simulator would have retired the task).
 Metrics: capped remaining-batch MAE, budget-success accuracy (predicted crossing within B ↔ true
-crossing within B), milliseconds per prefix for one batched call.
+crossing within B), milliseconds per prefix for one batched call; q10–q90 coverage of the true remaining batches
+for predictors with a band; all of them also per observation-count bin (``by_obs``), and on cold queries (1–3
+observations of the same curves and draws, ``cold``), where a predictor without a cold estimate answers the cap.
 """
 from __future__ import annotations
 
@@ -18,35 +20,28 @@ from mara.allocators.slack import band_quantile
 from mara.core.config import conf_dir
 from mara.curves.bank import CurveBank, default_bank_path, load_bank
 from mara.curves.families import ID_FAMILIES
-from mara.eval.decision_metrics import decision_markdown, decision_metrics
+from mara.eval.decision_metrics import OBS_BINS, decision_markdown, decision_metrics, obs_bin_labels
 from mara.predictors.data import observe, true_remaining
 from mara.predictors.factory import predictor_from
+from mara.predictors.queries import build_queries, draw_eps_budget
 from mara.predictors.uncertainty import band_metrics
 from mara.predictors.wls import wls_fit
 
 CONF_PREDICTOR = conf_dir("predictor")
+COLD_OBS = (1, 2, 3)  # observation counts of cold tasks (a warm estimate needs 4)
 TASK_SETS = {"ID": (tuple(ID_FAMILIES), "fm_val"), "RL_OOD": (("RLExpertConfig",), "pool"),
              "ViT_OOD": (("ViT_Cifar10_1",), "pool")}
 
 
-def draw_eps_budget(params: dict, rng: np.random.Generator) -> tuple[float, int]:
-    """One (ε, budget) from a family entry: ID ε·U[0.9,1.1], integer budget; OOD log-uniform ε, budget from the set."""
-    if "eps" in params:
-        return float(params["eps"] * rng.uniform(0.9, 1.1)), int(rng.integers(params["budget"][0], params["budget"][1] + 1))
-    lo, hi = params["eps_range"]
-    return float(np.exp(rng.uniform(np.log(lo), np.log(hi)))), int(rng.choice(params["budget_set"]))
-
-
-def build_queries(bank: CurveBank, families, split: str, family_params: dict, n_ranks: int = 8,
-                  obs_every: int = 10, seed: int = 0) -> dict:
-    """Deterministic queries [Q]: rows, rank, n_obs, eps, budget, truth (capped), cap (remaining)."""
+def build_cold_queries(bank: CurveBank, families, split: str, family_params: dict, obs=(1, 2, 3), obs_every: int = 10,
+                       seed: int = 0) -> dict:
+    """Queries [Q] of cold tasks (``obs`` observations, fewer than a warm estimate needs), keyed as ``build_queries``'s,
+    with the same (ε, budget) draw per curve; ``rank`` is the observation count's index in ``obs``."""
     rows = np.concatenate([bank.rows(f, split) for f in families])
     out = {k: [] for k in ("rows", "rank", "n_obs", "eps", "budget")}
     for r in rows:
-        rng = np.random.default_rng([seed, int(r)])
-        eps, B = draw_eps_budget(family_params[bank.family[r]], rng)
-        n_max = max(4, min(B, bank.lengths[r] - 1) // obs_every - 1)
-        for k, n in enumerate(np.round(np.linspace(4, n_max, n_ranks)).astype(int)):
+        eps, B = draw_eps_budget(family_params[bank.family[r]], np.random.default_rng([seed, int(r)]))
+        for k, n in enumerate(obs):
             for key, v in zip(out, (r, k, n, eps, B)):
                 out[key].append(v)
     q = {k: np.asarray(v) for k, v in out.items()}
@@ -73,7 +68,8 @@ def _timed(fn, repeats: int = 3):
     return out, best
 
 
-def evaluate_predictor(predictor, bank: CurveBank, q: dict, obs_every: int = 10, n_ranks: int = 8) -> tuple[dict, np.ndarray]:
+def evaluate_predictor(predictor, bank: CurveBank, q: dict, obs_every: int = 10, n_ranks: int = 8,
+                       obs_edges=OBS_BINS) -> tuple[dict, np.ndarray]:
     """Metrics of one predictor on one query set (latency = best of 3 batched calls, incl. feature building)."""
     rows = q["rows"]
 
@@ -83,7 +79,7 @@ def evaluate_predictor(predictor, bank: CurveBank, q: dict, obs_every: int = 10,
                                            bank.lr[rows], family=bank.family[rows])
 
     pred, secs = _timed(call)
-    band = {}
+    band, qs = {}, None
     if hasattr(predictor, "predict_quantiles"):
         S, L = observe(bank, rows, q["n_obs"], obs_every)
         qs = predictor.predict_quantiles(S, L, q["n_obs"], q["eps"], q["cap"], bank.batch_size[rows], bank.lr[rows],
@@ -95,7 +91,41 @@ def evaluate_predictor(predictor, bank: CurveBank, q: dict, obs_every: int = 10,
     true_ok = q["first"] <= q["budget"]
     per_rank = [float(err[q["rank"] == k].mean()) if (q["rank"] == k).any() else float("nan") for k in range(n_ranks)]
     return {"mae": float(err.mean()), "budget_acc": float((pred_ok == true_ok).mean()),
-            "ms_per_prefix": 1e3 * secs / len(rows), "per_rank_mae": per_rank, "n_queries": int(len(rows)), **band}, pred
+            "ms_per_prefix": 1e3 * secs / len(rows), "per_rank_mae": per_rank, "n_queries": int(len(rows)), **band,
+            "by_obs": metrics_by_obs(q["n_obs"], err, pred_ok == true_ok, qs, q["truth"], obs_edges)}, pred
+
+
+def metrics_by_obs(n_obs, err, correct, qs, truth, edges=OBS_BINS) -> dict:
+    """{n_obs bin: MAE, finish-decision accuracy, q10–q90 coverage (None without a band), n} over queries [Q]."""
+    bins = np.digitize(np.asarray(n_obs), edges) - 1
+    out = {}
+    for i, lab in enumerate(obs_bin_labels(edges)):
+        m = bins == i
+        n = int(m.sum())
+        nan = float("nan")
+        out[lab] = {"mae": float(err[m].mean()) if n else nan, "budget_acc": float(correct[m].mean()) if n else nan,
+                    "coverage": (band_metrics(qs[m], truth[m])["coverage"] if n else nan) if qs is not None else None,
+                    "n": n}
+    return out
+
+
+def by_obs_markdown(results: dict, edges=OBS_BINS) -> str:
+    """One table: task set × method rows, per n_obs bin the MAE / finish accuracy (%) / q10–q90 coverage (%)."""
+    labels = obs_bin_labels(edges)
+    lines = ["| Task set | Method | " + " | ".join(f"n_obs {lab}: MAE / acc. / cov." for lab in labels) + " |",
+             "|---|---|" + "---:|" * len(labels)]
+    for ts, res in results.items():
+        for m in ("FM", "WLS"):
+            cells = []
+            for lab in labels:
+                b = res[m].get("by_obs", {}).get(lab)
+                if not b or not b["n"]:
+                    cells.append("–")
+                    continue
+                cov = "–" if b["coverage"] is None else f"{100 * b['coverage']:.0f}"
+                cells.append(f"{b['mae']:.0f} / {100 * b['budget_acc']:.0f} / {cov} ({b['n']})")
+            lines.append(f"| {ts} | {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _figure(bank, fm, wls, q, out_dir: Path, results: dict, obs_every: int, rank: int = 3) -> list[str]:
@@ -208,7 +238,7 @@ def run_prediction_benchmark(bank: CurveBank, fm, wls, family_params: dict, out_
     torch.set_num_threads(1)  # latency on one core
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    results, queries = {}, {}
+    results, queries, cold = {}, {}, {}
     for ts, (fams, split) in TASK_SETS.items():
         fams = [f for f in fams if len(bank.rows(f, split))]
         if not fams:
@@ -218,9 +248,15 @@ def run_prediction_benchmark(bank: CurveBank, fm, wls, family_params: dict, out_
         results[ts] = {name: evaluate_predictor(p, bank, q, obs_every, n_ranks)[0] for name, p in (("FM", fm), ("WLS", wls))}
         if decision_quantiles is not None:
             results[ts]["decision"] = decision_results(fm, wls, bank, q, obs_every, decision_quantiles)
+        qc = build_cold_queries(bank, fams, split, family_params, COLD_OBS, obs_every, seed)
+        if len(qc["rows"]):
+            cold[ts] = {name: evaluate_predictor(p, bank, qc, obs_every, len(COLD_OBS), COLD_OBS)[0]
+                        for name, p in (("FM", fm), ("WLS", wls))}
     figs = _figure(bank, fm, wls, queries["ID"], out_dir, {ts: {m: r[m] for m in ("FM", "WLS")} for ts, r in results.items()},
                    obs_every) if "ID" in queries else []
-    md = table1_markdown(results)
+    for ts, c in cold.items():
+        results[ts]["cold"] = c
+    md = table1_markdown(results) + "\n" + by_obs_markdown(results) + "\n" + by_obs_markdown(cold, COLD_OBS)
     if decision_quantiles is not None:
 
         md += "\n" + decision_markdown({ts: r.get("decision") or {} for ts, r in results.items()})

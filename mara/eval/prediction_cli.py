@@ -9,7 +9,7 @@ from omegaconf import DictConfig, open_dict
 from mara.curves.bank import shipped_bank_path
 from mara.eval.decision_metrics import decision_markdown
 from mara.eval.decision_points import decision_points_from_cfg
-from mara.eval.prediction import run_prediction_experiment, table1_markdown
+from mara.eval.prediction import COLD_OBS, by_obs_markdown, run_prediction_experiment, table1_markdown
 
 
 def run_prediction(cfg: DictConfig, out: Path) -> dict:
@@ -33,6 +33,14 @@ def run_prediction(cfg: DictConfig, out: Path) -> dict:
         data["decision_points"] = points
     path.write_text(json.dumps(data, indent=1))
     md = "# Remaining-resource prediction (Table 1)\n\n" + table1_markdown(results)
+    md += ("\n## By number of observations\n\nPer query's observation count (queries in brackets): remaining-batch "
+           "MAE / finish-before-the-deadline accuracy (%) / q10–q90 coverage of the true remaining batches (%).\n\n"
+           + by_obs_markdown(results))
+    cold = {ts: r["cold"] for ts, r in results.items() if r.get("cold")}
+    if cold:
+        md += ("\n**Cold tasks** (1–3 observations, same curves and (ε, budget) draws; a predictor without a cold "
+               "estimate answers the cap): MAE / finish accuracy (%) / q10–q90 coverage (%).\n\n"
+               + by_obs_markdown(cold, COLD_OBS))
     decisions = {ts: r.get("decision") for ts, r in results.items() if r.get("decision")}
     if decisions:
         md += ("\n## Decision-relevant metrics\n\nAt each query (s0 batches processed, budget B): "

@@ -1,6 +1,6 @@
 """The one place that turns a predictor name or config into a predictor.
 
-A spec is ``None`` (no estimates), a name (``fm`` / ``wls`` / ``qr`` / ``truth``: ``conf/predictor/<name>.yaml``, or the
+A spec is ``None`` (no estimates), a name (``fm`` / ``fm_cal`` / ``wls`` / ``qr`` / ``truth``: ``conf/predictor/<name>.yaml``, or the
 run's own ``predictors.<name>`` where the caller passes them), or a config mapping with ``name`` — Hydra-composed from
 the same ``conf/predictor/`` group (``predictor=...``, ``predictors.fm....`` overrides), or just ``{name: ...}``, which
 reads the group's file. Training, validation, evaluation, the prediction benchmarks, live mode and the bench all build
@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mara.core.config import ConfigError, conf_dir
 from mara.curves.bank import CurveBank, default_bank_path, load_bank
+from mara.predictors.calibrated import CalibratedFlowPredictor
 from mara.predictors.fm import FlowPredictor
 from mara.predictors.protocol import RemainingPredictor
 from mara.predictors.quantile_head import QuantileHeadPredictor
@@ -27,6 +28,10 @@ def _fm(cfg, bank_path=None):
     return FlowPredictor.from_config(cfg, bank_path)
 
 
+def _fm_cal(cfg, bank_path=None):
+    return CalibratedFlowPredictor.from_config(cfg, bank_path)
+
+
 def _qr(cfg, bank_path=None):
     return QuantileHeadPredictor.from_config(cfg, bank_path)
 
@@ -36,7 +41,7 @@ def _truth(cfg, bank_path=None):
 
 
 #: predictor name → its constructor from a config (``bank_path`` picks the shipped checkpoint trained on that bank)
-PREDICTORS = {"wls": _wls, "fm": _fm, "qr": _qr, "truth": _truth}
+PREDICTORS = {"wls": _wls, "fm": _fm, "fm_cal": _fm_cal, "qr": _qr, "truth": _truth}
 
 
 def predictor_config(name: str) -> DictConfig:

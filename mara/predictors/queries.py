@@ -1,0 +1,38 @@
+"""Benchmark queries over a bank's curves: for each curve, ε and budget drawn deterministically from its family's
+parameters and prefixes spread over the budget on the obs_every grid (the prediction benchmark's and the band
+calibration's queries; a query counts only if the curve has not crossed ε by its prefix end)."""
+from __future__ import annotations
+
+import numpy as np
+
+from mara.curves.bank import CurveBank
+from mara.predictors.data import true_remaining
+
+
+def draw_eps_budget(params: dict, rng: np.random.Generator) -> tuple[float, int]:
+    """One (ε, budget) from a family entry: ID ε·U[0.9,1.1], integer budget; OOD log-uniform ε, budget from the set."""
+    if "eps" in params:
+        return float(params["eps"] * rng.uniform(0.9, 1.1)), int(rng.integers(params["budget"][0], params["budget"][1] + 1))
+    lo, hi = params["eps_range"]
+    return float(np.exp(rng.uniform(np.log(lo), np.log(hi)))), int(rng.choice(params["budget_set"]))
+
+
+def build_queries(bank: CurveBank, families, split: str, family_params: dict, n_ranks: int = 8,
+                  obs_every: int = 10, seed: int = 0) -> dict:
+    """Deterministic queries [Q]: rows, rank, n_obs, eps, budget, truth (capped), cap (remaining)."""
+    rows = np.concatenate([bank.rows(f, split) for f in families])
+    out = {k: [] for k in ("rows", "rank", "n_obs", "eps", "budget")}
+    for r in rows:
+        rng = np.random.default_rng([seed, int(r)])
+        eps, B = draw_eps_budget(family_params[bank.family[r]], rng)
+        n_max = max(4, min(B, bank.lengths[r] - 1) // obs_every - 1)
+        for k, n in enumerate(np.round(np.linspace(4, n_max, n_ranks)).astype(int)):
+            for key, v in zip(out, (r, k, n, eps, B)):
+                out[key].append(v)
+    q = {k: np.asarray(v) for k, v in out.items()}
+    first = bank.first_crossing(q["rows"], q["eps"])
+    keep = first > q["n_obs"] * obs_every
+    q = {k: v[keep] for k, v in q.items()}
+    q["first"] = first[keep]
+    q["truth"], q["cap"] = true_remaining(bank, q["rows"], q["n_obs"], q["eps"], obs_every)
+    return q
