@@ -2,7 +2,7 @@
 
   python docs/notes/issue22_checks.py actions OUT.npz   # shipped MARA checkpoints acting deterministically, every step
   python docs/notes/issue22_checks.py rules             # Slack-FM / EDF / FIFO successes and raw FM estimates
-  python docs/notes/issue22_checks.py train OUT_DIR [overrides...]   # train_policy on conf/train.yaml (e.g. mat=long)
+  python docs/notes/issue22_checks.py train OUT_DIR [overrides...]   # train_policy on conf/train.yaml (e.g. mat=band predictor=fm)
 
 Run `actions`/`rules` once in a checkout of the branch's base (`git archive <base> mara conf | tar -x -C /tmp/base`,
 PYTHONPATH=/tmp/base) and once in the branch; the outputs must be identical (they were, see the notes).
