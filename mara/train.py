@@ -75,6 +75,9 @@ def train(cfg: DictConfig) -> dict:
                 cfg.predictor.ckpt_path = ckpt
                 if "predictors" in cfg and "fm" in cfg.predictors:
                     cfg.predictors.fm.ckpt_path = ckpt
+    elif run("predictor") and pred_name != "fm":  # the decision head does not read the FM: nothing to train first
+        log.info(f"predictor stage: nothing to train for predictor {pred_name!r} (its checkpoint is read as it is; "
+                 "the stage trains the FM, with predictor=fm)")
 
     if run("policy"):
         if not _available("mara.mat.train"):

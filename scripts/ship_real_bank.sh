@@ -37,7 +37,7 @@ fi
 if todo 2; then
   if [ ! -e "$OUT/fm_v1/predictor/fm.ckpt" ]; then
     step "2/5 FM checkpoint, paper inputs (v1)"
-    python -m mara.train stage=predictor predictor.net.feature_set=v1 hydra.run.dir="$OUT/fm_v1"
+    python -m mara.train stage=predictor predictor=fm predictor.net.feature_set=v1 hydra.run.dir="$OUT/fm_v1"
   fi
   cp "$OUT/fm_v1/predictor/fm.ckpt" "$CK/fm_zoo.ckpt"
 fi
@@ -51,7 +51,7 @@ fi
 
 fm_v3() {
   if [ ! -e "$OUT/fm_v3/predictor/fm.ckpt" ]; then
-    python -m mara.train stage=predictor trainer.max_epochs=40 hydra.run.dir="$OUT/fm_v3" > "$OUT/fm_v3.log" 2>&1
+    python -m mara.train stage=predictor predictor=fm trainer.max_epochs=40 hydra.run.dir="$OUT/fm_v3" > "$OUT/fm_v3.log" 2>&1
   fi
   cp "$OUT/fm_v3/predictor/fm.ckpt" "$CK/fm_zoo_v3.ckpt"
 }
