@@ -58,7 +58,7 @@ fm_v3() {
 live_policy() {
   if [ ! -e "$OUT/live_mara/policy/checkpoints/best.ckpt" ]; then
     python -m mara.live action=export_bank bank_out="$OUT/live_bank/live_bank.parquet" hydra.run.dir="$OUT/live_bank" > "$OUT/live_mara.log" 2>&1
-    python -m mara.train stage=policy bank.path="$OUT/live_bank/live_bank.parquet" sim.nodes=2 sim.max_active=4 sim.steps=120 \
+    python -m mara.train stage=policy mat=band predictor=fm bank.path="$OUT/live_bank/live_bank.parquet" sim.nodes=2 sim.max_active=4 sim.steps=120 \
       mat.workload.load=0.05 mat.rollout.scale=88 mat.total_env_steps=40000 mat.validation.every_n_iterations=4 \
       seed=0 hydra.run.dir="$OUT/live_mara" >> "$OUT/live_mara.log" 2>&1
   fi
