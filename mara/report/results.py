@@ -110,7 +110,7 @@ def plot_load_curve(res: dict, path: Path) -> Path | None:
     loads = sorted({float(ld) for m in summary.values() for ts in m.values() for ld in ts})
     if len(loads) < 2:
         return None
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    fig, ax = plt.subplots(figsize=(7.4, 3.8))
     for m in _ordered(summary.keys()):
         key = "Average" if "Average" in summary[m] else next(iter(summary[m]))
         cells = [summary[m][key].get(f"{ld:g}") for ld in loads]
@@ -124,7 +124,7 @@ def plot_load_curve(res: dict, path: Path) -> Path | None:
     ax.set_ylabel("success rate (%)")
     ax.set_title("Load generalisation (mean ± 1 sd over roots)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # outside: no line hidden
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
