@@ -117,3 +117,13 @@ def test_the_allocators_page_says_when_to_use_each_recipe():
     rows = [line for line in page.splitlines() if line.startswith("| `")]
     for name in RECIPES:
         assert any(line.startswith(f"| `{name}`") for line in rows), name
+
+
+def test_predictor_stage_of_the_main_command_trains_nothing_for_the_head(tmp_path):
+    """The decision head does not read the FM: with the default predictor the predictor stage says so and writes nothing."""
+    from tests.test_entrypoints import _run
+
+    p = _run("-m", "mara.train", "stage=predictor", f"hydra.run.dir={tmp_path}/run")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "nothing to train for predictor 'qr'" in p.stdout + p.stderr
+    assert not (tmp_path / "run" / "predictor").exists()
