@@ -77,6 +77,9 @@ def train(cfg: DictConfig) -> dict:
                 cfg.predictor.ckpt_path = ckpt
                 if "predictors" in cfg and "fm" in cfg.predictors:
                     cfg.predictors.fm.ckpt_path = ckpt
+    elif run("predictor") and pred_name != "fm":  # the decision head does not read the FM: nothing to train first
+        log.info(f"predictor stage: nothing to train for predictor {pred_name!r} (its checkpoint is read as it is; "
+                 "the stage trains the FM, with predictor=fm)")
 
     if run("policy"):
         if not _available("mara.mat.train"):
@@ -126,7 +129,7 @@ def check_run_config(cfg: DictConfig) -> None:
     for m in cfg.get("methods") or []:
         load_method_cfg(m)
     if cfg.get("mat") is not None and cfg.get("stage", "all") in ("all", "policy"):
-        check_teacher_predictor(resolve_config(cfg))  # mat=qr needs predictor=qr_q: refused before the predictor stage
+        check_teacher_predictor(resolve_config(cfg))  # mat=default needs predictor=qr_q: refused before the predictor stage
 
 
 def _use_run_folder_checkpoints(cfg: DictConfig, out: Path, stage: str) -> None:
@@ -178,7 +181,7 @@ def _trained_method(cfg: DictConfig) -> str:
     if cfg.predictor.get("name") == "wls":
         return "MARA-WLS"
     if cfg.predictor.get("name") == "qr":
-        return "MARA-QR"  # the decision head (mat=qr predictor=qr_q)
+        return "MARA-QR"  # the decision head (mat=default predictor=qr_q)
     mat = cfg.get("mat") or {}
     return "MARA" if (mat.get("imitation") or {}).get("enabled", False) else "MARA-paper"
 

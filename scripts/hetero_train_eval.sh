@@ -4,8 +4,9 @@
 # episodes (evaluation roots 0-4, loads 0.04-0.07). Run from the repo root:
 #   OUT=outputs/hetero_mara SEEDS="0 1 2" THREADS=1 bash scripts/hetero_train_eval.sh
 # RECIPE / PREDICTOR / METHOD: the MAT recipe, its predictor and the method name its policies are evaluated as
-#   (default mat=hetero_qr on predictor qr = experiment=hetero's, evaluated as MARA-QR with predictor qr; the earlier
-#   recipe: RECIPE=hetero PREDICTOR=fm METHOD=MARA). METHODS: the methods evaluated with it (default: every rule of
+#   (default mat=hetero on predictor qr = experiment=hetero's, evaluated as MARA-QR with predictor qr; the same tokens
+#   on the FM band cloning Slack-FM-q: PREDICTOR=fm METHOD=MARA
+#   EXTRA="mat.imitation.teacher=Slack-FM-q ~mat.net.token_q ~mat.net.token_band"). METHODS: the methods evaluated with it (default: every rule of
 #   experiment=hetero except the Clairvoyant, ~6 s per episode; add Clairvoyant for the bound).
 #   EXTRA: further overrides for the training runs (e.g. "mat.total_env_steps=1000000").
 # Cost: each seed is one process (THREADS torch/BLAS threads); on the 2-core reference machine one seed took ~6 min
@@ -14,7 +15,7 @@ set -euo pipefail
 OUT=${OUT:-outputs/hetero_mara}
 SEEDS=${SEEDS:-"0 1 2"}
 THREADS=${THREADS:-1}
-RECIPE=${RECIPE:-hetero_qr}
+RECIPE=${RECIPE:-hetero}
 PREDICTOR=${PREDICTOR:-qr}
 METHOD=${METHOD:-MARA-QR}
 METHODS=${METHODS:-"[$METHOD,FIFO,EDF,LARA,LARA-FM,Slack-WLS,Slack-FM,Slack-FM-q,Slack-QR,Slack-QR-q,Slack-Truth,Oracle]"}

@@ -37,7 +37,7 @@ fi
 if todo 2; then
   if [ ! -e "$OUT/fm_v1/predictor/fm.ckpt" ]; then
     step "2/5 FM checkpoint, paper inputs (v1)"
-    python -m mara.train stage=predictor predictor.net.feature_set=v1 hydra.run.dir="$OUT/fm_v1"
+    python -m mara.train stage=predictor predictor=fm predictor.net.feature_set=v1 hydra.run.dir="$OUT/fm_v1"
   fi
   cp "$OUT/fm_v1/predictor/fm.ckpt" "$CK/fm_zoo.ckpt"
 fi
@@ -51,14 +51,14 @@ fi
 
 fm_v3() {
   if [ ! -e "$OUT/fm_v3/predictor/fm.ckpt" ]; then
-    python -m mara.train stage=predictor trainer.max_epochs=40 hydra.run.dir="$OUT/fm_v3" > "$OUT/fm_v3.log" 2>&1
+    python -m mara.train stage=predictor predictor=fm trainer.max_epochs=40 hydra.run.dir="$OUT/fm_v3" > "$OUT/fm_v3.log" 2>&1
   fi
   cp "$OUT/fm_v3/predictor/fm.ckpt" "$CK/fm_zoo_v3.ckpt"
 }
 live_policy() {
   if [ ! -e "$OUT/live_mara/policy/checkpoints/best.ckpt" ]; then
     python -m mara.live action=export_bank bank_out="$OUT/live_bank/live_bank.parquet" hydra.run.dir="$OUT/live_bank" > "$OUT/live_mara.log" 2>&1
-    python -m mara.train stage=policy bank.path="$OUT/live_bank/live_bank.parquet" sim.nodes=2 sim.max_active=4 sim.steps=120 \
+    python -m mara.train stage=policy mat=band predictor=fm bank.path="$OUT/live_bank/live_bank.parquet" sim.nodes=2 sim.max_active=4 sim.steps=120 \
       mat.workload.load=0.05 mat.rollout.scale=88 mat.total_env_steps=40000 mat.validation.every_n_iterations=4 \
       seed=0 hydra.run.dir="$OUT/live_mara" >> "$OUT/live_mara.log" 2>&1
   fi

@@ -92,11 +92,11 @@ def test_imitation_teacher_from_config():
     from mara.core.config import CONF_DIR, build_allocators, load_method_cfg
 
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        band = compose("train", overrides=["mat=band"])
+        band = compose("train", overrides=["experiment=band"])
         default = compose("train")
-        clone = compose("train", overrides=["mat=clone"])
+        clone = compose("train", overrides=["mat=clone", "predictor=fm"])
     assert band.mat.imitation.teacher == "Slack-FM-q" and band.mat.net.features == "v2"
-    assert default.mat.imitation.teacher == "Slack-FM-q" and default.mat.net.features == "v2"  # the default recipe
+    assert default.mat.imitation.teacher == "Slack-QR-q" and default.mat.net.features == "v2"  # band on the decision head
     assert list(default.mat.workload.load) == [0.04, 0.05, 0.06, 0.07] and default.mat.validation.n_episodes * 5 >= 180
     assert clone.mat.imitation.teacher == "Slack-FM" and clone.mat.net.get("features", "v1") == "v1"
     teacher = build_allocators(load_method_cfg(band.mat.imitation.teacher))[0][1]

@@ -140,7 +140,7 @@ def test_train_accepts_hetero_and_passes_the_nodes_to_the_policy_stage():
     check_run_config(cfg)  # no ConfigError any more
     c = resolve_config(cfg)
     assert c["sim"]["node_speed"] == [2, 2, 1, 1, 1, 1, 1] and c["sim"]["switch_cost"] == 2
-    assert c["net"]["features"] == "v3" and c["imitation"]["teacher"] == "Slack-QR"  # mat=hetero_qr on predictor qr
+    assert c["net"]["features"] == "v3" and c["imitation"]["teacher"] == "Slack-QR"  # mat=hetero on predictor qr
     assert c["predictor"]["name"] == "qr"
     assert "MARA" in cfg.methods and "Clairvoyant" in cfg.methods
     plain = resolve_config(cfg_for("train", []))

@@ -1,4 +1,4 @@
-"""The recipe `mat=hetero_qr` (MARA on heterogeneous nodes cloning Slack-QR, the decision
+"""The recipe `mat=hetero` (MARA on heterogeneous nodes cloning Slack-QR, the decision
 head's median rule): it composes with `predictor=qr`, passes the teacher/predictor check, its tokens are read at the
 levels Slack-QR reads (the median; the head's band ends (0.1, 0.9)) and its v3 stage equals the teacher's."""
 from __future__ import annotations
@@ -22,7 +22,7 @@ def test_hetero_qr_recipe_composes_and_matches_slack_qr():
     from mara.mat.train import check_teacher_predictor
     from mara.predictors.factory import predictor_config
 
-    c = _resolved("mat=hetero_qr", "predictor=qr")
+    c = _resolved()  # experiment=hetero: mat=hetero on predictor qr
     check_teacher_predictor(c)  # the teacher reads MAT's own predictor
     assert c["predictor"]["name"] == "qr" and list(c["predictor"]["band"]) == [0.1, 0.5, 0.9]
     assert c["imitation"]["teacher"] == "Slack-QR"
@@ -33,8 +33,8 @@ def test_hetero_qr_recipe_composes_and_matches_slack_qr():
     # Slack-QR judges "finishable" at the median (quantile null) on the head's band (0.1, 0.9)
     assert teacher.quantile is None and c["net"]["token_q"] == 0.5 == head_band[1]
     assert list(c["net"]["token_band"]) == list(teacher.band) == [head_band[0], head_band[2]]
-    # everything else is mat=hetero's recipe
-    base = _resolved("mat=hetero")
+    # everything else is the same tokens on the FM band cloning Slack-FM-q
+    base = _resolved("predictor=fm", "mat.imitation.teacher=Slack-FM-q", "~mat.net.token_q", "~mat.net.token_band")
     strip = lambda d: {k: v for k, v in d.items() if k not in ("predictor", "imitation", "net")}
     assert strip(c) == strip(base)
     assert {k: v for k, v in c["net"].items() if not k.startswith("token_")} == base["net"]
@@ -46,7 +46,7 @@ def test_hetero_qr_with_the_fm_predictor_is_refused():
     from mara.mat.train import check_teacher_predictor
 
     with pytest.raises(ConfigError):
-        check_teacher_predictor(_resolved("mat=hetero_qr", "predictor=fm"))
+        check_teacher_predictor(_resolved("predictor=fm"))
 
 
 def _obs():

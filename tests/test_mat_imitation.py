@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from mara.mat.imitation import (
     agreement,
@@ -17,7 +16,7 @@ from mara.mat.imitation import (
     teacher_choices,
 )
 from mara.mat.nets import MATPolicy
-from mara.mat.train import CONF_DIR, train_policy
+from mara.mat.train import load_recipe, train_policy
 
 torch.set_num_threads(1)
 
@@ -62,7 +61,7 @@ def test_cloning_reproduces_the_slack_teacher():
 
 
 def tiny_cfg(tmp_path, **over):
-    cfg = OmegaConf.load(CONF_DIR / "mat" / "default.yaml")
+    cfg = load_recipe("band")
     cfg.merge_with_dotlist([
         f"output_dir={tmp_path / 'run'}", "predictor=null", "total_env_steps=256",
         "sim.n_nodes=3", "sim.max_active=5", "sim.n_steps=100", "workload.load=0.06",

@@ -1,11 +1,10 @@
-"""MAT trained on the decision head (`mat=qr predictor=qr_q`): the recipe, the tokens at the head's
+"""MAT trained on the decision head (`mat=default predictor=qr_q`): the recipe, the tokens at the head's
 level (`mat.net.token_q` / `token_band`), the policy / checkpoint carrying them, no FM sample cache for the head."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from mara.mat.features import (
     BAND_LEVELS,
@@ -34,8 +33,8 @@ def test_qr_recipe_is_band_with_the_head_and_its_rule():
     from mara.mat.train import resolve_config
     from mara.predictors.factory import predictor_config
 
-    qr = resolve_config(_compose("mat=qr", "predictor=qr_q"))
-    band = resolve_config(_compose("mat=band"))
+    qr = resolve_config(_compose())  # the default recipe on the default predictor qr_q
+    band = resolve_config(_compose("experiment=band"))
     assert qr["predictor"]["name"] == "qr" and list(qr["predictor"]["band"]) == [0.05, 0.5, 0.9]
     assert qr["imitation"]["teacher"] == "Slack-QR-q"
     teacher = build_allocators(load_method_cfg("Slack-QR-q"))[0][1]
@@ -44,13 +43,13 @@ def test_qr_recipe_is_band_with_the_head_and_its_rule():
     # the tokens judge the stage where the teacher does, on the band the head carries
     assert qr["net"]["token_q"] == teacher.quantile == head_band[0]
     assert list(qr["net"]["token_band"]) == list(method.allocator.band) == [head_band[0], head_band[2]]
-    # everything else is the mat=band recipe (= the default recipe for 2 M steps)
+    # everything else is the mat=band recipe
     strip = lambda c: {k: v for k, v in c.items() if k not in ("predictor", "imitation", "net")}  # noqa: E731
     assert strip(qr) == strip(band)
     assert {k: v for k, v in qr["net"].items() if not k.startswith("token_")} == band["net"]
     assert {k: v for k, v in qr["imitation"].items() if k != "teacher"} == {k: v for k, v in band["imitation"].items() if k != "teacher"}
     # the FM recipes record no token options: their checkpoints and tokens are unchanged
-    assert "token_q" not in band["net"] and "token_q" not in resolve_config(_compose())["net"]
+    assert "token_q" not in band["net"] and "token_q" not in resolve_config(_compose("mat=clone", "predictor=fm"))["net"]
 
 
 def test_tokens_at_the_head_level_by_hand():
@@ -102,10 +101,10 @@ def test_tiny_training_on_the_head(tmp_path):
     import lightning as L
 
     from mara.mat.allocator import MATAllocator
-    from mara.mat.train import CONF_DIR, train_policy
+    from mara.mat.train import load_recipe, train_policy
     from mara.predictors.quantile_head import QuantileHeadPredictor
 
-    cfg = OmegaConf.load(CONF_DIR / "mat" / "default.yaml")
+    cfg = load_recipe("default")
     cfg.merge_with_dotlist([
         f"output_dir={tmp_path / 'run'}", "predictor=qr_q", "total_env_steps=256", "rollout.fm_cache=true",
         "sim.n_nodes=3", "sim.max_active=5", "sim.n_steps=100", "workload.load=0.06",

@@ -8,14 +8,14 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from mara.mat.train import CONF_DIR, train_policy
+from mara.mat.train import CONF_DIR, load_recipe, train_policy
 
 torch.set_num_threads(1)
 
 
 def tiny_cfg(tmp_path, **over):
-    """conf/mat/default.yaml shrunk: 3 nodes, ≤ 5 active tasks, a 100-step arrival window, no predictor."""
-    cfg = OmegaConf.load(CONF_DIR / "mat" / "default.yaml")
+    """The FM recipe (mat=band) shrunk: 3 nodes, ≤ 5 active tasks, a 100-step arrival window, no predictor."""
+    cfg = load_recipe("band")
     cfg.merge_with_dotlist([
         f"output_dir={tmp_path / 'run'}", "predictor=null", "total_env_steps=256",
         "sim.n_nodes=3", "sim.max_active=5", "sim.n_steps=100", "workload.load=0.06",

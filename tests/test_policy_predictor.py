@@ -88,15 +88,15 @@ def test_teacher_must_read_the_policy_predictor(tmp_path):
     from mara.mat.train import check_teacher_predictor, resolve_config
 
     with pytest.raises(ConfigError, match="teacher=Slack-QR-q reads predictor 'qr_q'"):
-        check_teacher_predictor(resolve_config(_compose("mat=qr")))  # the head's rule fed the FM band
+        check_teacher_predictor(resolve_config(_compose("predictor=fm")))  # the head's rule fed the FM band
     with pytest.raises(ConfigError, match="teacher=Slack-QR-q"):
-        check_teacher_predictor(resolve_config(_compose("mat=qr", "predictor=qr")))  # the head, another band
-    check_teacher_predictor(resolve_config(_compose("mat=qr", "predictor=qr_q")))
-    check_teacher_predictor(resolve_config(_compose("mat=band")))  # Slack-FM-q on the FM
-    check_teacher_predictor(resolve_config(_compose("mat=band_truth")))  # the privileged teacher reads the simulator
-    check_teacher_predictor(resolve_config(_compose("mat=paper")))  # no imitation
+        check_teacher_predictor(resolve_config(_compose("predictor=qr")))  # the head, another band
+    check_teacher_predictor(resolve_config(_compose()))
+    check_teacher_predictor(resolve_config(_compose("experiment=band")))  # Slack-FM-q on the FM
+    check_teacher_predictor(resolve_config(_compose("experiment=band", "mat.imitation.teacher=Slack-Truth")))  # the privileged teacher reads the simulator
+    check_teacher_predictor(resolve_config(_compose("mat=paper", "predictor=fm")))  # no imitation
     # from the command line: refused before the predictor stage writes anything
-    p = _run("-m", "mara.train", "mat=qr", f"hydra.run.dir={tmp_path}/run")
+    p = _run("-m", "mara.train", "predictor=fm", f"hydra.run.dir={tmp_path}/run")
     assert p.returncode == 2, p.stderr[-2000:]
     lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and "predictor=qr_q" in lines[0]
@@ -106,8 +106,8 @@ def test_teacher_must_read_the_policy_predictor(tmp_path):
 def test_training_with_the_head_is_named_mara_qr():
     from mara.train import _trained_method
 
-    assert _trained_method(_compose("mat=qr", "predictor=qr_q")) == "MARA-QR"
-    assert _trained_method(_compose()) == "MARA"
+    assert _trained_method(_compose()) == "MARA-QR"
+    assert _trained_method(_compose("experiment=band")) == "MARA"
     assert _trained_method(_compose("predictor=wls")) == "MARA-WLS"
 
 
@@ -141,7 +141,7 @@ def test_experiment_hetero_trains_mara_qr_on_the_head():
     check_teacher_predictor(resolve_config(cfg))
     assert _trained_method(cfg) == "MARA-QR"
     assert run_predictor_key(cfg) == "qr" and cfg.predictors.qr == cfg.predictor
-    old = _compose("experiment=hetero", "mat=hetero", "predictor=fm")  # the earlier recipe stays runnable
+    old = _compose("experiment=hetero", "predictor=fm", "mat.imitation.teacher=Slack-FM-q", "~mat.net.token_q", "~mat.net.token_band")  # the FM-band variant stays runnable
     check_teacher_predictor(resolve_config(old))
     assert _trained_method(old) == "MARA" and run_predictor_key(old) == "fm"
     ev = cfg_for("evaluate", ["experiment=hetero"])  # mara.evaluate composes the same experiment
@@ -159,7 +159,7 @@ def test_run_predictor_key_carries_the_run_predictor():
 def test_train_evaluates_its_policy_with_its_predictor(tmp_path):
     """stage=evaluate of a policy trained on the head: evaluated as MARA-QR on the run's predictor (no refusal)."""
     ck = QR_SHIPPED[0]
-    p = _run("-m", "mara.train", "stage=evaluate", "mat=qr", "predictor=qr_q", f"+policy_ckpt={ck}", "methods=[MARA,FIFO]",
+    p = _run("-m", "mara.train", "stage=evaluate", "predictor=qr_q", f"+policy_ckpt={ck}", "methods=[MARA,FIFO]",
              "eval.roots=1", "eval.episodes=1", "sim.loads=[0.05]", "eval.task_sets=[ID]", "eval.tensorboard=false",
              f"hydra.run.dir={tmp_path}/run")
     assert p.returncode == 0, p.stderr[-2000:]
@@ -173,8 +173,8 @@ def test_rules_on_any_predictor_stay_valid_teachers():
     Only the head's rules, which read its trained levels, are tied to their predictor."""
     from mara.mat.train import check_teacher_predictor, resolve_config
 
-    check_teacher_predictor(resolve_config(_compose("predictor=wls")))  # default recipe: Slack-FM-q on WLS
+    check_teacher_predictor(resolve_config(_compose("mat=band", "predictor=wls")))  # Slack-FM-q on WLS
     check_teacher_predictor(resolve_config(_compose("mat=clone", "predictor=wls")))  # experiment=paper's MARA-WLS
     check_teacher_predictor(resolve_config(_compose("mat=band", "predictor=qr_q")))  # Slack-FM-q on the head's band
     with pytest.raises(ConfigError, match="teacher=Slack-QR-q"):
-        check_teacher_predictor(resolve_config(_compose("mat=qr", "predictor=wls")))
+        check_teacher_predictor(resolve_config(_compose("predictor=wls")))  # the default recipe

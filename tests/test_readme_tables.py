@@ -128,7 +128,7 @@ def test_checkpoints_section_reads_the_checkpoints_training_record(tmp_path):
     readme = _readme(tmp_path)
     assert fill_readme(run, readme, names=["checkpoints"]) == {"checkpoints": True}
     text = readme.read_text()
-    assert "| `fm_zoo_v3.ckpt` (v3 inputs) | `python -m mara.train stage=predictor trainer.max_epochs=40` | 40 | 0.305 | 38.5 / 144.9 | 0.059 | 988 |" in text
+    assert "| `fm_zoo_v3.ckpt` (v3 inputs) | `python -m mara.train stage=predictor predictor=fm trainer.max_epochs=40` | 40 | 0.305 | 38.5 / 144.9 | 0.059 | 988 |" in text
     assert "fm_zoo.ckpt` (paper" not in text  # no v1 run in the folder: no row
     assert "best validation success 57.7 % at iteration 4 (8,192 env steps); the rules on the same episodes: FIFO 56.3." in text
 

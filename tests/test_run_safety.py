@@ -128,7 +128,7 @@ TINY_PAPER = [
 
 
 def test_paper_trainings_follow_their_recipe(tmp_path):
-    """experiment=paper trains MARA by conf/mat/default.yaml and MARA-paper by conf/mat/paper.yaml (PPO only)."""
+    """experiment=paper trains MARA by conf/mat/clone.yaml and MARA-paper by conf/mat/paper.yaml (PPO only)."""
     from hydra import compose, initialize_config_dir
 
     from mara.core.config import CONF_DIR

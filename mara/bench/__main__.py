@@ -3,7 +3,7 @@
 Prints env-steps per second (one step of one episode = one env-step) under FIFO at E = 1, 64 and
 1024 episodes, and the wall time of the full rule-based protocol (FIFO, EDF, Oracle over 3 task sets ×
 4 loads × 5 roots × 12 episodes, episode generation included). Targets on the 2-core reference
-machine: ≥ 500,000 env-steps/s at E = 1024; protocol < 60 s. MAT throughput of the default recipe (rollout alone and
+machine: ≥ 500,000 env-steps/s at E = 1024; protocol < 60 s. MAT throughput of the FM recipe mat=band (rollout alone and
 whole PPO iterations, env-steps/s, with and without the FM predictor; target ≥ 15,000 PPO env-steps/s with FM and
 ≥ 1/80 of the simulator's E = 1024 figure) is printed next to the simulator's (``--no-mat`` skips it, ``--recipe``
 picks another conf/mat recipe, ``--device cuda`` puts the policy on a GPU); ``--json FILE`` writes the three
@@ -29,7 +29,7 @@ from mara.mat import ppo as ppo_step
 from mara.mat.losses import gae
 from mara.mat.nets import MATPolicy
 from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout
-from mara.mat.train import CONF_DIR
+from mara.mat.train import CONF_DIR, load_recipe
 from mara.predictors.cache import FlowSampleCache
 from mara.predictors.data import observe
 from mara.predictors.factory import predictor_from
@@ -104,21 +104,9 @@ def predictor_ms_per_prefix(bank, variants=(None, "v3"), repeats: int = 7) -> tu
     return {k: 1e3 * v / len(q["rows"]) for k, v in best.items()}, len(q["rows"])
 
 
-def load_recipe(name: str):
-    """conf/mat/<name>.yaml laid over the recipes its ``defaults`` list names (e.g. paper → clone, long → default)."""
-    from omegaconf import OmegaConf
-
-    cfg = OmegaConf.load(CONF_DIR / "mat" / f"{name}.yaml")
-    base = OmegaConf.create()
-    for entry in cfg.pop("defaults", []) or []:
-        if entry != "_self_":
-            base = OmegaConf.merge(base, load_recipe(str(entry)))
-    return OmegaConf.merge(base, cfg)
-
-
-def mat_throughput(bank, predictor_name: str | None = "fm", iterations: int = 3, threads: int = 1, recipe: str = "default",
+def mat_throughput(bank, predictor_name: str | None = "fm", iterations: int = 3, threads: int = 1, recipe: str = "band",
                    overrides: list[str] | None = None, device: str = "cpu", warmup: int = 1) -> dict:
-    """MAT env-steps/s of a training recipe (conf/mat/<recipe>.yaml, default: the default recipe) on ``device``:
+    """MAT env-steps/s of a training recipe (conf/mat/<recipe>.yaml, default: band, the FM recipe) on ``device``:
     rollout only (sampling the policy in the staggered training env, FM estimates included, through the recipe's FM
     cache) and whole PPO iterations (rollout + GAE + the recipe's update epochs × minibatches, mara/mat/ppo.py).
     ``warmup`` untimed iterations come first (as in training, where imitation and earlier iterations have filled
@@ -181,8 +169,8 @@ def main(argv=None) -> None:
     ap.add_argument("--no-mat", action="store_true", help="skip the MAT rollout/training throughput")
     ap.add_argument("--json", default=None, metavar="FILE",
                     help="also write {sim_env_steps_per_s, mat_rollout_env_steps_per_s, mat_ppo_env_steps_per_s, ...} "
-                         "measured in this run (default recipe, FM predictor) to FILE")
-    ap.add_argument("--recipe", default="default", help="MAT recipe for the MAT figures (conf/mat/<recipe>.yaml)")
+                         "measured in this run (band recipe, FM predictor) to FILE")
+    ap.add_argument("--recipe", default="band", help="MAT recipe for the MAT figures (conf/mat/<recipe>.yaml; band: the FM recipe)")
     ap.add_argument("--device", default="cpu", help="device of the MAT policy (cpu | cuda); the simulator runs on the CPU")
     ap.add_argument("--mat-iterations", type=int, default=None, help="timed PPO iterations (default 3; 1 with --quick)")
     args = ap.parse_args(argv)

@@ -14,7 +14,7 @@ Feature sets (``mat.net.features``, recorded in the checkpoint's hparams; a chec
   Every one is computed from the ``Observation`` alone (the estimates the simulator carries), never from the curve.
   Not in the observation and so not in the tokens: the loss relative to ε and its slope, the FM novelty score.
   The quantile and the levels of the band's ends are the policy's ``token_q`` / ``token_band`` (``mat.net``;
-  default 0.01 on the FM's (0.1, 0.9) band): ``mat=qr`` reads the decision head's 0.05 level itself, as
+  default 0.01 on the FM's (0.1, 0.9) band): ``mat=default`` reads the decision head's 0.05 level itself, as
   Slack-QR-q does.
 - ``v3`` (heterogeneous nodes and switch costs, ``node_slot_features``): v2's 17 + per slot whether it ran at
   t−1, the speed of the node it ran on relative to the fastest (0 if none), the set-up steps it still owes there, whether

@@ -63,6 +63,17 @@ def resolve_config(cfg: DictConfig) -> dict:
     return c
 
 
+def load_recipe(name: str) -> DictConfig:
+    """A bare conf/mat/<name>.yaml laid over the recipes its ``defaults`` list names (default → band → clone), as
+    Hydra composes it under ``mat=<name>``."""
+    cfg = OmegaConf.load(CONF_DIR / "mat" / f"{name}.yaml")
+    base = OmegaConf.create()
+    for entry in cfg.pop("defaults", []) or []:
+        if entry != "_self_":
+            base = OmegaConf.merge(base, load_recipe(str(entry)))
+    return OmegaConf.merge(base, cfg)
+
+
 def check_teacher_predictor(c: dict) -> None:
     """The imitation teacher reads MAT's own frozen predictor (by design: MARA-WLS imitates the slack rule on WLS
     estimates). That is sound for rules defined on any predictor's median and band (Slack-FM, Slack-FM-q), not for
@@ -82,7 +93,7 @@ def check_teacher_predictor(c: dict) -> None:
     if why or pred is None:
         have = pred if isinstance(pred, str) or pred is None else pred.get("name")
         raise ConfigError(f"mat.imitation.teacher={teacher} reads predictor {wants!r} but this policy is trained with "
-                          f"{have!r}: give the same predictor (e.g. `mat=qr predictor=qr_q`) or a teacher made for "
+                          f"{have!r}: give the same predictor (e.g. `mat=default predictor=qr_q`) or a teacher made for "
                           f"{have!r}")
 
 

@@ -17,9 +17,9 @@ from mara.report import paper_numbers as P
 from mara.report.decomposition import decomposition_markdown, gap_decomposition
 from mara.report.results import PAPER_ORDER
 from mara.report.sections import shown_path
+from mara.report.styles import method_style
 
 DASH = "–"
-BOUNDS = ("Oracle", "Clairvoyant")
 
 
 def _ordered(methods) -> list[str]:
@@ -174,7 +174,7 @@ def paired_differences(rows: list[dict], ref: str = "MARA", load: float = 0.04) 
 
 # ---------------------------------------------------------------------------------------------- figures
 def figure4(summary: dict, path: Path) -> Path | None:
-    """Success vs load for every method (Oracle and Clairvoyant dashed), ±1 sample std, paper's stated points hollow."""
+    """Success vs load for every method (its style: mara/report/styles.py), ±1 sample std, paper's stated points hollow."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -191,11 +191,12 @@ def figure4(summary: dict, path: Path) -> Path | None:
         xs = np.array([ld for ld, _ in pts])
         mu = np.array([c["mean"] for _, c in pts])
         sd = np.array([c["std"] for _, c in pts])
-        line, = ax.plot(xs, mu, "--" if m in BOUNDS else "-", marker="o", label=m)
-        ax.fill_between(xs, mu - sd, mu + sd, alpha=0.12, color=line.get_color())
+        style = method_style(m)
+        ax.plot(xs, mu, label=m, **style)
+        ax.fill_between(xs, mu - sd, mu + sd, alpha=0.12, color=style["color"], linewidth=0)
         paper = P.FIGURE4.get(m)
         if paper:
-            ax.plot(list(paper), list(paper.values()), linestyle="none", marker="s", mfc="none", ms=9, color=line.get_color())
+            ax.plot(list(paper), list(paper.values()), linestyle="none", marker="s", mfc="none", ms=9, color=style["color"])
     ax.plot([], [], linestyle="none", marker="s", mfc="none", color="gray", label="paper (stated in §5.3/§5.6)")
     ax.set_xlabel("arrival probability p")
     ax.set_ylabel("success rate (%)")

@@ -9,6 +9,7 @@ import numpy as np
 from mara.core.files import write_text_atomic
 from mara.eval.metrics import summarize, summarize_diagnostics
 from mara.report.decomposition import decomposition_markdown, gap_decomposition
+from mara.report.styles import method_style
 
 SCHEMA = "mara.results/1"
 PAPER_ORDER = ["MARA", "MARA-QR", "MARA-WLS", "MARA-sparse", "MARA-paper", "Slack-FM", "Slack-FM-q", "Slack-WLS", "Slack-Truth", "LARA", "LARA-FM", "LARA-best",
@@ -109,21 +110,21 @@ def plot_load_curve(res: dict, path: Path) -> Path | None:
     loads = sorted({float(ld) for m in summary.values() for ts in m.values() for ld in ts})
     if len(loads) < 2:
         return None
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    fig, ax = plt.subplots(figsize=(7.4, 3.8))
     for m in _ordered(summary.keys()):
         key = "Average" if "Average" in summary[m] else next(iter(summary[m]))
         cells = [summary[m][key].get(f"{ld:g}") for ld in loads]
         xs = [ld for ld, c in zip(loads, cells) if c and c["mean"] is not None]
         mu = np.array([c["mean"] for c in cells if c and c["mean"] is not None])
         sd = np.array([c["std"] for c in cells if c and c["mean"] is not None])
-        style = "--" if m in ("Oracle", "Clairvoyant") else "-"
-        ax.plot(xs, mu, style, marker="o", label=m)
-        ax.fill_between(xs, mu - sd, mu + sd, alpha=0.15)
+        style = method_style(m)
+        ax.plot(xs, mu, label=m, **style)
+        ax.fill_between(xs, mu - sd, mu + sd, alpha=0.12, color=style["color"], linewidth=0)
     ax.set_xlabel("arrival probability p")
     ax.set_ylabel("success rate (%)")
     ax.set_title("Load generalisation (mean ± 1 sd over roots)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # outside: no line hidden
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

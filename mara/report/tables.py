@@ -175,8 +175,8 @@ def imitation_section(run: Path) -> str | None:
 
 
 FM_CHECKPOINTS = [("fm_v1", "fm_zoo.ckpt (paper inputs, the default)",
-                   "python -m mara.train stage=predictor predictor.net.feature_set=v1"),
-                  ("fm_v3", "fm_zoo_v3.ckpt (v3 inputs)", "python -m mara.train stage=predictor trainer.max_epochs=40")]
+                   "python -m mara.train stage=predictor predictor=fm predictor.net.feature_set=v1"),
+                  ("fm_v3", "fm_zoo_v3.ckpt (v3 inputs)", "python -m mara.train stage=predictor predictor=fm trainer.max_epochs=40")]
 
 
 def checkpoints_section(run: Path) -> str | None:

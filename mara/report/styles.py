@@ -1,0 +1,66 @@
+"""One line style per method, the same in every figure the package draws.
+
+Three kinds read at a glance: the bounds (Clairvoyant, Oracle, Slack-Truth: what no allocator with these
+estimates can beat) dashed; the rules solid and thin with small markers; the learned policies (MARA*) solid, thick,
+with large markers and drawn on top. Within a kind every method has its own colour and marker, so no two methods
+share a colour (matplotlib's 10-colour cycle repeats after ten lines). A method not listed here gets a
+deterministic style from its name (dash-dot, a colour outside the table): the same name looks the same everywhere.
+"""
+from __future__ import annotations
+
+import zlib
+
+BOUNDS = ("Clairvoyant", "Oracle", "Slack-Truth")
+
+# method -> (colour, marker); the kind (bound / rule / learned) sets the line style, width and marker size
+_LEARNED = {
+    "MARA-QR": ("#d62728", "D"),      # red
+    "MARA": ("#800000", "o"),         # maroon
+    "MARA-WLS": ("#f032e6", "^"),     # magenta
+    "MARA-sparse": ("#9a6324", "v"),  # brown
+    "MARA-paper": ("#808000", "P"),   # olive
+}
+_RULES = {
+    "Slack-QR-q": ("#2ca02c", "s"),    # green
+    "Slack-QR": ("#469990", "s"),      # teal
+    "Slack-FM-q": ("#1f77b4", "^"),    # blue
+    "Slack-FM": ("#17becf", "^"),      # cyan
+    "Slack-WLS": ("#ff7f0e", "x"),     # orange
+    "LARA": ("#9467bd", "<"),          # purple
+    "LARA-FM": ("#000075", ">"),       # navy
+    "LARA-best": ("#e377c2", "<"),     # pink
+    "LARA-FM-best": ("#bcbd22", ">"),  # yellow-green
+    "EDF": ("#8c564b", "d"),           # tan brown
+    "FIFO": ("#a9a9a9", "o"),          # light grey
+}
+_BOUNDS = {
+    "Clairvoyant": ("#000000", "."),   # black
+    "Oracle": ("#606060", "."),        # dark grey
+    "Slack-Truth": ("#911eb4", "."),   # violet
+}
+_FALLBACK_COLOURS = ("#4363d8", "#f58231", "#3cb44b", "#e6194b", "#42d4f4", "#fabed4", "#dcbeff", "#aaffc3",
+                     "#ffd8b1", "#5f9ea0", "#b8860b", "#2f4f4f")
+_FALLBACK_MARKERS = ("h", "*", "p", "8", "X", "1")
+
+
+def method_style(name: str) -> dict:
+    """Keyword arguments for ``Axes.plot`` (colour, line style and width, marker, marker size, z-order) of a method."""
+    if name in _BOUNDS:
+        colour, marker = _BOUNDS[name]
+        return {"color": colour, "linestyle": "--", "linewidth": 1.5, "marker": marker, "markersize": 6, "zorder": 2}
+    if name in _LEARNED:
+        colour, marker = _LEARNED[name]
+        return {"color": colour, "linestyle": "-", "linewidth": 2.6, "marker": marker, "markersize": 6.5, "zorder": 4}
+    if name in _RULES:
+        colour, marker = _RULES[name]
+        return {"color": colour, "linestyle": "-", "linewidth": 1.3, "marker": marker, "markersize": 4, "zorder": 3}
+    h = zlib.crc32(name.encode())  # stable across processes, unlike hash()
+    learned = name.startswith("MARA")
+    return {"color": _FALLBACK_COLOURS[h % len(_FALLBACK_COLOURS)], "linestyle": "-.",
+            "linewidth": 2.6 if learned else 1.3, "marker": _FALLBACK_MARKERS[(h // 7) % len(_FALLBACK_MARKERS)],
+            "markersize": 6.5 if learned else 4, "zorder": 4 if learned else 3}
+
+
+def known_methods() -> list[str]:
+    """Every method with a fixed style."""
+    return [*_LEARNED, *_RULES, *_BOUNDS]
