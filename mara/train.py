@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mara.core.cli import check_group_overrides, output_dir, run_cli
 from mara.core.config import ConfigError, load_method_cfg
+from mara.core.preflight import preflight
 from mara.core.runlog import log
 from mara.eval.paper import run_paper
 from mara.eval.runner import check_number, node_options, protocol_from_cfg
@@ -49,6 +50,7 @@ def train(cfg: DictConfig) -> dict:
         raise ConfigError(f"stage must be one of {', '.join(STAGES)}, got {stage!r}")
     if cfg.get("reward", "dense") not in ("dense", "sparse"):
         raise ConfigError(f"reward must be 'dense' or 'sparse', got {cfg.reward!r}")
+    preflight(cfg, "train")
     check_run_config(cfg)
     accelerator = str((cfg.get("trainer") or {}).get("accelerator", "cpu"))
     if accelerator in ("gpu", "cuda"):
@@ -193,7 +195,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 def main() -> None:
     """The command line: config-group choices are checked first (one line, exit 2), then Hydra composes."""
 
-    check_group_overrides()
+    check_group_overrides(config_name="train")
     _hydra_main()
 
 

@@ -74,14 +74,14 @@ def test_policy_given_another_predictor_stops_before_any_work(tmp_path):
     from omegaconf import OmegaConf
 
     from mara.core.config import build_allocators, load_method_cfg
-    from mara.eval.runner import check_policy_predictor
+    from mara.core.preflight import check_policy_fit
 
     mcfg = load_method_cfg("MARA", {"checkpoints": [{"train_seed": 0, "ckpt_path": str(ck)}]})
     allocs = [a for _, a in build_allocators(mcfg)]
     with pytest.raises(ConfigError, match="trained with predictor 'qr'"):
-        check_policy_predictor(mcfg, allocs)
+        check_policy_fit(mcfg, allocs)
     mcfg = OmegaConf.merge(mcfg, {"predictor": "qr_q"})
-    check_policy_predictor(mcfg, allocs)
+    check_policy_fit(mcfg, allocs)
 
 
 def test_teacher_must_read_the_policy_predictor(tmp_path):

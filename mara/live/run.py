@@ -11,9 +11,9 @@ from mara.core.cli import output_dir
 from mara.core.config import ConfigError, build_allocators, load_method_cfg
 from mara.curves.bank import load_bank, shipped_bank_path, write_bank
 from mara.curves.families import generation_cap
+from mara.core.preflight import check_policy_fit, preflight
 from mara.eval.runner import (
     build_predictor_by_name,
-    check_policy_predictor,
     load_bank_from_cfg,
     node_options,
 )
@@ -90,11 +90,7 @@ def build_method(name: str, cfg: DictConfig, predictors: dict, bank_path):
         return None, (f"{name} skipped: no policy checkpoint; train one for these sim settings "
                       f"(docs: README 'Live mode') and pass '++method_overrides={{{name}: {{ckpt_path: ...}}}}'")
     _, first = build_allocators(mcfg)[0]  # fails with one line if the checkpoint does not load
-    check_policy_predictor(mcfg, [first])
-    policy = getattr(first, "policy", None)
-    if policy is not None and (policy.M != int(cfg.sim.nodes) or policy.K != int(cfg.sim.max_active)):
-        raise ConfigError(f"method {name!r}: checkpoint was trained for M={policy.M}, K={policy.K}; "
-                          f"live run has sim.nodes={cfg.sim.nodes}, sim.max_active={cfg.sim.max_active}")
+    check_policy_fit(mcfg, [first], cfg.sim)
     predictor = build_predictor_by_name(mcfg.get("predictor"), cfg, predictors, bank_path)
     return (lambda: build_allocators(mcfg)[0][1]), predictor
 
@@ -159,6 +155,7 @@ def live_main(cfg: DictConfig) -> dict:
     """Run ``cfg.action``; returns the results dict (run) or the exported bank path."""
 
     validate(cfg)
+    preflight(cfg, "live")
     out = output_dir(cfg)
     bank = load_bank_from_cfg(cfg)
     if cfg.action == "export_bank":
