@@ -24,6 +24,11 @@ from mara.core.config import ConfigError, available_methods, check_predictor_all
 from mara.predictors.factory import trained_predictor_mismatch
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def closest(word: str, choices) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``choices`` to a misspelt ``word``, else an empty string."""
     match = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
@@ -74,8 +79,9 @@ def check_method_override(name: str, override: dict, predictors) -> None:
                               f"it takes: {', '.join(sorted(allowed))}")
     try:
         OmegaConf.merge(OmegaConf.structured(MethodOverride), override)
-    except Exception as exc:  # omegaconf's ValidationError: the first line names the key and the type
-        raise ConfigError(f"{where}: {str(exc).strip().splitlines()[0]}") from None
+    except Exception as exc:  # omegaconf's ValidationError: the first line says the value and the type
+        key = getattr(exc, "full_key", None)
+        raise ConfigError(f"{where}{'.' + str(key) if key else ''}: {_first_line(exc)}") from None
     pred = override.get("predictor")
     if pred is not None and pred not in (predictors or {}):
         raise ConfigError(f"{where}.predictor: no predictor {pred!r} is configured{closest(pred, predictors or {})}; "
@@ -295,7 +301,7 @@ def read_policy(path) -> dict:
     except Exception as exc:
         kind = _kind_of(path)
         hint = f" (it is {kind})" if kind and "policy" not in kind else ""
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        msg = _first_line(exc)
         raise ConfigError(f"{msg}{hint}" if str(path) in msg else f"policy checkpoint {path}: {msg}{hint}") from None
     del facts
     return dict(ckpt, path=str(path))
@@ -318,7 +324,7 @@ def read_predictor_checkpoint(spec, where: str) -> None:
         getattr(importlib.import_module(module), fn)(str(path))
     except Exception as exc:
         other = _kind_of(path)
-        why = f"it is {other}" if other else (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        why = f"it is {other}" if other else (_first_line(exc) if isinstance(exc, ConfigError) else type(exc).__name__)
         raise ConfigError(f"{where}.ckpt_path: {path} is not {kind} ({why})") from None
 
 
