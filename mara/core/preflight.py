@@ -114,7 +114,8 @@ def check_method_names(names, where: str) -> None:
     known = available_methods()
     for m in names:
         if not isinstance(m, str) or m not in known:
-            raise ConfigError(f"unknown method {m!r} in {where}{closest(m, known)}; available: {', '.join(known)}")
+            place = "" if where == "methods" else f" in {where}"
+            raise ConfigError(f"unknown method {m!r}{place}{closest(m, known)}; available: {', '.join(known)}")
 
 
 def check_methods(cfg: DictConfig, need_methods: bool) -> list[str]:
