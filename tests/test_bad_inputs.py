@@ -121,6 +121,7 @@ CASES = [
     ("evaluate", ["methods=[FIFO]", "paths.output_dir={file}/run"], "is not writable"),
     ("train", ["paths.output_dir={file}/run"], "is not writable"),
     ("live", ["methods=[FIFO]", "paths.output_dir={file}"], "is not writable"),
+    ("evaluate", ["hydra.run.dir={file}/run"], "hydra.run.dir"),
     # the rest of the settings each entry point checks
     ("train", ["mat=qr"], "predictor=qr_q"),
     ("evaluate", ["experiment=paper"], "python -m mara.train experiment=paper"),
@@ -161,7 +162,9 @@ def test_bad_input_is_one_line_and_exit_2_before_any_work(entry, args, needle, f
         def started(*_a, _name=name, **_k):
             raise AssertionError(f"{_name} started")
         monkeypatch.setattr(module, name, started)
-    monkeypatch.setattr(sys, "argv", [f"mara.{entry}", *args, f"hydra.run.dir={run}", "hydra.output_subdir=null"])
+    if not any(a.startswith("hydra.run.dir=") for a in args):
+        args = [*args, f"hydra.run.dir={run}"]
+    monkeypatch.setattr(sys, "argv", [f"mara.{entry}", *args, "hydra.output_subdir=null"])
     monkeypatch.setenv("HYDRA_MAIN_MODULE", "__main__")  # conf/ found beside the entry point's file, as with python -m
     repo_before, tmp_before = set(os.listdir(REPO)), _tree(files["bad"].parent)
     GlobalHydra.instance().clear()

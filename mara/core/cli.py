@@ -92,11 +92,32 @@ def composition_error(config_name: str, argv: list[str], conf_dir: Path = CONF_D
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
             try:
-                compose(config_name=config_name, overrides=overrides)
+                cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
             except Exception as exc:
                 return _explain_composition(exc, config_name)
     finally:
         GlobalHydra.instance().clear()
+    return None if "-m" in argv or "--multirun" in argv else _unwritable_run_dir(cfg)
+
+
+def _unwritable_run_dir(cfg) -> str | None:
+    """Hydra creates ``hydra.run.dir`` before the entry point runs; a folder that cannot be made there is one line
+    here instead of Hydra's traceback. Nothing is created: the nearest existing folder above it must be writable."""
+    import os
+
+    from omegaconf import OmegaConf
+
+    try:
+        run_dir = OmegaConf.select(cfg, "hydra.run.dir")
+    except Exception:  # an interpolation only Hydra's run can resolve: Hydra reports it
+        return None
+    if not run_dir:
+        return None
+    p = Path(str(run_dir)).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if not p.is_dir() or not os.access(p, os.W_OK | os.X_OK):
+        return f"hydra.run.dir {run_dir} cannot be created: {p} is {'not a folder' if not p.is_dir() else 'not writable'}"
     return None
 
 
