@@ -173,7 +173,6 @@ RANGES = (
     ("mat.imitation.epochs", True, 1, True, None),
     ("mat.imitation.lr", False, 0, False, None),
     ("mat.imitation.batch_size", True, 1, True, None),
-    ("trainer.devices", True, 1, True, None),
     ("predictor.data.train_examples", True, 1, True, None),
     ("predictor.data.val_examples", True, 1, True, None),
     ("predictor.data.batch_size", True, 1, True, None),
