@@ -295,15 +295,12 @@ def read_policy(path) -> dict:
         raise ConfigError(f"policy checkpoint {path} not found")
     try:
         ckpt = read_policy_checkpoint(str(path))
-        facts = policy_facts(ckpt)  # the hyper-parameters every later step reads
-    except ConfigError:
-        raise
-    except Exception as exc:
+        policy_facts(ckpt)  # the hyper-parameters every later step reads are there
+    except Exception as exc:  # the loader's one-line reason (ValueError or ConfigError), and what the file is instead
         kind = _kind_of(path)
         hint = f" (it is {kind})" if kind and "policy" not in kind else ""
         msg = _first_line(exc)
         raise ConfigError(f"{msg}{hint}" if str(path) in msg else f"policy checkpoint {path}: {msg}{hint}") from None
-    del facts
     return dict(ckpt, path=str(path))
 
 
