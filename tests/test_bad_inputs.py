@@ -224,3 +224,22 @@ def test_good_inputs_pass_the_check(tmp_path):
             cfg = compose(entry, overrides=[f"paths.output_dir={tmp_path}/{entry}", *extra])
         preflight(cfg, entry)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_one_fit_check_for_loaded_policies_and_checkpoint_files():
+    """The same check refuses a policy for another M/K whether given a loaded allocator (run time, live) or the
+    checkpoint's contents (before any work), and accepts it on its own settings."""
+    from omegaconf import OmegaConf
+
+    from mara.core.config import ConfigError, build_allocators, load_method_cfg
+    from mara.core.preflight import check_policy_fit, read_policy
+
+    mcfg = load_method_cfg("MARA", {"ckpt_path": str(MARA_CKPT)})
+    loaded = [a for _, a in build_allocators(mcfg)]
+    on_file = [read_policy(MARA_CKPT)]
+    for policies in (loaded, on_file):
+        check_policy_fit(mcfg, policies, OmegaConf.create({"nodes": 7, "max_active": 10}))
+        with pytest.raises(ConfigError, match="trained for M=7, K=10; this run has sim.nodes=3"):
+            check_policy_fit(mcfg, policies, OmegaConf.create({"nodes": 3, "max_active": 10}))
+        with pytest.raises(ConfigError, match="trained with predictor 'fm'"):
+            check_policy_fit(load_method_cfg("MARA-WLS", {"ckpt_path": str(MARA_CKPT)}), policies)
