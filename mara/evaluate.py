@@ -17,7 +17,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from mara.core.cli import check_group_overrides, output_dir, run_cli
 from mara.core.config import (
     ConfigError,
-    build_allocators,
     check_method_cfg,
     is_learned,
     load_method_cfg,
@@ -29,12 +28,12 @@ from mara.eval.lofo import run_lofo_experiment
 from mara.eval.prediction_cli import run_prediction
 from mara.eval.runner import (
     build_episodes,
-    check_policy_predictor,
     evaluate_methods,
     load_bank_from_cfg,
     node_options,
     protocol_from_cfg,
 )
+from mara.preflight import preflight
 from mara.report.results import build_results, write_results
 
 
@@ -51,6 +50,7 @@ def evaluate(cfg: DictConfig) -> dict:
     setup_logging()
     if cfg.get("experiment_kind") == "paper":
         raise ConfigError("experiment=paper trains as well as evaluates: run it as python -m mara.train experiment=paper")
+    preflight(cfg, "evaluate")
     out = output_dir(cfg)
     if cfg.get("experiment_kind") == "prediction":
 
@@ -74,7 +74,6 @@ def evaluate(cfg: DictConfig) -> dict:
             cfg = cfg.copy()
             with open_dict(cfg):
                 cfg.method_overrides = overrides
-    _check_policies_fit_predictor(methods, overrides)
     episodes = build_episodes(cfg, bank, protocol)
     log.info(
         f"evaluate {', '.join(methods)} on {episodes.E} episodes "
@@ -134,19 +133,6 @@ def evaluate(cfg: DictConfig) -> dict:
     return res
 
 
-def _check_policies_fit_predictor(methods: list[str], overrides: dict) -> None:
-    """Before any work: every policy a learned method will run was trained with the method's predictor (the run-time
-    check, mara.eval.runner.check_policy_predictor, on the method's allocators). A policy that cannot be built (a
-    missing or corrupt checkpoint) is left to the run, which reports it as that method's failure."""
-    for m in methods:
-        cfg = load_method_cfg(m, overrides.get(m))
-        if not is_learned(cfg) or not (cfg.get("ckpt_path") or cfg.get("checkpoints")):
-            continue
-        try:
-            allocators = [a for _, a in build_allocators(cfg)]
-        except ConfigError:
-            continue
-        check_policy_predictor(cfg, allocators)
 
 
 def _without_unfit_shipped(methods: list[str], overrides: dict) -> list[str]:
@@ -187,7 +173,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 def main() -> None:
     """The command line: config-group choices are checked first (one line, exit 2), then Hydra composes."""
 
-    check_group_overrides()
+    check_group_overrides(config_name="evaluate")
     _hydra_main()
 
 

@@ -18,11 +18,12 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mara.core.cli import check_group_overrides, output_dir, run_cli
 from mara.core.config import ConfigError, load_method_cfg
+from mara.preflight import preflight
 from mara.core.runlog import log
 from mara.core.rundir import run_folder, run_stage
 from mara.eval.runner import check_number, node_options, protocol_from_cfg
 from mara.evaluate import all_methods_failed, evaluate
-from mara.mat.train import check_teacher_predictor, resolve_config, train_policy
+from mara.mat.train import check_teacher_predictor, resolve_config, train_policy, trained_method
 from mara.pipelines.paper import run_paper
 from mara.predictors.train import train_predictor
 
@@ -51,6 +52,7 @@ def train(cfg: DictConfig) -> dict:
         raise ConfigError(f"stage must be one of {', '.join(STAGES)}, got {stage!r}")
     if cfg.get("reward", "dense") not in ("dense", "sparse"):
         raise ConfigError(f"reward must be 'dense' or 'sparse', got {cfg.reward!r}")
+    preflight(cfg, "train")
     check_run_config(cfg)
     accelerator = str((cfg.get("trainer") or {}).get("accelerator", "cpu"))
     if accelerator in ("gpu", "cuda"):
@@ -94,18 +96,18 @@ def train(cfg: DictConfig) -> dict:
         overrides = OmegaConf.to_container(cfg.method_overrides, resolve=True) if cfg.get("method_overrides") else {}
         policy_ckpt = (result.get("policy") or {}).get("best_ckpt") or cfg.get("policy_ckpt")
         listed = list(cfg.methods)
-        if policy_ckpt and _trained_method(cfg) not in listed and "MARA" in listed:
-            listed[listed.index("MARA")] = _trained_method(cfg)  # e.g. mat=paper trains MARA-paper
+        if policy_ckpt and trained_method(cfg) not in listed and "MARA" in listed:
+            listed[listed.index("MARA")] = trained_method(cfg)  # e.g. mat=paper trains MARA-paper
         for m in listed:
             if m.startswith("MARA"):
                 if not policy_ckpt and not overrides.get(m, {}).get("checkpoints"):
                     log.warning(f"skipping {m} in the evaluation (no trained policy checkpoint)")
                     continue
-                if policy_ckpt and m == _trained_method(cfg):
+                if policy_ckpt and m == trained_method(cfg):
                     overrides.setdefault(m, {})["checkpoints"] = [{"train_seed": int(cfg.seed), "ckpt_path": str(policy_ckpt)}]
                     overrides[m]["predictor"] = run_predictor_key(cfg)  # the policy runs on the predictor it was trained with
                 elif not overrides.get(m, {}).get("checkpoints"):
-                    log.warning(f"skipping {m} (this run trains {_trained_method(cfg)})")
+                    log.warning(f"skipping {m} (this run trains {trained_method(cfg)})")
                     continue
             methods.append(m)
         ecfg = _stage_cfg(cfg, out / "evaluation")
@@ -174,18 +176,6 @@ def run_predictor_key(cfg: DictConfig) -> str | None:
     return key
 
 
-def _trained_method(cfg: DictConfig) -> str:
-    """The paper name of the policy this run trains."""
-    if cfg.get("reward", "dense") == "sparse":
-        return "MARA-sparse"
-    if cfg.predictor.get("name") == "wls":
-        return "MARA-WLS"
-    if cfg.predictor.get("name") == "qr":
-        return "MARA-QR"  # the decision head (mat=default predictor=qr_q)
-    mat = cfg.get("mat") or {}
-    return "MARA" if (mat.get("imitation") or {}).get("enabled", False) else "MARA-paper"
-
-
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def _hydra_main(cfg: DictConfig) -> None:
     import sys
@@ -199,7 +189,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 def main() -> None:
     """The command line: config-group choices are checked first (one line, exit 2), then Hydra composes."""
 
-    check_group_overrides()
+    check_group_overrides(config_name="train")
     _hydra_main()
 
 

@@ -222,7 +222,7 @@ def test_entry_point_runs_fifo_edf_writes_results_and_agreement(tmp_path):
 @pytest.mark.parametrize("override, needle", [
     ("live.families=[NoSuchNet]", "unknown family NoSuchNet"),
     ("sim.nodes=0", "sim.nodes (M) must be >= 1"),
-    ("++method_overrides={MARA: {ckpt_path: /nonexistent/best.ckpt}}", "cannot build allocator"),
+    ("++method_overrides={MARA: {ckpt_path: /nonexistent/best.ckpt}}", "policy checkpoint /nonexistent/best.ckpt not found"),
     ("methods=[NoSuchMethod]", "unknown method"),
     ("sim.node_speed=[2,1,1]", "sim.node_speed must have one entry per node (sim.nodes = 2), got 3"),
     ("sim.node_speed=[2,0]", "sim.node_speed entries must be >= 1"),

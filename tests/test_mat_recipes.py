@@ -68,7 +68,7 @@ def test_the_commands_pair_each_recipe_with_its_predictor(overrides, recipe, pre
 
 def test_the_main_command_trains_mara_on_the_head_and_evaluates_every_rule():
     from mara.core.config import available_methods, load_method_cfg
-    from mara.train import _trained_method
+    from mara.mat.train import trained_method as _trained_method
 
     cfg = _compose()
     c = resolve_config(cfg)

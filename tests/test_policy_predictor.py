@@ -74,14 +74,14 @@ def test_policy_given_another_predictor_stops_before_any_work(tmp_path):
     from omegaconf import OmegaConf
 
     from mara.core.config import build_allocators, load_method_cfg
-    from mara.eval.runner import check_policy_predictor
+    from mara.eval.policy_fit import check_policy_fit
 
     mcfg = load_method_cfg("MARA", {"checkpoints": [{"train_seed": 0, "ckpt_path": str(ck)}]})
     allocs = [a for _, a in build_allocators(mcfg)]
     with pytest.raises(ConfigError, match="trained with predictor 'qr'"):
-        check_policy_predictor(mcfg, allocs)
+        check_policy_fit(mcfg, allocs)
     mcfg = OmegaConf.merge(mcfg, {"predictor": "qr_q"})
-    check_policy_predictor(mcfg, allocs)
+    check_policy_fit(mcfg, allocs)
 
 
 def test_teacher_must_read_the_policy_predictor(tmp_path):
@@ -104,7 +104,7 @@ def test_teacher_must_read_the_policy_predictor(tmp_path):
 
 
 def test_training_with_the_head_is_named_mara_qr():
-    from mara.train import _trained_method
+    from mara.mat.train import trained_method as _trained_method
 
     assert _trained_method(_compose()) == "MARA-QR"
     assert _trained_method(_compose("experiment=band")) == "MARA"
@@ -134,7 +134,8 @@ def test_every_listed_method_has_its_predictor_configured(experiment):
 
 def test_experiment_hetero_trains_mara_qr_on_the_head():
     from mara.mat.train import check_teacher_predictor, resolve_config
-    from mara.train import _trained_method, run_predictor_key
+    from mara.mat.train import trained_method as _trained_method
+    from mara.train import run_predictor_key
 
     cfg = _compose("experiment=hetero")
     assert cfg.predictor.name == "qr" and cfg.mat.imitation.teacher == "Slack-QR" and cfg.mat.net.features == "v3"

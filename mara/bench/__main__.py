@@ -29,7 +29,7 @@ from mara.mat import ppo as ppo_step
 from mara.mat.losses import gae
 from mara.mat.nets import MATPolicy
 from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout
-from mara.mat.train import CONF_DIR, load_recipe
+from mara.mat.train import load_recipe
 from mara.predictors.cache import FlowSampleCache
 from mara.predictors.data import observe
 from mara.predictors.factory import predictor_from

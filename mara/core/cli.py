@@ -65,9 +65,100 @@ def unknown_group_option(argv: list[str], conf_dir: Path = CONF_DIR) -> str | No
     return None
 
 
-def check_group_overrides(argv: list[str] | None = None) -> None:
-    """Exit with status 2 and one line on stderr if an override names a missing config-group option."""
-    msg = unknown_group_option(sys.argv[1:] if argv is None else argv)
+def composition_error(config_name: str, argv: list[str], conf_dir: Path = CONF_DIR) -> str | None:
+    """The one-line error for command-line overrides Hydra cannot compose into ``conf/<config_name>.yaml`` (a
+    misspelt key ``sim.nodez=3`` names the closest valid key; an override that does not parse says so), or None.
+
+    Hydra reports these in several lines after its own banner; composing once here gives the user one line. A sweep
+    (``-m seed=0,1,2``) is composed with its first value."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    args = [a for a in argv if not a.startswith("-")]
+    try:
+        parsed = OverridesParser.create().parse_overrides(args)
+    except HydraException as exc:
+        return f"cannot read the command-line overrides: {_first_line(exc)}"
+    overrides = []
+    for o in parsed:
+        if o.is_sweep_override():
+            first = next(iter(o.sweep_string_iterator()), None)
+            overrides.append(f"{o.get_key_element()}={first}" if first is not None else o.input_line)
+        else:
+            overrides.append(o.input_line)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+            try:
+                cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+            except Exception as exc:
+                return _explain_composition(exc, config_name)
+    finally:
+        GlobalHydra.instance().clear()
+    return None if "-m" in argv or "--multirun" in argv else _unwritable_run_dir(cfg)
+
+
+def _unwritable_run_dir(cfg) -> str | None:
+    """Hydra creates ``hydra.run.dir`` before the entry point runs; a folder that cannot be made there is one line
+    here instead of Hydra's traceback. Nothing is created: the nearest existing folder above it must be writable."""
+    import os
+
+    from omegaconf import OmegaConf
+
+    try:
+        run_dir = OmegaConf.select(cfg, "hydra.run.dir")
+    except Exception:  # an interpolation only Hydra's run can resolve: Hydra reports it
+        return None
+    if not run_dir:
+        return None
+    p = Path(str(run_dir)).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if not p.is_dir() or not os.access(p, os.W_OK | os.X_OK):
+        return f"hydra.run.dir {run_dir} cannot be created: {p} is {'not a folder' if not p.is_dir() else 'not writable'}"
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _explain_composition(exc: BaseException, config_name: str) -> str:
+    """One line for a composition error: an unknown key with the closest key at that level of the config."""
+    import difflib
+    import re
+
+    from hydra import compose
+    from omegaconf import OmegaConf
+
+    m = re.search(r"Could not override '([^']+)'", str(exc))
+    if not m:
+        return f"cannot compose the configuration: {_first_line(exc)}"
+    key = m.group(1)
+    parent, _, leaf = key.rpartition(".")
+    try:
+        node = OmegaConf.select(compose(config_name=config_name), parent) if parent else compose(config_name=config_name)
+        known = list(node.keys()) if OmegaConf.is_dict(node) else []
+    except Exception:
+        known = []
+    if not known and parent:
+        return f"unknown config key {key!r}: {parent!r} has no such setting (to add a new key use +{key}=...)"
+    match = difflib.get_close_matches(leaf, [str(k) for k in known], n=1, cutoff=0.6)
+    hint = f" (did you mean {(parent + '.' if parent else '') + match[0]!r}?)" if match else ""
+    where = f"{parent!r} has" if parent else "the configuration has"
+    return f"unknown config key {key!r}{hint}; {where}: {', '.join(map(str, known))}"
+
+
+def check_group_overrides(argv: list[str] | None = None, config_name: str | None = None) -> None:
+    """Exit with status 2 and one line on stderr if an override names a missing config-group option or, given the
+    entry point's ``config_name``, cannot be composed (an unknown key, an unreadable value)."""
+    argv = sys.argv[1:] if argv is None else argv
+    msg = unknown_group_option(argv)
+    if msg is None and config_name is not None:
+        msg = composition_error(config_name, argv)
     if msg:
         print(f"error: {msg}", file=sys.stderr)
         sys.exit(2)

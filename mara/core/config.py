@@ -88,6 +88,8 @@ def check_method_cfg(cfg: DictConfig) -> None:
 
 
 SHIPPED_CKPT_DIR = PACKAGE_DIR / "data" / "checkpoints"
+#: the MARA policy shipped for live mode's defaults (M = 2, K = 4, T = 120, budgets x 0.25; docs/live.md)
+SHIPPED_LIVE_POLICY = SHIPPED_CKPT_DIR / "mara_live.ckpt"
 
 
 def shipped_policy_checkpoints(cfg: DictConfig, bank_path) -> list[dict]:

@@ -17,12 +17,11 @@ from mara.bounds.clairvoyant_k import clairvoyant_k_batch
 from mara.bounds.parallel import map_episodes, resolve_workers
 from mara.core.config import (
     ConfigError,
-    available_methods,
     build_allocators,
     check_predictor_allowed,
-    is_learned,
     load_method_cfg,
 )
+from mara.eval.policy_fit import check_policy_fit
 from mara.curves.bank import (
     BankError,
     CurveBank,
@@ -30,7 +29,7 @@ from mara.curves.bank import (
     load_bank,
     shipped_bank_path,
 )
-from mara.predictors.factory import predictor_from, trained_predictor_mismatch
+from mara.predictors.factory import predictor_from
 from mara.sim.env import BatchedEnv, check_node_options, isolated_feasible
 from mara.sim.workload import (
     EpisodeBatch,
@@ -263,20 +262,6 @@ def method_outcome_note(exc: BaseException) -> tuple[str, str]:
     return status, msg
 
 
-def check_policy_predictor(mcfg: DictConfig, allocators) -> None:
-    """A learned policy runs on the predictor it was trained with: its tokens are that predictor's estimates and band.
-    A method that gives it another one (e.g. a policy trained on the decision head run as ``MARA``, whose predictor is
-    the FM) is a one-line ConfigError naming the method that fits, never a silently mis-fed evaluation."""
-    for alloc in allocators:
-        why = trained_predictor_mismatch(getattr(alloc, "trained_predictor", None), mcfg.get("predictor"))
-        if why:
-            fits = [m for m in available_methods() if is_learned(c := load_method_cfg(m))
-                    and trained_predictor_mismatch(alloc.trained_predictor, c.get("predictor")) is None]
-            raise ConfigError(f"method {mcfg.name!r}: policy {getattr(alloc, 'ckpt_path', '?')}: {why}; evaluate it "
-                              f"under a method with that predictor ({', '.join(fits) or 'none configured'}) or set "
-                              f"+method_overrides.{mcfg.name}.predictor=<name>")
-
-
 def evaluate_one(name: str, mcfg: DictConfig, ep: EpisodeBatch, bank: CurveBank, cfg: DictConfig, predictors: dict, progress=None) -> list[dict]:
     """Rows of one method on every episode (one allocator per training seed for learned policies)."""
     if mcfg.kind == "bound":
@@ -286,7 +271,7 @@ def evaluate_one(name: str, mcfg: DictConfig, ep: EpisodeBatch, bank: CurveBank,
     predictor = predictor_from(mcfg.get("predictor"), bank.path, configured=cfg.get("predictors") or {}, built=predictors)
     rows = []
     allocators = build_allocators(mcfg)
-    check_policy_predictor(mcfg, [a for _, a in allocators])
+    check_policy_fit(mcfg, [a for _, a in allocators], cfg.sim)
     for i, (seed, alloc) in enumerate(allocators):
         tick = None if progress is None else (lambda s, n, i=i: progress((i + s / n) / len(allocators)))
         rows += _rows_from_metrics(name, ep, run_policy(alloc, ep, bank, cfg.sim, predictor, progress=tick), train_seed=seed)

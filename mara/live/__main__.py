@@ -12,14 +12,20 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from mara.core.cli import run_cli
+from mara.core.cli import check_group_overrides, run_cli
 from mara.live.run import live_main
 
 
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="live")
-def main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> None:
 
     run_cli(live_main, cfg)
+
+
+def main() -> None:
+    """The command line: overrides are checked first (one line, exit 2), then Hydra composes."""
+    check_group_overrides(config_name="live")
+    _hydra_main()
 
 
 if __name__ == "__main__":

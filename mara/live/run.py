@@ -8,24 +8,25 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from mara.core.cli import output_dir
+from mara.core.config import SHIPPED_LIVE_POLICY, ConfigError, build_allocators, load_method_cfg
 from mara.core.rundir import run_folder
-from mara.core.config import ConfigError, build_allocators, load_method_cfg
 from mara.curves.bank import load_bank, shipped_bank_path, write_bank
 from mara.curves.families import generation_cap
+from mara.eval.policy_fit import check_policy_fit
 from mara.eval.runner import (
-    check_policy_predictor,
     load_bank_from_cfg,
     node_options,
 )
 from mara.live.driver import replay, run_live
-from mara.predictors.factory import predictor_from
 from mara.live.episode import live_tasks, scaled_family_params
 from mara.live.report import write_report
 from mara.live.workers import make_pool, preload_datasets
+from mara.preflight import preflight
+from mara.predictors.factory import predictor_from
 
 LIVE_BANK = "live_curves.parquet"
 #: MARA policy shipped for the live defaults (M = 2, K = 4, T = 120, budgets x 0.25); see docs/live.md
-SHIPPED_POLICY = Path(__file__).resolve().parents[1] / "data" / "checkpoints" / "mara_live.ckpt"
+SHIPPED_POLICY = SHIPPED_LIVE_POLICY
 
 
 def _say(msg: str) -> None:
@@ -91,11 +92,7 @@ def build_method(name: str, cfg: DictConfig, predictors: dict, bank_path):
         return None, (f"{name} skipped: no policy checkpoint; train one for these sim settings "
                       f"(docs: README 'Live mode') and pass '++method_overrides={{{name}: {{ckpt_path: ...}}}}'")
     _, first = build_allocators(mcfg)[0]  # fails with one line if the checkpoint does not load
-    check_policy_predictor(mcfg, [first])
-    policy = getattr(first, "policy", None)
-    if policy is not None and (policy.M != int(cfg.sim.nodes) or policy.K != int(cfg.sim.max_active)):
-        raise ConfigError(f"method {name!r}: checkpoint was trained for M={policy.M}, K={policy.K}; "
-                          f"live run has sim.nodes={cfg.sim.nodes}, sim.max_active={cfg.sim.max_active}")
+    check_policy_fit(mcfg, [first], cfg.sim)
     predictor = predictor_from(mcfg.get("predictor"), bank_path, configured=cfg.get("predictors") or {}, built=predictors)
     return (lambda: build_allocators(mcfg)[0][1]), predictor
 
@@ -161,6 +158,7 @@ def live_main(cfg: DictConfig) -> dict:
     """Run ``cfg.action``; returns the results dict (run) or the exported bank path."""
 
     validate(cfg)
+    preflight(cfg, "live")
     out = output_dir(cfg)
     bank = load_bank_from_cfg(cfg)
     if cfg.action == "export_bank":

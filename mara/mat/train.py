@@ -171,3 +171,15 @@ def train_policy(cfg: DictConfig, callbacks: list | None = None) -> dict:
         final.update({f"val_{k}": v for k, v in (summary.get("val_baselines") or {}).items()})
         log_hparams(out / "tb", {k: v for k, v in c.items() if k not in ("output_dir", "ckpt_path")}, final)
     return summary
+
+
+def trained_method(cfg: DictConfig) -> str:
+    """The paper name of the policy this run trains."""
+    if cfg.get("reward", "dense") == "sparse":
+        return "MARA-sparse"
+    if cfg.predictor.get("name") == "wls":
+        return "MARA-WLS"
+    if cfg.predictor.get("name") == "qr":
+        return "MARA-QR"  # the decision head (mat=default predictor=qr_q)
+    mat = cfg.get("mat") or {}
+    return "MARA" if (mat.get("imitation") or {}).get("enabled", False) else "MARA-paper"

@@ -1,0 +1,410 @@
+"""The one check before any work, shared by ``mara.train``, ``mara.evaluate`` and ``mara.live`` (``preflight``).
+
+A mistake in a run's settings should cost the user one line on stderr and exit status 2, not minutes of training
+followed by a traceback. Everything that can be known from the composed config is checked here, before the first
+stage starts: method names and every ``method_overrides`` key (a typo names the closest valid key), numbers in
+range, every checkpoint readable, of the right kind and fit for the run (``check_policy_fit``: the one policy/run
+fit check, also called at run time and in live mode), the run folder writable, the optional ``ray`` dependency.
+Unknown top-level keys (``sim.nodez=3``) are refused earlier, when the command line is composed
+(``mara.core.cli.check_group_overrides``).
+"""
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import inspect
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from mara.core.config import (
+    SHIPPED_LIVE_POLICY,
+    ConfigError,
+    available_methods,
+    is_learned,
+    load_method_cfg,
+    with_shipped_policies,
+)
+from mara.curves.bank import default_bank_path, shipped_bank_path
+from mara.eval.policy_fit import check_policy_fit, policy_facts
+from mara.eval.runner import check_number, node_options
+from mara.mat.allocator import read_policy_checkpoint
+from mara.mat.train import trained_method
+from mara.predictors.fm import load_net
+from mara.predictors.quantile_head import load_heads
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def closest(word: str, choices) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices`` to a misspelt ``word``, else an empty string."""
+    match = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+# --------------------------------------------------------------------------------------------- method overrides
+@dataclass
+class CheckpointEntry:
+    """One trained policy of a learned method: ``{train_seed, ckpt_path}``."""
+
+    ckpt_path: str
+    train_seed: int = 0
+
+
+@dataclass
+class MethodOverride:
+    """Schema of ``method_overrides.<METHOD>``: the settings a method config has, with their types. Which of them a
+    given method takes is its own config's keys (``checkpoints`` too for learned methods)."""
+
+    name: Optional[str] = None
+    kind: Optional[str] = None
+    predictor: Optional[str] = None
+    ckpt_path: Optional[str] = None
+    checkpoints: Optional[List[CheckpointEntry]] = None
+    shipped: Optional[str] = None
+    allocator: Optional[Dict[str, Any]] = None
+    admission_limit: Optional[bool] = None
+    time_limit_s: Optional[float] = None
+    workers: Optional[int] = None
+
+
+def _plain(x):
+    return OmegaConf.to_container(x, resolve=True) if OmegaConf.is_config(x) else x
+
+
+def check_method_override(name: str, override: dict, predictors) -> None:
+    """Every key of ``method_overrides.<name>`` is one the method takes, of the schema's type: one-line ConfigError
+    naming the key and the closest valid one."""
+    where = f"method_overrides.{name}"
+    if not isinstance(override, dict):
+        raise ConfigError(f"{where} must be a mapping of method settings, got {override!r}")
+    base = load_method_cfg(name)
+    allowed = set(base.keys()) | ({"checkpoints", "ckpt_path"} if is_learned(base) else set())
+    for key in override:
+        if key not in allowed:
+            raise ConfigError(f"{where}.{key}: {name} has no setting {key!r}{closest(key, allowed)}; "
+                              f"it takes: {', '.join(sorted(allowed))}")
+    try:
+        OmegaConf.merge(OmegaConf.structured(MethodOverride), override)
+    except Exception as exc:  # omegaconf's ValidationError: the first line says the value and the type
+        key = getattr(exc, "full_key", None)
+        raise ConfigError(f"{where}{'.' + str(key) if key else ''}: {_first_line(exc)}") from None
+    pred = override.get("predictor")
+    if pred is not None and pred not in (predictors or {}):
+        raise ConfigError(f"{where}.predictor: no predictor {pred!r} is configured{closest(pred, predictors or {})}; "
+                          f"known: {', '.join(predictors or {}) or 'none'}")
+    alloc = override.get("allocator")
+    if alloc:
+        target = alloc.get("_target_") or (base.get("allocator") or {}).get("_target_")
+        _check_allocator_keys(f"{where}.allocator", target, [k for k in alloc if k != "_target_"])
+
+
+def _check_allocator_keys(where: str, target, keys) -> None:
+    """Allocator overrides are constructor arguments of the allocator class (unknown names would fail only later)."""
+    from hydra.utils import get_class
+
+    try:
+        params = inspect.signature(get_class(str(target))).parameters
+    except Exception as exc:
+        raise ConfigError(f"{where}._target_: cannot import {target!r} ({type(exc).__name__})") from None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    valid = [p for p in params if p != "self"]
+    for key in keys:
+        if key not in valid:
+            raise ConfigError(f"{where}.{key}: {str(target).rsplit('.', 1)[-1]} takes no argument {key!r}"
+                              f"{closest(key, valid)}; it takes: {', '.join(valid)}")
+
+
+def check_method_names(names, where: str) -> None:
+    """Every name is a ``conf/method/<NAME>.yaml``: one line naming an unknown one and the closest."""
+    known = available_methods()
+    for m in names:
+        if not isinstance(m, str) or m not in known:
+            place = "" if where == "methods" else f" in {where}"
+            raise ConfigError(f"unknown method {m!r}{place}{closest(m, known)}; available: {', '.join(known)}")
+
+
+def check_methods(cfg: DictConfig, need_methods: bool) -> list[str]:
+    """``methods`` (a non-empty list of known names when the run evaluates) and ``method_overrides``."""
+    methods = cfg.get("methods")
+    if methods is None:
+        methods = []
+    if not isinstance(methods, (list, ListConfig)):
+        raise ConfigError(f"methods must be a list of method names, e.g. methods=[FIFO,EDF], got {_plain(methods)!r}")
+    methods = list(methods)
+    if need_methods and not methods:
+        raise ConfigError(f"methods is empty: name at least one method; available: {', '.join(available_methods())}")
+    check_method_names(methods, "methods")
+    overrides = _plain(cfg.get("method_overrides")) or {}
+    if not isinstance(overrides, dict):
+        raise ConfigError(f"method_overrides must map method names to settings, got {overrides!r}")
+    check_method_names(list(overrides), "method_overrides")
+    predictors = list((cfg.get("predictors") or {}).keys())
+    for name, override in overrides.items():
+        check_method_override(name, override or {}, predictors)
+    return methods
+
+
+# ----------------------------------------------------------------------------------------------------- numbers
+#: (setting, integer?, lower bound, lower bound included?, upper bound); absent or null settings are not checked
+RANGES = (
+    ("seed", True, 0, True, None),
+    ("eval.episodes", True, 1, True, None),
+    ("mat.seed", True, 0, True, None),
+    ("mat.total_env_steps", True, 1, True, None),
+    ("mat.num_threads", True, 1, True, None),
+    ("mat.rollout.n_episodes", True, 1, True, None),
+    ("mat.rollout.n_steps", True, 1, True, None),
+    ("mat.rollout.n_groups", True, 1, True, None),
+    ("mat.rollout.stagger", True, 0, True, None),
+    ("mat.rollout.scale", False, 0, False, None),
+    ("mat.rollout.fm_cache_entries", True, 1, True, None),
+    ("mat.ppo.lr", False, 0, False, None),
+    ("mat.ppo.gamma", False, 0, True, 1),
+    ("mat.ppo.gae_lambda", False, 0, True, 1),
+    ("mat.ppo.clip_coef", False, 0, False, None),
+    ("mat.ppo.update_epochs", True, 1, True, None),
+    ("mat.ppo.n_minibatches", True, 1, True, None),
+    ("mat.ppo.minibatch_size", True, 1, True, None),
+    ("mat.ppo.max_grad_norm", False, 0, False, None),
+    ("mat.workload.load", False, 0, True, 1),
+    ("mat.workload.train_root", True, 0, True, None),
+    ("mat.validation.roots", True, 0, True, None),
+    ("mat.validation.load", False, 0, True, 1),
+    ("mat.validation.n_episodes", True, 1, True, None),
+    ("mat.validation.every_n_iterations", True, 1, True, None),
+    ("mat.imitation.n_episodes", True, 1, True, None),
+    ("mat.imitation.n_steps", True, 1, True, None),
+    ("mat.imitation.dagger_rounds", True, 0, True, None),
+    ("mat.imitation.epochs", True, 1, True, None),
+    ("mat.imitation.lr", False, 0, False, None),
+    ("mat.imitation.batch_size", True, 1, True, None),
+    ("predictor.data.train_examples", True, 1, True, None),
+    ("predictor.data.val_examples", True, 1, True, None),
+    ("predictor.data.batch_size", True, 1, True, None),
+    ("predictor.inference.n_samples", True, 1, True, None),
+    ("predictor.inference.n_steps", True, 1, True, None),
+    ("predictor.band.coverage", False, 0, False, 1),
+    ("predictor.train.max_epochs", True, 1, True, None),
+    ("live.episodes", True, 1, True, None),
+    ("live.load", False, 0, True, 1),
+    ("live.root", True, 0, True, None),
+    ("live.time_scale", False, 0, False, None),
+    ("live.calibration_target", False, 0, False, 1),
+    ("live.threads", True, 1, True, None),
+    ("live.progress_every", True, 1, True, None),
+)
+
+
+def _select(cfg: DictConfig, key: str):
+    try:
+        return OmegaConf.select(cfg, key, default=None)
+    except Exception:  # an interpolation that does not resolve is reported by the stage that reads it
+        return None
+
+
+def check_range(where: str, value, integer: bool, lo, lo_in: bool, hi) -> None:
+    """One value (or each of a list) is a number of the right kind within [lo, hi]: one-line ConfigError."""
+    values = _plain(value)
+    for v in values if isinstance(values, list) else [values]:
+        x = check_number(where, v, int if integer else float)
+        if (lo is not None and (x < lo if lo_in else x <= lo)) or (hi is not None and x > hi):
+            span = f"in [{lo}, {hi}]" if hi is not None else f"{'>=' if lo_in else '>'} {lo}"
+            raise ConfigError(f"{where} must be {'an integer' if integer else 'a number'} {span}, got {v!r}")
+
+
+def check_numbers(cfg: DictConfig) -> None:
+    """Every setting of ``RANGES`` present in ``cfg``, the evaluation roots and the trainer's epochs."""
+    for key, integer, lo, lo_in, hi in RANGES:
+        value = _select(cfg, key)
+        if value is not None:
+            check_range(key, value, integer, lo, lo_in, hi)
+    roots = _plain(_select(cfg, "eval.roots"))
+    if isinstance(roots, list):
+        check_range("eval.roots", roots, True, 0, True, None)
+    epochs = _select(cfg, "trainer.max_epochs")
+    if epochs is not None and epochs != -1:  # -1: Lightning's "no epoch limit"
+        check_range("trainer.max_epochs", epochs, True, 1, True, None)
+
+
+# ------------------------------------------------------------------------------------------------- checkpoints
+def _kind_of(path) -> str | None:
+    """What a checkpoint file is, read with the packages' own loaders (for the error that names a mixed-up file)."""
+    for kind, loader in (("a MAT policy checkpoint", read_policy_checkpoint), ("an FM predictor checkpoint", load_net),
+                         ("a decision-head checkpoint", load_heads)):
+        try:
+            loader(path)
+            return kind
+        except Exception:
+            continue
+    return None
+
+
+def read_policy(path) -> dict:
+    """A policy checkpoint's contents with its path (``path`` key), or a one-line ConfigError: missing, unreadable,
+    or another kind of checkpoint."""
+    if not path or not Path(str(path)).is_file():
+        raise ConfigError(f"policy checkpoint {path} not found")
+    try:
+        ckpt = read_policy_checkpoint(str(path))
+        policy_facts(ckpt)  # the hyper-parameters every later step reads are there
+    except Exception as exc:  # the loader's one-line reason (ValueError or ConfigError), and what the file is instead
+        kind = _kind_of(path)
+        hint = f" (it is {kind})" if kind and "policy" not in kind else ""
+        msg = _first_line(exc)
+        raise ConfigError(f"{msg}{hint}" if str(path) in msg else f"policy checkpoint {path}: {msg}{hint}") from None
+    return dict(ckpt, path=str(path))
+
+
+PREDICTOR_LOADERS = {"fm": ("mara.predictors.fm", "load_net", "an FM predictor checkpoint"),
+                     "qr": ("mara.predictors.quantile_head", "load_heads", "a decision-head checkpoint")}
+
+
+def read_predictor_checkpoint(spec, where: str) -> None:
+    """A predictor config's explicit ``ckpt_path`` loads with that predictor's own loader: one-line ConfigError."""
+    path = spec.get("ckpt_path") if spec is not None and hasattr(spec, "get") else None
+    name = spec.get("name") if path else None
+    if not path or name not in PREDICTOR_LOADERS:
+        return
+    if not Path(str(path)).is_file():
+        raise ConfigError(f"{where}.ckpt_path: predictor checkpoint {path} not found")
+    module, fn, kind = PREDICTOR_LOADERS[name]
+    try:
+        getattr(importlib.import_module(module), fn)(str(path))
+    except Exception as exc:
+        other = _kind_of(path)
+        why = f"it is {other}" if other else (_first_line(exc) if isinstance(exc, ConfigError) else type(exc).__name__)
+        raise ConfigError(f"{where}.ckpt_path: {path} is not {kind} ({why})") from None
+
+
+def method_checkpoints(mcfg: DictConfig) -> list[str]:
+    """The policy checkpoint paths a method config names (``ckpt_path`` or ``checkpoints``)."""
+    ckpts = mcfg.get("checkpoints")
+    if ckpts:
+        return [str(c.get("ckpt_path")) for c in ckpts]
+    return [str(mcfg.ckpt_path)] if mcfg.get("ckpt_path") else []
+
+
+def check_checkpoints(cfg: DictConfig, methods: list[str], policy_defaults: dict) -> None:
+    """Every policy a learned method will run (given, or the default ``policy_defaults[method]``) loads and fits the
+    run; every predictor checkpoint named by the run's predictor or a method's predictor loads."""
+    overrides = _plain(cfg.get("method_overrides")) or {}
+    predictors = cfg.get("predictors") or {}
+    if cfg.get("predictor") is not None:
+        read_predictor_checkpoint(cfg.predictor, "predictor")
+    for m in methods:
+        mcfg = load_method_cfg(m, overrides.get(m))
+        pred = mcfg.get("predictor")
+        if pred is not None and pred in predictors:
+            read_predictor_checkpoint(predictors[pred], f"predictors.{pred}")
+        if not is_learned(mcfg):
+            continue
+        given = method_checkpoints(mcfg)
+        if given or m not in policy_defaults:
+            check_policy_fit(mcfg, [read_policy(p) for p in given], cfg.get("sim"))
+        else:
+            default_mcfg, paths = policy_defaults[m]
+            check_policy_fit(default_mcfg or mcfg, [read_policy(p) for p in paths], cfg.get("sim"))
+
+
+# ------------------------------------------------------------------------------------------ folders, extras
+def check_writable(folder, where: str) -> None:
+    """``folder`` can take files: a probe file is created and removed, and folders created for it are removed."""
+    folder = Path(str(folder))
+    created, p = [], folder
+    while not p.exists() and p != p.parent:
+        created.append(p)
+        p = p.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write_probe_{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"{where} {folder} is not writable ({exc.strerror or type(exc).__name__})") from None
+    finally:
+        for d in created:  # deepest first
+            try:
+                d.rmdir()
+            except OSError:
+                break
+
+
+def run_folder(cfg: DictConfig) -> tuple[Path | None, str]:
+    """(the run folder the entry point will write, the setting that names it); None when neither is set."""
+    given = (cfg.get("paths") or {}).get("output_dir")
+    if given:
+        return Path(str(given)), "paths.output_dir"
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return Path(HydraConfig.get().runtime.output_dir), "hydra.run.dir"
+    except Exception:  # composed outside @hydra.main (tests, notebooks): a fresh folder is made later
+        return None, ""
+
+
+RAY_HINT = 'pip install -e ".[cluster]"'
+
+
+def check_live_workers(cfg: DictConfig) -> None:
+    """``live.workers=ray`` needs the optional ``ray`` package (the ``cluster`` extra)."""
+    if str((cfg.get("live") or {}).get("workers")) == "ray" and importlib.util.find_spec("ray") is None:
+        raise ConfigError(f"live.workers=ray needs Ray, which is not installed: {RAY_HINT} (or live.workers=process)")
+
+
+# ---------------------------------------------------------------------------------------------------- the check
+def preflight(cfg: DictConfig, entry: str) -> None:
+    """Every check that can be made before any work (``entry``: ``train``, ``evaluate`` or ``live``); a mistake is
+    one ConfigError, which the entry points print as one line and exit 2."""
+    kind = cfg.get("experiment_kind")
+    check_numbers(cfg)
+    if entry == "train":
+        need = cfg.get("stage", "all") in ("all", "evaluate") and kind != "paper"
+    elif entry == "evaluate":
+        need = kind not in ("prediction", "prediction_lofo")
+    else:
+        need = cfg.get("action", "run") == "run"
+    methods = check_methods(cfg, need)
+    if entry == "live":
+        check_live_workers(cfg)
+    if need:
+        check_checkpoints(cfg, methods, _policy_defaults(cfg, entry, methods))
+    folder, where = run_folder(cfg)
+    if folder is not None:
+        check_writable(folder, where)
+
+
+def _policy_defaults(cfg: DictConfig, entry: str, methods: list[str]) -> dict:
+    """{method: (method config to check them under or None: its own, checkpoint paths)} for a learned method given
+    no checkpoint: the shipped policies (``mara.evaluate``), the live policy (``mara.live``), or the run's
+    ``policy_ckpt`` (``mara.train stage=evaluate``)."""
+    if entry == "evaluate":
+        if not cfg.get("shipped_policies", True):
+            return {}
+        opts = node_options(cfg.get("sim") or {})
+        if opts["node_speed"] is not None or opts["switch_cost"] > 0:
+            return {}  # the shipped policies are not run on heterogeneous nodes (mara.evaluate drops them)
+        _, used = with_shipped_policies(methods, _plain(cfg.get("method_overrides")) or {}, _bank_path(cfg))
+        return {m: (None, paths) for m, paths in used.items()}
+    if entry == "live":
+        ckpt = (cfg.get("live") or {}).get("policy_ckpt") or (SHIPPED_LIVE_POLICY if SHIPPED_LIVE_POLICY.exists() else None)
+        return {"MARA": (None, [str(ckpt)])} if ckpt else {}
+    ckpt = cfg.get("policy_ckpt")
+    if not ckpt:
+        return {}
+    trained = trained_method(cfg)
+    # the run evaluates that policy on its own training predictor, so only its M and K are checked here
+    as_run = OmegaConf.create({"name": trained, "kind": "policy", "predictor": None})
+    return {m: (as_run, [str(ckpt)]) for m in methods if m == trained or (m == "MARA" and trained not in methods)}
+
+
+def _bank_path(cfg: DictConfig):
+    path = (cfg.get("bank") or {}).get("path")
+    return shipped_bank_path(path) if path else default_bank_path()
