@@ -37,7 +37,13 @@ from mara.preflight import preflight
 from mara.report.results import build_results, write_results
 
 
-@run_folder  # one live run per folder; fresh=true sets the folder's earlier results aside
+def _before_any_work(cfg: DictConfig) -> None:
+    if cfg.get("experiment_kind") == "paper":
+        raise ConfigError("experiment=paper trains as well as evaluates: run it as python -m mara.train experiment=paper")
+    preflight(cfg, "evaluate")
+
+
+@run_folder(check=_before_any_work)  # one live run per folder; fresh=true sets the folder's earlier results aside
 def evaluate(cfg: DictConfig) -> dict:
     """Run the evaluation protocol of ``cfg``; writes results into the run folder and returns them.
 
@@ -48,9 +54,6 @@ def evaluate(cfg: DictConfig) -> dict:
     """
 
     setup_logging()
-    if cfg.get("experiment_kind") == "paper":
-        raise ConfigError("experiment=paper trains as well as evaluates: run it as python -m mara.train experiment=paper")
-    preflight(cfg, "evaluate")
     out = output_dir(cfg)
     if cfg.get("experiment_kind") == "prediction":
 

@@ -44,15 +44,19 @@ def _stage_cfg(cfg: DictConfig, out: Path) -> DictConfig:
     return c
 
 
-@run_folder(stages=("predictor", "policy"))  # one live run per folder; a rerun resumes (fresh=true: start over)
-def train(cfg: DictConfig) -> dict:
-    """Run the configured stages; returns a dict of what each stage produced."""
-    stage = cfg.get("stage", "all")
-    if stage not in STAGES:
-        raise ConfigError(f"stage must be one of {', '.join(STAGES)}, got {stage!r}")
+def _before_any_work(cfg: DictConfig) -> None:
+    """The stage and reward names, then the shared check of every setting, checkpoint and folder."""
+    if cfg.get("stage", "all") not in STAGES:
+        raise ConfigError(f"stage must be one of {', '.join(STAGES)}, got {cfg.get('stage')!r}")
     if cfg.get("reward", "dense") not in ("dense", "sparse"):
         raise ConfigError(f"reward must be 'dense' or 'sparse', got {cfg.reward!r}")
     preflight(cfg, "train")
+
+
+@run_folder(stages=("predictor", "policy"), check=_before_any_work)  # one live run per folder; a rerun resumes
+def train(cfg: DictConfig) -> dict:
+    """Run the configured stages; returns a dict of what each stage produced."""
+    stage = cfg.get("stage", "all")
     check_run_config(cfg)
     accelerator = str((cfg.get("trainer") or {}).get("accelerator", "cpu"))
     if accelerator in ("gpu", "cuda"):

@@ -50,3 +50,16 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture(autouse=True)
+def _root_log_handlers_per_test():
+    """Entry points add a terminal handler to the root logger on the stderr of the moment; under capsys that stream
+    is closed after the test, so a handler a test added is removed with it."""
+    import logging
+
+    root = logging.getLogger()
+    before = list(root.handlers)
+    yield
+    for h in [h for h in root.handlers if h not in before]:
+        root.removeHandler(h)

@@ -23,8 +23,9 @@ REPO = Path(__file__).resolve().parents[1]
 CKPT = REPO / "mara" / "data" / "checkpoints"
 MARA_CKPT, QR_POLICY, FM_CKPT = CKPT / "mara_zoo_seed0.ckpt", CKPT / "mara_qr_zoo_seed0.ckpt", CKPT / "fm_zoo.ckpt"
 MAIN = {"train": mara.train.main, "evaluate": mara.evaluate.main, "live": mara.live.__main__.main}
-#: what Hydra itself may leave in a run folder before the entry point runs
-HYDRA_FILES = {".hydra", "train.log", "evaluate.log", "live.log", "__main__.log"}
+# what a refused run may leave in its own new run folder: Hydra's files, and the lock file of a check that runs once
+# the folder is held (e.g. Clairvoyant's workers); never results, checkpoints or events
+HYDRA_FILES = {".hydra", "train.log", "evaluate.log", "live.log", "__main__.log", ".run.lock"}
 #: the functions that start work; reaching one fails the case
 WORK = [(mara.train, "train_predictor"), (mara.train, "train_policy"), (mara.pipelines.paper, "run_jobs"),
         (mara.evaluate, "build_episodes"), (mara.evaluate, "evaluate_methods"), (mara.evaluate, "run_prediction"),
@@ -123,7 +124,7 @@ CASES = [
     ("live", ["methods=[FIFO]", "paths.output_dir={file}"], "is not writable"),
     ("evaluate", ["hydra.run.dir={file}/run"], "hydra.run.dir"),
     # the rest of the settings each entry point checks
-    ("train", ["mat=qr"], "predictor=qr_q"),
+    ("train", ["predictor=fm"], "predictor=qr_q"),  # the default recipe's teacher reads the decision head
     ("evaluate", ["experiment=paper"], "python -m mara.train experiment=paper"),
     ("train", ["stage=bogus"], "stage must be one of"),
     ("train", ["reward=bogus"], "reward must be 'dense' or 'sparse'"),
@@ -214,7 +215,7 @@ def test_good_inputs_pass_the_check(tmp_path):
     from mara.core.config import CONF_DIR
     from mara.preflight import preflight
 
-    runs = [("train", []), ("train", ["experiment=smoke"]), ("train", ["experiment=hetero"]), ("train", ["mat=qr", "predictor=qr_q"]),
+    runs = [("train", []), ("train", ["experiment=smoke"]), ("train", ["experiment=hetero"]), ("train", ["experiment=band"]),
             ("evaluate", []), ("evaluate", ["methods=[MARA,MARA-QR,Slack-QR-q]"]), ("evaluate", ["experiment=hetero"]),
             ("evaluate", [ow("MARA", MARA_CKPT), "methods=[MARA]"]), ("evaluate", ["experiment=prediction"]),
             ("evaluate", ["+method_overrides={Clairvoyant: {workers: 2, time_limit_s: 1.5}}"]), ("live", []),

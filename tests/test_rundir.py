@@ -88,21 +88,21 @@ def test_busy_folder_refused_with_one_line_then_rerun_merges(tmp_path, small_ban
 
 # ------------------------------------------------------------------------------------------------------ the results
 def test_results_merge_by_method_and_keep_their_settings(tmp_path, small_bank):
-    evaluate(tiny(tmp_path, small_bank.path, "methods=[FIFO,EDF]", "+method_overrides={EDF: {workers: 1}}"))
+    evaluate(tiny(tmp_path, small_bank.path, "methods=[FIFO,Clairvoyant]", "+method_overrides={Clairvoyant: {workers: 1}}"))
     first = _rows(tmp_path / "results.json")
     res = evaluate(tiny(tmp_path, small_bank.path, "methods=[Oracle]"))  # another method: the earlier rows stay
     data = json.loads((tmp_path / "results.json").read_text())
-    assert {r["method"] for r in data["rows"]} == {"FIFO", "EDF", "Oracle"} and set(res["timings"]) == {"Oracle"}
-    assert data["method_overrides"] == {"EDF": {"workers": 1}}  # kept with the rows it belongs to
+    assert {r["method"] for r in data["rows"]} == {"FIFO", "Clairvoyant", "Oracle"} and set(res["timings"]) == {"Oracle"}
+    assert data["method_overrides"] == {"Clairvoyant": {"workers": 1}}  # kept with the rows it belongs to
     assert [r for r in _rows(tmp_path / "results.json") if dict(r)["method"] != "Oracle"] == first
     res = evaluate(tiny(tmp_path, small_bank.path, "methods=[FIFO]"))  # resume by default: FIFO not evaluated again
     assert "FIFO" not in res["timings"]
     res = evaluate(tiny(tmp_path, small_bank.path, "methods=[FIFO]", "eval.resume=false"))
-    assert "FIFO" in res["timings"] and {r["method"] for r in res["rows"]} == {"FIFO", "EDF", "Oracle"}
+    assert "FIFO" in res["timings"] and {r["method"] for r in res["rows"]} == {"FIFO", "Clairvoyant", "Oracle"}
     # another protocol: the earlier file is moved aside, not replaced
     evaluate(tiny(tmp_path, small_bank.path, "methods=[FIFO]", "eval.episodes=1"))
     aside = list(tmp_path.glob("results.superseded-*.json"))
-    assert len(aside) == 1 and {r["method"] for r in json.loads(aside[0].read_text())["rows"]} == {"FIFO", "EDF", "Oracle"}
+    assert len(aside) == 1 and {r["method"] for r in json.loads(aside[0].read_text())["rows"]} == {"FIFO", "Clairvoyant", "Oracle"}
     assert {r["method"] for r in json.loads((tmp_path / "results.json").read_text())["rows"]} == {"FIFO"}
 
 

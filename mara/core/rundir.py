@@ -110,14 +110,17 @@ def folder_of(cfg: DictConfig) -> Path | None:
         return None
 
 
-def run_folder(fn=None, *, stages: tuple[str, ...] = ()):
-    """Decorator for an entry function ``fn(cfg)``: holds the run folder for the call, applies ``fresh=true``, and
-    checks the recorded settings of ``stages`` (subfolders of the run) against ``cfg`` before any work."""
+def run_folder(fn=None, *, stages: tuple[str, ...] = (), check=None):
+    """Decorator for an entry function ``fn(cfg)``: runs ``check(cfg)`` (the entry point's checks before any work) before
+    touching the folder, then holds the run folder for the call, applies ``fresh=true``, and checks the recorded
+    settings of ``stages`` (subfolders of the run) against ``cfg`` before any work."""
     if fn is None:
-        return functools.partial(run_folder, stages=stages)
+        return functools.partial(run_folder, stages=stages, check=check)
 
     @functools.wraps(fn)
     def wrapper(cfg: DictConfig, *args, **kwargs):
+        if check is not None:
+            check(cfg)  # a mistake stops here: nothing set aside, no lock file, no work
         folder = folder_of(cfg)
         if folder is None:
             return fn(cfg, *args, **kwargs)

@@ -153,12 +153,15 @@ def export_bank(cfg: DictConfig, bank, out: Path) -> Path:
     return path
 
 
-@run_folder  # one live run per folder
+def _before_any_work(cfg: DictConfig) -> None:
+    validate(cfg)
+    preflight(cfg, "live")
+
+
+@run_folder(check=_before_any_work)  # one live run per folder
 def live_main(cfg: DictConfig) -> dict:
     """Run ``cfg.action``; returns the results dict (run) or the exported bank path."""
 
-    validate(cfg)
-    preflight(cfg, "live")
     out = output_dir(cfg)
     bank = load_bank_from_cfg(cfg)
     if cfg.action == "export_bank":
