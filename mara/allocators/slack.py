@@ -73,7 +73,7 @@ class SlackRule:
     name = "Slack"
 
     def __init__(self, warm_obs: int = WARMUP_OBS, name: str | None = None, quantile: float | None = None,
-                 slack_at: str = "median", band=(0.1, 0.9)) -> None:
+                 slack_at: str = "median", band=(0.1, 0.9), displace: bool = False) -> None:
         if warm_obs < 1:
             raise ValueError(f"Slack.warm_obs must be >= 1, got {warm_obs}")
         if quantile is not None and not 0.0 < float(quantile) < 1.0:
@@ -83,6 +83,7 @@ class SlackRule:
         self.warm_obs = int(warm_obs)
         self.quantile = None if quantile is None else float(quantile)
         self.slack_at, self.band = slack_at, (float(band[0]), float(band[1]))
+        self.displace = bool(displace)  # the placement's displacement move on unequal nodes (placement.py)
         if name:
             self.name = name
 
@@ -90,7 +91,7 @@ class SlackRule:
         pass
 
     def act(self, obs: Observation) -> np.ndarray:
-        return place(obs, *self.choose(obs))  # issue 25: placement on heterogeneous nodes (identity otherwise)
+        return place(obs, *self.choose(obs), displace=self.displace)  # identity on identical nodes
 
     def choose(self, obs: Observation) -> tuple[np.ndarray, np.ndarray]:
         """(picks [E, M]: the served slots in priority order, IDLE after; the median estimate the placement reads).
