@@ -114,12 +114,14 @@ def assign_nodes(picks, node_speed, switch_cost: int = 0, last_node=None, starte
 
 
 def displace_running(actions, picks, node_speed, switch_cost: int, last_node, started, setup_left, remaining,
-                     remaining_time) -> np.ndarray:
+                     remaining_time, remaining_displaced=None, margin: int = 0) -> np.ndarray:
     """The displacement move on a greedy placement (module docstring, "Displacement"): a tight task takes a faster
     node from a running task that can still finish on the tight task's node; returns new actions [E, M].
 
     actions [E, M] from ``assign_nodes``; picks [E, M] the same priority order; last_node, started, setup_left,
-    remaining (estimate, None = unknown) and remaining_time [E, K]. On equal speeds nothing changes.
+    remaining (estimate, None = unknown) and remaining_time [E, K]. ``remaining_displaced`` [E, K]: the estimate the
+    displaced task's test reads (default ``remaining``; a band's upper end makes the move cautious), which must leave
+    it ``margin`` steps to spare. On equal speeds nothing changes.
     """
     out = np.array(actions, dtype=np.int64, copy=True)
     picks = np.asarray(picks, dtype=np.int64)
@@ -132,6 +134,7 @@ def displace_running(actions, picks, node_speed, switch_cost: int, last_node, st
     st = np.asarray(started, dtype=bool)
     setup = np.asarray(setup_left, dtype=np.int64)
     rem = demand(remaining, (E, K))
+    rem_b = rem if remaining_displaced is None else demand(remaining_displaced, (E, K))
     tau = np.asarray(remaining_time, dtype=np.int64)
     rows = np.arange(E)
     c = int(switch_cost)
@@ -157,8 +160,8 @@ def displace_running(actions, picks, node_speed, switch_cost: int, last_node, st
             fv = np.full(E, f)
             ok = tight & (b >= 0) & (b != a) & ~fixed[:, f] & (speed[f] > speed[na]) & (last[rows, bb] == f)
             ok &= finish(a, fv) <= tau[rows, np.maximum(a, 0)]  # the tight task finishes there
-            spare = tau[rows, bb] - (c + -(-rem[rows, bb] // speed[na]))  # the running task, moved to a's node
-            ok &= spare >= 0
+            spare = tau[rows, bb] - (c + -(-rem_b[rows, bb] // speed[na]))  # the running task, moved to a's node
+            ok &= spare >= margin
             better = ok & (spare > best_spare)
             best_node = np.where(better, f, best_node)
             best_spare = np.where(better, spare, best_spare)
@@ -172,7 +175,8 @@ def displace_running(actions, picks, node_speed, switch_cost: int, last_node, st
     return out
 
 
-def place(obs: Observation, picks: np.ndarray, remaining=None, displace: bool = False) -> np.ndarray:
+def place(obs: Observation, picks: np.ndarray, remaining=None, displace: bool = False, remaining_displaced=None,
+          margin: int = 0) -> np.ndarray:
     """A rule's actions on the observation's nodes: unchanged on identical nodes with free preemption, else
     ``assign_nodes`` with the observation's node speeds, switch cost and per-slot history, then (``displace``)
     the displacement move ``displace_running`` with the tasks' remaining time."""
@@ -181,7 +185,7 @@ def place(obs: Observation, picks: np.ndarray, remaining=None, displace: bool = 
     out = assign_nodes(picks, obs.node_speed, obs.switch_cost, obs.last_node, obs.started, obs.setup_left, remaining)
     if displace:
         out = displace_running(out, picks, obs.node_speed, obs.switch_cost, obs.last_node, obs.started, obs.setup_left,
-                               remaining, obs.remaining_time)
+                               remaining, obs.remaining_time, remaining_displaced, margin)
     return out
 
 
