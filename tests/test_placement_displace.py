@@ -124,3 +124,33 @@ def test_band_sample_is_the_band_quantile():
     for q in (0.05, 0.1, 0.3, 0.5, 0.8, 0.9, 0.97):
         from statistics import NormalDist
         np.testing.assert_allclose(band_sample(lo, med, hi, NormalDist().inv_cdf(q)), band_quantile(lo, med, hi, q), rtol=1e-9)
+
+
+def test_planner_and_displacement_save_the_task_greedy_placement_loses(linear_bank):
+    """Nodes [2, 1], switch cost 2, a loss point every 2 batches, true remaining batches from the 4th point on.
+    B (34 batches, deadline 42) starts alone on the fast node; A (16 batches, arriving at 2, deadline 16) gets the
+    slow one, and after its 8 warm-up batches needs 8 more in 6 steps: only on the fast node (2 set-up + 4). The
+    greedy placement keeps B there and loses A; displacing B (2 set-up + 14 batches, 32 steps left) saves both, the
+    optimum here. The search finds the same swap."""
+    ep = episodes_from_tasks([[task(0, 34, 42), task(2, 16, 14)]], linear_bank)
+
+    def run(alloc):
+        env = BatchedEnv(ep, linear_bank, n_nodes=2, obs_every=2, node_speed=[2, 1], switch_cost=2, predictor=TruthPredictor())
+        return int(run_episodes(env, alloc)["succeeded"][0])
+
+    assert run(SlackRule()) == 1
+    assert run(SlackRule(displace=True)) == 2
+    assert run(PlanRule(samples=1)) == 2
+    assert run(PlanRule(samples=4, displace=True)) == 2
+
+
+def test_rollout_counts_the_swap_by_hand():
+    # the state of the case above when A turns warm: B 14 batches left, 32 steps; A 8 left, 6 steps
+    need = np.array([[14, 8], [14, 8]])
+    args = dict(est=need.astype(float), warm=np.ones((2, 2), bool), tau=np.array([[32, 6]] * 2),
+                cap=np.array([[40, 52]] * 2), deadline=np.array([[42, 16]] * 2), task=np.array([[0, 1]] * 2),
+                last=np.array([[0, 1]] * 2), started=np.ones((2, 2), bool), setup=np.zeros((2, 2), np.int64))
+    got = rollout_successes(np.array([[0, 1], [1, 0]]), need, node_speed=SPEED, switch_cost=COST, horizon=32, **args)
+    assert got.tolist() == [1, 2]
+    assert rollout_successes(np.array([[1, 0]]), need[:1] + np.array([[0, 1]]), node_speed=SPEED, switch_cost=COST,
+                             horizon=32, **{k: v[:1] for k, v in args.items()}).tolist() == [1]  # one batch more: A misses

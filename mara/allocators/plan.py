@@ -185,7 +185,7 @@ class PlanRule:
         warm = obs.n_obs >= self.warm_obs
         med = np.asarray(obs.pred_remaining, dtype=np.float64)
         draw = band_sample(obs.pred_remaining_lo[:, None], med[:, None], obs.pred_remaining_hi[:, None], z, self.band)
-        need = np.where(warm[:, None], np.ceil(draw), obs.cap_remaining[:, None])  # [E, S, K]
+        need = np.where(warm[:, None], np.ceil(draw - 1e-6), obs.cap_remaining[:, None])  # [E, S, K]; the log round trip's error must not add a batch
         need = np.where(obs.present[:, None], np.maximum(need, 1), 10**9).astype(np.int64)
         r_ep = np.repeat(ep_of, S)  # [R] rows: candidate-major, future-minor
         r_s = np.tile(np.arange(S), len(ep_of))
