@@ -154,3 +154,23 @@ def test_rollout_counts_the_swap_by_hand():
     assert got.tolist() == [1, 2]
     assert rollout_successes(np.array([[1, 0]]), need[:1] + np.array([[0, 1]]), node_speed=SPEED, switch_cost=COST,
                              horizon=32, **{k: v[:1] for k, v in args.items()}).tolist() == [1]  # one batch more: A misses
+
+
+@pytest.mark.parametrize("name", ["Slack-QR-displace", "Slack-Truth-displace", "Plan-QR", "Plan-Truth"])
+def test_method_configs_build(name):
+    from mara.core.config import build_allocators, load_method_cfg
+
+    [(_, alloc)] = build_allocators(load_method_cfg(name))
+    assert alloc.name == name
+
+
+@pytest.mark.parametrize("name, override, needle", [
+    ("Plan-QR", {"allocator": {"samples": 0}}, "samples must be >= 1"),
+    ("Slack-QR-displace", {"allocator": {"displace_at": "q90"}}, "displace_at must be"),
+])
+def test_bad_options_are_one_config_error(name, override, needle):
+    from mara.core.config import ConfigError, build_allocators, load_method_cfg
+
+    with pytest.raises(ConfigError, match=needle) as exc:
+        build_allocators(load_method_cfg(name, override))
+    assert "\n" not in str(exc.value)
