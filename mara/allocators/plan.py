@@ -14,7 +14,9 @@ counting the tasks that reach their sampled remaining batches before their deadl
 futures. The futures are the same for every candidate (common random numbers): per task a standard-normal draw
 ``z`` gives the remaining batches ``band_sample(lo, median, hi, z)`` (the split log-normal of
 ``slack.band_quantile``); cold tasks (no estimate yet) need their generation cap's remainder, as the rule reads it.
-The greedy placement wins ties (a swap must gain more than ``min_gain`` expected successes): a search that breaks
+With ``spare`` a swap is scored only if ``b`` may also still make it on ``a``'s node (band's lower end); with
+``displace`` the rule's own placement (the first candidate, and the rollouts' placement) includes the displacement
+move (``displace_at`` as in ``SlackRule``). The current placement wins ties (a swap must gain more than ``min_gain`` expected successes): a search that breaks
 ties towards finishing sooner makes tasks trade nodes back and forth and pays the switch cost for nothing.
 
 The planner reads only the observation, so ``Plan-QR`` is a schedule anyone could run; ``Plan-Truth`` is it fed the
@@ -28,7 +30,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from mara.allocators.placement import assign_nodes, demand, displace_running, place
+from mara.allocators.placement import assign_nodes, demand, displace_running
 from mara.allocators.slack import SKIP, SlackRule, slack_keys, slack_stage
 from mara.sim.env import IDLE, WARMUP_OBS, Observation
 
@@ -105,14 +107,14 @@ class PlanRule:
 
     def __init__(self, warm_obs: int = WARMUP_OBS, name: str | None = None, samples: int = 8, horizon: int = 60,
                  min_gain: float = 0.0, seed: int = 0, band=(0.1, 0.9), displace: bool = False,
-                 spare: bool = False) -> None:
+                 displace_at: str = "median", spare: bool = False) -> None:
         if samples < 1:
             raise ValueError(f"Plan.samples must be >= 1, got {samples}")
         if horizon < 1:
             raise ValueError(f"Plan.horizon must be >= 1, got {horizon}")
         if min_gain < 0:
             raise ValueError(f"Plan.min_gain must be >= 0, got {min_gain}")
-        self.rule = SlackRule(warm_obs=warm_obs)
+        self.rule = SlackRule(warm_obs=warm_obs, displace=displace, displace_at=displace_at)
         self.warm_obs, self.samples, self.horizon = int(warm_obs), int(samples), int(horizon)
         self.min_gain, self.seed, self.band, self.displace = float(min_gain), int(seed), (float(band[0]), float(band[1])), bool(displace)
         self.spare = bool(spare)
@@ -129,7 +131,7 @@ class PlanRule:
     def act(self, obs: Observation) -> np.ndarray:
         t0 = time.perf_counter()
         picks, pred = self.rule.choose(obs)
-        out = place(obs, picks, pred, displace=self.displace)
+        out = self.rule.act(obs)  # the rule's own placement: greedy, or with the displacement move
         if getattr(obs, "hetero", False):
             out = self._search(obs, picks, out)
         self.timing["seconds"] += time.perf_counter() - t0
