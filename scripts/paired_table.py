@@ -1,10 +1,11 @@
 """Mean success per load and paired differences between methods of one evaluation run (± standard error over
 episodes, learned methods averaged over seeds first): ``mara.report.decomposition``'s pairing.
 
-    python scripts/paired_table.py RESULTS_JSON BASE [METHOD ...]
+    python scripts/paired_table.py RESULTS_JSON[,RESULTS_JSON...] BASE [METHOD ...]
 
 prints a markdown table: every method's mean success (%) per load, then ``METHOD − BASE`` per load, and the
-switches paid per episode where the rows carry them (unequal nodes / switch costs).
+switches paid per episode where the rows carry them (unequal nodes / switch costs). Several runs on the same
+episodes (the same protocol, other methods) are read together.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from mara.report.decomposition import episode_success, paired_difference
 
 
 def main(path: str, base: str, methods: list[str]) -> None:
-    rows = json.loads(open(path).read())["rows"]
+    rows = [r for p in path.split(",") for r in json.loads(open(p).read())["rows"]]
     loads = sorted({float(r["load"]) for r in rows})
     names = [base, *methods] if methods else [base] + sorted({r["method"] for r in rows} - {base})
     per = {p: episode_success(rows, p) for p in loads}
