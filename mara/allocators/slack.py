@@ -73,7 +73,8 @@ class SlackRule:
     name = "Slack"
 
     def __init__(self, warm_obs: int = WARMUP_OBS, name: str | None = None, quantile: float | None = None,
-                 slack_at: str = "median", band=(0.1, 0.9)) -> None:
+                 slack_at: str = "median", band=(0.1, 0.9), displace: bool = False,
+                 displace_margin: int = 0, displace_at: str = "median") -> None:
         if warm_obs < 1:
             raise ValueError(f"Slack.warm_obs must be >= 1, got {warm_obs}")
         if quantile is not None and not 0.0 < float(quantile) < 1.0:
@@ -83,6 +84,13 @@ class SlackRule:
         self.warm_obs = int(warm_obs)
         self.quantile = None if quantile is None else float(quantile)
         self.slack_at, self.band = slack_at, (float(band[0]), float(band[1]))
+        if displace_margin < 0:
+            raise ValueError(f"Slack.displace_margin must be >= 0, got {displace_margin}")
+        if displace_at not in ("median", "upper"):
+            raise ValueError(f"Slack.displace_at must be 'median' or 'upper', got {displace_at!r}")
+        # the placement's displacement move on unequal nodes (placement.py): the displaced task must keep
+        # ``displace_margin`` steps to spare, judged at the median or at the band's upper end
+        self.displace, self.displace_margin, self.displace_at = bool(displace), int(displace_margin), displace_at
         if name:
             self.name = name
 
@@ -90,7 +98,10 @@ class SlackRule:
         pass
 
     def act(self, obs: Observation) -> np.ndarray:
-        return place(obs, *self.choose(obs))  # placement on heterogeneous nodes (identity otherwise)
+        picks, pred = self.choose(obs)
+        upper = self.displace and self.displace_at == "upper" and getattr(obs, "hetero", False)
+        return place(obs, picks, pred, displace=self.displace, margin=self.displace_margin,  # identity on identical nodes
+                     remaining_displaced=obs.pred_remaining_hi if upper else None)
 
     def choose(self, obs: Observation) -> tuple[np.ndarray, np.ndarray]:
         """(picks [E, M]: the served slots in priority order, IDLE after; the median estimate the placement reads).

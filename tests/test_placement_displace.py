@@ -1,0 +1,176 @@
+"""The placement's displacement move on unequal nodes (hand-worked cases: it fires when it should, not otherwise),
+bit-identity on identical nodes, and the placement search (Plan-*) against the least-slack rule on a tiny instance."""
+import numpy as np
+import pytest
+
+from mara.allocators.placement import assign_nodes, displace_running, place
+from mara.allocators.plan import PlanRule, band_sample, rollout_successes
+from mara.allocators.rules import EDF, FIFO
+from mara.allocators.slack import SlackRule, band_quantile
+from mara.predictors.truth import TruthPredictor
+from mara.predictors.wls import WLSPredictor
+from mara.sim.env import IDLE, BatchedEnv, run_episodes
+from mara.sim.workload import PAPER_TASK_SETS, episodes_from_tasks, generate_episodes
+from tests.test_sim import task
+
+SPEED, COST = np.array([2, 1]), 2
+
+
+def swap_case(rem_a=8, tau_a=6, rem_b=4, tau_b=10):
+    """Nodes [fast 2, slow 1], switch cost 2. Slot 0 (b) ran on the fast node, slot 1 (a) on the slow one; a is
+    ranked first (least slack). Greedy keeps both where they ran: node 0 → b, node 1 → a."""
+    picks = np.array([[1, 0]])
+    last = np.array([[0, 1]])
+    started = np.array([[True, True]])
+    setup = np.zeros((1, 2), np.int64)
+    rem = np.array([[rem_b, rem_a]], np.float64)
+    tau = np.array([[tau_b, tau_a]])
+    greedy = assign_nodes(picks, SPEED, COST, last, started, setup, rem)
+    assert greedy.tolist() == [[0, 1]]
+    return displace_running(greedy, picks, SPEED, COST, last, started, setup, rem, tau)
+
+
+def test_displacement_fires_when_the_tight_task_makes_it_only_on_the_fast_node():
+    # a: 8 batches in 6 steps: 8 steps on its slow node (late), 2 + ceil(8/2) = 6 on the fast one (in time);
+    # b: 4 batches, 10 steps left: moved to the slow node 2 + 4 = 6 <= 10 (4 steps to spare) -> swap
+    assert swap_case().tolist() == [[1, 0]]
+
+
+@pytest.mark.parametrize("kw, why", [
+    (dict(rem_a=6), "a makes it where it is (6 <= 6)"),
+    (dict(rem_a=10), "a misses even on the fast node (2 + 5 = 7 > 6)"),
+    (dict(tau_b=5), "b would miss on the slow node (2 + 4 = 6 > 5)"),
+])
+def test_displacement_does_not_fire_otherwise(kw, why):
+    assert swap_case(**kw).tolist() == [[0, 1]], why
+
+
+def test_displacement_margin_and_displaced_estimate():
+    picks, last, started = np.array([[1, 0]]), np.array([[0, 1]]), np.array([[True, True]])
+    setup, rem, tau = np.zeros((1, 2), np.int64), np.array([[4.0, 8.0]]), np.array([[10, 6]])
+    greedy = np.array([[0, 1]])
+    # b keeps 4 spare steps: a margin of 4 allows the swap, 5 does not
+    assert displace_running(greedy, picks, SPEED, COST, last, started, setup, rem, tau, margin=4).tolist() == [[1, 0]]
+    assert displace_running(greedy, picks, SPEED, COST, last, started, setup, rem, tau, margin=5).tolist() == [[0, 1]]
+    # judged at a pessimistic estimate of b (9 batches: 2 + 9 = 11 > 10) the swap is off
+    hi = np.array([[9.0, 8.0]])
+    assert displace_running(greedy, picks, SPEED, COST, last, started, setup, rem, tau, hi).tolist() == [[0, 1]]
+
+
+def test_displacement_needs_a_running_task_on_the_faster_node():
+    # b did not run on the fast node at t-1 (a fresh start): the greedy pass already gave the fast node to a
+    picks, last, started = np.array([[1, 0]]), np.array([[-1, 1]]), np.array([[False, True]])
+    setup, rem, tau = np.zeros((1, 2), np.int64), np.array([[4.0, 8.0]]), np.array([[10, 6]])
+    greedy = assign_nodes(picks, SPEED, COST, last, started, setup, rem)
+    assert greedy.tolist() == [[1, 0]]
+    assert displace_running(greedy, picks, SPEED, COST, last, started, setup, rem, tau).tolist() == [[1, 0]]
+
+
+def test_displacement_never_fires_on_equal_speeds():
+    rng = np.random.default_rng(1)
+    E, K, M = 300, 8, 4
+    P = np.full((E, M), IDLE)
+    for e in range(E):
+        n = rng.integers(0, M + 1)
+        P[e, :n] = rng.permutation(K)[:n]
+    last, started = rng.integers(-1, M, (E, K)), rng.random((E, K)) < 0.7
+    setup, rem, tau = rng.integers(0, 3, (E, K)), rng.integers(0, 40, (E, K)), rng.integers(1, 30, (E, K))
+    speed = np.full(M, 2)
+    out = assign_nodes(P, speed, 2, last, started, setup, rem)
+    np.testing.assert_array_equal(displace_running(out, P, speed, 2, last, started, setup, rem, tau), out)
+
+
+def test_displacement_keeps_every_pick_once():
+    rng = np.random.default_rng(2)
+    E, K, M = 300, 8, 5
+    P = np.full((E, M), IDLE)
+    for e in range(E):
+        n = rng.integers(0, M + 1)
+        P[e, :n] = rng.permutation(K)[:n]
+    speed = rng.integers(1, 4, M)
+    last, started = rng.integers(-1, M, (E, K)), rng.random((E, K)) < 0.7
+    setup, rem, tau = rng.integers(0, 3, (E, K)), rng.integers(0, 40, (E, K)), rng.integers(1, 30, (E, K))
+    out = displace_running(assign_nodes(P, speed, 2, last, started, setup, rem), P, speed, 2, last, started, setup, rem, tau)
+    for e in range(E):
+        assert sorted(out[e][out[e] >= 0].tolist()) == sorted(P[e][P[e] >= 0].tolist())
+
+
+def test_place_with_displacement_is_identity_on_identical_nodes(linear_bank):
+    env = BatchedEnv(episodes_from_tasks([[task(0, 5, 10), task(0, 6, 10)]], linear_bank), linear_bank, n_nodes=3)
+    picks = np.array([[IDLE, 1, 0]])
+    assert place(env.reset(), picks, displace=True) is picks
+
+
+@pytest.mark.parametrize("speed, cost", [(None, 0), ([1, 1, 1], 2)])
+def test_identical_nodes_bit_identical_with_displacement(small_bank, speed, cost):
+    """On identical nodes (free preemption, or a switch cost with equal speeds) every rule and planner acts as the
+    plain rule: the same metrics, exactly."""
+    ep = generate_episodes(small_bank, small_bank.family_params, PAPER_TASK_SETS["ID"], 0.08, 4, 7, n_steps=200)
+
+    def run(alloc):
+        return run_episodes(BatchedEnv(ep, small_bank, n_nodes=3, predictor=WLSPredictor(), node_speed=speed,
+                                       switch_cost=cost), alloc)
+
+    ref = run(SlackRule())
+    for alloc in (SlackRule(displace=True), SlackRule(displace=True, displace_at="upper", displace_margin=2),
+                  PlanRule(samples=2, horizon=20)):
+        got = run(alloc)
+        for k in ("succeeded", "failed", "utilization", "ready", "waiting", "steps"):
+            np.testing.assert_array_equal(got[k], ref[k], err_msg=f"{alloc} {k}")
+
+
+def test_band_sample_is_the_band_quantile():
+    lo, med, hi = np.array([3.0, 10.0]), np.array([8.0, 10.0]), np.array([20.0, 10.0])
+    for q in (0.05, 0.1, 0.3, 0.5, 0.8, 0.9, 0.97):
+        from statistics import NormalDist
+        np.testing.assert_allclose(band_sample(lo, med, hi, NormalDist().inv_cdf(q)), band_quantile(lo, med, hi, q), rtol=1e-9)
+
+
+def test_planner_and_displacement_save_the_task_greedy_placement_loses(linear_bank):
+    """Nodes [2, 1], switch cost 2, a loss point every 2 batches, true remaining batches from the 4th point on.
+    B (34 batches, deadline 42) starts alone on the fast node; A (16 batches, arriving at 2, deadline 16) gets the
+    slow one, and after its 8 warm-up batches needs 8 more in 6 steps: only on the fast node (2 set-up + 4). The
+    greedy placement keeps B there and loses A; displacing B (2 set-up + 14 batches, 32 steps left) saves both, the
+    optimum here. The search finds the same swap."""
+    ep = episodes_from_tasks([[task(0, 34, 42), task(2, 16, 14)]], linear_bank)
+
+    def run(alloc):
+        env = BatchedEnv(ep, linear_bank, n_nodes=2, obs_every=2, node_speed=[2, 1], switch_cost=2, predictor=TruthPredictor())
+        return int(run_episodes(env, alloc)["succeeded"][0])
+
+    assert run(SlackRule()) == 1
+    assert run(SlackRule(displace=True)) == 2
+    assert run(PlanRule(samples=1)) == 2
+    assert run(PlanRule(samples=4, displace=True)) == 2
+
+
+def test_rollout_counts_the_swap_by_hand():
+    # the state of the case above when A turns warm: B 14 batches left, 32 steps; A 8 left, 6 steps
+    need = np.array([[14, 8], [14, 8]])
+    args = dict(est=need.astype(float), warm=np.ones((2, 2), bool), tau=np.array([[32, 6]] * 2),
+                cap=np.array([[40, 52]] * 2), deadline=np.array([[42, 16]] * 2), task=np.array([[0, 1]] * 2),
+                last=np.array([[0, 1]] * 2), started=np.ones((2, 2), bool), setup=np.zeros((2, 2), np.int64))
+    got = rollout_successes(np.array([[0, 1], [1, 0]]), need, node_speed=SPEED, switch_cost=COST, horizon=32, **args)
+    assert got.tolist() == [1, 2]
+    assert rollout_successes(np.array([[1, 0]]), need[:1] + np.array([[0, 1]]), node_speed=SPEED, switch_cost=COST,
+                             horizon=32, **{k: v[:1] for k, v in args.items()}).tolist() == [1]  # one batch more: A misses
+
+
+@pytest.mark.parametrize("name", ["Slack-QR-displace", "Slack-Truth-displace", "Plan-QR", "Plan-Truth"])
+def test_method_configs_build(name):
+    from mara.core.config import build_allocators, load_method_cfg
+
+    [(_, alloc)] = build_allocators(load_method_cfg(name))
+    assert alloc.name == name
+
+
+@pytest.mark.parametrize("name, override, needle", [
+    ("Plan-QR", {"allocator": {"samples": 0}}, "samples must be >= 1"),
+    ("Slack-QR-displace", {"allocator": {"displace_at": "q90"}}, "displace_at must be"),
+])
+def test_bad_options_are_one_config_error(name, override, needle):
+    from mara.core.config import ConfigError, build_allocators, load_method_cfg
+
+    with pytest.raises(ConfigError, match=needle) as exc:
+        build_allocators(load_method_cfg(name, override))
+    assert "\n" not in str(exc.value)
