@@ -33,29 +33,73 @@ class JobSpec:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def build_run(self):
+        """(LightningModule, prepared DataModule's resumable batches) of this run: the zoo family's recipe."""
+        from tasks_zoo.registry import build_run
+
+        module, dm = build_run(self.family, seed=self.seed, batch_size=self.batch_size, lr=self.lr, source=self.source,
+                               data_root=self.data_root, cache_dir=self.cache_dir)
+        # the zoo loader's order: reshuffled per epoch, or the file order of families with data_order: file
+        return module, ResumableBatches(dm.train_dataloader())
+
+
+def spec_from_dict(d: dict) -> JobSpec:
+    """The spec a ``JobSpec.to_dict()`` (or a user job's) describes."""
+    if "module_target" in d:  # a job from a user's job file (mara.live.userjob)
+        from mara.live.userjob import UserJobSpec
+
+        return UserJobSpec(**d)
+    return JobSpec(**d)
+
+
+def to_device(batch, device: torch.device):
+    """A batch (tensor, or tuples / lists / dicts of them) on ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
+def step_loss(out):
+    """The loss tensor a ``training_step`` returned (a tensor, or Lightning's ``{"loss": tensor, ...}``); None if none."""
+    if isinstance(out, dict):
+        out = out.get("loss")
+    return out if isinstance(out, torch.Tensor) and out.numel() == 1 and out.requires_grad else None
+
+
+def first_optimizer(out):
+    """The optimiser ``configure_optimizers`` returned (an optimiser, a list/tuple whose first item is one or a list of
+    them, or Lightning's ``{"optimizer": ...}``); schedulers are not stepped by live jobs."""
+    if isinstance(out, dict):
+        out = out.get("optimizer")
+    while isinstance(out, (list, tuple)) and out:
+        out = out[0]
+    if not isinstance(out, torch.optim.Optimizer):
+        raise TypeError(f"configure_optimizers() returned no optimizer ({type(out).__name__})")
+    return out
+
 
 class TrainingJob:
     """A zoo training run advanced one optimisation step at a time; ``step()`` returns that batch's loss."""
 
     def __init__(self, spec: JobSpec, device: str = "cpu"):
-        from tasks_zoo.registry import build_run
-
         self.spec, self.device = spec, torch.device(device)
-        module, dm = build_run(spec.family, seed=spec.seed, batch_size=spec.batch_size, lr=spec.lr, source=spec.source,
-                               data_root=spec.data_root, cache_dir=spec.cache_dir)
+        module, self.batches = spec.build_run()
         self.module = module.to(self.device)
-        self.optimizer = self.module.configure_optimizers()
-        # the zoo loader's order: reshuffled per epoch, or the file order of families with data_order: file
-        self.batches = ResumableBatches(dm.train_dataloader())
+        self.optimizer = first_optimizer(self.module.configure_optimizers())
         self.processed = 0
 
     def step(self) -> float:
         """One optimisation step on the next mini-batch (the Lightning loop's order: zero grad, loss, backward, step)."""
-        x, y = self.batches.next()
-        x, y = x.to(self.device), y.to(self.device)
+        batch = to_device(self.batches.next(), self.device)
         self.module.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.module.training_step((x, y), self.processed)
+        loss = step_loss(self.module.training_step(batch, self.processed))
+        if loss is None:
+            raise TypeError(f"job {self.spec.job_id}: training_step returned no scalar loss with a gradient")
         loss.backward()
         self.optimizer.step()
         self.processed += 1
@@ -85,7 +129,7 @@ class TrainingJob:
         if not isinstance(state, dict) or not {"spec", "model", "optimizer", "batches", "processed"} <= state.keys():
             raise CheckpointError("live job state is not a TrainingJob.to_bytes() state (no spec/model/optimizer/batches)")
         try:
-            spec = JobSpec(**state["spec"])
+            spec = spec_from_dict(state["spec"])
         except TypeError as exc:
             raise CheckpointError(f"live job state has no valid job spec ({exc})") from None
         job = cls(spec, device)

@@ -159,6 +159,10 @@ def live_main(cfg: DictConfig) -> dict:
     """Run ``cfg.action``; returns the results dict (run) or the exported bank path."""
 
     validate(cfg)
+    if cfg.get("jobs"):  # a user's job file instead of the zoo workload (mara/live/jobs.py)
+        from mara.live.jobs import run_jobs
+
+        return run_jobs(cfg, output_dir(cfg))
     out = output_dir(cfg)
     bank = load_bank_from_cfg(cfg)
     if cfg.action == "export_bank":
