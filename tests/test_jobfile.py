@@ -1,0 +1,192 @@
+"""A user's job file: one-line checks (exit 2) before any training, exact preempt/resume of a user job, a 3-job live
+run end to end (outcomes, timeline, TensorBoard, curves replayed decision for decision), a crashing job failing alone."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from mara.core.cli import run_cli
+from mara.core.config import ConfigError
+from mara.curves.bank import load_bank
+from mara.live.jobfile import parse_jobs
+from mara.live.jobs import check_job, choose_methods, schedule
+from mara.live.userjob import UserJobSpec
+from mara.live.workers import ProcessPool
+
+REPO = Path(__file__).resolve().parents[1]
+MLP = {"_target_": "examples.user_jobs.MLPClassifier", "hidden": 16, "lr": 0.003}
+BLOBS = {"_target_": "examples.user_jobs.BlobData", "n": 256, "batch_size": 16}
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
+
+def job(name="a", **kw):
+    return {"name": name, "module": MLP, "data": BLOBS, "target": {"loss": 1.5}, "deadline": {"steps": 10}, **kw}
+
+
+@pytest.fixture
+def bad_module(tmp_path, monkeypatch):
+    """An importable module whose training_step returns no loss."""
+    (tmp_path / "badjobs.py").write_text(textwrap.dedent("""
+        import torch
+        from examples.user_jobs import MLPClassifier
+
+        class NoLoss(MLPClassifier):
+            def training_step(self, batch, batch_idx):
+                self.net(batch[0])
+                return None
+
+        class Explodes(MLPClassifier):
+            def training_step(self, batch, batch_idx):
+                if batch_idx >= 4:
+                    raise RuntimeError("out of memory (simulated)")
+                return super().training_step(batch, batch_idx)
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "badjobs.NoLoss"
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"module": "examples.user_jobs.MLPClassifier"}, "module"),  # not a {_target_: ...} mapping
+    ({"target": None}, "target"),
+    ({"deadline": {"steps": -5}}, "deadline.steps"),
+    ({"deadline": {"minutes": 2}}, "deadline.minutes"),  # no step_seconds to convert minutes
+    ({"arrival": -1}, "arrival"),
+    ({"target": {"metric": "val/acc", "mode": "max", "value": 0.9}}, "target"),
+])
+def test_bad_job_names_job_and_field(change, field):
+    with pytest.raises(ConfigError) as err:
+        parse_jobs([job("ok"), {**job("bad"), **change}])
+    assert "job 'bad'" in str(err.value) and f": {field}:" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_unknown_import_path_is_one_line():
+    with pytest.raises(ConfigError, match=r"job 'bad': module._target_: cannot import 'examples.user_jobs.NoSuchModel'"):
+        check_job(0, parse_jobs([job("bad", module={"_target_": "examples.user_jobs.NoSuchModel"})])[0], "jobs")
+
+
+def test_training_step_without_loss_is_one_line(bad_module):
+    with pytest.raises(ConfigError, match=r"job 'bad': module.training_step: returns no loss"):
+        check_job(0, parse_jobs([job("bad", module={"_target_": bad_module})])[0], "jobs")
+
+
+def test_cli_bad_inputs_exit_2_with_one_line(tmp_path):
+    """Through the entry point: a file that is not YAML, and a negative deadline, each one stderr line and status 2."""
+    cases = {"notyaml.yaml": ("jobs: [a, b\n  - : }", "not valid YAML"),
+             "negative.yaml": (json.dumps({"jobs": [job("neg", deadline={"steps": -3})]}), "job 'neg': deadline.steps: must be > 0")}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for name, (text, expected) in cases.items():
+        (tmp_path / name).write_text(text)
+        r = subprocess.run([sys.executable, "-m", "mara.live", f"jobs={tmp_path / name}", f"paths.output_dir={tmp_path / 'out'}"],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.returncode == 2 and len(lines) == 1 and expected in lines[0], r.stderr
+
+
+def test_method_auto_refuses_mara_where_its_policy_does_not_fit():
+    assert choose_methods({"jobs_methods": "auto"}, {"nodes": 2, "max_active": 4}) == (["MARA"], None)
+    methods, note = choose_methods({"jobs_methods": "auto"}, {"nodes": 3, "max_active": 5})
+    assert methods == ["EDF"] and "supports M=2 nodes, K=4" in note
+
+
+def test_user_job_preempted_moved_resumed_equals_uninterrupted():
+    """A user job run 4 batches in one worker process, exported, resumed in a fresh process (another node) for 7
+    more gives bit-identical losses to 11 uninterrupted batches (the data position and Adam moments travel)."""
+    spec = check_job(0, parse_jobs([job("mlp", seed=5)])[0], "jobs")
+    batches = [1] * 11  # one batch per step
+
+    def losses(pool, j, n):
+        return [pool.run([j])[j] for _ in range(n)]
+
+    whole = ProcessPool()
+    whole.start(spec)
+    ref = losses(whole, 0, len(batches))
+    whole.close()
+    first, second = ProcessPool(), ProcessPool()
+    first.start(spec)
+    head = losses(first, 0, 4)
+    state = first.export(0)
+    first.close()
+    second.start(spec, state)
+    tail = losses(second, 0, 7)
+    second.close()
+    assert head + tail == ref
+    assert len(set(ref)) > 5  # the losses really change batch to batch
+
+
+def three_jobs():
+    cnn = {"_target_": "examples.user_jobs.TinyCNN", "width": 4, "lr": 0.003}
+    cifar = {"_target_": "examples.user_jobs.Cifar10Subset", "n": 256, "batch_size": 16, "source": "synthetic"}
+    return [job("mlp_a", target={"loss": 1.9}, deadline={"steps": 40}),
+            job("cnn", module=cnn, data=cifar, target={"loss": 2.25}, deadline={"steps": 30}, family="tiny_cnn"),
+            job("mlp_b", arrival=2, seed=3, target={"loss": 0.01}, deadline={"steps": 6})]
+
+
+def test_three_user_jobs_end_to_end(tmp_path):
+    t0 = time.perf_counter()
+    res = schedule(three_jobs(), [f"paths.output_dir={tmp_path}", "jobs_methods=[EDF]", "sim.nodes=2", "sim.max_active=3",
+                                  "sim.steps=4", "sim.obs_every=2", "live.progress_every=1000"])
+    assert time.perf_counter() - t0 < 60
+    outcomes = json.loads((tmp_path / "job_outcomes.json").read_text())["EDF"]
+    assert [o["name"] for o in outcomes] == ["mlp_a", "cnn", "mlp_b"]  # arrival order
+    assert outcomes[0]["status"] == "succeeded" and outcomes[0]["final_mean_loss"] <= 1.9
+    assert outcomes[2]["status"] == "failed"  # ε = 0.01 is out of reach within 6 steps
+    assert all(o["batches"] > 0 and o["worker_failure"] is None for o in outcomes)
+    rp = res["summary"]["EDF"]["replay"]
+    assert rp["decisions_identical"] and rp["outcomes_identical"]
+    bank = load_bank(tmp_path / "job_curves.parquet")
+    assert len(bank) == 3 and set(bank.families) == {"custom", "tiny_cnn"}
+    assert (tmp_path / "live_timeline.png").exists() and list((tmp_path / "tensorboard").iterdir())
+
+
+def test_crashing_user_job_fails_alone(tmp_path):
+    res = schedule(three_jobs()[:2] + [job("mlp_c", seed=9, target={"loss": 1.9}, deadline={"steps": 40})],
+                   [f"paths.output_dir={tmp_path}", "jobs_methods=[FIFO]", "sim.nodes=2", "sim.max_active=3", "sim.steps=4",
+                    "sim.obs_every=2", "live.progress_every=1000", "++live.crash={0: 3}", "live.replay=false"])
+    outcomes = res["outcomes"]["FIFO"]
+    assert outcomes[0]["status"] == "failed" and "worker process of job 0" in outcomes[0]["worker_failure"]
+    assert outcomes[0]["batches"] == 2  # the two batches before the crash are kept
+    assert all(o["worker_failure"] is None and o["batches"] >= 20 for o in outcomes[1:])  # the others train on
+    assert outcomes[2]["status"] == "succeeded"
+
+
+def test_job_raising_mid_run_fails_alone(tmp_path, bad_module):
+    """A module whose training_step raises at its 5th batch: that job fails with the error, the others run on."""
+    jobs = [job("boom", module={"_target_": "badjobs.Explodes"}, deadline={"steps": 30}), job("fine", seed=4, deadline={"steps": 30})]
+    res = schedule(jobs, [f"paths.output_dir={tmp_path}", "jobs_methods=[FIFO]", "sim.nodes=2", "sim.max_active=2", "sim.steps=4",
+                          "live.progress_every=1000", "live.figure=false", "live.tensorboard=false"])
+    boom, fine = res["outcomes"]["FIFO"]
+    assert boom["status"] == "failed" and boom["batches"] == 4 and "out of memory (simulated)" in boom["worker_failure"]
+    assert fine["worker_failure"] is None and fine["batches"] > 4
+
+
+def test_run_cli_turns_job_file_mistakes_into_exit_2(tmp_path, capsys):
+    from hydra import compose, initialize_config_dir
+
+    from mara.core.config import CONF_DIR
+    from mara.live.run import live_main
+
+    (tmp_path / "j.yaml").write_text(json.dumps({"jobs": [{k: v for k, v in job("nt").items() if k != "target"}]}))
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("live", overrides=[f"paths.output_dir={tmp_path}", f"jobs={tmp_path / 'j.yaml'}"])
+    with pytest.raises(SystemExit) as exc:
+        run_cli(live_main, cfg)
+    assert exc.value.code == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert err == [f"error: jobs file {tmp_path / 'j.yaml'}: job 'nt': target: missing"]
+
+
+def test_spec_round_trips_through_worker_state():
+    spec = check_job(0, parse_jobs([job("mlp")])[0], "jobs")
+    assert isinstance(spec, UserJobSpec) and spec.batch_size == 16
+    from mara.live.job import TrainingJob
+
+    job_ = TrainingJob(spec)
+    job_.step()
+    again = TrainingJob.from_bytes(job_.to_bytes())
+    assert again.spec == spec and again.processed == 1
