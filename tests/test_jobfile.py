@@ -8,11 +8,13 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mara.core.cli import run_cli
 from mara.core.config import ConfigError
 from mara.curves.bank import load_bank
+from mara.live.band import band_exit
 from mara.live.jobfile import parse_jobs
 from mara.live.jobs import check_job, choose_methods, schedule
 from mara.live.userjob import UserJobSpec
@@ -55,7 +57,8 @@ def bad_module(tmp_path, monkeypatch):
     ({"module": "examples.user_jobs.MLPClassifier"}, "module"),  # not a {_target_: ...} mapping
     ({"target": None}, "target"),
     ({"deadline": {"steps": -5}}, "deadline.steps"),
-    ({"deadline": {"minutes": 2}}, "deadline.minutes"),  # no step_seconds to convert minutes
+    ({"deadline": {"minutes": 0}}, "deadline.minutes"),
+    ({"deadline": {"hours": 2}}, "deadline"),
     ({"arrival": -1}, "arrival"),
     ({"target": {"metric": "val/acc", "mode": "max", "value": 0.9}}, "target"),
 ])
@@ -63,6 +66,25 @@ def test_bad_job_names_job_and_field(change, field):
     with pytest.raises(ConfigError) as err:
         parse_jobs([job("ok"), {**job("bad"), **change}])
     assert "job 'bad'" in str(err.value) and f": {field}:" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_deadline_in_minutes_becomes_steps():
+    jobs = parse_jobs({"step_seconds": 2.0, "jobs": [job("m", deadline={"minutes": 1.01}), job("s", arrival="start")]})
+    assert [j.budget for j in jobs] == [31, 10] and jobs[1].arrival == 0
+    assert parse_jobs([job("m", deadline={"minutes": 1})])[0].budget is None  # measured before the run
+
+
+def test_band_check_known_curves():
+    """A running mean that is an exact power law stays in its band; one whose loss jumps after the fit leaves it."""
+    s = np.arange(1, 201, dtype=np.float64)
+    power = np.diff(np.concatenate([[0.0], 3.0 * s ** 0.7]))  # C(s) = 3 s^0.7, so L(s) = 3 s^-0.3 exactly
+    assert band_exit(power, 10) == {"checked": True, "fitted_batches": 100, "slope": pytest.approx(-0.3),
+                                    "slope_se": pytest.approx(0.0, abs=1e-6), "left_at_batch": None}
+    jump = power.copy()
+    jump[120:] = 5.0
+    res = band_exit(jump, 10)
+    assert res["left_at_batch"] == 130 and res["observed"] > res["band"][1]
+    assert band_exit(power[:70], 10) == {"checked": False}  # 7 observations: too few to fit half and check half
 
 
 def test_unknown_import_path_is_one_line():

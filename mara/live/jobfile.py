@@ -2,13 +2,14 @@
 
 Schema (YAML; the same dicts as a Python list through ``mara.live.jobs.schedule``)::
 
-    step_seconds: 2.0            # optional: wall-clock seconds of one scheduler step (needed by deadlines in minutes)
+    step_seconds: 2.0            # optional: wall-clock seconds of one scheduler step, to turn minutes into steps
+                                 # (default: measured before the run, the slowest job's batch time on this machine)
     jobs:
       - name: digits_mlp         # unique; names the job in errors, outcomes and curves
         module: {_target_: pkg.mod.MyModule, hidden: 64}    # a LightningModule and its init arguments
         data: {_target_: pkg.mod.MyData, batch_size: 32}    # a LightningDataModule and its init arguments
         target: {loss: 0.5}      # success: the running mean training loss L(s) reaches this (paper §3)
-        deadline: {steps: 60}    # scheduler steps after arrival, or {minutes: 3} (÷ step_seconds, rounded up)
+        deadline: {steps: 60}    # scheduler steps after arrival, or {minutes: 3} (x 60 / step_seconds, rounded up)
         arrival: start           # start (step 0) or a step >= 0
         family: null             # optional family hint for the predictor and the curve bank (default: custom)
         seed: 0                  # optional: initialisation and data order (default: the job's index)
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mara.core.config import ConfigError
@@ -41,7 +42,8 @@ class UserJob:
     data_target: str
     data_args: dict
     eps: float
-    budget: int
+    budget: int | None  # deadline in steps after arrival; None until ``with_budget`` converts deadline_minutes
+    deadline_minutes: float | None
     arrival: int
     family: str
     seed: int
@@ -100,12 +102,7 @@ def parse_job(i: int, raw, step_seconds: float | None, source: str) -> UserJob:
     amount = _number(where, f"deadline.{unit}", amount, integer=unit == "steps")
     if amount <= 0:
         _fail(where, f"deadline.{unit}", f"must be > 0, got {deadline[unit]!r}")
-    if unit == "minutes":
-        if step_seconds is None:
-            _fail(where, "deadline.minutes", "needs the file's step_seconds (wall-clock seconds of one scheduler step)")
-        budget = max(1, math.ceil(amount * 60.0 / step_seconds))
-    else:
-        budget = int(amount)
+    budget, minutes = (int(amount), None) if unit == "steps" else (None, amount)
     arrival = raw.get("arrival", "start")
     if arrival in ("start", None):
         arrival = 0
@@ -122,7 +119,15 @@ def parse_job(i: int, raw, step_seconds: float | None, source: str) -> UserJob:
         cap = int(_number(where, "max_batches", cap, integer=True))
         if cap < 1:
             _fail(where, "max_batches", f"must be >= 1, got {cap}")
-    return UserJob(name, module_target, module_args, data_target, data_args, eps, budget, int(arrival), family, seed, cap)
+    job = UserJob(name, module_target, module_args, data_target, data_args, eps, budget, minutes, int(arrival), family, seed, cap)
+    return job if step_seconds is None else with_budget(job, step_seconds)
+
+
+def with_budget(job: UserJob, step_seconds: float) -> UserJob:
+    """``job`` with a deadline in minutes turned into scheduler steps (``ceil(60 x minutes / step_seconds)``)."""
+    if job.budget is not None:
+        return job
+    return replace(job, budget=max(1, math.ceil(job.deadline_minutes * 60.0 / step_seconds)))
 
 
 def parse_jobs(doc, source: str = "jobs") -> list[UserJob]:

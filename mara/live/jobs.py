@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mara.core.config import ConfigError
 from mara.eval.runner import node_options
-from mara.live.jobfile import UserJob, load_jobfile, parse_jobs
+from mara.live.jobfile import UserJob, load_jobfile, parse_jobs, with_budget
 from mara.live.userjob import UserJobSpec, import_object
 
 JOBS_BANK = "job_curves.parquet"
@@ -47,6 +47,11 @@ def _spec(job_id: int, job: UserJob, batch_size: int) -> UserJobSpec:
 
 def check_job(job_id: int, job: UserJob, source: str) -> UserJobSpec:
     """Import, build and run one ``training_step`` of ``job`` (no optimiser step); its spec, or a one-line ConfigError."""
+    return probe_job(job_id, job, source)[0]
+
+
+def probe_job(job_id: int, job: UserJob, source: str, timed_batches: int = 0) -> tuple[UserJobSpec, float]:
+    """``check_job``, then ``timed_batches`` real optimisation steps on a throwaway copy: (spec, median seconds per batch)."""
     import torch
 
     from mara.live.job import first_optimizer, step_loss, to_device
@@ -83,7 +88,19 @@ def check_job(job_id: int, job: UserJob, source: str) -> UserJobSpec:
     if step_loss(out) is None:
         raise ConfigError(f"{where}: module.training_step: returns no loss (a scalar tensor with a gradient, "
                           f"or {{'loss': tensor}}), got {type(out).__name__}")
-    return spec
+    if not timed_batches:
+        return spec, 0.0
+    from mara.live.job import TrainingJob
+
+    trial, times = TrainingJob(spec), []
+    try:
+        for _ in range(timed_batches):
+            t0 = time.perf_counter()
+            trial.step()
+            times.append(time.perf_counter() - t0)
+    except Exception as exc:
+        raise ConfigError(f"{where}: module: a training batch fails ({type(exc).__name__}: {exc})") from None
+    return spec, float(np.median(times))
 
 
 def job_tasks(jobs: list[UserJob], specs: list[UserJobSpec], sim: dict) -> tuple[list[dict], list[UserJobSpec]]:
@@ -116,8 +133,9 @@ def choose_methods(cfg: DictConfig, sim: dict) -> tuple[list[str], str | None]:
                      f"train one for this size or pick methods with jobs_methods=[...]")
 
 
-def job_outcomes(tasks: list[dict], run: dict) -> list[dict]:
-    """Per job of one run: name, status, batches, final running-mean loss, finish step, worker failure."""
+def job_outcomes(tasks: list[dict], run: dict, obs_every: int) -> list[dict]:
+    """Per job of one run: name, status, batches, final running-mean loss, finish step, worker failure, band check."""
+    from mara.live.band import band_exit
     from mara.live.report import STATUS
 
     failures = {f["job"]: f for f in run["worker_failures"]}
@@ -128,7 +146,7 @@ def job_outcomes(tasks: list[dict], run: dict) -> list[dict]:
                     "target_loss": t["eps"], "status": STATUS.get(run["status"][j], "unfinished"), "batches": len(losses),
                     "final_mean_loss": float(np.mean(losses)) if losses else None,
                     "finish_step": int(run["finish_time"][j]) if run["status"][j] == 3 or losses else None,
-                    "worker_failure": failures[j]["error"] if j in failures else None})
+                    "worker_failure": failures[j]["error"] if j in failures else None, "band": band_exit(losses, obs_every)})
     return out
 
 
@@ -162,11 +180,20 @@ def run_jobs(cfg: DictConfig, out: Path) -> dict:
     methods, note = choose_methods(cfg, sim)
     for m in methods:
         load_method_cfg(m)  # unknown names fail before any work
-    specs = [check_job(i, job, f"jobs file {source}" if isinstance(cfg.jobs, str) else "jobs") for i, job in enumerate(jobs)]
-    tasks, specs = job_tasks(jobs, specs, sim)
+    label = f"jobs file {source}" if isinstance(cfg.jobs, str) else "jobs"
+    timed = 3 if any(j.budget is None for j in jobs) else 0  # deadlines in minutes: measure a step
+    probes = [probe_job(i, job, label, timed) for i, job in enumerate(jobs)]
+    specs = [spec for spec, _ in probes]
     notes = [note] if note else []
     if note:
         _say(f"note: {note}")
+    if timed:
+        step_s = max(sec for _, sec in probes)
+        jobs = [with_budget(j, step_s) for j in jobs]
+        notes.append(f"deadlines in minutes converted at {step_s:.3f} s per scheduler step (measured here: the slowest job's "
+                     f"batch time; set step_seconds in the job file to fix it)")
+        _say(f"note: {notes[-1]}")
+    tasks, specs = job_tasks(jobs, specs, sim)
     bank = load_bank_from_cfg(cfg)  # the predictors' bank (MARA's FM, Slack's WLS)
     predictors, plans = {}, []
     for m in methods:
@@ -225,13 +252,18 @@ def run_jobs(cfg: DictConfig, out: Path) -> dict:
                                  "sim": {"steps": n_steps}})
     table = {t["name"]: {"eps": t["eps"], "budget": t["budget"], "cap": t["cap"]} for t in tasks}
     res = write_report(view, out, runs, [(tasks, specs)], table, "user", notes, bank_path if records else None, "job file targets")
-    outcomes = {r["method"]: job_outcomes(tasks, r) for r in runs}
+    outcomes = {r["method"]: job_outcomes(tasks, r, int(sim["obs_every"])) for r in runs}
     (out / "job_outcomes.json").write_text(json.dumps(outcomes, indent=1))
     for m, rows in outcomes.items():
         for o in rows:
             _say(f"[{m}] {o['name']}: {o['status']} after {o['batches']} batches"
                  + (f", mean loss {o['final_mean_loss']:.4f} (target {o['target_loss']})" if o["final_mean_loss"] is not None else "")
                  + (f"; worker failure: {o['worker_failure']}" if o["worker_failure"] else ""))
+            band = o["band"]
+            if band.get("left_at_batch") is not None:
+                _say(f"[{m}] {o['name']}: observed mean loss left its predicted band at batch {band['left_at_batch']} "
+                     f"({band['observed']:.4f} outside [{band['band'][0]:.4f}, {band['band'][1]:.4f}], fitted on the first "
+                     f"{band['fitted_batches']} batches): its remaining-batch estimates were unreliable")
     res["outcomes"] = outcomes
     res["paths"]["outcomes"] = str(out / "job_outcomes.json")
     return res
