@@ -4,9 +4,11 @@ A job of a type no predictor was trained on is scheduled on estimates extrapolat
 check measures whether that extrapolation held for the finished run: LARA's power law ``ln L = θ₀ + θ₁ ln S``
 (``mara.predictors.wls``, γ-weighted) is fitted to the first half of the job's observations of its running mean loss
 L(S) (every ``obs_every`` batches, as the scheduler observed it), and the band is the fitted line through the last
-fitted point with slope θ₁ ± z·se(θ₁) (z = 1.2816: WLSPredictor's q10/q90 band). A job whose later observations leave
-the band is flagged: its remaining-batch estimates were off, and so were the decisions built on them. The band is a
-heuristic one, not calibrated (as WLSPredictor's): a flag says "look at this curve", not "the predictor failed".
+fitted point with slope θ₁ ± z·se(θ₁) (z = 1.2816: WLSPredictor's q10/q90 band), widened by a floor of ``floor``
+(5 %) of the loss: on the γ-weighted, nearly noise-free running mean the slope band alone is a fraction of a percent
+wide, and a curve is not "unpredictable" for bending by that much. A job whose later observations leave the band is
+flagged: its remaining-batch estimates were off, and so were the decisions built on them. The band is heuristic, not
+calibrated (as WLSPredictor's): a flag says "look at this curve", not "the predictor failed".
 """
 from __future__ import annotations
 
@@ -15,9 +17,10 @@ import numpy as np
 from mara.predictors.wls import MIN_OBS, wls_fit, wls_slope_se
 
 BAND_Z = 1.2816
+BAND_FLOOR = 0.05  # relative half-width the band never drops below
 
 
-def band_exit(losses, obs_every: int, z: float = BAND_Z, min_obs: int = MIN_OBS) -> dict:
+def band_exit(losses, obs_every: int, z: float = BAND_Z, floor: float = BAND_FLOOR, min_obs: int = MIN_OBS) -> dict:
     """``{"checked": False}`` with fewer than 2 x ``min_obs`` observations; else the fit's slope and the first
     observation outside the band (``left_at_batch`` None when the curve stayed inside)."""
     ell = np.asarray(losses, dtype=np.float64)
@@ -34,9 +37,9 @@ def band_exit(losses, obs_every: int, z: float = BAND_Z, min_obs: int = MIN_OBS)
     pivot = np.log(S[k - 1])
     d = np.log(S[k:]) - pivot
     mid = t0 + t1 * pivot
-    lo, hi = np.exp(mid + (t1 - z * se) * d), np.exp(mid + (t1 + z * se) * d)
-    tol = 1e-9 * L[k:]  # a noise-free power law has a band of zero width: rounding is not an exit
-    out = (L[k:] < lo - tol) | (L[k:] > hi + tol)
+    half = np.hypot(z * se * d, np.log1p(floor))  # log-space half-width: the slope's spread, at least the floor
+    lo, hi = np.exp(mid + t1 * d - half), np.exp(mid + t1 * d + half)
+    out = (L[k:] < lo) | (L[k:] > hi)
     res = {"checked": True, "fitted_batches": int(S[k - 1]), "slope": t1, "slope_se": se, "left_at_batch": None}
     if out.any():
         i = int(np.argmax(out))

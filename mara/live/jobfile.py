@@ -153,8 +153,22 @@ def parse_jobs(doc, source: str = "jobs") -> list[UserJob]:
     return jobs
 
 
-def load_jobfile(path) -> list[UserJob]:
-    """Read and parse a YAML job file; one-line ConfigError when it is missing, not YAML, or wrong."""
+def resolve(doc, context: dict, source: str):
+    """``doc`` with its ``${...}`` interpolations resolved against ``context`` (e.g. ``{"live": cfg.live}``)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if not isinstance(doc, (dict, list)):
+        return doc
+    try:
+        return OmegaConf.to_container(OmegaConf.create({**context, "_doc": doc})._doc, resolve=True)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{source}: cannot resolve an interpolation ({str(exc).splitlines()[0]})") from None
+
+
+def load_jobfile(path, context: dict | None = None) -> list[UserJob]:
+    """Read and parse a YAML job file (``${...}`` resolved against ``context``); one-line ConfigError when it is
+    missing, not YAML, or wrong."""
     import yaml
 
     path = Path(path)
@@ -168,4 +182,6 @@ def load_jobfile(path) -> list[UserJob]:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"jobs file {path}: not valid YAML{at}") from None
+    if context is not None:
+        doc = resolve(doc, context, f"jobs file {path}")
     return parse_jobs(doc, f"jobs file {path}")

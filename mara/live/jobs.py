@@ -33,8 +33,9 @@ def _say(msg: str) -> None:
 def read_jobs(cfg: DictConfig) -> list[UserJob]:
     """``cfg.jobs``: a job-file path, or the jobs themselves (a list, or a mapping with ``jobs``)."""
     src = cfg.jobs
-    if isinstance(src, str):
-        return load_jobfile(src)
+    if isinstance(src, str):  # ${live.data_root} and the like resolve against this run's settings
+        return load_jobfile(src, {"live": OmegaConf.to_container(cfg.live, resolve=True),
+                                  "sim": OmegaConf.to_container(cfg.sim, resolve=True)})
     return parse_jobs(OmegaConf.to_container(src, resolve=True), "jobs")
 
 
