@@ -116,6 +116,11 @@ def test_method_auto_refuses_mara_where_its_policy_does_not_fit():
     assert methods == ["EDF"] and "supports M=2 nodes, K=4" in note
 
 
+def test_mara_refuses_a_cluster_size_it_was_not_trained_for(tmp_path):
+    with pytest.raises(ConfigError, match=r"checkpoint was trained for M=2, K=4; live run has sim.nodes=3, sim.max_active=5"):
+        schedule([job("a")], [f"paths.output_dir={tmp_path}", "jobs_methods=[MARA]", "sim.nodes=3", "sim.max_active=5"])
+
+
 def test_user_job_preempted_moved_resumed_equals_uninterrupted():
     """A user job run 4 batches in one worker process, exported, resumed in a fresh process (another node) for 7
     more gives bit-identical losses to 11 uninterrupted batches (the data position and Adam moments travel)."""
@@ -205,7 +210,7 @@ def test_run_cli_turns_job_file_mistakes_into_exit_2(tmp_path, capsys):
 
 def test_spec_round_trips_through_worker_state():
     spec = check_job(0, parse_jobs([job("mlp")])[0], "jobs")
-    assert isinstance(spec, UserJobSpec) and spec.batch_size == 16
+    assert isinstance(spec, UserJobSpec) and spec.batch_size == 16 and spec.lr == 0.003  # the DataModule's and optimiser's
     from mara.live.job import TrainingJob
 
     job_ = TrainingJob(spec)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +42,7 @@ def read_jobs(cfg: DictConfig) -> list[UserJob]:
 
 def _spec(job_id: int, job: UserJob, batch_size: int) -> UserJobSpec:
     return UserJobSpec(job_id=job_id, family=job.family, seed=job.seed, batch_size=batch_size,
-                       lr=float(job.module_args.get("lr", 0.0) or 0.0), source="user", name=job.name,
+                       lr=0.0, source="user", name=job.name,
                        module_target=job.module_target, module_args=json.dumps(job.module_args),
                        data_target=job.data_target, data_args=json.dumps(job.data_args))
 
@@ -78,9 +79,11 @@ def probe_job(job_id: int, job: UserJob, source: str, timed_batches: int = 0) ->
         field = "data" if "dataset of" in str(exc) else "module"
         raise ConfigError(f"{where}: {field}: cannot build the run ({type(exc).__name__}: {exc})") from None
     try:
-        first_optimizer(module.configure_optimizers())
+        optimizer = first_optimizer(module.configure_optimizers())
     except Exception as exc:
         raise ConfigError(f"{where}: module.configure_optimizers: {type(exc).__name__}: {exc}") from None
+    # the recipe's lr, as the predictors read it (FM's context includes log lr): the optimiser's own
+    spec = replace(spec, lr=float(optimizer.param_groups[0]["lr"]))
     try:
         module.train()
         out = module.training_step(to_device(batches.next(), torch.device("cpu")), 0)
@@ -127,7 +130,8 @@ def choose_methods(cfg: DictConfig, sim: dict) -> tuple[list[str], str | None]:
     opts = node_options(sim)
     fits = (int(sim["nodes"]) == MARA_SIZES["nodes"] and int(sim["max_active"]) == MARA_SIZES["max_active"]
             and opts["node_speed"] is None and opts["switch_cost"] == 0)
-    if fits:
+    own = (cfg.get("method_overrides") or {}).get("MARA") or {}
+    if fits or own.get("ckpt_path") or (cfg.get("live") or {}).get("policy_ckpt"):  # a policy of one's own: checked for M/K
         return ["MARA"], None
     return ["EDF"], (f"method EDF: the shipped MARA policy supports M={MARA_SIZES['nodes']} nodes, K={MARA_SIZES['max_active']}, "
                      f"identical nodes only (this cluster: M={sim['nodes']}, K={sim['max_active']}); "
@@ -252,7 +256,8 @@ def run_jobs(cfg: DictConfig, out: Path) -> dict:
     view = OmegaConf.merge(cfg, {"live": {"families": families, "load": 0.0, "root": 0, "episodes": 1, "time_scale": 1.0},
                                  "sim": {"steps": n_steps}})
     table = {t["name"]: {"eps": t["eps"], "budget": t["budget"], "cap": t["cap"]} for t in tasks}
-    res = write_report(view, out, runs, [(tasks, specs)], table, "user", notes, bank_path if records else None, "job file targets")
+    labelled = [dict(t, family=f"{t['name']} ({t['family']})") for t in tasks]  # the timeline's legend names the jobs
+    res = write_report(view, out, runs, [(labelled, specs)], table, "user", notes, bank_path if records else None, "job file targets")
     outcomes = {r["method"]: job_outcomes(tasks, r, int(sim["obs_every"])) for r in runs}
     (out / "job_outcomes.json").write_text(json.dumps(outcomes, indent=1))
     for m, rows in outcomes.items():
