@@ -182,6 +182,18 @@ def test_crashing_user_job_fails_alone(tmp_path):
     assert outcomes[2]["status"] == "succeeded"
 
 
+def test_bank_rows_for_predictor_training():
+    from mara.live.jobs import bank_records
+
+    tasks = [{"name": f"j{i}", "family": "custom", "batch_size": 8, "lr": 1e-3, "arrival": 0, "budget": 90, "eps": 1.0, "cap": 90}
+             for i in range(6)]
+    runs = [{"method": "EDF", "losses": [[1.0] * n for n in (90, 80, 79, 85, 100, 0)]}]
+    assert [r["split"] for r in bank_records(tasks, runs)] == ["pool"] * 5
+    rows = bank_records(tasks, runs, "fm", obs_every=10)  # 79 batches: under 8 observations, left out
+    assert [(r["meta"]["job"], r["split"]) for r in rows] == [("j0", "fm_train"), ("j1", "fm_train"), ("j3", "fm_train"),
+                                                              ("j4", "fm_val")]
+
+
 def test_job_raising_mid_run_fails_alone(tmp_path, bad_module):
     """A module whose training_step raises at its 5th batch: that job fails with the error, the others run on."""
     jobs = [job("boom", module={"_target_": "badjobs.Explodes"}, deadline={"steps": 30}), job("fine", seed=4, deadline={"steps": 30})]

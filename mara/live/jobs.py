@@ -155,14 +155,23 @@ def job_outcomes(tasks: list[dict], run: dict, obs_every: int) -> list[dict]:
     return out
 
 
-def bank_records(tasks: list[dict], runs: list[dict]) -> list[dict]:
-    """Every run's per-batch losses as curve-bank rows (``data_source=live``): a user's own history for the predictor."""
+def bank_records(tasks: list[dict], runs: list[dict], split: str = "pool", obs_every: int = 10) -> list[dict]:
+    """Every run's per-batch losses as curve-bank rows (``data_source=live``): a user's own history.
+
+    ``split``: ``pool`` (every curve; ε calibration and episodes read pool rows) or ``fm`` (predictor training data for
+    ``python -m mara.train stage=predictor bank.path=...``: every 4th curve ``fm_val``, the others ``fm_train``; curves
+    shorter than 8 observations are left out, as the predictor's validation queries need at least 4 in half a curve)."""
+    if split not in ("pool", "fm"):
+        raise ConfigError(f"jobs_bank_split must be pool or fm, got {split!r}")
     records = []
     for r in runs:
         for j, losses in enumerate(r["losses"]):
+            if split == "fm" and len(losses) < 8 * obs_every:
+                continue
             if losses:
                 t = tasks[j]
-                records.append({"curve_id": f"jobs/{r['method']}/{t['name']}", "family": t["family"], "split": "pool",
+                row_split = split if split == "pool" else ("fm_val" if len(records) % 4 == 3 else "fm_train")
+                records.append({"curve_id": f"jobs/{r['method']}/{t['name']}", "family": t["family"], "split": row_split,
                                 "data_source": "live", "batch_size": t["batch_size"], "lr": t["lr"], "seed": 0, "losses": losses,
                                 "meta": {"job": t["name"], "method": r["method"], "arrival": t["arrival"], "budget": t["budget"],
                                          "eps": t["eps"], "cap": t["cap"]}})
@@ -248,7 +257,7 @@ def run_jobs(cfg: DictConfig, out: Path) -> dict:
                     tb.add_scalar(f"summary/{m}/{k}", res[k], 0)
     if tb is not None:
         tb.close()
-    records = bank_records(tasks, runs)
+    records = bank_records(tasks, runs, str(cfg.get("jobs_bank_split", "pool")), int(sim["obs_every"]))
     bank_path = out / JOBS_BANK
     if records:
         write_bank(bank_path, records, {"generator": "mara.live.jobs", "source": str(source)})
