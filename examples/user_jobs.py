@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import lightning as L
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 

@@ -105,7 +105,7 @@ def test_cli_bad_inputs_exit_2_with_one_line(tmp_path):
     for name, (text, expected) in cases.items():
         (tmp_path / name).write_text(text)
         r = subprocess.run([sys.executable, "-m", "mara.live", f"jobs={tmp_path / name}", f"paths.output_dir={tmp_path / 'out'}"],
-                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+                           check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert r.returncode == 2 and len(lines) == 1 and expected in lines[0], r.stderr
 
