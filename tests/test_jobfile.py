@@ -15,9 +15,10 @@ from mara.core.cli import run_cli
 from mara.core.config import ConfigError
 from mara.curves.bank import load_bank
 from mara.live.band import band_exit
+from mara.live.job import UserJobSpec
 from mara.live.jobfile import parse_jobs
-from mara.live.jobs import check_job, choose_methods, schedule
-from mara.live.userjob import UserJobSpec
+from mara.live.jobs import check_job, choose_methods
+from mara.live.schedule import schedule
 from mara.live.workers import ProcessPool
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,6 +9,7 @@ in the order the bank's curves were trained in (``tasks_zoo.batching``); its ``s
 from __future__ import annotations
 
 import io
+import json
 from dataclasses import asdict, dataclass
 
 import torch
@@ -43,13 +44,61 @@ class JobSpec:
         return module, ResumableBatches(dm.train_dataloader())
 
 
-def spec_from_dict(d: dict) -> JobSpec:
-    """The spec a ``JobSpec.to_dict()`` (or a user job's) describes."""
-    if "module_target" in d:  # a job from a user's job file (mara.live.userjob)
-        from mara.live.userjob import UserJobSpec
+def import_object(path: str):
+    """The class or function ``pkg.module.Name`` names (raises ImportError / AttributeError as Python does)."""
+    import importlib
 
-        return UserJobSpec(**d)
-    return JobSpec(**d)
+    module, _, name = str(path).rpartition(".")
+    if not module:
+        raise ImportError(f"{path!r} is not a dotted import path (package.module.Class)")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
+class UserJobSpec(JobSpec):
+    """A ``JobSpec`` whose run is a user's LightningModule and LightningDataModule (job files, ``mara.live.jobfile``);
+    arguments are JSON text (plain values only).
+
+    The DataModule is prepared and set up first, then the seed fixes the model's initialisation (as a zoo run).
+    Batches do not come from the DataModule's own loader: its ``dataset`` and the spec's ``batch_size`` (the loader's)
+    feed the zoo's resumable seeded loader (reshuffled each epoch from ``seed``, full batches only), whose position
+    is part of the job's state, so a preempted user job resumes on exactly the next batch, in any worker."""
+
+    name: str = ""
+    module_target: str = ""
+    module_args: str = "{}"
+    data_target: str = ""
+    data_args: str = "{}"
+
+    def build_module(self):
+        import warnings
+
+        import torch
+
+        # self.log() in a training_step outside a Trainer warns once per process; live jobs report losses themselves
+        warnings.filterwarnings("ignore", message=r".*self\.log\(\)` but the `self\.trainer` reference is not registered.*")
+        torch.manual_seed(self.seed)
+        return import_object(self.module_target)(**json.loads(self.module_args))
+
+    def build_datamodule(self):
+        dm = import_object(self.data_target)(**json.loads(self.data_args))
+        if hasattr(dm, "prepare_data"):
+            dm.prepare_data()
+        if hasattr(dm, "setup"):
+            dm.setup("fit")
+        return dm
+
+    def build_run(self):
+        from tasks_zoo.batching import ResumableBatches, seeded_loader
+
+        loader = self.build_datamodule().train_dataloader()
+        batches = ResumableBatches(seeded_loader(loader.dataset, self.batch_size, self.seed))
+        return self.build_module(), batches
+
+
+def spec_from_dict(d: dict) -> JobSpec:
+    """The spec a ``JobSpec.to_dict()`` (or a ``UserJobSpec``'s) describes."""
+    return UserJobSpec(**d) if "module_target" in d else JobSpec(**d)
 
 
 def to_device(batch, device: torch.device):

@@ -1,6 +1,6 @@
 """A user's job file: their own training runs, each a LightningModule + LightningDataModule, for MARA to schedule.
 
-Schema (YAML; the same dicts as a Python list through ``mara.live.jobs.schedule``)::
+Schema (YAML; the same dicts as a Python list through ``mara.live.schedule.schedule``)::
 
     step_seconds: 2.0            # optional: wall-clock seconds of one scheduler step, to turn minutes into steps
                                  # (default: measured before the run, the slowest job's batch time on this machine)

@@ -1,4 +1,4 @@
-"""Schedule a user's job file live: ``python -m mara.live jobs=<file>`` or ``schedule(jobs, overrides)``.
+"""Schedule a user's job file live: ``python -m mara.live jobs=<file>`` (or ``mara.live.schedule.schedule``).
 
 Each job (``mara.live.jobfile``) becomes a task of one live episode — arrival, deadline = arrival + budget, ε, cap —
 and a ``UserJobSpec`` the worker pools train exactly as they train zoo jobs (``mara.live.job.TrainingJob``), so the
@@ -17,10 +17,22 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from mara.core.config import ConfigError
-from mara.eval.runner import node_options
+from mara.core.config import ConfigError, load_method_cfg
+from mara.curves.bank import write_bank
+from mara.eval.runner import load_bank_from_cfg, node_options
+from mara.live.band import band_exit
+from mara.live.driver import replay, run_live
+from mara.live.job import (
+    TrainingJob,
+    UserJobSpec,
+    first_optimizer,
+    import_object,
+    step_loss,
+    to_device,
+)
 from mara.live.jobfile import UserJob, load_jobfile, parse_jobs, with_budget
-from mara.live.userjob import UserJobSpec, import_object
+from mara.live.report import STATUS, write_report
+from mara.live.workers import make_pool
 
 JOBS_BANK = "job_curves.parquet"
 #: the sizes the shipped MARA policy was trained for (mara/data/checkpoints/mara_live.ckpt; docs/live.md)
@@ -55,8 +67,6 @@ def check_job(job_id: int, job: UserJob, source: str) -> UserJobSpec:
 def probe_job(job_id: int, job: UserJob, source: str, timed_batches: int = 0) -> tuple[UserJobSpec, float]:
     """``check_job``, then ``timed_batches`` real optimisation steps on a throwaway copy: (spec, median seconds per batch)."""
     import torch
-
-    from mara.live.job import first_optimizer, step_loss, to_device
 
     where = f"{source}: job {job.name!r}"
     for field, target in (("module", job.module_target), ("data", job.data_target)):
@@ -94,8 +104,6 @@ def probe_job(job_id: int, job: UserJob, source: str, timed_batches: int = 0) ->
                           f"or {{'loss': tensor}}), got {type(out).__name__}")
     if not timed_batches:
         return spec, 0.0
-    from mara.live.job import TrainingJob
-
     trial, times = TrainingJob(spec), []
     try:
         for _ in range(timed_batches):
@@ -140,9 +148,6 @@ def choose_methods(cfg: DictConfig, sim: dict) -> tuple[list[str], str | None]:
 
 def job_outcomes(tasks: list[dict], run: dict, obs_every: int) -> list[dict]:
     """Per job of one run: name, status, batches, final running-mean loss, finish step, worker failure, band check."""
-    from mara.live.band import band_exit
-    from mara.live.report import STATUS
-
     failures = {f["job"]: f for f in run["worker_failures"]}
     out = []
     for j, t in enumerate(tasks):
@@ -178,16 +183,9 @@ def bank_records(tasks: list[dict], runs: list[dict], split: str = "pool", obs_e
     return records
 
 
-def run_jobs(cfg: DictConfig, out: Path) -> dict:
-    """Check every job, run them under each chosen method on live workers, replay, and write the report."""
-    from mara.core.config import load_method_cfg
-    from mara.curves.bank import write_bank
-    from mara.eval.runner import load_bank_from_cfg
-    from mara.live.driver import replay, run_live
-    from mara.live.report import write_report
-    from mara.live.run import build_method
-    from mara.live.workers import make_pool
-
+def run_jobs(cfg: DictConfig, out: Path, build_method) -> dict:
+    """Check every job, run them under each chosen method on live workers, replay, and write the report;
+    ``build_method(name, cfg, predictors, bank_path)`` is live mode's (``mara.live.run``): (factory, predictor)."""
     lv, sim = cfg.live, OmegaConf.to_container(cfg.sim, resolve=True)
     source = cfg.jobs if isinstance(cfg.jobs, str) else "jobs"
     jobs = read_jobs(cfg)
@@ -282,17 +280,3 @@ def run_jobs(cfg: DictConfig, out: Path) -> dict:
     res["outcomes"] = outcomes
     res["paths"]["outcomes"] = str(out / "job_outcomes.json")
     return res
-
-
-def schedule(jobs, overrides=()) -> dict:
-    """The Python call of ``python -m mara.live jobs=<file>``: ``jobs`` is a job-file path or a list of job dicts (the
-    file's schema); ``overrides`` are the command line's (``sim.nodes=4``, ``live.workers=inline``, ...)."""
-    from hydra import compose, initialize_config_dir
-
-    from mara.core.cli import output_dir
-    from mara.core.config import CONF_DIR
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="live", overrides=list(overrides))
-    cfg.jobs = str(jobs) if isinstance(jobs, (str, Path)) else OmegaConf.create({"jobs": list(jobs)})
-    return run_jobs(cfg, output_dir(cfg))

@@ -19,6 +19,7 @@ from mara.eval.runner import (
 from mara.live.driver import replay, run_live
 from mara.predictors.factory import predictor_from
 from mara.live.episode import live_tasks, scaled_family_params
+from mara.live.jobs import run_jobs
 from mara.live.report import write_report
 from mara.live.workers import make_pool, preload_datasets
 
@@ -160,9 +161,7 @@ def live_main(cfg: DictConfig) -> dict:
 
     validate(cfg)
     if cfg.get("jobs"):  # a user's job file instead of the zoo workload (mara/live/jobs.py)
-        from mara.live.jobs import run_jobs
-
-        return run_jobs(cfg, output_dir(cfg))
+        return run_jobs(cfg, output_dir(cfg), build_method)
     out = output_dir(cfg)
     bank = load_bank_from_cfg(cfg)
     if cfg.action == "export_bank":
