@@ -15,7 +15,7 @@ from mara.core.cli import run_cli
 from mara.core.config import ConfigError
 from mara.curves.bank import load_bank
 from mara.live.band import band_exit
-from mara.live.job import UserJobSpec
+from mara.live.job import TrainingJob, UserJobSpec
 from mara.live.jobfile import parse_jobs
 from mara.live.jobs import check_job, choose_methods
 from mara.live.schedule import schedule
@@ -172,6 +172,23 @@ def test_three_user_jobs_end_to_end(tmp_path):
     assert (tmp_path / "live_timeline.png").exists() and list((tmp_path / "tensorboard").iterdir())
 
 
+def test_live_preemptions_and_moves_keep_every_loss_exact(tmp_path):
+    """Three user jobs on 2 nodes with a switch cost (a job landing on another node reloads from its serialised state
+    in its worker): every job's recorded losses equal an uninterrupted run of the same job, batch for batch."""
+    jobs = three_jobs()
+    res = schedule(jobs, [f"paths.output_dir={tmp_path}", "jobs_methods=[EDF]", "sim.nodes=2", "sim.max_active=3", "sim.steps=4",
+                          "sim.obs_every=2", "sim.switch_cost=1", "live.progress_every=1000", "live.figure=false",
+                          "live.tensorboard=false", "live.replay=false"])
+    run = res["runs"][0]
+    assert run["reloads"] > 0 and run["switches"] > 0  # jobs really moved between nodes
+    parsed = parse_jobs(jobs)
+    for j, name in enumerate(o["name"] for o in res["outcomes"]["EDF"]):
+        i = next(k for k, p in enumerate(parsed) if p.name == name)
+        spec = check_job(i, parsed[i], "jobs")
+        ref = TrainingJob(spec)
+        assert run["losses"][j] == [ref.step() for _ in run["losses"][j]], name
+
+
 def test_crashing_user_job_fails_alone(tmp_path):
     res = schedule(three_jobs()[:2] + [job("mlp_c", seed=9, target={"loss": 1.9}, deadline={"steps": 40})],
                    [f"paths.output_dir={tmp_path}", "jobs_methods=[FIFO]", "sim.nodes=2", "sim.max_active=3", "sim.steps=4",
@@ -224,8 +241,6 @@ def test_run_cli_turns_job_file_mistakes_into_exit_2(tmp_path, capsys):
 def test_spec_round_trips_through_worker_state():
     spec = check_job(0, parse_jobs([job("mlp")])[0], "jobs")
     assert isinstance(spec, UserJobSpec) and spec.batch_size == 16 and spec.lr == 0.003  # the DataModule's and optimiser's
-    from mara.live.job import TrainingJob
-
     job_ = TrainingJob(spec)
     job_.step()
     again = TrainingJob.from_bytes(job_.to_bytes())
