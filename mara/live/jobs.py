@@ -61,11 +61,6 @@ def _spec(job_id: int, job: UserJob, batch_size: int) -> UserJobSpec:
 
 def check_job(job_id: int, job: UserJob, source: str) -> UserJobSpec:
     """Import, build and run one ``training_step`` of ``job`` (no optimiser step); its spec, or a one-line ConfigError."""
-    return probe_job(job_id, job, source)[0]
-
-
-def probe_job(job_id: int, job: UserJob, source: str, timed_batches: int = 0) -> tuple[UserJobSpec, float]:
-    """``check_job``, then ``timed_batches`` real optimisation steps on a throwaway copy: (spec, median seconds per batch)."""
     import torch
 
     where = f"{source}: job {job.name!r}"
@@ -102,17 +97,20 @@ def probe_job(job_id: int, job: UserJob, source: str, timed_batches: int = 0) ->
     if step_loss(out) is None:
         raise ConfigError(f"{where}: module.training_step: returns no loss (a scalar tensor with a gradient, "
                           f"or {{'loss': tensor}}), got {type(out).__name__}")
-    if not timed_batches:
-        return spec, 0.0
+    return spec
+
+
+def batch_seconds(spec: UserJobSpec, where: str, n: int = 3) -> float:
+    """Median wall seconds of ``n`` real optimisation steps of a throwaway copy of the job (after every check passed)."""
     trial, times = TrainingJob(spec), []
     try:
-        for _ in range(timed_batches):
+        for _ in range(n):
             t0 = time.perf_counter()
             trial.step()
             times.append(time.perf_counter() - t0)
     except Exception as exc:
         raise ConfigError(f"{where}: module: a training batch fails ({type(exc).__name__}: {exc})") from None
-    return spec, float(np.median(times))
+    return float(np.median(times))
 
 
 def job_tasks(jobs: list[UserJob], specs: list[UserJobSpec], sim: dict) -> tuple[list[dict], list[UserJobSpec]]:
@@ -193,14 +191,12 @@ def run_jobs(cfg: DictConfig, out: Path, build_method) -> dict:
     for m in methods:
         load_method_cfg(m)  # unknown names fail before any work
     label = f"jobs file {source}" if isinstance(cfg.jobs, str) else "jobs"
-    timed = 3 if any(j.budget is None for j in jobs) else 0  # deadlines in minutes: measure a step
-    probes = [probe_job(i, job, label, timed) for i, job in enumerate(jobs)]
-    specs = [spec for spec, _ in probes]
+    specs = [check_job(i, job, label) for i, job in enumerate(jobs)]
     notes = [note] if note else []
     if note:
         _say(f"note: {note}")
-    if timed:
-        step_s = max(sec for _, sec in probes)
+    if any(j.budget is None for j in jobs):  # deadlines in minutes: measure a step (every job passed its checks)
+        step_s = max(batch_seconds(spec, f"{label}: job {job.name!r}") for spec, job in zip(specs, jobs))
         jobs = [with_budget(j, step_s) for j in jobs]
         notes.append(f"deadlines in minutes converted at {step_s:.3f} s per scheduler step (measured here: the slowest job's "
                      f"batch time; set step_seconds in the job file to fix it)")
