@@ -374,6 +374,10 @@ def preflight(cfg: DictConfig, entry: str) -> None:
     methods = check_methods(cfg, need)
     if entry == "live":
         check_live_workers(cfg)
+        if cfg.get("jobs"):  # a user's job file runs jobs_methods; "auto" picks a method that fits the cluster itself
+            chosen = cfg.get("jobs_methods")
+            methods = list(chosen) if isinstance(chosen, (list, ListConfig)) else []
+            check_method_names(methods, "jobs_methods")
     if need:
         check_checkpoints(cfg, methods, _policy_defaults(cfg, entry, methods))
     folder, where = run_folder(cfg)

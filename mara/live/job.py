@@ -9,6 +9,7 @@ in the order the bank's curves were trained in (``tasks_zoo.batching``); its ``s
 from __future__ import annotations
 
 import io
+import json
 from dataclasses import asdict, dataclass
 
 import torch
@@ -33,29 +34,121 @@ class JobSpec:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def build_run(self):
+        """(LightningModule, prepared DataModule's resumable batches) of this run: the zoo family's recipe."""
+        from tasks_zoo.registry import build_run
+
+        module, dm = build_run(self.family, seed=self.seed, batch_size=self.batch_size, lr=self.lr, source=self.source,
+                               data_root=self.data_root, cache_dir=self.cache_dir)
+        # the zoo loader's order: reshuffled per epoch, or the file order of families with data_order: file
+        return module, ResumableBatches(dm.train_dataloader())
+
+
+def import_object(path: str):
+    """The class or function ``pkg.module.Name`` names (raises ImportError / AttributeError as Python does)."""
+    import importlib
+
+    module, _, name = str(path).rpartition(".")
+    if not module:
+        raise ImportError(f"{path!r} is not a dotted import path (package.module.Class)")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
+class UserJobSpec(JobSpec):
+    """A ``JobSpec`` whose run is a user's LightningModule and LightningDataModule (job files, ``mara.live.jobfile``);
+    arguments are JSON text (plain values only).
+
+    The DataModule is prepared and set up first, then the seed fixes the model's initialisation (as a zoo run).
+    Batches do not come from the DataModule's own loader: its ``dataset`` and the spec's ``batch_size`` (the loader's)
+    feed the zoo's resumable seeded loader (reshuffled each epoch from ``seed``, full batches only), whose position
+    is part of the job's state, so a preempted user job resumes on exactly the next batch, in any worker."""
+
+    name: str = ""
+    module_target: str = ""
+    module_args: str = "{}"
+    data_target: str = ""
+    data_args: str = "{}"
+
+    def build_module(self):
+        import warnings
+
+        import torch
+
+        # self.log() in a training_step outside a Trainer warns once per process; live jobs report losses themselves
+        warnings.filterwarnings("ignore", message=r".*self\.log\(\)` but the `self\.trainer` reference is not registered.*")
+        torch.manual_seed(self.seed)
+        return import_object(self.module_target)(**json.loads(self.module_args))
+
+    def build_datamodule(self):
+        dm = import_object(self.data_target)(**json.loads(self.data_args))
+        if hasattr(dm, "prepare_data"):
+            dm.prepare_data()
+        if hasattr(dm, "setup"):
+            dm.setup("fit")
+        return dm
+
+    def build_run(self):
+        from tasks_zoo.batching import ResumableBatches, seeded_loader
+
+        loader = self.build_datamodule().train_dataloader()
+        batches = ResumableBatches(seeded_loader(loader.dataset, self.batch_size, self.seed))
+        return self.build_module(), batches
+
+
+def spec_from_dict(d: dict) -> JobSpec:
+    """The spec a ``JobSpec.to_dict()`` (or a ``UserJobSpec``'s) describes."""
+    return UserJobSpec(**d) if "module_target" in d else JobSpec(**d)
+
+
+def to_device(batch, device: torch.device):
+    """A batch (tensor, or tuples / lists / dicts of them) on ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
+def step_loss(out):
+    """The loss tensor a ``training_step`` returned (a tensor, or Lightning's ``{"loss": tensor, ...}``); None if none."""
+    if isinstance(out, dict):
+        out = out.get("loss")
+    return out if isinstance(out, torch.Tensor) and out.numel() == 1 and out.requires_grad else None
+
+
+def first_optimizer(out):
+    """The optimiser ``configure_optimizers`` returned (an optimiser, a list/tuple whose first item is one or a list of
+    them, or Lightning's ``{"optimizer": ...}``); schedulers are not stepped by live jobs."""
+    if isinstance(out, dict):
+        out = out.get("optimizer")
+    while isinstance(out, (list, tuple)) and out:
+        out = out[0]
+    if not isinstance(out, torch.optim.Optimizer):
+        raise TypeError(f"configure_optimizers() returned no optimizer ({type(out).__name__})")
+    return out
+
 
 class TrainingJob:
     """A zoo training run advanced one optimisation step at a time; ``step()`` returns that batch's loss."""
 
     def __init__(self, spec: JobSpec, device: str = "cpu"):
-        from tasks_zoo.registry import build_run
-
         self.spec, self.device = spec, torch.device(device)
-        module, dm = build_run(spec.family, seed=spec.seed, batch_size=spec.batch_size, lr=spec.lr, source=spec.source,
-                               data_root=spec.data_root, cache_dir=spec.cache_dir)
+        module, self.batches = spec.build_run()
         self.module = module.to(self.device)
-        self.optimizer = self.module.configure_optimizers()
-        # the zoo loader's order: reshuffled per epoch, or the file order of families with data_order: file
-        self.batches = ResumableBatches(dm.train_dataloader())
+        self.optimizer = first_optimizer(self.module.configure_optimizers())
         self.processed = 0
 
     def step(self) -> float:
         """One optimisation step on the next mini-batch (the Lightning loop's order: zero grad, loss, backward, step)."""
-        x, y = self.batches.next()
-        x, y = x.to(self.device), y.to(self.device)
+        batch = to_device(self.batches.next(), self.device)
         self.module.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.module.training_step((x, y), self.processed)
+        loss = step_loss(self.module.training_step(batch, self.processed))
+        if loss is None:
+            raise TypeError(f"job {self.spec.job_id}: training_step returned no scalar loss with a gradient")
         loss.backward()
         self.optimizer.step()
         self.processed += 1
@@ -85,7 +178,7 @@ class TrainingJob:
         if not isinstance(state, dict) or not {"spec", "model", "optimizer", "batches", "processed"} <= state.keys():
             raise CheckpointError("live job state is not a TrainingJob.to_bytes() state (no spec/model/optimizer/batches)")
         try:
-            spec = JobSpec(**state["spec"])
+            spec = spec_from_dict(state["spec"])
         except TypeError as exc:
             raise CheckpointError(f"live job state has no valid job spec ({exc})") from None
         job = cls(spec, device)

@@ -19,6 +19,7 @@ from mara.eval.runner import (
 )
 from mara.live.driver import replay, run_live
 from mara.live.episode import live_tasks, scaled_family_params
+from mara.live.jobs import run_jobs
 from mara.live.report import write_report
 from mara.live.workers import make_pool, preload_datasets
 from mara.preflight import preflight
@@ -162,6 +163,8 @@ def _before_any_work(cfg: DictConfig) -> None:
 def live_main(cfg: DictConfig) -> dict:
     """Run ``cfg.action``; returns the results dict (run) or the exported bank path."""
 
+    if cfg.get("jobs"):  # a user's job file instead of the zoo workload (mara/live/jobs.py)
+        return run_jobs(cfg, output_dir(cfg), build_method)
     out = output_dir(cfg)
     bank = load_bank_from_cfg(cfg)
     if cfg.action == "export_bank":

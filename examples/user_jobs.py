@@ -1,0 +1,90 @@
+"""Two job types outside the task zoo, for ``python -m mara.live jobs=examples/jobs.yaml``.
+
+- ``MLPClassifier`` + ``BlobData``: an MLP on a synthetic 10-class problem generated here (Gaussian class
+  clusters in 64 dimensions with label noise: scikit-learn's digits are 8x8 = 64 features, 10 classes).
+- ``TinyCNN`` + ``Cifar10Subset``: a small CNN on the first ``n`` images of CIFAR-10, read from the data folder
+  (the python batches, unpacked or as the archive; ``source: synthetic`` uses the zoo's stand-in images instead).
+"""
+from __future__ import annotations
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class MLPClassifier(L.LightningModule):
+    """Two hidden layers, cross-entropy, Adam."""
+
+    def __init__(self, in_dim: int = 64, hidden: int = 64, classes: int = 10, lr: float = 1e-3):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, classes))
+        self.lr = lr
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self.net(x), y)
+        self.log("train/loss", loss)
+        return {"loss": loss}
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=self.lr)
+
+
+class BlobData(L.LightningDataModule):
+    """``n`` points of ``classes`` Gaussian clusters in ``dim`` dimensions, ``noise`` of the labels flipped (seeded)."""
+
+    def __init__(self, n: int = 2000, dim: int = 64, classes: int = 10, noise: float = 0.1, batch_size: int = 32, seed: int = 0):
+        super().__init__()
+        self.n, self.dim, self.classes, self.noise, self.batch_size, self.seed = n, dim, classes, noise, batch_size, seed
+
+    def setup(self, stage=None):
+        g = torch.Generator().manual_seed(self.seed)
+        centers = 1.5 * torch.randn(self.classes, self.dim, generator=g)
+        y = torch.randint(0, self.classes, (self.n,), generator=g)
+        x = centers[y] + torch.randn(self.n, self.dim, generator=g)
+        flip = torch.rand(self.n, generator=g) < self.noise
+        y = torch.where(flip, torch.randint(0, self.classes, (self.n,), generator=g), y)
+        self.train_set = TensorDataset(x, y)
+
+    def train_dataloader(self):
+        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True)
+
+
+class TinyCNN(L.LightningModule):
+    """Two conv layers and a linear head on uint8 images [B, 3, 32, 32]."""
+
+    def __init__(self, width: int = 16, lr: float = 1e-3):
+        super().__init__()
+        self.net = nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                                 nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                                 nn.Flatten(), nn.Linear(2 * width * 8 * 8, 10))
+        self.lr = lr
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self.net(x.float() / 255.0 - 0.5), y)
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=self.lr)
+
+
+class Cifar10Subset(L.LightningDataModule):
+    """The first ``n`` CIFAR-10 training images from ``data_root`` (the zoo's reader and archive handling)."""
+
+    def __init__(self, n: int = 5000, batch_size: int = 32, data_root: str = "data_cache", cache_dir: str = "data_cache",
+                 source: str = "real"):
+        super().__init__()
+        self.n, self.batch_size, self.data_root, self.cache_dir, self.source = n, batch_size, data_root, cache_dir, source
+
+    def setup(self, stage=None):
+        from tasks_zoo.registry import load_dataset
+
+        ds = load_dataset("cifar10", self.source, self.data_root, self.cache_dir, False)
+        n = min(self.n, len(ds))
+        x, y = zip(*(ds[i] for i in range(n)))
+        self.train_set = TensorDataset(torch.stack(x), torch.stack([torch.as_tensor(v) for v in y]))
+
+    def train_dataloader(self):
+        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True)

@@ -1,0 +1,278 @@
+"""Schedule a user's job file live: ``python -m mara.live jobs=<file>`` (or ``mara.live.schedule.schedule``).
+
+Each job (``mara.live.jobfile``) becomes a task of one live episode — arrival, deadline = arrival + budget, ε, cap —
+and a ``UserJobSpec`` the worker pools train exactly as they train zoo jobs (``mara.live.job.TrainingJob``), so the
+simulator's rules, preemption, resume, worker-failure handling, replay and report are live mode's own. Losses are the
+modules' raw training losses (no normalisation): ε is compared with their running mean L(s), and the predictors and the
+curve bank see the same numbers.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from mara.core.config import ConfigError, load_method_cfg
+from mara.curves.bank import write_bank
+from mara.eval.runner import load_bank_from_cfg, node_options
+from mara.live.band import band_exit
+from mara.live.driver import replay, run_live
+from mara.live.job import (
+    TrainingJob,
+    UserJobSpec,
+    first_optimizer,
+    import_object,
+    step_loss,
+    to_device,
+)
+from mara.live.jobfile import UserJob, load_jobfile, parse_jobs, with_budget
+from mara.live.report import STATUS, write_report
+from mara.live.workers import make_pool
+
+JOBS_BANK = "job_curves.parquet"
+#: the sizes the shipped MARA policy was trained for (mara/data/checkpoints/mara_live.ckpt; docs/live.md)
+MARA_SIZES = {"nodes": 2, "max_active": 4}
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def read_jobs(cfg: DictConfig) -> list[UserJob]:
+    """``cfg.jobs``: a job-file path, or the jobs themselves (a list, or a mapping with ``jobs``)."""
+    src = cfg.jobs
+    if isinstance(src, str):  # ${live.data_root} and the like resolve against this run's settings
+        return load_jobfile(src, {"live": OmegaConf.to_container(cfg.live, resolve=True),
+                                  "sim": OmegaConf.to_container(cfg.sim, resolve=True)})
+    return parse_jobs(OmegaConf.to_container(src, resolve=True), "jobs")
+
+
+def _spec(job_id: int, job: UserJob, batch_size: int) -> UserJobSpec:
+    return UserJobSpec(job_id=job_id, family=job.family, seed=job.seed, batch_size=batch_size,
+                       lr=0.0, source="user", name=job.name,
+                       module_target=job.module_target, module_args=json.dumps(job.module_args),
+                       data_target=job.data_target, data_args=json.dumps(job.data_args))
+
+
+def check_job(job_id: int, job: UserJob, source: str) -> UserJobSpec:
+    """Import, build and run one ``training_step`` of ``job`` (no optimiser step); its spec, or a one-line ConfigError."""
+    import torch
+
+    where = f"{source}: job {job.name!r}"
+    for field, target in (("module", job.module_target), ("data", job.data_target)):
+        try:
+            import_object(target)
+        except Exception as exc:
+            raise ConfigError(f"{where}: {field}._target_: cannot import {target!r} ({type(exc).__name__}: {exc})") from None
+    probe = _spec(job_id, job, 1)
+    try:
+        loader = probe.build_datamodule().train_dataloader()
+        batch_size = int(loader.batch_size)
+        len(loader.dataset)
+    except Exception as exc:
+        raise ConfigError(f"{where}: data: cannot build its train_dataloader() with a dataset and a batch_size "
+                          f"({type(exc).__name__}: {exc})") from None
+    spec = _spec(job_id, job, batch_size)
+    try:
+        module, batches = spec.build_run()
+    except Exception as exc:
+        field = "data" if "dataset of" in str(exc) else "module"
+        raise ConfigError(f"{where}: {field}: cannot build the run ({type(exc).__name__}: {exc})") from None
+    try:
+        optimizer = first_optimizer(module.configure_optimizers())
+    except Exception as exc:
+        raise ConfigError(f"{where}: module.configure_optimizers: {type(exc).__name__}: {exc}") from None
+    # the recipe's lr, as the predictors read it (FM's context includes log lr): the optimiser's own
+    spec = replace(spec, lr=float(optimizer.param_groups[0]["lr"]))
+    try:
+        module.train()
+        out = module.training_step(to_device(batches.next(), torch.device("cpu")), 0)
+    except Exception as exc:
+        raise ConfigError(f"{where}: module.training_step: fails on a batch ({type(exc).__name__}: {exc})") from None
+    if step_loss(out) is None:
+        raise ConfigError(f"{where}: module.training_step: returns no loss (a scalar tensor with a gradient, "
+                          f"or {{'loss': tensor}}), got {type(out).__name__}")
+    return spec
+
+
+def batch_seconds(spec: UserJobSpec, where: str, n: int = 3) -> float:
+    """Median wall seconds of ``n`` real optimisation steps of a throwaway copy of the job (after every check passed)."""
+    trial, times = TrainingJob(spec), []
+    try:
+        for _ in range(n):
+            t0 = time.perf_counter()
+            trial.step()
+            times.append(time.perf_counter() - t0)
+    except Exception as exc:
+        raise ConfigError(f"{where}: module: a training batch fails ({type(exc).__name__}: {exc})") from None
+    return float(np.median(times))
+
+
+def job_tasks(jobs: list[UserJob], specs: list[UserJobSpec], sim: dict) -> tuple[list[dict], list[UserJobSpec]]:
+    """Tasks (arrival order = job id, as live episodes need) and their specs renumbered to match."""
+    speed = node_options(sim)["node_speed"]
+    s_max = 1 if speed is None else int(np.max(speed))
+    order = sorted(range(len(jobs)), key=lambda i: jobs[i].arrival)  # stable: file order within a step
+    tasks, out = [], []
+    for j, i in enumerate(order):
+        job, spec = jobs[i], specs[i]
+        tasks.append({"arrival": job.arrival, "budget": job.budget, "eps": job.eps, "family": job.family, "curve_row": j,
+                      "cap": job.max_batches or job.budget * s_max, "batch_size": spec.batch_size, "lr": spec.lr,
+                      "name": job.name})
+        out.append(UserJobSpec(**{**spec.to_dict(), "job_id": j}))
+    return tasks, out
+
+
+def choose_methods(cfg: DictConfig, sim: dict) -> tuple[list[str], str | None]:
+    """``jobs_methods``: a list as given; ``auto``: MARA where its shipped policy fits this cluster, else EDF (a note)."""
+    chosen = cfg.get("jobs_methods", "auto")
+    if chosen != "auto":
+        return list(chosen), None
+    opts = node_options(sim)
+    fits = (int(sim["nodes"]) == MARA_SIZES["nodes"] and int(sim["max_active"]) == MARA_SIZES["max_active"]
+            and opts["node_speed"] is None and opts["switch_cost"] == 0)
+    own = (cfg.get("method_overrides") or {}).get("MARA") or {}
+    if fits or own.get("ckpt_path") or (cfg.get("live") or {}).get("policy_ckpt"):  # a policy of one's own: checked for M/K
+        return ["MARA"], None
+    return ["EDF"], (f"method EDF: the shipped MARA policy supports M={MARA_SIZES['nodes']} nodes, K={MARA_SIZES['max_active']}, "
+                     f"identical nodes only (this cluster: M={sim['nodes']}, K={sim['max_active']}); "
+                     f"train one for this size or pick methods with jobs_methods=[...]")
+
+
+def job_outcomes(tasks: list[dict], run: dict, obs_every: int) -> list[dict]:
+    """Per job of one run: name, status, batches, final running-mean loss, finish step, worker failure, band check."""
+    failures = {f["job"]: f for f in run["worker_failures"]}
+    out = []
+    for j, t in enumerate(tasks):
+        losses = run["losses"][j]
+        out.append({"job": j, "name": t["name"], "family": t["family"], "arrival": t["arrival"], "deadline": t["arrival"] + t["budget"],
+                    "target_loss": t["eps"], "status": STATUS.get(run["status"][j], "unfinished"), "batches": len(losses),
+                    "final_mean_loss": float(np.mean(losses)) if losses else None,
+                    "finish_step": int(run["finish_time"][j]) if run["status"][j] == 3 or losses else None,
+                    "worker_failure": failures[j]["error"] if j in failures else None, "band": band_exit(losses, obs_every)})
+    return out
+
+
+def bank_records(tasks: list[dict], runs: list[dict], split: str = "pool", obs_every: int = 10) -> list[dict]:
+    """Every run's per-batch losses as curve-bank rows (``data_source=live``): a user's own history.
+
+    ``split``: ``pool`` (every curve; ε calibration and episodes read pool rows) or ``fm`` (predictor training data for
+    ``python -m mara.train stage=predictor bank.path=...``: every 4th curve ``fm_val``, the others ``fm_train``; curves
+    shorter than 8 observations are left out, as the predictor's validation queries need at least 4 in half a curve)."""
+    if split not in ("pool", "fm"):
+        raise ConfigError(f"jobs_bank_split must be pool or fm, got {split!r}")
+    records = []
+    for r in runs:
+        for j, losses in enumerate(r["losses"]):
+            if split == "fm" and len(losses) < 8 * obs_every:
+                continue
+            if losses:
+                t = tasks[j]
+                row_split = split if split == "pool" else ("fm_val" if len(records) % 4 == 3 else "fm_train")
+                records.append({"curve_id": f"jobs/{r['method']}/{t['name']}", "family": t["family"], "split": row_split,
+                                "data_source": "live", "batch_size": t["batch_size"], "lr": t["lr"], "seed": 0, "losses": losses,
+                                "meta": {"job": t["name"], "method": r["method"], "arrival": t["arrival"], "budget": t["budget"],
+                                         "eps": t["eps"], "cap": t["cap"]}})
+    return records
+
+
+def run_jobs(cfg: DictConfig, out: Path, build_method) -> dict:
+    """Check every job, run them under each chosen method on live workers, replay, and write the report;
+    ``build_method(name, cfg, predictors, bank_path)`` is live mode's (``mara.live.run``): (factory, predictor)."""
+    lv, sim = cfg.live, OmegaConf.to_container(cfg.sim, resolve=True)
+    source = cfg.jobs if isinstance(cfg.jobs, str) else "jobs"
+    jobs = read_jobs(cfg)
+    methods, note = choose_methods(cfg, sim)
+    for m in methods:
+        load_method_cfg(m)  # unknown names fail before any work
+    label = f"jobs file {source}" if isinstance(cfg.jobs, str) else "jobs"
+    specs = [check_job(i, job, label) for i, job in enumerate(jobs)]
+    notes = [note] if note else []
+    if note:
+        _say(f"note: {note}")
+    if any(j.budget is None for j in jobs):  # deadlines in minutes: measure a step (every job passed its checks)
+        step_s = max(batch_seconds(spec, f"{label}: job {job.name!r}") for spec, job in zip(specs, jobs))
+        jobs = [with_budget(j, step_s) for j in jobs]
+        notes.append(f"deadlines in minutes converted at {step_s:.3f} s per scheduler step (measured here: the slowest job's "
+                     f"batch time; set step_seconds in the job file to fix it)")
+        _say(f"note: {notes[-1]}")
+    tasks, specs = job_tasks(jobs, specs, sim)
+    bank = load_bank_from_cfg(cfg)  # the predictors' bank (MARA's FM, Slack's WLS)
+    predictors, plans = {}, []
+    for m in methods:
+        factory, predictor = build_method(m, cfg, predictors, bank.path)
+        if factory is None:
+            _say(f"note: {predictor}")
+            notes.append(predictor)
+            continue
+        plans.append((m, factory, predictor))
+    if not plans:
+        raise ConfigError("no method can run live (see the notes above)")
+    crash = {int(k): int(v) for k, v in (OmegaConf.to_container(lv.crash) or {}).items()}
+    _say(f"jobs: {', '.join(m for m, _, _ in plans)} on {len(tasks)} job(s) from {source}, M={sim['nodes']} nodes, "
+         f"K={sim['max_active']}, workers={lv.workers} -> {out}")
+    tb = None
+    if lv.tensorboard:
+        from torch.utils.tensorboard import SummaryWriter
+
+        tb = SummaryWriter(str(out / "tensorboard"))
+    meta = {"task_set": ["jobs"], "load": [0.0], "root": [0], "episode": [0]}
+    n_steps = max(int(sim["steps"]), max(t["arrival"] for t in tasks) + 1)
+    sim = {**sim, "steps": n_steps}  # the arrival window covers every job's arrival
+    runs = []
+    for m, factory, predictor in plans:
+        pool = make_pool(str(lv.workers), device=str(lv.device), threads=int(lv.threads), crash=crash,
+                         ray_cfg=OmegaConf.to_container(lv.ray, resolve=True))
+        t0 = time.perf_counter()
+
+        def progress(env, src, m=m, t0=t0):
+            if env.t % int(lv.progress_every) == 0 or env.done.all():
+                _say(f"[{m}] step {env.t:4d}  active {int(env.n_active[0])}  queued {int(env.n_queued[0])}  "
+                     f"succeeded {int(env.succeeded[0])}  failed {int(env.failed[0])}  batches {src.n_batches}  "
+                     f"{time.perf_counter() - t0:6.1f} s")
+
+        res = run_live(tasks, specs, factory(), pool, sim, predictor, meta, progress)
+        for f in res["worker_failures"]:
+            _say(f"worker failure: {m}: job {tasks[f['job']]['name']!r} at step {f['step']}: {f['error']} (job marked failed)")
+        if lv.replay:
+            res["replay"] = replay(tasks, res["losses"], factory(), sim, predictor, meta)
+        runs.append({"method": m, "episode": 0, **res})
+        if tb is not None:
+            for j, losses in enumerate(res["losses"]):
+                for s, loss in enumerate(losses, 1):
+                    tb.add_scalar(f"{m}/{tasks[j]['name']}/loss", loss, s)
+            for k in ("success_rate", "utilization", "wall_s"):
+                if res[k] is not None:
+                    tb.add_scalar(f"summary/{m}/{k}", res[k], 0)
+    if tb is not None:
+        tb.close()
+    records = bank_records(tasks, runs, str(cfg.get("jobs_bank_split", "pool")), int(sim["obs_every"]))
+    bank_path = out / JOBS_BANK
+    if records:
+        write_bank(bank_path, records, {"generator": "mara.live.jobs", "source": str(source)})
+    families = sorted({t["family"] for t in tasks})
+    view = OmegaConf.merge(cfg, {"live": {"families": families, "load": 0.0, "root": 0, "episodes": 1, "time_scale": 1.0},
+                                 "sim": {"steps": n_steps}})
+    table = {t["name"]: {"eps": t["eps"], "budget": t["budget"], "cap": t["cap"]} for t in tasks}
+    labelled = [dict(t, family=f"{t['name']} ({t['family']})") for t in tasks]  # the timeline's legend names the jobs
+    res = write_report(view, out, runs, [(labelled, specs)], table, "user", notes, bank_path if records else None, "job file targets")
+    outcomes = {r["method"]: job_outcomes(tasks, r, int(sim["obs_every"])) for r in runs}
+    (out / "job_outcomes.json").write_text(json.dumps(outcomes, indent=1))
+    for m, rows in outcomes.items():
+        for o in rows:
+            _say(f"[{m}] {o['name']}: {o['status']} after {o['batches']} batches"
+                 + (f", mean loss {o['final_mean_loss']:.4f} (target {o['target_loss']})" if o["final_mean_loss"] is not None else "")
+                 + (f"; worker failure: {o['worker_failure']}" if o["worker_failure"] else ""))
+            band = o["band"]
+            if band.get("left_at_batch") is not None:
+                _say(f"[{m}] {o['name']}: observed mean loss left its predicted band at batch {band['left_at_batch']} "
+                     f"({band['observed']:.4f} outside [{band['band'][0]:.4f}, {band['band'][1]:.4f}], fitted on the first "
+                     f"{band['fitted_batches']} batches): its remaining-batch estimates were unreliable")
+    res["outcomes"] = outcomes
+    res["paths"]["outcomes"] = str(out / "job_outcomes.json")
+    return res
