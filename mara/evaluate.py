@@ -132,8 +132,8 @@ def _without_unfit_shipped(methods: list[str], overrides: dict) -> list[str]:
     trains and evaluates one; or give ``+method_overrides.MARA.checkpoints=[...]``)."""
     keep = []
     for m in methods:
-        cfg = load_method_cfg(m, overrides.get(m))
-        if is_learned(cfg) and not cfg.get("ckpt_path") and not cfg.get("checkpoints"):
+        mcfg = load_method_cfg(m, overrides.get(m))
+        if is_learned(mcfg) and not mcfg.get("ckpt_path") and not mcfg.get("checkpoints"):
             log.warning(f"skipping {m}: no checkpoint given and the shipped policies were trained on identical nodes "
                         f"(python -m mara.train experiment=hetero trains one; or +method_overrides.{m}.checkpoints=[...])")
             continue
