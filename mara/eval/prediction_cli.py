@@ -5,7 +5,6 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-
 from mara.curves.bank import shipped_bank_path
 from mara.eval.decision_metrics import decision_markdown
 from mara.eval.decision_points import decision_points
