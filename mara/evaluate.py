@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig
 
 from mara.core.cli import check_group_overrides, output_dir, run_cli
 from mara.core.config import (
@@ -26,13 +26,8 @@ from mara.core.rundir import checkpoint_digests, earlier_results, run_folder
 from mara.core.runlog import Progress, log, setup_logging
 from mara.eval.lofo import run_lofo_experiment
 from mara.eval.prediction_cli import run_prediction
-from mara.eval.runner import (
-    build_episodes,
-    evaluate_methods,
-    load_bank_from_cfg,
-    node_options,
-    protocol_from_cfg,
-)
+from mara.eval.runner import build_episodes, evaluate_methods
+from mara.eval.settings import bank_at, from_cfg
 from mara.preflight import preflight
 from mara.report.results import build_results, write_results
 
@@ -55,44 +50,40 @@ def evaluate(cfg: DictConfig) -> dict:
 
     setup_logging()
     out = output_dir(cfg)
-    if cfg.get("experiment_kind") == "prediction":
+    settings = from_cfg(cfg)  # the one reading of the config: every step below gets only the settings it uses
+    if settings.kind == "prediction":
 
-        return run_prediction(cfg, out)
-    if cfg.get("experiment_kind") == "prediction_lofo":
+        return run_prediction(settings.prediction, settings.evaluation, out)
+    if settings.kind == "prediction_lofo":
 
-        return run_lofo_experiment(cfg, out)
-    protocol = protocol_from_cfg(cfg)
-    methods = list(cfg.methods)
-    overrides = OmegaConf.to_container(cfg.method_overrides, resolve=True) if cfg.get("method_overrides") else {}
+        return run_lofo_experiment(settings.lofo, out)
+    run = settings.evaluation
+    protocol, sim = run.protocol, run.sim
+    methods = list(run.methods)
+    overrides = dict(run.method_overrides)
     for m in methods:  # fail fast on unknown names and on a learned policy given the truth predictor, before any work
         check_method_cfg(load_method_cfg(m, overrides.get(m)))
-    bank = load_bank_from_cfg(cfg)
-    if node_options(cfg.sim)["node_speed"] is not None or node_options(cfg.sim)["switch_cost"] > 0:
+    bank = bank_at(run.bank_path)
+    if sim.hetero:
         methods = _without_unfit_shipped(methods, overrides)  # shipped policies were trained on identical nodes
-    if cfg.get("shipped_policies", True):  # a learned method given no checkpoint evaluates the shipped policies
+    if run.shipped_policies:  # a learned method given no checkpoint evaluates the shipped policies
         overrides, shipped = with_shipped_policies(methods, overrides, bank.path)
         for m, paths in shipped.items():
             log.info(f"{m}: no checkpoint given, evaluating the shipped policies {', '.join(Path(p).name for p in paths)}")
-        if shipped:
-            cfg = cfg.copy()
-            with open_dict(cfg):
-                cfg.method_overrides = overrides
-    episodes = build_episodes(cfg, bank, protocol)
+    episodes = build_episodes(run.workload, bank, protocol, sim.steps)
     log.info(
         f"evaluate {', '.join(methods)} on {episodes.E} episodes "
         f"({protocol.scenario}: task sets {protocol.task_sets if protocol.scenario != 'stress' else ['stress']}, "
         f"loads {protocol.loads if protocol.scenario != 'stress' else '-'}, roots {protocol.roots}, {protocol.episodes} each) "
         f"from {bank.path}"
     )
-    proto = OmegaConf.to_container(cfg.eval, resolve=True) | {"loads": protocol.loads, "scenario": protocol.scenario,
-                                                              "queue_capacity": cfg.sim.get("queue_capacity")}
-    for key, off in (("node_speed", None), ("switch_cost", 0)):  # recorded only when set, so old folders resume
-        if cfg.sim.get(key, off) not in (off, None):
-            proto[key] = OmegaConf.to_container(cfg.sim[key]) if OmegaConf.is_config(cfg.sim[key]) else cfg.sim[key]
-    proto.pop("resume", None)
-    proto.pop("tensorboard", None)
+    proto = dict(run.recorded) | {"loads": protocol.loads, "scenario": protocol.scenario, "queue_capacity": sim.queue_capacity}
+    if sim.node_speed is not None:  # recorded only when set, so old folders resume
+        proto["node_speed"] = list(sim.node_speed)
+    if sim.switch_cost not in (0, None):
+        proto["switch_cost"] = sim.switch_cost
     base = {"protocol": proto, "bank": str(bank.path), "method_overrides": overrides}
-    earlier = earlier_results(out / "results.json", base, methods, resume=bool(cfg.eval.get("resume", True)))
+    earlier = earlier_results(out / "results.json", base, methods, resume=run.resume)
     digests = checkpoint_digests(overrides)
     title = f"Evaluation ({protocol.scenario})"
 
@@ -109,7 +100,7 @@ def evaluate(cfg: DictConfig) -> dict:
                 "n_optimal": sum(bool(r["optimal"]) for r in cl),
                 "solve_time_s": float(sum(times)),
                 "max_solve_time_s": float(max(times)),
-                "admission_limit": bool(load_method_cfg("Clairvoyant", (cfg.get("method_overrides") or {}).get("Clairvoyant")).get("admission_limit", True)),
+                "admission_limit": bool(load_method_cfg("Clairvoyant", overrides.get("Clairvoyant")).get("admission_limit", True)),
             }
             kinds = sorted({r["bound_kind"] for r in cl if r.get("bound_kind")})
             if kinds:  # heterogeneous nodes / switch costs: what the number is
@@ -124,10 +115,10 @@ def evaluate(cfg: DictConfig) -> dict:
     def progress(method, fraction):
         bars.setdefault(method, Progress(f"evaluate {method}")).update(fraction)
 
-    rows, timings, notes = evaluate_methods(methods, episodes, bank, cfg, progress=progress, log=log.info,
-                                            on_method_done=checkpoint, done_rows=earlier.done)
+    rows, timings, notes = evaluate_methods(methods, episodes, bank, sim, overrides, run.predictors, progress=progress,
+                                            log=log.info, on_method_done=checkpoint, done_rows=earlier.done)
     res = assemble(rows, notes, timings)
-    paths = write_results(res, out, title=title, tensorboard=bool(cfg.eval.get("tensorboard", True)))
+    paths = write_results(res, out, title=title, tensorboard=run.tensorboard)
     print(Path(paths["md"]).read_text())
     for m, n in notes.items():
         log.warning(f"{m} {n['status']}: {n['reason']}")
@@ -144,8 +135,8 @@ def _without_unfit_shipped(methods: list[str], overrides: dict) -> list[str]:
     trains and evaluates one; or give ``+method_overrides.MARA.checkpoints=[...]``)."""
     keep = []
     for m in methods:
-        cfg = load_method_cfg(m, overrides.get(m))
-        if is_learned(cfg) and not cfg.get("ckpt_path") and not cfg.get("checkpoints"):
+        mcfg = load_method_cfg(m, overrides.get(m))
+        if is_learned(mcfg) and not mcfg.get("ckpt_path") and not mcfg.get("checkpoints"):
             log.warning(f"skipping {m}: no checkpoint given and the shipped policies were trained on identical nodes "
                         f"(python -m mara.train experiment=hetero trains one; or +method_overrides.{m}.checkpoints=[...])")
             continue

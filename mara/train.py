@@ -21,7 +21,7 @@ from mara.core.config import ConfigError, load_method_cfg
 from mara.preflight import preflight
 from mara.core.runlog import log
 from mara.core.rundir import run_folder, run_stage
-from mara.eval.runner import check_number, node_options, protocol_from_cfg
+from mara.eval.settings import check_number, node_options, protocol_settings
 from mara.evaluate import all_methods_failed, evaluate
 from mara.mat.train import check_teacher_predictor, resolve_config, train_policy, trained_method
 from mara.pipelines.paper import run_paper
@@ -130,7 +130,7 @@ def train(cfg: DictConfig) -> dict:
 def check_run_config(cfg: DictConfig) -> None:
     """Every setting the later stages read, checked before any work starts (one-line ConfigError)."""
     check_number("seed", cfg.get("seed", 0), int)
-    protocol_from_cfg(cfg)  # sim.* and eval.*
+    protocol_settings(cfg)  # sim.* and eval.*
     node_options(cfg.sim)  # node speeds / switch costs reach the policy stage (mat=hetero: v3 node features)
     for m in cfg.get("methods") or []:
         load_method_cfg(m)

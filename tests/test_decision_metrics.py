@@ -87,11 +87,13 @@ def test_decision_points_with_the_truth_are_perfect(small_bank):
 
 
 def test_decision_points_from_config(tmp_path, small_bank):
-    from mara.eval.decision_points import decision_points_from_cfg
+    from mara.eval.decision_points import decision_points
+    from mara.eval.settings import from_cfg
     from tests.test_entrypoints import tiny
 
     cfg = tiny(tmp_path, small_bank.path, "experiment=prediction", "eval.task_sets=[ID]",
                "prediction.decision_points.loads=[0.07]", "~prediction.decision_points.policies.FM")
-    out = decision_points_from_cfg(cfg)
+    settings = from_cfg(cfg)
+    out = decision_points(settings.prediction.decision_points, settings.evaluation)
     assert out["_meta"]["n_episodes"] == 2 and set(out) == {"WLS", "_meta"}
     assert {"median", "q10", "q90"} <= set(out["WLS"]) and 0 <= out["WLS"]["median"]["acc"] <= 1

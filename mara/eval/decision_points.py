@@ -10,16 +10,15 @@ many times, as the rule re-decides it every step).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from mara.allocators.slack import band_quantile
 from mara.core.config import build_allocators, load_method_cfg
 from mara.eval.decision_metrics import decision_metrics
-from mara.eval.runner import (
-    build_episodes,
-    load_bank_from_cfg,
-    protocol_from_cfg,
-)
+from mara.eval.runner import build_episodes
+from mara.eval.settings import DecisionPointSettings, EvaluationSettings, bank_at
 from mara.predictors.factory import predictor_from
 from mara.predictors.truth import true_remaining_batches
 from mara.sim.env import WARMUP_OBS, BatchedEnv
@@ -59,27 +58,21 @@ def decision_point_metrics(points: dict, estimates=None) -> dict:
             for name in names if len(points["tau"])}
 
 
-def decision_points_from_cfg(cfg) -> dict:
-    """``experiment=prediction`` part: for each ``prediction.decision_points.policies`` entry (label → method), roll
-    the method on the evaluation protocol's episodes at ``decision_points.loads`` (roots ``eval.roots``) and score its
-    predictor at its own decision points; returns {label: {estimate: metrics}, "_meta": {...}}."""
-    from dataclasses import replace
-
-    from omegaconf import OmegaConf
-
-    dp = cfg.prediction.decision_points
-    bank = load_bank_from_cfg(cfg)
-    protocol = replace(protocol_from_cfg(cfg), loads=[float(x) for x in dp.loads], scenario="random")
-    ep = build_episodes(cfg, bank, protocol)
-    quantiles = tuple(float(x) for x in (cfg.prediction.get("decision_quantiles") or ()))
+def decision_points(points: DecisionPointSettings, run: EvaluationSettings) -> dict:
+    """``experiment=prediction`` part: for each ``points.policies`` entry (label → method), roll the method on the
+    evaluation protocol's episodes at ``points.loads`` (roots ``eval.roots``) and score its predictor at its own
+    decision points; returns {label: {estimate: metrics}, "_meta": {...}}."""
+    sim = run.sim
+    bank = bank_at(run.bank_path)
+    protocol = replace(run.protocol, loads=list(points.loads), scenario="random")
+    ep = build_episodes(run.workload, bank, protocol, sim.steps)
     out, cache = {}, {}
-    for label, method in OmegaConf.to_container(dp.policies, resolve=True).items():
+    for label, method in points.policies.items():
         mcfg = load_method_cfg(method)
-        pred = predictor_from(mcfg.get("predictor"), bank.path, configured=cfg.get("predictors") or {}, built=cache)
+        pred = predictor_from(mcfg.get("predictor"), bank.path, configured=run.predictors, built=cache)
         (_, alloc), = build_allocators(mcfg)
-        env = BatchedEnv(ep, bank, int(cfg.sim.nodes), int(cfg.sim.max_active), int(cfg.sim.obs_every), predictor=pred)
-        out[label] = decision_point_metrics(collect_decision_points(env, alloc, quantiles if label == "FM" else ()))
+        env = BatchedEnv(ep, bank, sim.nodes, sim.max_active, sim.obs_every, predictor=pred)
+        out[label] = decision_point_metrics(collect_decision_points(env, alloc, points.quantiles if label == "FM" else ()))
     out["_meta"] = {"loads": protocol.loads, "roots": protocol.roots, "episodes": protocol.episodes,
-                    "task_sets": protocol.task_sets, "n_episodes": int(ep.E),
-                    "policies": OmegaConf.to_container(dp.policies, resolve=True)}
+                    "task_sets": protocol.task_sets, "n_episodes": int(ep.E), "policies": dict(points.policies)}
     return out

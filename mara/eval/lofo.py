@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from mara.core.config import conf_dir
-from mara.curves.bank import CurveBank, default_bank_path, load_bank, shipped_bank_path
+from mara.curves.bank import CurveBank
 from mara.curves.families import ID_FAMILIES
 from mara.eval.prediction import build_queries, concat_queries, evaluate_predictor
+from mara.eval.settings import LofoSettings, bank_at
 from mara.predictors.data import CurveDataModule
 from mara.predictors.factory import predictor_from
 from mara.predictors.train import compute_novelty, fit_flow
@@ -102,21 +102,12 @@ def run_lofo(bank: CurveBank, fm_cfg, wls_cfg, out_dir, families=None, test_spli
     return {"folds": folds, "training": training, "summary": lofo_summary(folds), "markdown": md}
 
 
-def run_lofo_experiment(cfg, out: Path) -> dict:
-    """Config entry (``experiment=prediction_lofo``): bank.path, lofo.*, predictors.fm / predictors.wls."""
-    from omegaconf import OmegaConf
-
-    predictor_dir = conf_dir("predictor")
-    lc = cfg.get("lofo", {}) or {}
-    composed = cfg.get("predictors", {}) or {}
-    fm_cfg = composed.get("fm") or OmegaConf.load(predictor_dir / "fm.yaml")
-    wls_cfg = composed.get("wls") or OmegaConf.load(predictor_dir / "wls.yaml")
-    path = cfg.get("bank", {}).get("path")
-    bank = load_bank(shipped_bank_path(path) if path else default_bank_path())
-    res = run_lofo(bank, fm_cfg, wls_cfg, out, families=lc.get("families"), test_splits=tuple(lc.get("test_splits", ("fm_val", "pool"))),
-                   seed=int(lc.get("seed", 0)), n_ranks=int(lc.get("n_ranks", 8)), obs_every=int(lc.get("obs_every", 10)),
-                   max_epochs=int(lc.get("max_epochs", 10)), train_examples=int(lc.get("train_examples", 4096)),
-                   reuse_dir=lc.get("reuse_dir"))
+def run_lofo_experiment(settings: LofoSettings, out: Path) -> dict:
+    """The LOFO benchmark (``experiment=prediction_lofo``) of ``settings`` into ``out``."""
+    bank = bank_at(settings.bank_path)
+    res = run_lofo(bank, settings.fm, settings.wls, out, families=settings.families, test_splits=settings.test_splits,
+                   seed=settings.seed, n_ranks=settings.n_ranks, obs_every=settings.obs_every, max_epochs=settings.max_epochs,
+                   train_examples=settings.train_examples, reuse_dir=settings.reuse_dir)
     print("# Leave-one-family-out prediction\n\n" + res["markdown"])
     print(f"wrote {out / 'lofo.md'} and {out / 'lofo.json'}")
     return res

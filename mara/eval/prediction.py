@@ -21,6 +21,7 @@ from mara.core.config import conf_dir
 from mara.curves.bank import CurveBank, default_bank_path, load_bank
 from mara.curves.families import ID_FAMILIES
 from mara.eval.decision_metrics import OBS_BINS, decision_markdown, decision_metrics, obs_bin_labels
+from mara.eval.settings import PredictionSettings
 from mara.predictors.data import observe, true_remaining
 from mara.predictors.factory import predictor_from
 from mara.predictors.queries import build_queries, draw_eps_budget
@@ -265,18 +266,10 @@ def run_prediction_benchmark(bank: CurveBank, fm, wls, family_params: dict, out_
     return results
 
 
-def run_prediction_experiment(cfg) -> dict:
-    """Config entry (``experiment=prediction``): bank.path, paths.output_dir, prediction.{fm,wls,n_ranks,seed,obs_every};
-    FM/WLS settings: prediction.fm/wls, else predictors.fm/wls (so ``predictors.fm.ckpt_path=...`` picks a checkpoint)."""
-    from omegaconf import OmegaConf
-
-    predictor_dir = conf_dir("predictor")
-    pc = cfg.get("prediction", {}) or {}
-    composed = cfg.get("predictors", {}) or {}  # evaluate.yaml composes conf/predictor/* here (CLI-overridable)
-    fm_cfg = pc.get("fm") or composed.get("fm") or OmegaConf.load(predictor_dir / "fm.yaml")
-    wls_cfg = pc.get("wls") or composed.get("wls") or OmegaConf.load(predictor_dir / "wls.yaml")
-    bank = load_bank(cfg.get("bank", {}).get("path") or default_bank_path())
-    return run_prediction_benchmark(bank, predictor_from(fm_cfg, bank.path), predictor_from(wls_cfg), bank.family_params,
-                                    Path(cfg.paths.output_dir), n_ranks=int(pc.get("n_ranks", 8)),
-                                    obs_every=int(pc.get("obs_every", 10)), seed=int(pc.get("seed", 0)),
-                                    decision_quantiles=tuple(pc.get("decision_quantiles", (0.05,))))
+def run_prediction_experiment(settings: PredictionSettings, out_dir) -> dict:
+    """The prediction benchmark (``experiment=prediction``) of ``settings`` into ``out_dir``: FM and WLS from their
+    predictor configs, on the settings' bank (else the shipped one)."""
+    bank = load_bank(settings.bank_path or default_bank_path())
+    return run_prediction_benchmark(bank, predictor_from(settings.fm, bank.path), predictor_from(settings.wls), bank.family_params,
+                                    Path(out_dir), n_ranks=settings.n_ranks, obs_every=settings.obs_every, seed=settings.seed,
+                                    decision_quantiles=settings.decision_quantiles)

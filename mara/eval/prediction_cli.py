@@ -2,30 +2,28 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
-
-from omegaconf import DictConfig, open_dict
 
 from mara.curves.bank import shipped_bank_path
 from mara.eval.decision_metrics import decision_markdown
-from mara.eval.decision_points import decision_points_from_cfg
+from mara.eval.decision_points import decision_points
 from mara.eval.prediction import COLD_OBS, by_obs_markdown, run_prediction_experiment, table1_markdown
+from mara.eval.settings import EvaluationSettings, PredictionSettings
 
 
-def run_prediction(cfg: DictConfig, out: Path) -> dict:
-    """Run the FM-vs-WLS prediction benchmark; merge it into results.json (``prediction``) and results.md."""
+def run_prediction(settings: PredictionSettings, run: EvaluationSettings | None, out: Path) -> dict:
+    """Run the FM-vs-WLS prediction benchmark; merge it into results.json (``prediction``) and results.md.
 
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(out)
-        if cfg.bank.get("path"):
+    ``run``: the evaluation protocol the decision points roll policies on (None when they are off)."""
 
-            cfg.bank.path = str(shipped_bank_path(cfg.bank.path))
-    results = run_prediction_experiment(cfg)
-    dp = (cfg.get("prediction") or {}).get("decision_points") or {}
+    if settings.bank_path:  # a shipped bank's name or a file
+        settings = replace(settings, bank_path=str(shipped_bank_path(settings.bank_path)))
+    results = run_prediction_experiment(settings, out)
     points = None
-    if dp.get("enabled", False):
+    if settings.decision_points is not None:
 
-        points = decision_points_from_cfg(cfg)
+        points = decision_points(settings.decision_points, run)
     path = out / "results.json"
     data = json.loads(path.read_text()) if path.exists() else {"schema": "mara.results/1", "rows": [], "summary": {}}
     data["prediction"] = results

@@ -7,10 +7,10 @@ episodes and curves. Bounds (Oracle, Clairvoyant) are computed from the same sta
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from mara.bounds.clairvoyant import clairvoyant_batch
 from mara.bounds.clairvoyant_k import clairvoyant_k_batch
@@ -22,18 +22,19 @@ from mara.core.config import (
     load_method_cfg,
 )
 from mara.eval.policy_fit import check_policy_fit
-from mara.curves.bank import (
-    BankError,
-    CurveBank,
-    default_bank_path,
-    load_bank,
-    shipped_bank_path,
+from mara.curves.bank import BankError, CurveBank
+from mara.eval.settings import (  # noqa: F401  (check_number, node_options, load_bank_from_cfg: for preflight, train, live)
+    EvalProtocol,
+    SimSettings,
+    Workload,
+    check_number,
+    load_bank_from_cfg,
+    node_options,
 )
 from mara.predictors.factory import predictor_from
-from mara.sim.env import BatchedEnv, check_node_options, isolated_feasible
+from mara.sim.env import BatchedEnv, isolated_feasible
 from mara.sim.workload import (
     EpisodeBatch,
-    TaskSet,
     check_family_params_cover,
     generate_episodes,
     generate_stress_episodes,
@@ -42,102 +43,20 @@ from mara.sim.workload import (
 ROW_KEYS = ("n_tasks", "succeeded", "success_rate", "utilization", "queue_full", "waiting", "ready", "turned_away")
 
 
-@dataclass
-class EvalProtocol:
-    """Which episodes to evaluate on."""
-
-    task_sets: list[str]
-    loads: list[float]
-    roots: list[int]
-    episodes: int = 12
-    scenario: str = "random"
-
-
-def resolve_roots(roots) -> list[int]:
-    """``eval.roots``: an int n means roots 0..n-1; a list is taken as is."""
-    if isinstance(roots, int):
-        if roots < 1:
-            raise ConfigError(f"eval.roots must be >= 1 (or a list of roots), got {roots}")
-        return list(range(roots))
-    if isinstance(roots, (str, float)) or roots is None:
-        raise ConfigError(f"eval.roots must be an integer n (roots 0..n-1) or a list of roots, got {roots!r}")
-    return [check_number("eval.roots", r, int) for r in roots]
-
-
-def task_sets_from_cfg(cfg: DictConfig) -> dict[str, TaskSet]:
-    """TaskSet objects from ``cfg.tasksets`` (conf/taskset/*.yaml)."""
-    out = {}
-    for name, ts in cfg.tasksets.items():
-        out[name] = TaskSet(name=ts.name, families=tuple(ts.families), ood_family=ts.get("ood_family"), ood_prob=float(ts.get("ood_prob", 0.0)))
-    return out
-
-
-def check_number(where: str, value, kind=float):
-    """``kind(value)``, or a one-line ConfigError naming the setting (``sim.loads=[0.04,abc]``)."""
-    if isinstance(value, bool) or value is None:
-        raise ConfigError(f"{where} must be a number, got {value!r}")
-    try:
-        out = kind(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where} must be {'an integer' if kind is int else 'a number'}, got {value!r}") from None
-    if kind is int and float(value) != out:
-        raise ConfigError(f"{where} must be an integer, got {value!r}")
-    return out
-
-
-def validate_sim_cfg(sim: DictConfig) -> None:
-    """One-line errors for impossible simulator settings (non-numbers included)."""
-    loads = sim.loads
-    if isinstance(loads, (str, int, float)) or loads is None:
-        raise ConfigError(f"sim.loads must be a list of arrival probabilities, got {loads!r}")
-    if len(loads) == 0:
-        raise ConfigError("sim.loads must name at least one arrival probability")
-    for p in loads:
-        if not 0.0 <= check_number("sim.loads", p) <= 1.0:
-            raise ConfigError(f"sim.loads: arrival probability p must lie in [0, 1], got {p}")
-    for key in ("nodes", "max_active", "steps", "obs_every"):
-        if key in sim and check_number(f"sim.{key}", sim[key], int) < 1:
-            raise ConfigError(f"sim.{key} must be >= 1, got {sim[key]}")
-    if "beta" in sim:
-        check_number("sim.beta", sim.beta)
-    q = sim.get("queue_capacity")
-    if q is not None and check_number("sim.queue_capacity", q, int) < 0:
-        raise ConfigError(f"sim.queue_capacity must be null or >= 0, got {q}")
-    node_options(sim)
-
-
-def node_options(sim: DictConfig) -> dict:
-    """``{node_speed, switch_cost}`` for ``BatchedEnv`` from ``sim`` (absent = identical nodes, free
-    preemption), checked: one-line ConfigError for a wrong length, a non-positive speed, a negative cost."""
-
-    speed = sim.get("node_speed")
-    if OmegaConf.is_config(speed):
-        speed = OmegaConf.to_container(speed)
-    cost = sim.get("switch_cost", 0)
-    try:
-        speed, cost = check_node_options(speed, 0 if cost is None else cost, int(sim.get("nodes", 7)), int(sim.get("obs_every", 10)))
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    return {"node_speed": speed, "switch_cost": cost}
-
-
-def family_params_from_cfg(cfg: DictConfig, bank: CurveBank, families) -> dict:
+def family_table(workload: Workload, bank: CurveBank, families) -> dict:
     """The ε/budget table: the bank's own calibrated one unless ``family_params`` names a table."""
-    fp = cfg.get("family_params")
-    table = None if fp is None or fp.get("from_bank", False) else OmegaConf.to_container(fp.table, resolve=True)
     try:
-        return check_family_params_cover(bank, table, families, where="family_params")
+        return check_family_params_cover(bank, workload.family_table, families, where="family_params")
     except BankError:
         raise
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
 
-def build_episodes(cfg: DictConfig, bank: CurveBank, protocol: EvalProtocol) -> EpisodeBatch:
-    """Stack every (task set, load, root) group of ``protocol`` into one EpisodeBatch."""
-    sim = cfg.sim
+def build_episodes(workload: Workload, bank: CurveBank, protocol: EvalProtocol, steps: int) -> EpisodeBatch:
+    """Stack every (task set, load, root) group of ``protocol`` into one EpisodeBatch (``steps``: arrival window T)."""
     if protocol.scenario == "stress":
-        sc = cfg.scenario
+        sc = workload.stress
         batches = [
             generate_stress_episodes(
                 bank, root, protocol.episodes, int(sc.n_infeasible), int(sc.n_short), int(sc.short_arrival),
@@ -146,14 +65,14 @@ def build_episodes(cfg: DictConfig, bank: CurveBank, protocol: EvalProtocol) -> 
             for root in protocol.roots
         ]
         return EpisodeBatch.concat(batches)
-    task_sets = task_sets_from_cfg(cfg)
+    task_sets = workload.task_sets
     unknown = [t for t in protocol.task_sets if t not in task_sets]
     if unknown:
         raise ConfigError(f"unknown task set(s) {', '.join(unknown)}; configured: {', '.join(task_sets)}")
     needed = sorted({f for t in protocol.task_sets for f in task_sets[t].all_families})
-    table = family_params_from_cfg(cfg, bank, needed)
+    table = family_table(workload, bank, needed)
     batches = [
-        generate_episodes(bank, table, task_sets[ts], float(load), root, protocol.episodes, int(sim.steps))
+        generate_episodes(bank, table, task_sets[ts], float(load), root, protocol.episodes, int(steps))
         for ts in protocol.task_sets
         for load in protocol.loads
         for root in protocol.roots
@@ -189,13 +108,12 @@ def _rows_from_metrics(method: str, ep: EpisodeBatch, metrics: dict, train_seed=
     return rows
 
 
-def run_policy(allocator, ep: EpisodeBatch, bank: CurveBank, sim: DictConfig, predictor=None, progress=None) -> dict:
+def run_policy(allocator, ep: EpisodeBatch, bank: CurveBank, sim: SimSettings, predictor=None, progress=None) -> dict:
     """Per-episode metrics of one allocator over all episodes (one batched simulator).
 
     ``progress(step, limit)``, if given, is called after every simulator step (it throttles itself)."""
-    qcap = sim.get("queue_capacity")
-    env = BatchedEnv(ep, bank, int(sim.nodes), int(sim.max_active), int(sim.obs_every), predictor=predictor,
-                     queue_capacity=None if qcap is None else int(qcap), **node_options(sim))
+    env = BatchedEnv(ep, bank, sim.nodes, sim.max_active, sim.obs_every, predictor=predictor,
+                     queue_capacity=sim.queue_capacity, **sim.node_options())
     obs = env.reset()
     allocator.reset(ep.E)
     limit = ep.horizon + ep.n_steps + 2
@@ -208,11 +126,11 @@ def run_policy(allocator, ep: EpisodeBatch, bank: CurveBank, sim: DictConfig, pr
     return env.metrics()
 
 
-def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: DictConfig, progress=None) -> tuple[dict, dict]:
+def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: SimSettings, progress=None) -> tuple[dict, dict]:
     """Per-episode successes of a bound; returns (metrics, extra row fields). ``progress(fraction)`` per episode."""
     n = ep.n_tasks
-    opts = node_options(sim)
-    hetero = opts["node_speed"] is not None or opts["switch_cost"] > 0
+    opts = sim.node_options()
+    hetero = sim.hetero
     if name == "Oracle":
         if not hetero:
             succ = ep.oracle_successes()
@@ -228,9 +146,9 @@ def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: DictConfig, pr
         except ValueError as exc:
             raise ConfigError(f"method {name}: {exc}") from None
         with_k = bool(mcfg.get("admission_limit", True))  # exact with the FIFO admission limit K; false: K relaxed (looser, cheaper)
-        kwargs = {"n_nodes": int(sim.nodes), "time_limit_s": limit}
+        kwargs = {"n_nodes": sim.nodes, "time_limit_s": limit}
         if with_k:
-            kwargs["max_active"] = int(sim.max_active)
+            kwargs["max_active"] = sim.max_active
         if hetero:  # heterogeneous nodes: speeds exact (with K), switch costs relaxed (a bound when > 0)
             kwargs["node_speed"] = speed
         jobs = [(with_k, ep.arrival[e:e + 1], ep.deadline[e:e + 1], ep.need[e:e + 1], ep.n_tasks[e:e + 1], kwargs) for e in range(ep.E)]
@@ -262,36 +180,41 @@ def method_outcome_note(exc: BaseException) -> tuple[str, str]:
     return status, msg
 
 
-def evaluate_one(name: str, mcfg: DictConfig, ep: EpisodeBatch, bank: CurveBank, cfg: DictConfig, predictors: dict, progress=None) -> list[dict]:
-    """Rows of one method on every episode (one allocator per training seed for learned policies)."""
+def evaluate_one(name: str, mcfg: DictConfig, ep: EpisodeBatch, bank: CurveBank, sim: SimSettings, predictors: Mapping,
+                 built: dict, progress=None) -> list[dict]:
+    """Rows of one method on every episode (one allocator per training seed for learned policies).
+
+    ``predictors``: the run's configured predictors (name → config); ``built``: those built so far in this run."""
     if mcfg.kind == "bound":
-        metrics, extra = run_bound(name, mcfg, ep, cfg.sim, progress=progress)
+        metrics, extra = run_bound(name, mcfg, ep, sim, progress=progress)
         return _rows_from_metrics(name, ep, metrics, extra=extra)
     check_predictor_allowed(mcfg)
-    predictor = predictor_from(mcfg.get("predictor"), bank.path, configured=cfg.get("predictors") or {}, built=predictors)
+    predictor = predictor_from(mcfg.get("predictor"), bank.path, configured=predictors, built=built)
     rows = []
     allocators = build_allocators(mcfg)
-    check_policy_fit(mcfg, [a for _, a in allocators], cfg.sim)
+    check_policy_fit(mcfg, [a for _, a in allocators], sim)
     for i, (seed, alloc) in enumerate(allocators):
         tick = None if progress is None else (lambda s, n, i=i: progress((i + s / n) / len(allocators)))
-        rows += _rows_from_metrics(name, ep, run_policy(alloc, ep, bank, cfg.sim, predictor, progress=tick), train_seed=seed)
+        rows += _rows_from_metrics(name, ep, run_policy(alloc, ep, bank, sim, predictor, progress=tick), train_seed=seed)
     return rows
 
 
-def evaluate_methods(methods: list[str], ep: EpisodeBatch, bank: CurveBank, cfg: DictConfig, progress=None, log=print,
-                     on_method_done=None, done_rows: dict | None = None) -> tuple[list[dict], dict, dict]:
+def evaluate_methods(methods: list[str], ep: EpisodeBatch, bank: CurveBank, sim: SimSettings, overrides: dict,
+                     predictors: Mapping, progress=None, log=print, on_method_done=None,
+                     done_rows: dict | None = None) -> tuple[list[dict], dict, dict]:
     """Evaluate each named method on the same episodes; returns (rows, timings in seconds, notes).
 
+    ``overrides``: {method: config overrides}; ``predictors``: the run's configured predictors (name → config).
     A method that cannot be evaluated does not stop the others: a missing optional dependency (ImportError)
     marks it ``skipped``, any other error ``failed``: ``notes[method] = {"status", "reason"}`` (one line).
     ``on_method_done(rows, notes, timings)`` is called after every method (the caller writes results then);
     ``done_rows`` ({method: rows}) are reused as they are (a resumed evaluation).
     ``progress(method, fraction)`` is called while a method runs.
     """
-    cfgs = [load_method_cfg(m, (cfg.get("method_overrides") or {}).get(m)) for m in methods]  # fail fast on names
+    cfgs = [load_method_cfg(m, (overrides or {}).get(m)) for m in methods]  # fail fast on names
     for mcfg in cfgs:  # ... and on a learned policy given the perfect-prediction bound
         check_predictor_allowed(mcfg)
-    rows, timings, predictors, notes = [], {}, {}, {}
+    rows, timings, built, notes = [], {}, {}, {}
     done_rows = done_rows or {}
     for name, mcfg in zip(methods, cfgs):
         if name in done_rows:
@@ -301,7 +224,7 @@ def evaluate_methods(methods: list[str], ep: EpisodeBatch, bank: CurveBank, cfg:
         t0 = time.perf_counter()
         tick = None if progress is None else (lambda f, name=name: progress(name, f))
         try:
-            rows += evaluate_one(name, mcfg, ep, bank, cfg, predictors, progress=tick)
+            rows += evaluate_one(name, mcfg, ep, bank, sim, predictors, built, progress=tick)
         except Exception as exc:  # one method's failure never loses the others' rows
             status, reason = method_outcome_note(exc)
             notes[name] = {"status": status, "reason": reason}
@@ -312,23 +235,3 @@ def evaluate_methods(methods: list[str], ep: EpisodeBatch, bank: CurveBank, cfg:
         if on_method_done is not None:
             on_method_done(rows, notes, timings)
     return rows, timings, notes
-
-
-def protocol_from_cfg(cfg: DictConfig) -> EvalProtocol:
-    scenario = cfg.scenario.name if cfg.get("scenario") else "random"
-    validate_sim_cfg(cfg.sim)
-    if check_number("eval.episodes", cfg.eval.episodes, int) < 1:
-        raise ConfigError(f"eval.episodes must be >= 1, got {cfg.eval.episodes}")
-    return EvalProtocol(
-        task_sets=list(cfg.eval.task_sets),
-        loads=[float(x) for x in cfg.sim.loads],
-        roots=resolve_roots(OmegaConf.to_container(cfg.eval.roots) if OmegaConf.is_config(cfg.eval.roots) else cfg.eval.roots),
-        episodes=int(cfg.eval.episodes),
-        scenario=scenario,
-    )
-
-
-def load_bank_from_cfg(cfg: DictConfig) -> CurveBank:
-
-    path = cfg.bank.get("path")
-    return load_bank(shipped_bank_path(path) if path else default_bank_path())

@@ -26,6 +26,7 @@ from mara.core.files import write_text_atomic
 from mara.core.jobs import Job, run_jobs
 from mara.core.runlog import fmt_seconds, log, setup_logging
 from mara.eval.prediction import run_prediction_experiment
+from mara.eval.settings import prediction_settings
 from mara.evaluate import evaluate
 from mara.mat.train import train_policy
 from mara.predictors.train import train_predictor
@@ -132,7 +133,7 @@ def _prediction_job(cfg_yaml: str, fm_ckpt: str | None, *, deps: dict) -> dict:
     fm = _fm_from(deps, fm_ckpt)
     if fm:
         cfg = _with(cfg, **{"prediction.fm.ckpt_path": fm})
-    run_prediction_experiment(cfg)
+    run_prediction_experiment(prediction_settings(cfg), cfg.paths.output_dir)
     return {}
 
 

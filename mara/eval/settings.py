@@ -1,0 +1,325 @@
+"""Typed settings of an evaluation, parsed once from the composed config at the entry point.
+
+``from_cfg(cfg)`` turns the composed Hydra config into frozen dataclasses: the simulator (``sim.*``), the evaluation
+protocol (``eval.*``, ``scenario``, task sets, ε/budget table), the prediction benchmark (``prediction.*``) and the
+leave-one-family-out benchmark (``lofo.*``). The evaluation modules (runner, prediction, decision points, LOFO)
+receive only the settings they use and never read the config. The checks that need the whole config (one line,
+before any work) live in mara/preflight.py; the constructors here raise ``ConfigError`` on a value of the wrong type
+or range, so a settings object that exists is one the evaluation can run.
+
+Predictor and method configs stay configs: they are the predictors' and methods' own settings, read by
+``mara.predictors.factory.predictor_from`` and ``mara.core.config.load_method_cfg``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from omegaconf import DictConfig, OmegaConf
+
+from mara.core.config import ConfigError, conf_dir
+from mara.curves.bank import CurveBank, default_bank_path, load_bank, shipped_bank_path
+from mara.sim.env import check_node_options
+from mara.sim.workload import TaskSet
+
+
+def _plain(x):
+    """A config node as plain Python (lists, dicts); anything else as it is."""
+    return OmegaConf.to_container(x, resolve=True) if OmegaConf.is_config(x) else x
+
+
+def check_number(where: str, value, kind=float):
+    """``kind(value)``, or a one-line ConfigError naming the setting (``sim.loads=[0.04,abc]``)."""
+    if isinstance(value, bool) or value is None:
+        raise ConfigError(f"{where} must be a number, got {value!r}")
+    try:
+        out = kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where} must be {'an integer' if kind is int else 'a number'}, got {value!r}") from None
+    if kind is int and float(value) != out:
+        raise ConfigError(f"{where} must be an integer, got {value!r}")
+    return out
+
+
+def resolve_roots(roots) -> list[int]:
+    """``eval.roots``: an int n means roots 0..n-1; a list is taken as is."""
+    if isinstance(roots, int):
+        if roots < 1:
+            raise ConfigError(f"eval.roots must be >= 1 (or a list of roots), got {roots}")
+        return list(range(roots))
+    if isinstance(roots, (str, float)) or roots is None:
+        raise ConfigError(f"eval.roots must be an integer n (roots 0..n-1) or a list of roots, got {roots!r}")
+    return [check_number("eval.roots", r, int) for r in roots]
+
+
+def node_options(sim) -> dict:
+    """``{node_speed, switch_cost}`` for ``BatchedEnv`` from a ``sim`` mapping (absent = identical nodes, free
+    preemption), checked: one-line ConfigError for a wrong length, a non-positive speed, a negative cost."""
+    speed = _plain(sim.get("node_speed"))
+    cost = sim.get("switch_cost", 0)
+    try:
+        speed, cost = check_node_options(speed, 0 if cost is None else cost, int(sim.get("nodes", 7)), int(sim.get("obs_every", 10)))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return {"node_speed": speed, "switch_cost": cost}
+
+
+def validate_sim_cfg(sim) -> None:
+    """One-line errors for impossible simulator settings (non-numbers included)."""
+    loads = sim.loads
+    if isinstance(loads, (str, int, float)) or loads is None:
+        raise ConfigError(f"sim.loads must be a list of arrival probabilities, got {loads!r}")
+    if len(loads) == 0:
+        raise ConfigError("sim.loads must name at least one arrival probability")
+    for p in loads:
+        if not 0.0 <= check_number("sim.loads", p) <= 1.0:
+            raise ConfigError(f"sim.loads: arrival probability p must lie in [0, 1], got {p}")
+    for key in ("nodes", "max_active", "steps", "obs_every"):
+        if key in sim and check_number(f"sim.{key}", sim[key], int) < 1:
+            raise ConfigError(f"sim.{key} must be >= 1, got {sim[key]}")
+    if "beta" in sim:
+        check_number("sim.beta", sim.beta)
+    q = sim.get("queue_capacity")
+    if q is not None and check_number("sim.queue_capacity", q, int) < 0:
+        raise ConfigError(f"sim.queue_capacity must be null or >= 0, got {q}")
+    node_options(sim)
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """The simulator (``sim.*``): M nodes, K admission slots, T arrival steps, observation period, loads p,
+    waiting-queue bound Q (None: unbounded), node speeds (None: all 1) and switch cost, as configured."""
+
+    nodes: int = 7
+    max_active: int = 10
+    steps: int = 500
+    obs_every: int = 10
+    loads: tuple[float, ...] = (0.04, 0.05, 0.06, 0.07)
+    queue_capacity: int | None = None
+    node_speed: tuple | None = None
+    switch_cost: Any = 0
+
+    @classmethod
+    def from_cfg(cls, sim) -> "SimSettings":
+        """Checked settings of a ``sim`` config node (one-line ConfigError otherwise)."""
+        validate_sim_cfg(sim)
+        speed, q = _plain(sim.get("node_speed")), sim.get("queue_capacity")
+        return cls(nodes=int(sim.nodes), max_active=int(sim.max_active), steps=int(sim.steps),
+                   obs_every=int(sim.get("obs_every", 10)), loads=tuple(float(x) for x in sim.loads),
+                   queue_capacity=None if q is None else int(q), node_speed=None if speed is None else tuple(speed),
+                   switch_cost=sim.get("switch_cost", 0))
+
+    def node_options(self) -> dict:
+        """``{node_speed [M] int64 or None, switch_cost int}`` as ``BatchedEnv`` takes them."""
+        return node_options({"node_speed": self.node_speed, "switch_cost": self.switch_cost, "nodes": self.nodes,
+                             "obs_every": self.obs_every})
+
+    @property
+    def hetero(self) -> bool:
+        """Heterogeneous node speeds or a switch cost (the shipped policies were trained without either)."""
+        opts = self.node_options()
+        return opts["node_speed"] is not None or opts["switch_cost"] > 0
+
+
+@dataclass(frozen=True)
+class EvalProtocol:
+    """Which episodes to evaluate on."""
+
+    task_sets: list[str]
+    loads: list[float]
+    roots: list[int]
+    episodes: int = 12
+    scenario: str = "random"
+
+
+@dataclass(frozen=True)
+class StressSettings:
+    """The infeasible-task stress scenario (conf/scenario/stress.yaml)."""
+
+    n_infeasible: int
+    n_short: int
+    short_arrival: int
+    infeasible_budget: int
+    short_budget: int
+    short_need: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the episodes are drawn from: the configured task sets, the ε/budget table (None: the bank's own) and,
+    for ``scenario=stress``, the stress settings."""
+
+    task_sets: Mapping[str, TaskSet] = field(default_factory=dict)
+    family_table: dict | None = None
+    stress: StressSettings | None = None
+
+
+@dataclass(frozen=True)
+class EvaluationSettings:
+    """Everything ``python -m mara.evaluate`` reads: simulator, protocol, workload, bank, methods, run-folder options.
+
+    ``predictors``: the run's configured predictors (name → predictor config); ``recorded``: ``eval.*`` as configured
+    (roots unresolved), the protocol record a resumed run folder compares."""
+
+    sim: SimSettings
+    protocol: EvalProtocol
+    workload: Workload
+    bank_path: str | None = None
+    methods: tuple[str, ...] = ()
+    method_overrides: dict = field(default_factory=dict)
+    shipped_policies: bool = True
+    predictors: Mapping[str, DictConfig] = field(default_factory=dict)
+    resume: bool = True
+    tensorboard: bool = True
+    recorded: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DecisionPointSettings:
+    """``prediction.decision_points``: loads rolled, {label: method} policies, extra band quantiles of the FM label."""
+
+    loads: tuple[float, ...]
+    policies: dict
+    quantiles: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class PredictionSettings:
+    """The prediction benchmark (``experiment=prediction``): the FM and WLS predictor configs, the bank, the query
+    ranks, observation period, ε/budget seed, decision quantiles and, when enabled, the decision points."""
+
+    fm: DictConfig
+    wls: DictConfig
+    bank_path: str | None = None
+    n_ranks: int = 8
+    obs_every: int = 10
+    seed: int = 0
+    decision_quantiles: tuple | None = (0.05,)
+    decision_points: DecisionPointSettings | None = None
+
+
+@dataclass(frozen=True)
+class LofoSettings:
+    """The leave-one-family-out benchmark (``experiment=prediction_lofo``, ``lofo.*``)."""
+
+    fm: DictConfig
+    wls: DictConfig
+    bank_path: str | None = None
+    families: tuple[str, ...] | None = None
+    test_splits: tuple[str, ...] = ("fm_val", "pool")
+    seed: int = 0
+    n_ranks: int = 8
+    obs_every: int = 10
+    max_epochs: int = 10
+    train_examples: int = 4096
+    reuse_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one ``mara.evaluate`` run does: ``kind`` (evaluate, prediction, prediction_lofo) and its settings."""
+
+    kind: str = "evaluate"
+    evaluation: EvaluationSettings | None = None
+    prediction: PredictionSettings | None = None
+    lofo: LofoSettings | None = None
+
+
+def from_cfg(cfg: DictConfig) -> Settings:
+    """The typed settings of a composed ``evaluate`` config; only what its experiment kind reads is parsed."""
+    kind = cfg.get("experiment_kind") or "evaluate"
+    if kind == "prediction_lofo":
+        return Settings("prediction_lofo", lofo=lofo_settings(cfg))
+    if kind == "prediction":
+        pred = prediction_settings(cfg)
+        return Settings("prediction", evaluation=evaluation_settings(cfg) if pred.decision_points else None, prediction=pred)
+    return Settings("evaluate", evaluation=evaluation_settings(cfg))
+
+
+def protocol_settings(cfg: DictConfig) -> EvalProtocol:
+    """The evaluation protocol (``eval.*``, ``sim.loads``, ``scenario``), checked with ``sim.*``."""
+    scenario = cfg.scenario.name if cfg.get("scenario") else "random"
+    validate_sim_cfg(cfg.sim)
+    ev = cfg.eval
+    if check_number("eval.episodes", ev.episodes, int) < 1:
+        raise ConfigError(f"eval.episodes must be >= 1, got {ev.episodes}")
+    return EvalProtocol(task_sets=list(ev.task_sets), loads=[float(x) for x in cfg.sim.loads],
+                        roots=resolve_roots(_plain(ev.roots)), episodes=int(ev.episodes), scenario=scenario)
+
+
+def workload_settings(cfg: DictConfig) -> Workload:
+    """The task sets (``tasksets``), the ε/budget table (``family_params``) and the stress scenario's settings."""
+    task_sets = {name: TaskSet(name=ts.name, families=tuple(ts.families), ood_family=ts.get("ood_family"),
+                               ood_prob=float(ts.get("ood_prob", 0.0)))
+                 for name, ts in (cfg.get("tasksets") or {}).items()}
+    fp = cfg.get("family_params")
+    table = None if fp is None or fp.get("from_bank", False) else _plain(fp.table)
+    sc, stress = cfg.get("scenario"), None
+    if sc and sc.get("name") == "stress":
+        stress = StressSettings(int(sc.n_infeasible), int(sc.n_short), int(sc.short_arrival), int(sc.infeasible_budget),
+                                int(sc.short_budget), tuple(sc.short_need))
+    return Workload(task_sets=task_sets, family_table=table, stress=stress)
+
+
+def evaluation_settings(cfg: DictConfig) -> EvaluationSettings:
+    """The settings of an evaluation run (``python -m mara.evaluate``, ``mara.train``'s evaluate stage)."""
+    protocol = protocol_settings(cfg)
+    ev = cfg.eval
+    recorded = _plain(ev)
+    overrides = cfg.get("method_overrides")
+    return EvaluationSettings(
+        sim=SimSettings.from_cfg(cfg.sim), protocol=protocol, workload=workload_settings(cfg),
+        bank_path=(cfg.get("bank") or {}).get("path"), methods=tuple(cfg.get("methods") or ()),
+        method_overrides=_plain(overrides) if overrides else {}, shipped_policies=bool(cfg.get("shipped_policies", True)),
+        predictors=dict(cfg.get("predictors") or {}), resume=bool(ev.get("resume", True)),
+        tensorboard=bool(ev.get("tensorboard", True)), recorded={k: v for k, v in recorded.items() if k not in ("resume", "tensorboard")})
+
+
+def _predictor_cfg(name: str, *given):
+    """The first predictor config given, else conf/predictor/<name>.yaml."""
+    for spec in given:
+        if spec:
+            return spec
+    return OmegaConf.load(conf_dir("predictor") / f"{name}.yaml")
+
+
+def prediction_settings(cfg: DictConfig) -> PredictionSettings:
+    """``prediction.*``; FM/WLS: prediction.fm/wls, else predictors.fm/wls (so ``predictors.fm.ckpt_path=...``
+    picks a checkpoint), else conf/predictor/*.yaml."""
+    pc = cfg.get("prediction", {}) or {}
+    composed = cfg.get("predictors", {}) or {}  # evaluate.yaml composes conf/predictor/* here (CLI-overridable)
+    dp = pc.get("decision_points") or {}
+    points = None
+    if dp.get("enabled", False):
+        points = DecisionPointSettings(loads=tuple(float(x) for x in dp.loads), policies=_plain(dp.policies),
+                                       quantiles=tuple(float(x) for x in (pc.get("decision_quantiles") or ())))
+    quantiles = pc.get("decision_quantiles", (0.05,))
+    return PredictionSettings(
+        fm=_predictor_cfg("fm", pc.get("fm"), composed.get("fm")), wls=_predictor_cfg("wls", pc.get("wls"), composed.get("wls")),
+        bank_path=(cfg.get("bank", {}) or {}).get("path"), n_ranks=int(pc.get("n_ranks", 8)),
+        obs_every=int(pc.get("obs_every", 10)), seed=int(pc.get("seed", 0)),
+        decision_quantiles=None if quantiles is None else tuple(quantiles), decision_points=points)
+
+
+def lofo_settings(cfg: DictConfig) -> LofoSettings:
+    """``lofo.*``, the bank and the FM/WLS predictor configs (predictors.fm/wls, else conf/predictor/*.yaml)."""
+    lc = cfg.get("lofo", {}) or {}
+    composed = cfg.get("predictors", {}) or {}
+    families = lc.get("families")
+    return LofoSettings(
+        fm=_predictor_cfg("fm", composed.get("fm")), wls=_predictor_cfg("wls", composed.get("wls")),
+        bank_path=(cfg.get("bank", {}) or {}).get("path"), families=None if families is None else tuple(families),
+        test_splits=tuple(lc.get("test_splits", ("fm_val", "pool"))), seed=int(lc.get("seed", 0)),
+        n_ranks=int(lc.get("n_ranks", 8)), obs_every=int(lc.get("obs_every", 10)), max_epochs=int(lc.get("max_epochs", 10)),
+        train_examples=int(lc.get("train_examples", 4096)), reuse_dir=lc.get("reuse_dir"))
+
+
+def bank_at(path: str | None) -> CurveBank:
+    """The run's curve bank: ``path`` (a shipped bank's name or a file), else the bank shipped in the package."""
+    return load_bank(shipped_bank_path(path) if path else default_bank_path())
+
+
+def load_bank_from_cfg(cfg: DictConfig) -> CurveBank:
+    """The curve bank of ``cfg.bank.path`` (live mode's entry point reads it so)."""
+    return bank_at(cfg.bank.get("path"))
