@@ -16,14 +16,17 @@ import numpy as np
 from hydra import compose, initialize_config_dir
 
 from mara.core.config import CONF_DIR, build_allocators, load_method_cfg
-from mara.eval.runner import build_episodes, build_predictor_by_name, load_bank_from_cfg, protocol_from_cfg, run_policy
+from mara.eval.runner import build_episodes, run_policy
+from mara.eval.settings import bank_at, evaluation_settings
+from mara.predictors.factory import predictor_from
 
 
 def main(methods: list[str], overrides: list[str]) -> None:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = compose("evaluate", overrides=overrides)
-    bank = load_bank_from_cfg(cfg)
-    ep = build_episodes(cfg, bank, protocol_from_cfg(cfg))
+    run = evaluation_settings(cfg)
+    bank = bank_at(run.bank_path)
+    ep = build_episodes(run.workload, bank, run.protocol, run.sim.steps)
     loads = sorted(set(np.round(ep.load, 6).tolist()))
     predictors, base = {}, None
     print("| method | " + " | ".join(f"p = {p:g} (paired)" for p in loads) + " | switches / episode | s | ms / decision |")
@@ -31,9 +34,9 @@ def main(methods: list[str], overrides: list[str]) -> None:
     for name in methods:
         mcfg = load_method_cfg(name)
         [(_, alloc)] = build_allocators(mcfg)
-        pred = build_predictor_by_name(mcfg.get("predictor"), cfg, predictors, bank.path)
+        pred = predictor_from(mcfg.get("predictor"), bank.path, configured=run.predictors, built=predictors)
         t0 = time.perf_counter()
-        m = run_policy(alloc, ep, bank, cfg.sim, pred)
+        m = run_policy(alloc, ep, bank, run.sim, pred)
         wall = time.perf_counter() - t0
         s = 100 * m["success_rate"]
         base = s if base is None else base
