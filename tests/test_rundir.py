@@ -162,12 +162,13 @@ def _wait_for(pred, proc, timeout=240):
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_killed_training_resumes_exactly(tmp_path):
     """SIGKILL mid-policy, rerun the same command: the FM is reused (not retrained), the policy continues from its
-    last checkpoint, and the weights and results equal those of a run never interrupted. Without the FM cache: its
-    entries are not checkpointed, and FM outputs differ at float rounding with the batch they are computed in, so with
+    last checkpoint, and the weights and results equal those of a run never interrupted. experiment=smoke runs without
+    the FM cache: its entries are not checkpointed, and FM outputs differ at float rounding with the batch they are computed in, so with
     the cache a resumed training is not bit for bit the uninterrupted one (docs/protocol.md)."""
-    cmd = ["-m", "mara.train", "experiment=smoke", "eval.tensorboard=false", "mat.rollout.fm_cache=false"]
+    cmd = ["-m", "mara.train", "experiment=smoke", "eval.tensorboard=false"]
     whole_log = open(tmp_path / "whole.log", "w")
     whole = _start(*cmd, f"hydra.run.dir={tmp_path}/whole", log=whole_log)  # the uninterrupted reference, beside the killed one
     run = tmp_path / "killed"
