@@ -9,7 +9,6 @@ curve bank see the same numbers.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -31,16 +30,12 @@ from mara.live.job import (
     to_device,
 )
 from mara.live.jobfile import UserJob, load_jobfile, parse_jobs, with_budget
-from mara.live.report import STATUS, write_report
+from mara.live.report import STATUS, say, write_report
 from mara.live.workers import make_pool
 
 JOBS_BANK = "job_curves.parquet"
 #: the sizes the shipped MARA policy was trained for (mara/data/checkpoints/mara_live.ckpt; docs/live.md)
 MARA_SIZES = {"nodes": 2, "max_active": 4}
-
-
-def _say(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def read_jobs(cfg: DictConfig) -> list[UserJob]:
@@ -181,9 +176,9 @@ def bank_records(tasks: list[dict], runs: list[dict], split: str = "pool", obs_e
     return records
 
 
-def run_jobs(cfg: DictConfig, out: Path, build_method) -> dict:
+def run_jobs(cfg: DictConfig, out: Path, method_plans) -> dict:
     """Check every job, run them under each chosen method on live workers, replay, and write the report;
-    ``build_method(name, cfg, predictors, bank_path)`` is live mode's (``mara.live.run``): (factory, predictor)."""
+    ``method_plans(methods, cfg, bank_path, notes)`` is live mode's (``mara.live.run``): [(name, factory, predictor)]."""
     lv, sim = cfg.live, OmegaConf.to_container(cfg.sim, resolve=True)
     source = cfg.jobs if isinstance(cfg.jobs, str) else "jobs"
     jobs = read_jobs(cfg)
@@ -194,27 +189,18 @@ def run_jobs(cfg: DictConfig, out: Path, build_method) -> dict:
     specs = [check_job(i, job, label) for i, job in enumerate(jobs)]
     notes = [note] if note else []
     if note:
-        _say(f"note: {note}")
+        say(f"note: {note}")
     if any(j.budget is None for j in jobs):  # deadlines in minutes: measure a step (every job passed its checks)
         step_s = max(batch_seconds(spec, f"{label}: job {job.name!r}") for spec, job in zip(specs, jobs))
         jobs = [with_budget(j, step_s) for j in jobs]
         notes.append(f"deadlines in minutes converted at {step_s:.3f} s per scheduler step (measured here: the slowest job's "
                      f"batch time; set step_seconds in the job file to fix it)")
-        _say(f"note: {notes[-1]}")
+        say(f"note: {notes[-1]}")
     tasks, specs = job_tasks(jobs, specs, sim)
     bank = load_bank_from_cfg(cfg)  # the predictors' bank (MARA's FM, Slack's WLS)
-    predictors, plans = {}, []
-    for m in methods:
-        factory, predictor = build_method(m, cfg, predictors, bank.path)
-        if factory is None:
-            _say(f"note: {predictor}")
-            notes.append(predictor)
-            continue
-        plans.append((m, factory, predictor))
-    if not plans:
-        raise ConfigError("no method can run live (see the notes above)")
+    plans = method_plans(methods, cfg, bank.path, notes)
     crash = {int(k): int(v) for k, v in (OmegaConf.to_container(lv.crash) or {}).items()}
-    _say(f"jobs: {', '.join(m for m, _, _ in plans)} on {len(tasks)} job(s) from {source}, M={sim['nodes']} nodes, "
+    say(f"jobs: {', '.join(m for m, _, _ in plans)} on {len(tasks)} job(s) from {source}, M={sim['nodes']} nodes, "
          f"K={sim['max_active']}, workers={lv.workers} -> {out}")
     tb = None
     if lv.tensorboard:
@@ -232,13 +218,13 @@ def run_jobs(cfg: DictConfig, out: Path, build_method) -> dict:
 
         def progress(env, src, m=m, t0=t0):
             if env.t % int(lv.progress_every) == 0 or env.done.all():
-                _say(f"[{m}] step {env.t:4d}  active {int(env.n_active[0])}  queued {int(env.n_queued[0])}  "
+                say(f"[{m}] step {env.t:4d}  active {int(env.n_active[0])}  queued {int(env.n_queued[0])}  "
                      f"succeeded {int(env.succeeded[0])}  failed {int(env.failed[0])}  batches {src.n_batches}  "
                      f"{time.perf_counter() - t0:6.1f} s")
 
         res = run_live(tasks, specs, factory(), pool, sim, predictor, meta, progress)
         for f in res["worker_failures"]:
-            _say(f"worker failure: {m}: job {tasks[f['job']]['name']!r} at step {f['step']}: {f['error']} (job marked failed)")
+            say(f"worker failure: {m}: job {tasks[f['job']]['name']!r} at step {f['step']}: {f['error']} (job marked failed)")
         if lv.replay:
             res["replay"] = replay(tasks, res["losses"], factory(), sim, predictor, meta)
         runs.append({"method": m, "episode": 0, **res})
@@ -265,12 +251,12 @@ def run_jobs(cfg: DictConfig, out: Path, build_method) -> dict:
     (out / "job_outcomes.json").write_text(json.dumps(outcomes, indent=1))
     for m, rows in outcomes.items():
         for o in rows:
-            _say(f"[{m}] {o['name']}: {o['status']} after {o['batches']} batches"
+            say(f"[{m}] {o['name']}: {o['status']} after {o['batches']} batches"
                  + (f", mean loss {o['final_mean_loss']:.4f} (target {o['target_loss']})" if o["final_mean_loss"] is not None else "")
                  + (f"; worker failure: {o['worker_failure']}" if o["worker_failure"] else ""))
             band = o["band"]
             if band.get("left_at_batch") is not None:
-                _say(f"[{m}] {o['name']}: observed mean loss left its predicted band at batch {band['left_at_batch']} "
+                say(f"[{m}] {o['name']}: observed mean loss left its predicted band at batch {band['left_at_batch']} "
                      f"({band['observed']:.4f} outside [{band['band'][0]:.4f}, {band['band'][1]:.4f}], fitted on the first "
                      f"{band['fitted_batches']} batches): its remaining-batch estimates were unreliable")
     res["outcomes"] = outcomes

@@ -14,6 +14,11 @@ SCHEMA = "mara.live/1"
 STATUS = {TaskStatus.SUCCEEDED: "succeeded", TaskStatus.FAILED: "failed"}
 
 
+
+def say(msg: str) -> None:
+    """A live-mode progress or note line on stderr, flushed at once (stdout stays free for results)."""
+    print(msg, file=sys.stderr, flush=True)
+
 def compare_decisions(live: list, replayed: list) -> dict:
     """Step-by-step agreement of two decision sequences (job per node, -1 idle)."""
     n = min(len(live), len(replayed))

@@ -1,14 +1,18 @@
 """Live mode end to end: config → live episodes per method → recorded curves → replay → report (``live_main``)."""
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from mara.core.cli import output_dir
-from mara.core.config import SHIPPED_LIVE_POLICY, ConfigError, build_allocators, load_method_cfg
+from mara.core.config import (
+    SHIPPED_LIVE_POLICY,
+    ConfigError,
+    build_allocators,
+    load_method_cfg,
+)
 from mara.core.rundir import run_folder
 from mara.curves.bank import load_bank, shipped_bank_path, write_bank
 from mara.curves.families import generation_cap
@@ -20,18 +24,14 @@ from mara.eval.runner import (
 from mara.live.driver import replay, run_live
 from mara.live.episode import live_tasks, scaled_family_params
 from mara.live.jobs import run_jobs
-from mara.live.report import write_report
+from mara.live.report import say, write_report
 from mara.live.workers import make_pool, preload_datasets
-from mara.preflight import preflight
 from mara.predictors.factory import predictor_from
+from mara.preflight import preflight
 
 LIVE_BANK = "live_curves.parquet"
 #: MARA policy shipped for the live defaults (M = 2, K = 4, T = 120, budgets x 0.25); see docs/live.md
 SHIPPED_POLICY = SHIPPED_LIVE_POLICY
-
-
-def _say(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def validate(cfg: DictConfig) -> None:
@@ -98,6 +98,22 @@ def build_method(name: str, cfg: DictConfig, predictors: dict, bank_path):
     return (lambda: build_allocators(mcfg)[0][1]), predictor
 
 
+def method_plans(methods, cfg: DictConfig, bank_path, notes: list[str]) -> list[tuple]:
+    """(name, allocator factory, predictor) of every method that can run live, predictors built once; each method that
+    cannot is one note (said and appended to ``notes``). None can: a one-line ConfigError."""
+    predictors, plans = {}, []
+    for m in methods:
+        factory, predictor = build_method(m, cfg, predictors, bank_path)
+        if factory is None:
+            say(f"note: {predictor}")
+            notes.append(predictor)
+            continue
+        plans.append((m, factory, predictor))
+    if not plans:
+        raise ConfigError("no method can run live (see the notes above)")
+    return plans
+
+
 def calibration_bank(cfg: DictConfig, fams, source: str):
     """The bank whose pool curves set the live ε of ``fams`` (``None``: the recipe bank itself).
 
@@ -139,7 +155,7 @@ def export_bank(cfg: DictConfig, bank, out: Path) -> Path:
     cal = calibration_bank(cfg, fams, str(cfg.live.data))
     if cal is not None:
         table |= scaled_family_params(cal, fams, float(cfg.live.time_scale), float(cfg.live.calibration_target), base=bank.family_params)
-        _say(f"ε of {', '.join(fams)} calibrated on {display_path(cal.path)}")
+        say(f"ε of {', '.join(fams)} calibrated on {display_path(cal.path)}")
     meta = dict(bank.bank_meta) | {"family_params": table, "live_time_scale": float(cfg.live.time_scale), "scaled_from": str(bank.path)}
     path = Path(cfg.get("bank_out") or out / "live_bank.parquet")
     # every curve cut at the live cap (twice the scaled largest budget, as live_tasks sets it): the simulator takes a
@@ -149,7 +165,7 @@ def export_bank(cfg: DictConfig, bank, out: Path) -> Path:
     for r in records:
         r["losses"] = r["losses"][: generation_cap(r["family"], table)]
     write_bank(path, records, meta)
-    _say(f"wrote {path} (budgets x {cfg.live.time_scale}, ε re-calibrated to {cfg.live.calibration_target:.0%} feasibility, "
+    say(f"wrote {path} (budgets x {cfg.live.time_scale}, ε re-calibrated to {cfg.live.calibration_target:.0%} feasibility, "
          f"curves cut at the live cap)")
     return path
 
@@ -164,7 +180,7 @@ def live_main(cfg: DictConfig) -> dict:
     """Run ``cfg.action``; returns the results dict (run) or the exported bank path."""
 
     if cfg.get("jobs"):  # a user's job file instead of the zoo workload (mara/live/jobs.py)
-        return run_jobs(cfg, output_dir(cfg), build_method)
+        return run_jobs(cfg, output_dir(cfg), method_plans)
     out = output_dir(cfg)
     bank = load_bank_from_cfg(cfg)
     if cfg.action == "export_bank":
@@ -193,25 +209,17 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
     bank.require_families(fams, "pool", context="live.families")
     source, note = resolve_data(cfg, fams)
     if note:
-        _say(f"note: {note}")
+        say(f"note: {note}")
     cal_bank = calibration_bank(cfg, fams, source) or bank
     table = scaled_family_params(cal_bank, fams, float(lv.time_scale), float(lv.calibration_target), base=bank.family_params)
     episodes = live_tasks(bank, table, fams, float(lv.load), int(lv.root), int(sim["steps"]), int(lv.episodes),
                           source, str(lv.data_root), str(lv.cache_dir))
     preload_datasets([s for _, specs in episodes for s in specs])
-    predictors, plans, notes = {}, [], [note] if note else []
-    for m in methods:
-        factory, predictor = build_method(m, cfg, predictors, bank.path)
-        if factory is None:
-            _say(f"note: {predictor}")
-            notes.append(predictor)
-            continue
-        plans.append((m, factory, predictor))
-    if not plans:
-        raise ConfigError("no method can run live (see the notes above)")
+    notes = [note] if note else []
+    plans = method_plans(methods, cfg, bank.path, notes)
     crash = {int(k): int(v) for k, v in (OmegaConf.to_container(lv.crash) or {}).items()}
     n_jobs = sum(len(t) for t, _ in episodes)
-    _say(f"live: {', '.join(m for m, _, _ in plans)} on {len(episodes)} episode(s), {n_jobs} jobs of {', '.join(fams)} "
+    say(f"live: {', '.join(m for m, _, _ in plans)} on {len(episodes)} episode(s), {n_jobs} jobs of {', '.join(fams)} "
          f"({source} data), M={sim['nodes']} nodes, K={sim['max_active']}, T={sim['steps']}, p={lv.load}, root={lv.root}, "
          f"workers={lv.workers}{_hetero_note(sim)} -> {out}")
     tb = None
@@ -234,14 +242,14 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
                     tb.add_scalar(f"{tag}/succeeded", int(env.succeeded[0]), env.t)
                     tb.add_scalar(f"{tag}/failed", int(env.failed[0]), env.t)
                 if env.t % int(lv.progress_every) == 0 or env.done.all():
-                    _say(f"[{m} ep{e}] step {env.t:4d}  active {int(env.n_active[0])}  queued {int(env.n_queued[0])}  "
+                    say(f"[{m} ep{e}] step {env.t:4d}  active {int(env.n_active[0])}  queued {int(env.n_queued[0])}  "
                          f"succeeded {int(env.succeeded[0])}  failed {int(env.failed[0])}  batches {src.n_batches}  "
                          f"{time.perf_counter() - t0:6.1f} s")
 
             meta = {"task_set": ["live"], "load": [float(lv.load)], "root": [int(lv.root)], "episode": [e]}
             res = run_live(tasks, specs, factory(), pool, sim, predictor, meta, progress)
             for f in res["worker_failures"]:
-                _say(f"worker failure: {m} episode {e}: job {f['job']} at step {f['step']}: {f['error']} (job marked failed)")
+                say(f"worker failure: {m} episode {e}: job {f['job']} at step {f['step']}: {f['error']} (job marked failed)")
             runs.append({"method": m, "episode": e, **res})
     if tb is not None:
         for r in runs:
