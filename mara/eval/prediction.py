@@ -20,11 +20,16 @@ from mara.allocators.slack import band_quantile
 from mara.core.config import conf_dir
 from mara.curves.bank import CurveBank, default_bank_path, load_bank
 from mara.curves.families import ID_FAMILIES
-from mara.eval.decision_metrics import OBS_BINS, decision_markdown, decision_metrics, obs_bin_labels
+from mara.eval.decision_metrics import (
+    OBS_BINS,
+    decision_markdown,
+    decision_metrics,
+    obs_bin_labels,
+)
 from mara.eval.settings import PredictionSettings
-from mara.predictors.data import observe, true_remaining
+from mara.predictors.data import observe
 from mara.predictors.factory import predictor_from
-from mara.predictors.queries import build_queries, draw_eps_budget
+from mara.predictors.queries import build_cold_queries, build_queries
 from mara.predictors.uncertainty import band_metrics
 from mara.predictors.wls import wls_fit
 
@@ -32,26 +37,6 @@ CONF_PREDICTOR = conf_dir("predictor")
 COLD_OBS = (1, 2, 3)  # observation counts of cold tasks (a warm estimate needs 4)
 TASK_SETS = {"ID": (tuple(ID_FAMILIES), "fm_val"), "RL_OOD": (("RLExpertConfig",), "pool"),
              "ViT_OOD": (("ViT_Cifar10_1",), "pool")}
-
-
-def build_cold_queries(bank: CurveBank, families, split: str, family_params: dict, obs=(1, 2, 3), obs_every: int = 10,
-                       seed: int = 0) -> dict:
-    """Queries [Q] of cold tasks (``obs`` observations, fewer than a warm estimate needs), keyed as ``build_queries``'s,
-    with the same (ε, budget) draw per curve; ``rank`` is the observation count's index in ``obs``."""
-    rows = np.concatenate([bank.rows(f, split) for f in families])
-    out = {k: [] for k in ("rows", "rank", "n_obs", "eps", "budget")}
-    for r in rows:
-        eps, B = draw_eps_budget(family_params[bank.family[r]], np.random.default_rng([seed, int(r)]))
-        for k, n in enumerate(obs):
-            for key, v in zip(out, (r, k, n, eps, B)):
-                out[key].append(v)
-    q = {k: np.asarray(v) for k, v in out.items()}
-    first = bank.first_crossing(q["rows"], q["eps"])
-    keep = first > q["n_obs"] * obs_every
-    q = {k: v[keep] for k, v in q.items()}
-    q["first"] = first[keep]
-    q["truth"], q["cap"] = true_remaining(bank, q["rows"], q["n_obs"], q["eps"], obs_every)
-    return q
 
 
 def concat_queries(qs: list[dict]) -> dict:

@@ -19,15 +19,31 @@ def draw_eps_budget(params: dict, rng: np.random.Generator) -> tuple[float, int]
 
 def build_queries(bank: CurveBank, families, split: str, family_params: dict, n_ranks: int = 8,
                   obs_every: int = 10, seed: int = 0) -> dict:
-    """Deterministic queries [Q]: rows, rank, n_obs, eps, budget, truth (capped), cap (remaining)."""
+    """Deterministic queries [Q]: rows, rank, n_obs, eps, budget, truth (capped), cap (remaining); ``n_ranks``
+    observation counts spread from 4 (a warm estimate) to the budget's or curve's end."""
+    def counts(r, budget):
+        n_max = max(4, min(budget, bank.lengths[r] - 1) // obs_every - 1)
+        return np.round(np.linspace(4, n_max, n_ranks)).astype(int)
+
+    return _queries(bank, families, split, family_params, counts, obs_every, seed)
+
+
+def build_cold_queries(bank: CurveBank, families, split: str, family_params: dict, obs=(1, 2, 3), obs_every: int = 10,
+                       seed: int = 0) -> dict:
+    """Queries [Q] of cold tasks (``obs`` observations, fewer than a warm estimate needs), keyed as ``build_queries``'s,
+    with the same (ε, budget) draw per curve; ``rank`` is the observation count's index in ``obs``."""
+    return _queries(bank, families, split, family_params, lambda r, budget: obs, obs_every, seed)
+
+
+def _queries(bank: CurveBank, families, split: str, family_params: dict, counts, obs_every: int, seed: int) -> dict:
+    """One query per curve of ``families``' ``split`` and observation count ``counts(row, budget)``; ε and budget drawn
+    per curve from (seed, row); queries whose curve crossed ε by their prefix end are dropped (the task would be done)."""
     rows = np.concatenate([bank.rows(f, split) for f in families])
     out = {k: [] for k in ("rows", "rank", "n_obs", "eps", "budget")}
     for r in rows:
-        rng = np.random.default_rng([seed, int(r)])
-        eps, B = draw_eps_budget(family_params[bank.family[r]], rng)
-        n_max = max(4, min(B, bank.lengths[r] - 1) // obs_every - 1)
-        for k, n in enumerate(np.round(np.linspace(4, n_max, n_ranks)).astype(int)):
-            for key, v in zip(out, (r, k, n, eps, B)):
+        eps, budget = draw_eps_budget(family_params[bank.family[r]], np.random.default_rng([seed, int(r)]))
+        for k, n in enumerate(counts(r, budget)):
+            for key, v in zip(out, (r, k, n, eps, budget)):
                 out[key].append(v)
     q = {k: np.asarray(v) for k, v in out.items()}
     first = bank.first_crossing(q["rows"], q["eps"])
