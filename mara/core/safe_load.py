@@ -85,6 +85,18 @@ def check_kind(ckpt, path, kind: str, required: tuple[str, ...]) -> dict:
 _ARRAY, _REF, _OBJECT, _NUMPY_SCALAR = "__ndarray__", "__ref__", "__object__", "__npscalar__"
 
 
+def net_from(cls, entry: dict, path, what: str):
+    """``cls(**entry["hparams"])`` holding ``entry["state_dict"]``, in eval mode; hyper-parameters or weights of another
+    network are a one-line ``CheckpointError``: ``path`` is not ``what``."""
+    try:
+        net = cls(**entry["hparams"])
+        net.load_state_dict(entry["state_dict"])
+    except (RuntimeError, TypeError, ValueError) as exc:
+        why = " ".join(str(exc).split())[:120]
+        raise CheckpointError(f"{path} is not {what} ({why})") from None
+    return net.eval()
+
+
 def to_plain(obj, classes: tuple[type, ...] = ()):
     """``obj`` as tensors and plain values: numpy arrays → tensors (string arrays → nested lists), numpy scalars →
     Python numbers, instances of ``classes`` → their attributes; an array or object met twice stays one object

@@ -11,7 +11,12 @@ from typing import Mapping
 import numpy as np
 import torch
 
-from mara.core.safe_load import CheckpointError, check_kind, load_checkpoint, plain_config
+from mara.core.safe_load import (
+    check_kind,
+    load_checkpoint,
+    net_from,
+    plain_config,
+)
 from mara.curves.bank import SHIPPED_BANKS_DIR, default_bank_path
 from mara.predictors.crossing import decode_crossing
 from mara.predictors.features import history_features, static_context
@@ -58,14 +63,7 @@ def load_net(path) -> tuple[FlowNet, dict]:
     """The FM net of a ``save_checkpoint`` file and the file's dict, loaded as data only; a file that is not an FM
     checkpoint is a one-line ``CheckpointError`` naming it."""
     blob = check_kind(load_checkpoint(path, "FM checkpoint"), path, "fm", ("state_dict", "hparams"))
-    try:
-        net = FlowNet(**blob["hparams"])
-        net.load_state_dict(blob["state_dict"])
-    except (RuntimeError, TypeError, ValueError) as exc:  # hparams or weights of another network
-        why = " ".join(str(exc).split())[:120]
-        raise CheckpointError(f"{path} is not an FM predictor checkpoint ({why})") from None
-    net.eval()
-    return net, blob
+    return net_from(FlowNet, blob, path, "an FM predictor checkpoint"), blob
 
 
 def _prefix_end(S, L, lengths, cap_remaining, batch_size):

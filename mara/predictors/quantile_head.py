@@ -19,7 +19,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from mara.core.safe_load import CheckpointError, check_kind, load_checkpoint, plain_config
+from mara.core.safe_load import (
+    CheckpointError,
+    check_kind,
+    load_checkpoint,
+    net_from,
+    plain_config,
+)
 from mara.curves.bank import SHIPPED_BANKS_DIR, default_bank_path
 from mara.predictors.decision_data import MIN_OBS, N_STATIC, decision_inputs
 from mara.predictors.nets import HistoryEncoder, Standardizer
@@ -102,13 +108,7 @@ def load_heads(paths) -> list[QuantileNet]:
         members = check_kind(blob, path, "qr", ()).get("members", [blob])
         for m in members if isinstance(members, list) else [None]:
             m = _check_head(m, path)
-            try:
-                net = QuantileNet(**m["hparams"])
-                net.load_state_dict(m["state_dict"])
-            except (RuntimeError, TypeError, ValueError) as exc:  # hparams or weights of another network
-                why = " ".join(str(exc).split())[:120]
-                raise CheckpointError(f"{path} is not a decision-head (qr) checkpoint ({why})") from None
-            nets.append(net.eval())
+            nets.append(net_from(QuantileNet, m, path, "a decision-head (qr) checkpoint"))
     if not nets or any(n.levels != nets[0].levels for n in nets):
         raise ValueError("decision-head ensemble: every member must be trained at the same levels")
     return nets
