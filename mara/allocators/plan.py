@@ -14,8 +14,7 @@ counting the tasks that reach their sampled remaining batches before their deadl
 futures. The futures are the same for every candidate (common random numbers): per task a standard-normal draw
 ``z`` gives the remaining batches ``band_sample(lo, median, hi, z)`` (the split log-normal of
 ``slack.band_quantile``); cold tasks (no estimate yet) need their generation cap's remainder, as the rule reads it.
-With ``spare`` a swap is scored only if ``b`` may also still make it on ``a``'s node (band's lower end); with
-``displace`` the rule's own placement (the first candidate, and the rollouts' placement) includes the displacement
+With ``displace`` the rule's own placement (the first candidate, and the rollouts' placement) includes the displacement
 move (``displace_at`` as in ``SlackRule``). The current placement wins ties (a swap must gain more than ``min_gain`` expected successes): a search that breaks
 ties towards finishing sooner makes tasks trade nodes back and forth and pays the switch cost for nothing.
 
@@ -107,7 +106,7 @@ class PlanRule:
 
     def __init__(self, warm_obs: int = WARMUP_OBS, name: str | None = None, samples: int = 8, horizon: int = 60,
                  min_gain: float = 0.0, seed: int = 0, band=(0.1, 0.9), displace: bool = False,
-                 displace_at: str = "median", spare: bool = False) -> None:
+                 displace_at: str = "median") -> None:
         if samples < 1:
             raise ValueError(f"Plan.samples must be >= 1, got {samples}")
         if horizon < 1:
@@ -117,7 +116,6 @@ class PlanRule:
         self.rule = SlackRule(warm_obs=warm_obs, displace=displace, displace_at=displace_at)
         self.warm_obs, self.samples, self.horizon = int(warm_obs), int(samples), int(horizon)
         self.min_gain, self.seed, self.band, self.displace = float(min_gain), int(seed), (float(band[0]), float(band[1])), bool(displace)
-        self.spare = bool(spare)
         if name:
             self.name = name
         self.timing = {"seconds": 0.0, "decisions": 0, "searched": 0}
@@ -159,8 +157,6 @@ class PlanRule:
                 da_i = np.where(obs.started[rows, aa], c, 0)
                 ok &= da_j + -(-hi[rows, aa] // speed[j]) > tau[rows, aa]  # a may miss its deadline where it is
                 ok &= da_i + -(-lo[rows, aa] // speed[i]) <= tau[rows, aa]  # ... and may make it on the faster node
-                if self.spare:  # b may still make it on a's node
-                    ok &= c + -(-lo[rows, bb] // speed[j]) <= tau[rows, bb]
                 er = np.flatnonzero(ok)
                 if len(er):
                     sw = greedy[er].copy()
