@@ -26,6 +26,7 @@ from mara.core.config import (
     available_methods,
     is_learned,
     load_method_cfg,
+    plain_config,
     with_shipped_policies,
 )
 from mara.curves.bank import default_bank_path, shipped_bank_path
@@ -72,10 +73,6 @@ class MethodOverride:
     admission_limit: Optional[bool] = None
     time_limit_s: Optional[float] = None
     workers: Optional[int] = None
-
-
-def _plain(x):
-    return OmegaConf.to_container(x, resolve=True) if OmegaConf.is_config(x) else x
 
 
 def check_method_override(name: str, override: dict, predictors) -> None:
@@ -137,12 +134,12 @@ def check_methods(cfg: DictConfig, need_methods: bool) -> list[str]:
     if methods is None:
         methods = []
     if not isinstance(methods, (list, ListConfig)):
-        raise ConfigError(f"methods must be a list of method names, e.g. methods=[FIFO,EDF], got {_plain(methods)!r}")
+        raise ConfigError(f"methods must be a list of method names, e.g. methods=[FIFO,EDF], got {plain_config(methods)!r}")
     methods = list(methods)
     if need_methods and not methods:
         raise ConfigError(f"methods is empty: name at least one method; available: {', '.join(available_methods())}")
     check_method_names(methods, "methods")
-    overrides = _plain(cfg.get("method_overrides")) or {}
+    overrides = plain_config(cfg.get("method_overrides")) or {}
     if not isinstance(overrides, dict):
         raise ConfigError(f"method_overrides must map method names to settings, got {overrides!r}")
     check_method_names(list(overrides), "method_overrides")
@@ -212,7 +209,7 @@ def _select(cfg: DictConfig, key: str):
 
 def check_range(where: str, value, integer: bool, lo, lo_in: bool, hi) -> None:
     """One value (or each of a list) is a number of the right kind within [lo, hi]: one-line ConfigError."""
-    values = _plain(value)
+    values = plain_config(value)
     for v in values if isinstance(values, list) else [values]:
         x = check_number(where, v, int if integer else float)
         if (lo is not None and (x < lo if lo_in else x <= lo)) or (hi is not None and x > hi):
@@ -226,7 +223,7 @@ def check_numbers(cfg: DictConfig) -> None:
         value = _select(cfg, key)
         if value is not None:
             check_range(key, value, integer, lo, lo_in, hi)
-    roots = _plain(_select(cfg, "eval.roots"))
+    roots = plain_config(_select(cfg, "eval.roots"))
     if isinstance(roots, list):
         check_range("eval.roots", roots, True, 0, True, None)
     epochs = _select(cfg, "trainer.max_epochs")
@@ -295,7 +292,7 @@ def method_checkpoints(mcfg: DictConfig) -> list[str]:
 def check_checkpoints(cfg: DictConfig, methods: list[str], policy_defaults: dict) -> None:
     """Every policy a learned method will run (given, or the default ``policy_defaults[method]``) loads and fits the
     run; every predictor checkpoint named by the run's predictor or a method's predictor loads."""
-    overrides = _plain(cfg.get("method_overrides")) or {}
+    overrides = plain_config(cfg.get("method_overrides")) or {}
     predictors = cfg.get("predictors") or {}
     if cfg.get("predictor") is not None:
         read_predictor_checkpoint(cfg.predictor, "predictor")
@@ -395,7 +392,7 @@ def _policy_defaults(cfg: DictConfig, entry: str, methods: list[str]) -> dict:
         opts = node_options(cfg.get("sim") or {})
         if opts["node_speed"] is not None or opts["switch_cost"] > 0:
             return {}  # the shipped policies are not run on heterogeneous nodes (mara.evaluate drops them)
-        _, used = with_shipped_policies(methods, _plain(cfg.get("method_overrides")) or {}, _bank_path(cfg))
+        _, used = with_shipped_policies(methods, plain_config(cfg.get("method_overrides")) or {}, _bank_path(cfg))
         return {m: (None, paths) for m, paths in used.items()}
     if entry == "live":
         ckpt = (cfg.get("live") or {}).get("policy_ckpt") or (SHIPPED_LIVE_POLICY if SHIPPED_LIVE_POLICY.exists() else None)

@@ -136,3 +136,16 @@ def build_allocators(cfg: DictConfig) -> list[tuple[int | None, object]]:
     except Exception as exc:  # instantiate wraps user errors; keep the message one line
         cause = exc.__cause__ or exc
         raise ConfigError(f"method {cfg.name!r}: cannot build allocator: {cause}") from None
+
+
+def plain_config(obj):
+    """OmegaConf containers (anywhere inside ``obj``) as plain dicts/lists, resolved: hyper-parameters that load as data."""
+    if OmegaConf.is_config(obj):
+        return OmegaConf.to_container(obj, resolve=True)
+    if isinstance(obj, dict):
+        return {k: plain_config(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [plain_config(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(plain_config(v) for v in obj)
+    return obj

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mara.core.config import ConfigError
+from mara.core.config import ConfigError, plain_config
 
 #: the ``kind`` field of a checkpoint the package writes: what it holds (a policy file is a Lightning checkpoint)
 KINDS = {"policy": "a MAT policy checkpoint", "fm": "an FM predictor checkpoint", "qr": "a decision-head (qr) checkpoint"}
@@ -170,21 +170,6 @@ def from_plain(obj, classes: tuple[type, ...] = ()):
         return o
 
     return dec(obj)
-
-
-def plain_config(obj):
-    """OmegaConf containers (anywhere inside ``obj``) as plain dicts/lists, resolved: hyper-parameters that load as data."""
-    from omegaconf import OmegaConf
-
-    if OmegaConf.is_config(obj):
-        return OmegaConf.to_container(obj, resolve=True)
-    if isinstance(obj, dict):
-        return {k: plain_config(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [plain_config(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(plain_config(v) for v in obj)
-    return obj
 
 
 def plain_lightning_checkpoint(checkpoint: dict) -> None:

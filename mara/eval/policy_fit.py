@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from mara.core.config import ConfigError, available_methods, check_predictor_allowed, is_learned, load_method_cfg
+from mara.core.config import (
+    ConfigError,
+    available_methods,
+    check_predictor_allowed,
+    is_learned,
+    load_method_cfg,
+    plain_config,
+)
 from mara.predictors.factory import trained_predictor_mismatch
-
-
-def _plain(x):
-    return OmegaConf.to_container(x, resolve=True) if isinstance(x, (DictConfig,)) or type(x).__name__ == "ListConfig" else x
 
 
 @dataclass
@@ -29,7 +32,7 @@ def policy_facts(policy) -> PolicyFacts | None:
     """``PolicyFacts`` of a loaded MAT allocator or of a policy checkpoint dict; None for anything else (rules)."""
     if isinstance(policy, dict) and "hyper_parameters" in policy:
         hp = policy["hyper_parameters"]
-        return PolicyFacts(str(policy.get("path", "?")), _plain(hp.get("predictor")) or {}, int(hp["sim"]["n_nodes"]),
+        return PolicyFacts(str(policy.get("path", "?")), plain_config(hp.get("predictor")) or {}, int(hp["sim"]["n_nodes"]),
                            int(hp["sim"]["max_active"]), str((hp.get("net") or {}).get("features", "v1")))
     net = getattr(policy, "policy", None)
     if net is None or not hasattr(net, "M"):

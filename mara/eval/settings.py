@@ -13,20 +13,14 @@ Predictor and method configs stay configs: they are the predictors' and methods'
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from mara.core.config import ConfigError, conf_dir
+from mara.core.config import ConfigError, conf_dir, plain_config
 from mara.curves.bank import CurveBank, default_bank_path, load_bank, shipped_bank_path
 from mara.sim.env import check_node_options
 from mara.sim.workload import TaskSet
-
-
-def _plain(x):
-    """A config node as plain Python (lists, dicts); anything else as it is."""
-    return OmegaConf.to_container(x, resolve=True) if OmegaConf.is_config(x) else x
 
 
 def check_number(where: str, value, kind=float):
@@ -56,7 +50,7 @@ def resolve_roots(roots) -> list[int]:
 def node_options(sim) -> dict:
     """``{node_speed, switch_cost}`` for ``BatchedEnv`` from a ``sim`` mapping (absent = identical nodes, free
     preemption), checked: one-line ConfigError for a wrong length, a non-positive speed, a negative cost."""
-    speed = _plain(sim.get("node_speed"))
+    speed = plain_config(sim.get("node_speed"))
     cost = sim.get("switch_cost", 0)
     try:
         speed, cost = check_node_options(speed, 0 if cost is None else cost, int(sim.get("nodes", 7)), int(sim.get("obs_every", 10)))
@@ -104,7 +98,7 @@ class SimSettings:
     def from_cfg(cls, sim) -> "SimSettings":
         """Checked settings of a ``sim`` config node (one-line ConfigError otherwise)."""
         validate_sim_cfg(sim)
-        speed, q = _plain(sim.get("node_speed")), sim.get("queue_capacity")
+        speed, q = plain_config(sim.get("node_speed")), sim.get("queue_capacity")
         return cls(nodes=int(sim.nodes), max_active=int(sim.max_active), steps=int(sim.steps),
                    obs_every=int(sim.get("obs_every", 10)), loads=tuple(float(x) for x in sim.loads),
                    queue_capacity=None if q is None else int(q), node_speed=None if speed is None else tuple(speed),
@@ -245,7 +239,7 @@ def protocol_settings(cfg: DictConfig) -> EvalProtocol:
     if check_number("eval.episodes", ev.episodes, int) < 1:
         raise ConfigError(f"eval.episodes must be >= 1, got {ev.episodes}")
     return EvalProtocol(task_sets=list(ev.task_sets), loads=[float(x) for x in cfg.sim.loads],
-                        roots=resolve_roots(_plain(ev.roots)), episodes=int(ev.episodes), scenario=scenario)
+                        roots=resolve_roots(plain_config(ev.roots)), episodes=int(ev.episodes), scenario=scenario)
 
 
 def workload_settings(cfg: DictConfig) -> Workload:
@@ -254,7 +248,7 @@ def workload_settings(cfg: DictConfig) -> Workload:
                                ood_prob=float(ts.get("ood_prob", 0.0)))
                  for name, ts in (cfg.get("tasksets") or {}).items()}
     fp = cfg.get("family_params")
-    table = None if fp is None or fp.get("from_bank", False) else _plain(fp.table)
+    table = None if fp is None or fp.get("from_bank", False) else plain_config(fp.table)
     sc, stress = cfg.get("scenario"), None
     if sc and sc.get("name") == "stress":
         stress = StressSettings(int(sc.n_infeasible), int(sc.n_short), int(sc.short_arrival), int(sc.infeasible_budget),
@@ -266,12 +260,12 @@ def evaluation_settings(cfg: DictConfig) -> EvaluationSettings:
     """The settings of an evaluation run (``python -m mara.evaluate``, ``mara.train``'s evaluate stage)."""
     protocol = protocol_settings(cfg)
     ev = cfg.eval
-    recorded = _plain(ev)
+    recorded = plain_config(ev)
     overrides = cfg.get("method_overrides")
     return EvaluationSettings(
         sim=SimSettings.from_cfg(cfg.sim), protocol=protocol, workload=workload_settings(cfg),
         bank_path=(cfg.get("bank") or {}).get("path"), methods=tuple(cfg.get("methods") or ()),
-        method_overrides=_plain(overrides) if overrides else {}, shipped_policies=bool(cfg.get("shipped_policies", True)),
+        method_overrides=plain_config(overrides) if overrides else {}, shipped_policies=bool(cfg.get("shipped_policies", True)),
         predictors=dict(cfg.get("predictors") or {}), resume=bool(ev.get("resume", True)),
         tensorboard=bool(ev.get("tensorboard", True)), recorded={k: v for k, v in recorded.items() if k not in ("resume", "tensorboard")})
 
@@ -292,7 +286,7 @@ def prediction_settings(cfg: DictConfig) -> PredictionSettings:
     dp = pc.get("decision_points") or {}
     points = None
     if dp.get("enabled", False):
-        points = DecisionPointSettings(loads=tuple(float(x) for x in dp.loads), policies=_plain(dp.policies),
+        points = DecisionPointSettings(loads=tuple(float(x) for x in dp.loads), policies=plain_config(dp.policies),
                                        quantiles=tuple(float(x) for x in (pc.get("decision_quantiles") or ())))
     quantiles = pc.get("decision_quantiles", (0.05,))
     return PredictionSettings(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from mara.core.config import ConfigError, conf_dir
+from mara.core.config import ConfigError, conf_dir, plain_config
 from mara.curves.bank import CurveBank, default_bank_path, load_bank
 from mara.predictors.calibrated import CalibratedFlowPredictor
 from mara.predictors.fm import FlowPredictor
@@ -102,12 +102,9 @@ def trained_predictor_mismatch(trained, name: str | None) -> str | None:
         return None
     given = predictor_config(name)
     t_name, g_name = str(trained["name"]), str(given.get("name", name))
-    t_band, g_band = (_plain(c.get("band")) for c in (trained, given))
+    t_band, g_band = (plain_config(c.get("band")) for c in (trained, given))
     if t_name != g_name or (t_band is not None and g_band is not None and t_band != g_band):
         band = f" (band {t_band})" if t_band is not None else ""
         return f"it was trained with predictor {t_name!r}{band}, the method gives it {name!r}"
     return None
 
-
-def _plain(x):
-    return OmegaConf.to_container(x, resolve=True) if isinstance(x, DictConfig) or OmegaConf.is_config(x) else x

@@ -11,11 +11,11 @@ from typing import Mapping
 import numpy as np
 import torch
 
+from mara.core.config import plain_config
 from mara.core.safe_load import (
     check_kind,
     load_checkpoint,
     net_from,
-    plain_config,
 )
 from mara.curves.bank import SHIPPED_BANKS_DIR, default_bank_path
 from mara.predictors.crossing import decode_crossing

@@ -19,12 +19,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from mara.core.config import plain_config
 from mara.core.safe_load import (
     CheckpointError,
     check_kind,
     load_checkpoint,
     net_from,
-    plain_config,
 )
 from mara.curves.bank import SHIPPED_BANKS_DIR, default_bank_path
 from mara.predictors.decision_data import MIN_OBS, N_STATIC, decision_inputs
