@@ -2,6 +2,7 @@
 
     python -m mara.ckpt_convert OLD.ckpt [--out NEW.ckpt] [--recipe "python -m mara.train ..."]
     python -m mara.ckpt_convert --shipped        # the files in mara/data/checkpoints, with their recipes
+    python -m mara.ckpt_convert RUN/best.ckpt --out SHIPPED.ckpt --recipe mat=suite --policy-only   # ship a policy
 
 What changes: a ``kind`` field (``policy`` | ``fm`` | ``qr``), a ``recipe`` field (the command or recipe that trained
 it; kept when not given), hyper-parameters as plain containers, and a MAT training state stored as pickled bytes
@@ -34,6 +35,7 @@ _LIVE = ("python -m mara.live action=export_bank bank_out=outputs/live_bank/live
 SHIPPED_RECIPES = {
     **{f"mara_zoo_seed{s}.ckpt": "mat=band" for s in range(3)},
     **{f"mara_qr_zoo_seed{s}.ckpt": "mat=default" for s in range(3)},
+    **{f"mara_suite_zoo_seed{s}.ckpt": "mat=suite" for s in range(3)},
     "fm_zoo.ckpt": "python -m mara.train stage=predictor predictor.net.feature_set=v1",
     "fm_zoo_v3.ckpt": "python -m mara.train stage=predictor trainer.max_epochs=40",
     "fm_parametric.ckpt": "python -m mara.train stage=predictor bank=parametric predictor.net.feature_set=v1",
@@ -97,9 +99,14 @@ def _tensors(obj, prefix: str = "") -> dict:
     return out
 
 
-def convert(src, out=None, recipe: str | None = None) -> Path:
+POLICY_KEYS = ("state_dict", "hyper_parameters", "epoch", "global_step", "pytorch-lightning_version")
+
+
+def convert(src, out=None, recipe: str | None = None, policy_only: bool = False) -> Path:
     """Rewrite checkpoint ``src`` (to ``out``, default in place) in the load-as-data form with ``recipe``; returns the
-    written path. Raises ``CheckpointError`` (one line) for a file it cannot convert."""
+    written path. ``policy_only``: a MAT checkpoint keeps its weights and hyper-parameters only (no optimiser, rollout
+    or validation state: a policy to evaluate and ship, not to resume). Raises ``CheckpointError`` (one line) for a
+    file it cannot convert."""
     src = Path(src)
     out = Path(out) if out is not None else src
     ckpt = load_checkpoint(src, "checkpoint")
@@ -109,6 +116,10 @@ def convert(src, out=None, recipe: str | None = None) -> Path:
         kind = _kind(ckpt)
     except CheckpointError as exc:
         raise CheckpointError(f"{src} is {exc}") from None
+    if policy_only and kind != "policy":
+        raise CheckpointError(f"{src} is not a MAT policy checkpoint (--policy-only)")
+    if policy_only:
+        ckpt = {k: ckpt[k] for k in POLICY_KEYS if k in ckpt}
     before = _weights(ckpt)
     new = dict(ckpt)
     if kind == "policy":
@@ -141,8 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="where to write (one source only; default: in place)")
     p.add_argument("--recipe", help="the command or recipe that trained the file (kept when not given)")
     p.add_argument("--shipped", action="store_true", help="convert the package's checkpoints with their recipes")
+    p.add_argument("--policy-only", action="store_true", help="a MAT policy: keep weights and hyper-parameters only "
+                   "(what a shipped policy needs; it cannot be resumed)")
     args = p.parse_args(argv)
     try:
+        if args.policy_only and args.shipped:
+            raise ConfigError("--policy-only converts the checkpoints given, not --shipped")
         if args.shipped:
             jobs = [(SHIPPED_CKPT_DIR / name, None, r) for name, r in SHIPPED_RECIPES.items() if (SHIPPED_CKPT_DIR / name).exists()]
         elif args.src and not (args.out and len(args.src) > 1):
@@ -150,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             raise ConfigError("give one or more checkpoints (--out with a single one), or --shipped")
         for src, out, recipe in jobs:
-            print(f"{convert(src, out, recipe)}  recipe: {recipe or '(kept)'}")
+            print(f"{convert(src, out, recipe, args.policy_only)}  recipe: {recipe or '(kept)'}")
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -20,6 +20,7 @@ from mara.core.config import (
     check_method_cfg,
     is_learned,
     load_method_cfg,
+    shipped_policy_checkpoints,
     with_shipped_policies,
 )
 from mara.core.rundir import checkpoint_digests, earlier_results, run_folder
@@ -28,6 +29,7 @@ from mara.eval.lofo import run_lofo_experiment
 from mara.eval.prediction_cli import run_prediction
 from mara.eval.runner import build_episodes, evaluate_methods
 from mara.eval.settings import bank_at, from_cfg
+from mara.mat.allocator import read_policy_meta
 from mara.preflight import preflight
 from mara.report.results import build_results, write_results
 
@@ -65,7 +67,7 @@ def evaluate(cfg: DictConfig) -> dict:
         check_method_cfg(load_method_cfg(m, overrides.get(m)))
     bank = bank_at(run.bank_path)
     if sim.hetero:
-        methods = _without_unfit_shipped(methods, overrides)  # shipped policies were trained on identical nodes
+        methods = _without_unfit_shipped(methods, overrides, bank.path)  # most shipped policies: identical nodes only
     if run.shipped_policies:  # a learned method given no checkpoint evaluates the shipped policies
         overrides, shipped = with_shipped_policies(methods, overrides, bank.path)
         for m, paths in shipped.items():
@@ -129,17 +131,21 @@ def evaluate(cfg: DictConfig) -> dict:
 
 
 
-def _without_unfit_shipped(methods: list[str], overrides: dict) -> list[str]:
-    """On heterogeneous nodes / with switch costs the shipped policies (trained on identical nodes) are not
-    evaluated: a learned method given no checkpoint is dropped with a warning (``python -m mara.train experiment=hetero``
-    trains and evaluates one; or give ``+method_overrides.MARA.checkpoints=[...]``)."""
+def _without_unfit_shipped(methods: list[str], overrides: dict, bank_path=None) -> list[str]:
+    """On heterogeneous nodes / with switch costs a learned method given no checkpoint is dropped with a warning unless
+    its shipped policies were trained across clusters (MARA-suite, ``sizes: any``): the others were trained on
+    identical nodes (``python -m mara.train experiment=hetero`` trains and evaluates one; or give
+    ``+method_overrides.MARA.checkpoints=[...]``)."""
     keep = []
     for m in methods:
         mcfg = load_method_cfg(m, overrides.get(m))
         if is_learned(mcfg) and not mcfg.get("ckpt_path") and not mcfg.get("checkpoints"):
-            log.warning(f"skipping {m}: no checkpoint given and the shipped policies were trained on identical nodes "
-                        f"(python -m mara.train experiment=hetero trains one; or +method_overrides.{m}.checkpoints=[...])")
-            continue
+            shipped = shipped_policy_checkpoints(mcfg, bank_path) if bank_path is not None else []
+            if not shipped or any(read_policy_meta(c["ckpt_path"])["sizes"] != "any" for c in shipped):
+                log.warning(f"skipping {m}: no checkpoint given and the shipped policies were trained on identical "
+                            f"nodes (MARA-suite's act on any cluster; python -m mara.train experiment=hetero trains "
+                            f"one; or +method_overrides.{m}.checkpoints=[...])")
+                continue
         keep.append(m)
     return keep
 

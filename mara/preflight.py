@@ -155,7 +155,7 @@ RANGES = (
     ("seed", True, 0, True, None),
     ("eval.episodes", True, 1, True, None),
     ("mat.seed", True, 0, True, None),
-    ("mat.total_env_steps", True, 1, True, None),
+    ("mat.total_env_steps", True, 0, True, None),  # 0: imitation only (check_numbers: needs mat.imitation.enabled)
     ("mat.num_threads", True, 1, True, None),
     ("mat.rollout.n_episodes", True, 1, True, None),
     ("mat.rollout.n_steps", True, 1, True, None),
@@ -226,6 +226,9 @@ def check_numbers(cfg: DictConfig) -> None:
     roots = plain_config(_select(cfg, "eval.roots"))
     if isinstance(roots, list):
         check_range("eval.roots", roots, True, 0, True, None)
+    if _select(cfg, "mat.total_env_steps") == 0 and not _select(cfg, "mat.imitation.enabled"):
+        raise ConfigError("mat.total_env_steps must be an integer >= 1 when mat.imitation.enabled is false "
+                          "(0 means imitation only, no PPO)")
     epochs = _select(cfg, "trainer.max_epochs")
     if epochs is not None and epochs != -1:  # -1: Lightning's "no epoch limit"
         check_range("trainer.max_epochs", epochs, True, 1, True, None)

@@ -81,8 +81,9 @@ CASES = [
     # numbers out of range or not numbers
     ("train", ["seed=-1"], "seed must be an integer >= 0"),
     ("train", ["seed=1.5"], "seed must be an integer"),
-    ("train", ["mat.total_env_steps=-5"], "mat.total_env_steps must be an integer >= 1"),
-    ("train", ["experiment=smoke", "mat.total_env_steps=0"], "mat.total_env_steps must be an integer >= 1"),
+    ("train", ["mat.total_env_steps=-5"], "mat.total_env_steps must be an integer >= 0"),
+    ("train", ["experiment=smoke", "mat.total_env_steps=0", "mat.imitation.enabled=false"],
+     "mat.total_env_steps must be an integer >= 1 when mat.imitation.enabled is false"),
     ("train", ["mat.ppo.lr=0"], "mat.ppo.lr must be a number > 0"),
     ("train", ["mat.ppo.gamma=1.5"], "mat.ppo.gamma must be a number in [0, 1]"),
     ("train", ["mat.workload.load=[0.04,1.2]"], "mat.workload.load must be a number in [0, 1]"),

@@ -189,11 +189,15 @@ def place(obs: Observation, picks: np.ndarray, remaining=None, displace: bool = 
     return out
 
 
-def place_policy(obs: Observation, picks: np.ndarray) -> np.ndarray:
+def place_policy(obs: Observation, picks: np.ndarray, placement: str = "greedy") -> np.ndarray:
     """A learned policy's ordered picks [E, M] (its priority order, IDLE anywhere) placed as the least-slack rule
     places its own, with the median remaining estimate ``obs.pred_remaining`` as the demand: the identity on
     identical nodes with free preemption (old policies act unchanged). A deterministic function of the observation
-    and the picks, so the policy's log-probability of the picks is that of the placed action."""
+    and the picks, so the policy's log-probability of the picks is that of the placed action. ``placement``
+    ``displace``: then the displacement move as Slack-QR-displace makes it (the displaced task judged at the band's
+    upper end, no margin)."""
     if not getattr(obs, "hetero", False):
         return picks
+    if placement == "displace":
+        return place(obs, picks, obs.pred_remaining, displace=True, remaining_displaced=obs.pred_remaining_hi)
     return place(obs, picks, obs.pred_remaining)

@@ -14,6 +14,7 @@ from mara.core.config import (
     load_method_cfg,
     plain_config,
 )
+from mara.mat.allocator import trained_sizes
 from mara.predictors.factory import trained_predictor_mismatch
 
 
@@ -26,6 +27,7 @@ class PolicyFacts:
     n_nodes: int
     max_active: int
     features: str
+    any_size: bool = False  # trained across cluster sizes (mat.imitation.suite): acts for any M and K
 
 
 def policy_facts(policy) -> PolicyFacts | None:
@@ -33,12 +35,13 @@ def policy_facts(policy) -> PolicyFacts | None:
     if isinstance(policy, dict) and "hyper_parameters" in policy:
         hp = policy["hyper_parameters"]
         return PolicyFacts(str(policy.get("path", "?")), plain_config(hp.get("predictor")) or {}, int(hp["sim"]["n_nodes"]),
-                           int(hp["sim"]["max_active"]), str((hp.get("net") or {}).get("features", "v1")))
+                           int(hp["sim"]["max_active"]), str((hp.get("net") or {}).get("features", "v1")),
+                           trained_sizes(plain_config(hp)) == "any")
     net = getattr(policy, "policy", None)
     if net is None or not hasattr(net, "M"):
         return None
     return PolicyFacts(str(getattr(policy, "ckpt_path", "?")), getattr(policy, "trained_predictor", None) or {},
-                       int(net.M), int(net.K), str(getattr(net, "features", "v1")))
+                       int(net.M), int(net.K), str(getattr(net, "features", "v1")), bool(getattr(policy, "any_size", False)))
 
 
 def check_policy_fit(mcfg: DictConfig, policies, sim=None) -> None:
@@ -57,7 +60,8 @@ def check_policy_fit(mcfg: DictConfig, policies, sim=None) -> None:
             raise ConfigError(f"method {mcfg.name!r}: policy {facts.path}: {why}; evaluate it "
                               f"under a method with that predictor ({', '.join(fits) or 'none configured'}) or set "
                               f"+method_overrides.{mcfg.name}.predictor=<name>")
-        if sim is not None and (facts.n_nodes, facts.max_active) != (int(sim.nodes), int(sim.max_active)):
+        if sim is not None and not facts.any_size and (facts.n_nodes, facts.max_active) != (int(sim.nodes), int(sim.max_active)):
             raise ConfigError(f"method {mcfg.name!r}: policy {facts.path} was trained for M={facts.n_nodes}, "
                               f"K={facts.max_active}; this run has sim.nodes={sim.nodes}, sim.max_active={sim.max_active} "
-                              f"(train one for these settings, or set them to the policy's)")
+                              f"(train one for these settings, set them to the policy's, or use a policy trained across "
+                              f"sizes: MARA-suite, python -m mara.train experiment=suite)")

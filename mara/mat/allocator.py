@@ -1,6 +1,9 @@
 """The MAT policy as an ``Allocator`` (docs/allocators.md): observation → masked joint action, argmax by default.
 On heterogeneous nodes / with switch costs the policy's ordered picks are placed on nodes by the rules'
-placement (``mara.allocators.placement.place_policy``)."""
+placement (``mara.allocators.placement.place_policy``; with the displacement move for ``placement: displace``).
+A Plackett–Luce policy acts for the observation's own M and K; a policy trained across a suite of cluster sizes
+(``sizes: any`` in ``read_policy_meta``) is accepted for any of them, others only for the size they were trained for
+(``mara.eval.policy_fit``)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -33,8 +36,9 @@ class PolicyAllocator:
                                         **token_options(self.policy))
         dev = next(self.policy.parameters()).device
         actions, _, _ = self.policy.act(tokens.to(dev), present.to(dev), deterministic=self.deterministic,
-                                        generator=self.generator)
-        return place_policy(obs, to_env_actions(actions, self.policy.K))  # placement: the identity on identical nodes
+                                        generator=self.generator, n_nodes=obs.n_nodes)
+        picks = to_env_actions(actions, tokens.shape[1])
+        return place_policy(obs, picks, getattr(self.policy, "placement", "greedy"))  # identity on identical nodes
 
 
 class MATAllocator(PolicyAllocator):
@@ -59,7 +63,15 @@ class MATAllocator(PolicyAllocator):
         policy.eval()
         super().__init__(policy, deterministic, hp["rollout"]["scale"], seed)
         self.ckpt_path, self.trained_predictor = ckpt_path, hp.get("predictor") or {}
+        self.any_size = trained_sizes(hp) == "any"
         self.predictor_name = self.trained_predictor.get("name")
+
+
+def trained_sizes(hp: dict) -> str:
+    """``any`` for a Plackett–Luce policy trained across a suite of cluster settings (``mat.imitation.suite``), which
+    acts for any M, K and node profile; else ``trained`` (only the M and K in its hparams)."""
+    suite = (hp.get("imitation") or {}).get("suite")
+    return "any" if suite and (hp.get("net") or {}).get("decoder") == "plackett_luce" else "trained"
 
 
 def _check_policy(ckpt, path) -> dict:
@@ -85,4 +97,4 @@ def read_policy_meta(path) -> dict:
     hp = ckpt["hyper_parameters"]
     return {"M": int(hp["sim"]["n_nodes"]), "K": int(hp["sim"]["max_active"]), "features": hp["net"].get("features", "v1"),
             "decoder": hp["net"].get("decoder", "autoregressive"), "predictor": hp.get("predictor"),
-            "recipe": ckpt.get("recipe")}
+            "recipe": ckpt.get("recipe"), "sizes": trained_sizes(hp)}

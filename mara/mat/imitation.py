@@ -63,8 +63,8 @@ def collect_labelled_states(env: TrainingEnv, teacher, n_steps: int, student: MA
             act = teach
         else:
             dev = next(student.parameters()).device
-            a, _, _ = student.act(tok.to(dev), p.to(dev), deterministic=True)
-            act = env.place(to_env_actions(a, student.K))
+            a, _, _ = student.act(tok.to(dev), p.to(dev), deterministic=True, n_nodes=env.sim["n_nodes"])
+            act = env.place(to_env_actions(a, tok.shape[1]), student.placement)
         toks.append(tok[live]), pres.append(p[live]), acts.append(teacher_choices(picks, tok.shape[1])[live])
         env.step(act)
     assert n > 0
@@ -174,8 +174,9 @@ def agreement(policy: MATPolicy, data: dict, batch_size: int = 4096) -> float:
     for s in range(0, len(data["actions"]), batch_size):
         sl = slice(s, s + batch_size)
         dev = next(policy.parameters()).device
-        a, _, _ = policy.act(data["tokens"][sl].to(dev), data["present"][sl].to(dev), deterministic=True)
-        hits += int(served_sets_equal(a.cpu(), data["actions"][sl], policy.K).sum())
+        a, _, _ = policy.act(data["tokens"][sl].to(dev), data["present"][sl].to(dev), deterministic=True,
+                             n_nodes=data["actions"].shape[1])
+        hits += int(served_sets_equal(a.cpu(), data["actions"][sl], data["tokens"].shape[1]).sum())
     policy.train()
     return hits / max(len(data["actions"]), 1)
 

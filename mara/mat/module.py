@@ -17,6 +17,7 @@ from mara.mat.imitation import build_teacher, imitate
 from mara.mat.losses import explained_variance, gae
 from mara.mat.nets import MATPolicy
 from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout, node_kwargs
+from mara.mat.suite import imitate_suite, scaled_loads, setting_sim, suite_settings
 from mara.predictors.cache import FlowSampleCache
 from mara.predictors.factory import load_bank_and_predictor
 
@@ -63,6 +64,8 @@ class MATModule(L.LightningModule):
         """Imitation warm start (``mat.imitation``): clone the teacher rule into the policy before PPO."""
 
         hp, im = self.hparams, self.hparams.imitation
+        if im.get("suite"):
+            return self.warm_start_suite(bank, predictor)
         # a rule teacher reads the estimates the simulator carries, i.e. MAT's own frozen predictor; Slack-Truth
         # (privileged DAgger teacher) labels states with the true remaining batches the simulator holds
         teacher = build_teacher(im["teacher"])
@@ -77,6 +80,27 @@ class MATModule(L.LightningModule):
 
         return imitate(self.policy, make_env, teacher, im, seed=hp.seed, scale=hp.rollout["scale"],
                        log=lambda s: print(s, flush=True))
+
+    def warm_start_suite(self, bank, predictor) -> dict:
+        """Imitation across the settings of ``mat.imitation.suite`` (mara/mat/suite.py): one network, each setting's
+        own teacher, loads at the training loads' pressure per node."""
+        hp, im = self.hparams, self.hparams.imitation
+        settings = suite_settings(im, im["teacher"])
+        teachers = {name: build_teacher(name) for name in {s["teacher"] for s in settings}}
+
+        def make_env(setting: dict, r: int) -> TrainingEnv:  # fresh training episodes per setting and round
+            sim = setting_sim(hp.sim, setting)
+            i = settings.index(setting)
+            stream = EpisodeStream(bank, bank.family_params, hp.workload["task_set"],
+                                   scaled_loads(hp.workload["load"], sim["n_nodes"]),
+                                   hp.workload["train_root"] + hp.seed + 7919 * (r + 1) + 104729 * (i + 1),
+                                   im["n_episodes"], n_steps=sim["n_steps"])
+            return TrainingEnv(stream, bank, predictor, hp.reward, sim["beta"], sim["n_nodes"], sim["max_active"],
+                               sim["obs_every"], hp.rollout["n_groups"], im.get("stagger", hp.rollout["stagger"]),
+                               fm_cache=self.fm_cache, **node_kwargs(sim))
+
+        return imitate_suite(self.policy, settings, make_env, teachers, im, seed=hp.seed, scale=hp.rollout["scale"],
+                             log=lambda s: print(s, flush=True))
 
     def train_dataloader(self):
         return DataLoader([0], batch_size=None)  # one PPO iteration per epoch

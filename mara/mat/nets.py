@@ -92,6 +92,7 @@ class Block(nn.Module):
 
 
 DECODERS = ("autoregressive", "plackett_luce")
+PLACEMENTS = ("greedy", "displace")
 
 
 class MATPolicy(nn.Module):
@@ -112,8 +113,14 @@ class MATPolicy(nn.Module):
         features: str = "v1",
         token_q: float = BAND_Q,
         token_band: tuple[float, float] | list[float] = BAND_LEVELS,
+        placement: str = "greedy",
     ) -> None:
         super().__init__()
+        # how the policy's ordered picks go onto unequal nodes (mara/allocators/placement.py): the rules' greedy
+        # placement, or with the displacement move; checkpoints without it: greedy. The identity on identical nodes.
+        if placement not in PLACEMENTS:
+            raise ValueError(f"mat.net.placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
+        self.placement = placement
         self.features = features  # token feature set (mara/mat/features.py); checkpoints without it: v1
         # v2/v3 tokens: the quantile the stage / third slack are judged at and the levels of the band's ends
         # (features.token_options); checkpoints without them: Slack-FM-q's 0.01 on the FM's (0.1, 0.9) band
@@ -190,16 +197,17 @@ class MATPolicy(nn.Module):
         the front (the encoder has no slot positions, so this changes nothing but the order) and each row runs with
         only as many slot tokens as its bucket holds (absent slots are masked keys whose own outputs are unused, so
         dropping them is exact up to float summation order); scores go back to the original slot positions."""
-        if len(self.buckets) == 1:
+        E, K = present.shape
+        buckets = [b for b in self.buckets if b < K] + [K]  # this call's K (a policy trained across sizes runs at any K)
+        if len(buckets) == 1:
             mem, _, value = self.encode(tokens, present)
             return self.scores(mem), value
-        E, K = present.shape
         order = torch.argsort((~present).to(torch.int8), dim=1, stable=True)  # present slots first, in slot order
         tok = tokens.gather(1, order[..., None].expand(-1, -1, tokens.shape[2]))
         pres = present.gather(1, order)
         n = present.sum(dim=1)
         rows, slot_scores, idle, values, lo = [], [], [], [], -1
-        for hi in self.buckets:
+        for hi in buckets:
             idx = torch.nonzero((n > lo) & (n <= hi)).squeeze(1)
             lo = hi
             if len(idx) == 0:
@@ -233,13 +241,18 @@ class MATPolicy(nn.Module):
         return logits.masked_fill(~choice_mask(present, actions), torch.finfo(logits.dtype).min)
 
     # --------------------------------------------------------------- public
-    def act(self, tokens, present, deterministic: bool = False, generator: torch.Generator | None = None):
+    def act(self, tokens, present, deterministic: bool = False, generator: torch.Generator | None = None,
+            n_nodes: int | None = None):
         """Joint action -> (actions [E, M] in 0..K, logprob [E], value [E]): autoregressive (one decoder position per
-        node, cached) or Plackett–Luce (one scoring pass, M picks without replacement)."""
+        node, cached) or Plackett–Luce (one scoring pass, M picks without replacement). ``n_nodes``: M for this
+        call (Plackett–Luce only, whose network has no node or slot positions; K is ``tokens.shape[1]``); default
+        the M it was built for."""
         if self.decoder == "plackett_luce":
             scores, value = self.encode_scores(tokens, present)
-            actions = plackett_luce.sample(scores, present, self.M, deterministic, generator)
+            actions = plackett_luce.sample(scores, present, n_nodes or self.M, deterministic, generator)
             return actions, plackett_luce.log_prob(scores, present, actions), value
+        if n_nodes not in (None, self.M) or tokens.shape[1] != self.K:
+            raise ValueError(f"the autoregressive decoder acts for its own M={self.M}, K={self.K} only")
         mem, allow_k, value = self.encode(tokens, present)
         E = tokens.shape[0]
         table, mem_kv, ptr_keys = self._decoder_context(mem)

@@ -95,11 +95,11 @@ class TrainingEnv:
         toks = [obs_to_tokens(o, scale, feature_set, **options) for o in self.group_obs]
         return torch.cat([t for t, _ in toks]), torch.cat([p for _, p in toks])
 
-    def place(self, picks: np.ndarray) -> np.ndarray:
+    def place(self, picks: np.ndarray, placement: str = "greedy") -> np.ndarray:
         """A policy's ordered picks [E, M] (env actions, IDLE = -1) placed on each group's nodes
-        (``place_policy``; the identity on identical nodes with free preemption)."""
+        (``place_policy`` with the policy's ``placement``; the identity on identical nodes with free preemption)."""
         n = self.episode_stream.E // self.n_groups
-        return np.concatenate([place_policy(o, picks[g * n:(g + 1) * n]) for g, o in enumerate(self.group_obs)])
+        return np.concatenate([place_policy(o, picks[g * n:(g + 1) * n], placement) for g, o in enumerate(self.group_obs)])
 
     def new_batch(self, g: int) -> None:
         episodes = self.episode_stream.next(self.episode_stream.E // self.n_groups)
@@ -187,8 +187,8 @@ def collect_rollout(policy: MATPolicy, env: TrainingEnv, n_steps: int, generator
         tok, pres = env.tokens(scale, policy.features, **token_options(policy))
         tok, pres = tok.to(dev), pres.to(dev)
         with torch.inference_mode():
-            a, logp, v = policy.act(tok, pres, generator=generator)
-        r, d, lv = env.step(env.place(to_env_actions(a, policy.K)))  # picks -> nodes (identity by default)
+            a, logp, v = policy.act(tok, pres, generator=generator, n_nodes=env.sim["n_nodes"])
+        r, d, lv = env.step(env.place(to_env_actions(a, tok.shape[1]), policy.placement))  # picks -> nodes
         tokens.append(tok), present.append(pres), actions.append(a), logprobs.append(logp), values.append(v)
         rewards.append(torch.as_tensor(r, dtype=torch.float32, device=dev))
         dones.append(torch.as_tensor(d, device=dev))

@@ -11,7 +11,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
-from mara.core.config import ConfigError, conf_dir, load_method_cfg
+from mara.core.config import ConfigError, conf_dir, load_method_cfg, plain_config
 from mara.core.progress_callback import ProgressCallback
 from mara.core.runlog import log_hparams, setup_logging
 from mara.core.safe_load import CheckpointError
@@ -79,22 +79,36 @@ def check_teacher_predictor(c: dict) -> None:
     estimates). That is sound for rules defined on any predictor's median and band (Slack-FM, Slack-FM-q), not for
     the decision head's rules, which read levels only the head was trained at (Slack-QR-q's 0.05 level, Slack-QR's
     band): fed another predictor they would silently become another rule. So a teacher whose predictor is the head
-    (``qr`` kind) must be given that very predictor — one-line ConfigError otherwise. The privileged ``truth``
-    teacher (Slack-Truth) reads the simulator and is always allowed."""
+    (``qr`` kind) must be given that very predictor — or, for a rule that judges at the median (no ``quantile``:
+    Slack-QR, Slack-QR-displace), the same head with the same median and upper end, the only levels it reads.
+    One-line ConfigError otherwise. The privileged ``truth`` teacher (Slack-Truth) reads the simulator and is always
+    allowed. Every teacher of ``mat.imitation.suite`` is checked."""
     imitation = c.get("imitation") or {}
     if not imitation.get("enabled") or not imitation.get("teacher") or c.get("ckpt_path"):
         return
-    teacher = str(imitation["teacher"])
-    wants = load_method_cfg(teacher).get("predictor")
-    if wants in (None, "truth") or predictor_config(wants).get("name") != "qr":
-        return
+    teachers = [str(imitation["teacher"])] + [str(s["teacher"]) for s in imitation.get("suite") or [] if s.get("teacher")]
     pred = c.get("predictor")
-    why = trained_predictor_mismatch(predictor_config(pred) if isinstance(pred, str) else pred, wants)
-    if why or pred is None:
-        have = pred if isinstance(pred, str) or pred is None else pred.get("name")
-        raise ConfigError(f"mat.imitation.teacher={teacher} reads predictor {wants!r} but this policy is trained with "
-                          f"{have!r}: give the same predictor (e.g. `mat=default predictor=qr_q`) or a teacher made for "
-                          f"{have!r}")
+    given = predictor_config(pred) if isinstance(pred, str) else pred
+    for teacher in dict.fromkeys(teachers):
+        mcfg = load_method_cfg(teacher)
+        wants = mcfg.get("predictor")
+        if wants in (None, "truth") or predictor_config(wants).get("name") != "qr":
+            continue
+        why = trained_predictor_mismatch(given, wants)
+        if why and given is not None and (mcfg.get("allocator") or {}).get("quantile") is None:
+            why = None if reads_same_median_and_upper(given, predictor_config(wants)) else why
+        if why or pred is None:
+            have = pred if isinstance(pred, str) or pred is None else pred.get("name")
+            raise ConfigError(f"mat.imitation.teacher={teacher} reads predictor {wants!r} but this policy is trained "
+                              f"with {have!r}: give the same predictor (e.g. `mat=default predictor=qr_q`) or a teacher "
+                              f"made for {have!r}")
+
+
+def reads_same_median_and_upper(a: dict, b: dict) -> bool:
+    """Two predictor configs of one kind and checkpoint whose bands share the median and the upper end."""
+    band_a, band_b = (list(plain_config(x.get("band")) or []) for x in (a, b))
+    return (a.get("name") == b.get("name") and a.get("ckpt_path") == b.get("ckpt_path") and len(band_a) == len(band_b) == 3
+            and band_a[1:] == band_b[1:])
 
 
 def check_resume_checkpoint(path) -> None:
@@ -179,7 +193,9 @@ def trained_method(cfg: DictConfig) -> str:
         return "MARA-sparse"
     if cfg.predictor.get("name") == "wls":
         return "MARA-WLS"
+    mat = cfg.get("mat") or {}
+    if (mat.get("imitation") or {}).get("suite"):
+        return "MARA-suite"  # one policy across cluster sizes and node profiles (mat=suite)
     if cfg.predictor.get("name") == "qr":
         return "MARA-QR"  # the decision head (mat=default predictor=qr_q)
-    mat = cfg.get("mat") or {}
     return "MARA" if (mat.get("imitation") or {}).get("enabled", False) else "MARA-paper"
