@@ -35,6 +35,7 @@ from mara.eval.runner import check_number, node_options
 from mara.mat.allocator import read_policy_checkpoint
 from mara.mat.train import trained_method
 from mara.predictors.fm import load_net
+from mara.predictors.protocol import WARMUP_OBS
 from mara.predictors.quantile_head import load_heads
 
 
@@ -229,6 +230,12 @@ def check_numbers(cfg: DictConfig) -> None:
     epochs = _select(cfg, "trainer.max_epochs")
     if epochs is not None and epochs != -1:  # -1: Lightning's "no epoch limit"
         check_range("trainer.max_epochs", epochs, True, 1, True, None)
+    predictors = _select(cfg, "predictors")
+    for name in predictors.keys() if isinstance(predictors, DictConfig) else []:  # cold estimates (predictors/cold.py)
+        for key, hi in (("first_obs", WARMUP_OBS), ("cold.k", None)):
+            value = _select(cfg, f"predictors.{name}.{key}")
+            if value is not None:
+                check_range(f"predictors.{name}.{key}", value, True, 1, True, hi)
 
 
 # ------------------------------------------------------------------------------------------------- checkpoints
