@@ -4,16 +4,18 @@
 # count from which the rule judges a task (allocator.warm_obs) and the cold prior's number of nearest training
 # curves (predictors.qr_q_cold.cold.k). The first run also evaluates the references Slack-QR-q, Slack-Truth and
 # Slack-Truth-cold (warm_obs 1). Criterion: the highest mean success over the four loads.
-# Usage: [READINGS="1:10 2:10 3:10 1:5 1:20"] scripts/slack_cold_sweep.sh OUTDIR
+# Usage: [READINGS="1:10 2:10 3:10 1:5 1:20"] [SKIP_REF=1] scripts/slack_cold_sweep.sh OUTDIR
 #        python scripts/paired_table.py OUTDIR/ref/results.json,OUTDIR/w1_k10/results.json Slack-QR-q ...
 set -euo pipefail
 OUT=${1:-outputs/slack_cold_sweep}
 mkdir -p "$OUT"
 ROOTS='eval.roots=[1000,1001,1002,1003,1004]'
 LOADS='sim.loads=[0.04,0.05,0.06,0.07]'
-python -m mara.evaluate 'methods=[Slack-QR-q,Slack-Truth,Slack-Truth-cold]' "$ROOTS" "$LOADS" eval.tensorboard=false \
-  paths.output_dir=$OUT/ref > $OUT/ref.log 2>&1
-echo "ref: $(grep -A6 'Average success rate' $OUT/ref/results.md | tail -3 | tr '\n' ' ')"
+if [ -z "${SKIP_REF:-}" ]; then
+  python -m mara.evaluate 'methods=[Slack-QR-q,Slack-Truth,Slack-Truth-cold]' "$ROOTS" "$LOADS" eval.tensorboard=false \
+    paths.output_dir=$OUT/ref > $OUT/ref.log 2>&1
+  echo "ref: $(grep -A6 'Average success rate' $OUT/ref/results.md | tail -3 | tr '\n' ' ')"
+fi
 for r in ${READINGS:-1:10 2:10 3:10 1:5 1:20}; do
   w=${r%%:*}; k=${r##*:}; name=w${w}_k${k}
   python -m mara.evaluate 'methods=[Slack-QR-q-cold]' "$ROOTS" "$LOADS" eval.tensorboard=false paths.output_dir=$OUT/$name \
