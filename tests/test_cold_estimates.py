@@ -147,3 +147,12 @@ def test_bad_value_is_one_line_and_exit_2(arg, needle, tmp_path):
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert p.returncode == 2 and len(lines) == 1 and needle in lines[0], p.stderr[-2000:]
     assert not (tmp_path / "run" / "results.json").exists()
+
+
+def test_a_policy_trained_without_cold_estimates_is_not_given_them():
+    from mara.predictors.factory import trained_predictor_mismatch
+
+    qr_q = predictor_config("qr_q")
+    assert trained_predictor_mismatch(qr_q, "qr_q") is None
+    assert "trained with predictor 'qr'" in trained_predictor_mismatch(qr_q, "qr_q_cold")  # same head, another timing
+    assert trained_predictor_mismatch(predictor_config("qr_q_cold"), "qr_q_cold") is None

@@ -15,7 +15,7 @@ from mara.core.config import ConfigError, conf_dir, plain_config
 from mara.curves.bank import CurveBank, default_bank_path, load_bank
 from mara.predictors.calibrated import CalibratedFlowPredictor
 from mara.predictors.fm import FlowPredictor
-from mara.predictors.protocol import RemainingPredictor, check_first_obs
+from mara.predictors.protocol import WARMUP_OBS, RemainingPredictor, check_first_obs
 from mara.predictors.quantile_head import QuantileHeadPredictor
 from mara.predictors.truth import TruthPredictor
 from mara.predictors.wls import WLSPredictor
@@ -103,14 +103,16 @@ def load_bank_and_predictor(bank_path: str | None, spec) -> tuple[CurveBank, Rem
 def trained_predictor_mismatch(trained, name: str | None) -> str | None:
     """Why a policy trained with the predictor config ``trained`` (its checkpoint's ``hyper_parameters.predictor``)
     must not be run with the method's predictor ``name``, or None when they agree. Compared: the predictor kind
-    (``name``) and its band levels — the policy's tokens read the band, so another band is another input. Unknown
-    on either side (no estimates, a checkpoint that did not record it): nothing to compare."""
+    (``name``), its band levels — the policy's tokens read the band, so another band is another input — and the
+    observation from which it answers (``first_obs``: cold estimates are another input too). Unknown on either side
+    (no estimates, a checkpoint that did not record it): nothing to compare."""
     if not name or not trained or not trained.get("name"):
         return None
     given = predictor_config(name)
     t_name, g_name = str(trained["name"]), str(given.get("name", name))
     t_band, g_band = (plain_config(c.get("band")) for c in (trained, given))
-    if t_name != g_name or (t_band is not None and g_band is not None and t_band != g_band):
+    t_first, g_first = (c.get("first_obs") or WARMUP_OBS for c in (trained, given))
+    if t_name != g_name or (t_band is not None and g_band is not None and t_band != g_band) or t_first != g_first:
         band = f" (band {t_band})" if t_band is not None else ""
         return f"it was trained with predictor {t_name!r}{band}, the method gives it {name!r}"
     return None
