@@ -183,10 +183,16 @@ class QuantileHeadPredictor:
 
 
 def cold_prior_from(cc, bank_path, band):
-    """The ``cold`` setting of a qr config (``{split, k}`` or null) → a ColdPrior at the band's levels, or None."""
+    """The ``cold`` setting of a qr config (``{split, k, band}`` or null) → a ColdPrior at ``cold.band``'s levels (lo,
+    0.5, hi; default the head's ``band``: the rule reads a cold task's band as it reads the head's), or None."""
     if not cc:
         return None
     split, k = cc.get("split", "fm_train"), cc.get("k", 10)
+    if cc.get("band") is not None:
+        band = tuple(float(x) for x in cc.get("band"))
+        if len(band) != 3 or not 0 < band[0] < 0.5 < band[2] < 1 or band[1] != 0.5:
+            raise ConfigError(f"predictor.cold.band must be three levels (lo, 0.5, hi) with 0 < lo < 0.5 < hi < 1, "
+                              f"got {list(band)}")
     if split not in SPLITS:
         raise ConfigError(f"predictor.cold.split={split!r} is not a bank split (known: {', '.join(SPLITS)})")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
