@@ -139,7 +139,9 @@ def test_first_obs_out_of_range_is_a_config_error(bank, value):
 
 
 @pytest.mark.parametrize("arg,needle", [("predictors.qr_q_cold.first_obs=0", "predictors.qr_q_cold.first_obs must be an integer in [1, 4]"),
-                                        ("predictors.qr_q_cold.cold.k=0", "predictors.qr_q_cold.cold.k must be an integer >= 1")])
+                                        ("predictors.qr_q_cold.cold.k=0", "predictors.qr_q_cold.cold.k must be an integer >= 1"),
+                                        ("++predictors.qr_q_cold.cold.band=[0,0.5,0.9]", "predictors.qr_q_cold.cold.band must be a number in [0, 1]"),
+                                        ("++predictors.qr_q_cold.cold.band=[0.6,0.5,0.9]", "predictors.qr_q_cold.cold.band must be three levels")])
 def test_bad_value_is_one_line_and_exit_2(arg, needle, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     p = subprocess.run([sys.executable, "-m", "mara.evaluate", "methods=[Slack-QR-q-cold]", arg,

@@ -189,12 +189,20 @@ def cold_prior_from(cc, bank_path, band):
         return None
     split, k = cc.get("split", "fm_train"), cc.get("k", 10)
     if cc.get("band") is not None:
-        band = tuple(float(x) for x in cc.get("band"))
-        if len(band) != 3 or not 0 < band[0] < 0.5 < band[2] < 1 or band[1] != 0.5:
-            raise ConfigError(f"predictor.cold.band must be three levels (lo, 0.5, hi) with 0 < lo < 0.5 < hi < 1, "
-                              f"got {list(band)}")
+        band = check_cold_band(cc.get("band"))
     if split not in SPLITS:
         raise ConfigError(f"predictor.cold.split={split!r} is not a bank split (known: {', '.join(SPLITS)})")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ConfigError(f"predictor.cold.k must be an integer >= 1 (nearest training curves), got {k!r}")
     return ColdPrior.from_bank(load_bank(bank_path or default_bank_path()), split=str(split), k=k, quantiles=band)
+
+
+def check_cold_band(band, where: str = "predictor.cold.band") -> tuple:
+    """Three levels (lo, 0.5, hi) with 0 < lo < 0.5 < hi < 1, else a one-line ConfigError."""
+    try:
+        band = tuple(float(x) for x in plain_config(band))
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where} must be three levels (lo, 0.5, hi), got {band!r}") from None
+    if len(band) != 3 or band[1] != 0.5 or not 0 < band[0] < 0.5 < band[2] < 1:
+        raise ConfigError(f"{where} must be three levels (lo, 0.5, hi) with 0 < lo < 0.5 < hi < 1, got {list(band)}")
+    return band
