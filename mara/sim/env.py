@@ -379,7 +379,7 @@ class BatchedEnv:
             self.t, self.slot_task.copy(), self.slot_s.copy(), self.slot_arrival.copy(), self.slot_deadline.copy(),
             self.slot_cap.copy(), self.slot_pred.copy(), self.slot_pred_s.copy(), self.n_queued.copy(), self.done.copy(),
             self.M, self.K, self.obs_every, slot_pred_lo=self.slot_pred_lo.copy(), slot_pred_hi=self.slot_pred_hi.copy(),
-            **extra, **({} if self.first_obs == WARMUP_OBS else {"first_obs": self.first_obs}),
+            first_obs=self.first_obs, **extra,
         )
 
     def _serve(self, actions: np.ndarray, served: np.ndarray) -> np.ndarray:
