@@ -35,7 +35,8 @@ from mara.eval.runner import check_number, node_options
 from mara.mat.allocator import read_policy_checkpoint
 from mara.mat.train import trained_method
 from mara.predictors.fm import load_net
-from mara.predictors.quantile_head import load_heads
+from mara.predictors.protocol import WARMUP_OBS
+from mara.predictors.quantile_head import check_cold_band, load_heads
 
 
 def _first_line(exc: BaseException) -> str:
@@ -232,6 +233,15 @@ def check_numbers(cfg: DictConfig) -> None:
     epochs = _select(cfg, "trainer.max_epochs")
     if epochs is not None and epochs != -1:  # -1: Lightning's "no epoch limit"
         check_range("trainer.max_epochs", epochs, True, 1, True, None)
+    predictors = _select(cfg, "predictors")
+    for name in predictors.keys() if isinstance(predictors, DictConfig) else []:  # cold estimates (predictors/cold.py)
+        for key, integer, lo, lo_in, hi in (("first_obs", True, 1, True, WARMUP_OBS), ("cold.k", True, 1, True, None),
+                                            ("cold.band", False, 0, False, 1)):
+            value = _select(cfg, f"predictors.{name}.{key}")
+            if value is not None:
+                check_range(f"predictors.{name}.{key}", value, integer, lo, lo_in, hi)
+        if _select(cfg, f"predictors.{name}.cold.band") is not None:
+            check_cold_band(_select(cfg, f"predictors.{name}.cold.band"), f"predictors.{name}.cold.band")
 
 
 # ------------------------------------------------------------------------------------------------- checkpoints

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from mara.core.config import CONF_DIR, load_method_cfg
+from mara.core.config import CONF_DIR, PRIVILEGED_PREDICTORS, load_method_cfg
 from mara.report.styles import BOUNDS, known_methods, method_style
 
 METHODS = sorted(p.stem for p in (CONF_DIR / "method").glob("*.yaml"))
@@ -27,7 +27,7 @@ def test_kinds_bounds_dashed_rules_solid_learned_thick():
         if m in BOUNDS:
             assert s["linestyle"] == "--", m
             cfg = load_method_cfg(m)
-            assert cfg.kind == "bound" or cfg.get("predictor") == "truth", m  # fed true remaining batches: a bound
+            assert cfg.kind == "bound" or cfg.get("predictor") in PRIVILEGED_PREDICTORS, m  # fed true remaining batches
         elif m.startswith("MARA"):
             assert s["linestyle"] == "-" and s["linewidth"] >= 2 * method_style("FIFO")["linewidth"] and s["marker"], m
             assert s["zorder"] > method_style("Slack-QR-q")["zorder"]  # drawn over the rules

@@ -5,7 +5,8 @@ stages and the M nodes go to the tasks in stage order, one node per task (work-c
 
 1. **finishable** — warm (``n_obs >= warm_obs``) and predicted to finish in time, ``p̂ ≤ τ``
    (p̂ = ``obs.pred_remaining``, τ = ``obs.remaining_time``): least slack ``τ − p̂`` first;
-2. **cold** — fewer than ``warm_obs`` observations (no usable estimate): earliest deadline first;
+2. **cold** — fewer than ``warm_obs`` observations, or a cold estimate the predictor could not give
+   (``obs.no_estimate``): earliest deadline first;
 3. **hopeless** — warm with ``p̂ > τ``: earliest deadline first.
 
 Ties: earlier deadline, then earlier arrival (task index). The ordering key is a pure function
@@ -28,10 +29,13 @@ from mara.sim.env import IDLE, WARMUP_OBS, Observation
 FINISHABLE, COLD, HOPELESS, SKIP = 0, 1, 2, 3
 
 
-def slack_stage(present, cap_remaining, n_obs, pred, tau, warm_obs: int = WARMUP_OBS) -> np.ndarray:
-    """Stage of every slot [E, K]: FINISHABLE, COLD, HOPELESS, or SKIP (absent or cap exhausted)."""
+def slack_stage(present, cap_remaining, n_obs, pred, tau, warm_obs: int = WARMUP_OBS, no_estimate=None) -> np.ndarray:
+    """Stage of every slot [E, K]: FINISHABLE, COLD, HOPELESS, or SKIP (absent or cap exhausted); a slot with
+    ``no_estimate`` [E, K] (a cold task its predictor could not answer) stays COLD whatever ``warm_obs``."""
     servable = present & (cap_remaining > 0)
     warm = n_obs >= warm_obs
+    if no_estimate is not None:
+        warm = warm & ~no_estimate
     stage = np.where(warm, np.where(pred <= tau, FINISHABLE, HOPELESS), COLD)
     return np.where(servable, stage, SKIP)
 
@@ -112,7 +116,8 @@ class SlackRule:
         if self.quantile is not None:
             feas = np.nan_to_num(band_quantile(obs.pred_remaining_lo, pred, obs.pred_remaining_hi, self.quantile, self.band), nan=np.inf)
         feas_steps = fastest_node_steps(obs, feas)  # == feas on the paper's identical nodes
-        stage = slack_stage(obs.present, obs.cap_remaining, obs.n_obs, feas_steps, tau, self.warm_obs)
+        stage = slack_stage(obs.present, obs.cap_remaining, obs.n_obs, feas_steps, tau, self.warm_obs,
+                            getattr(obs, "no_estimate", None))
         keys = slack_keys(stage, feas_steps if self.slack_at == "quantile" else fastest_node_steps(obs, pred), tau, obs.deadline, obs.task)
         order = np.lexsort(tuple(reversed(keys)), axis=-1)  # lexsort: last key is primary
         M = obs.n_nodes

@@ -62,7 +62,7 @@ def load_method_cfg(name: str, overrides: DictConfig | dict | None = None) -> Di
     return cfg
 
 
-PRIVILEGED_PREDICTORS = ("truth",)  # bounds: read the task's own curve (mara/predictors/truth.py)
+PRIVILEGED_PREDICTORS = ("truth", "truth_cold")  # bounds: read the task's own curve (mara/predictors/truth.py)
 
 
 def is_learned(cfg: DictConfig) -> bool:

@@ -3,7 +3,8 @@
 A spec is ``None`` (no estimates), a name (``fm`` / ``fm_cal`` / ``wls`` / ``qr`` / ``truth``: ``conf/predictor/<name>.yaml``, or the
 run's own ``predictors.<name>`` where the caller passes them), or a config mapping with ``name`` — Hydra-composed from
 the same ``conf/predictor/`` group (``predictor=...``, ``predictors.fm....`` overrides), or just ``{name: ...}``, which
-reads the group's file. Training, validation, evaluation, the prediction benchmarks, live mode and the bench all build
+reads the group's file. Any predictor config may set ``first_obs`` (1–4, default 4): the observation from which the
+simulator asks it for estimates (``mara/sim/env.py``); below 4 it should answer cold tasks (``qr``'s ``cold`` prior). Training, validation, evaluation, the prediction benchmarks, live mode and the bench all build
 their predictors here, so every path reads one config source.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ from mara.core.config import ConfigError, conf_dir, plain_config
 from mara.curves.bank import CurveBank, default_bank_path, load_bank
 from mara.predictors.calibrated import CalibratedFlowPredictor
 from mara.predictors.fm import FlowPredictor
-from mara.predictors.protocol import RemainingPredictor
+from mara.predictors.protocol import WARMUP_OBS, RemainingPredictor, check_first_obs
 from mara.predictors.quantile_head import QuantileHeadPredictor
 from mara.predictors.truth import TruthPredictor
 from mara.predictors.wls import WLSPredictor
@@ -84,7 +85,13 @@ def _build(cfg, bank_path=None) -> RemainingPredictor:
     name = cfg.get("name")
     if name not in PREDICTORS:
         raise ValueError(f"predictor.name must be one of {sorted(PREDICTORS)}, got {name!r}")
-    return PREDICTORS[name](cfg, bank_path)
+    predictor = PREDICTORS[name](cfg, bank_path)
+    if cfg.get("first_obs") is not None:  # the simulator asks for estimates from this observation on (default 4)
+        try:
+            predictor.first_obs = check_first_obs(cfg.first_obs)
+        except ValueError as exc:
+            raise ConfigError(f"predictor {name}: {exc}") from None
+    return predictor
 
 
 def load_bank_and_predictor(bank_path: str | None, spec) -> tuple[CurveBank, RemainingPredictor | None]:
@@ -96,14 +103,16 @@ def load_bank_and_predictor(bank_path: str | None, spec) -> tuple[CurveBank, Rem
 def trained_predictor_mismatch(trained, name: str | None) -> str | None:
     """Why a policy trained with the predictor config ``trained`` (its checkpoint's ``hyper_parameters.predictor``)
     must not be run with the method's predictor ``name``, or None when they agree. Compared: the predictor kind
-    (``name``) and its band levels — the policy's tokens read the band, so another band is another input. Unknown
-    on either side (no estimates, a checkpoint that did not record it): nothing to compare."""
+    (``name``), its band levels — the policy's tokens read the band, so another band is another input — and the
+    observation from which it answers (``first_obs``: cold estimates are another input too). Unknown on either side
+    (no estimates, a checkpoint that did not record it): nothing to compare."""
     if not name or not trained or not trained.get("name"):
         return None
     given = predictor_config(name)
     t_name, g_name = str(trained["name"]), str(given.get("name", name))
     t_band, g_band = (plain_config(c.get("band")) for c in (trained, given))
-    if t_name != g_name or (t_band is not None and g_band is not None and t_band != g_band):
+    t_first, g_first = (c.get("first_obs") or WARMUP_OBS for c in (trained, given))
+    if t_name != g_name or (t_band is not None and g_band is not None and t_band != g_band) or t_first != g_first:
         band = f" (band {t_band})" if t_band is not None else ""
         return f"it was trained with predictor {t_name!r}{band}, the method gives it {name!r}"
     return None

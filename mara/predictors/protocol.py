@@ -17,6 +17,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+WARMUP_OBS = 4  # observations before a predictor is asked for estimates, unless it answers cold tasks (``first_obs``)
+
 
 @runtime_checkable
 class RemainingPredictor(Protocol):
@@ -37,3 +39,10 @@ def predict_band(predictor, S, L, lengths, eps, cap_remaining, batch_size, lr, f
     med = predictor.predict_remaining(S, L, lengths, eps, cap_remaining, batch_size, lr, family=family, **extra)
     return med, med, med
 
+
+def check_first_obs(first_obs) -> int:
+    """A predictor's ``first_obs``: the observation count (1 to WARMUP_OBS) from which it is asked for estimates."""
+    if isinstance(first_obs, bool) or not isinstance(first_obs, (int, np.integer)) or not 1 <= first_obs <= WARMUP_OBS:
+        raise ValueError(f"first_obs must be an integer in [1, {WARMUP_OBS}] (the observation from which estimates are "
+                         f"asked for), got {first_obs!r}")
+    return int(first_obs)

@@ -6,7 +6,9 @@ An ensemble (several trained heads, e.g. training seeds) averages the members' q
 by level (stays non-crossing); ``ckpt_path`` may name one file or a list, and one file may hold several members.
 ``QuantileHeadPredictor`` gives the simulator the same interface as the flow predictor: ``predict_remaining`` (the
 0.5 level) and ``predict_quantiles`` → [B, 3] at the configured ``band`` levels (lo, 0.5, hi), each one of the
-trained levels, read directly (no extrapolation). Fewer than 4 observations → the cap (cold), as for FM and WLS.
+trained levels, read directly (no extrapolation). Fewer than 4 observations → the cap (cold), as for FM and WLS;
+with a ``cold`` prior (``mara/predictors/cold.py``) → its nearest-curve quantiles at the same band levels, and NaN (no
+estimate) for a family without training curves.
 
 Shapes: ``B`` tasks, ``H`` history, ``Q`` trained levels.
 """
@@ -19,14 +21,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from mara.core.config import plain_config
+from mara.core.config import ConfigError, plain_config
 from mara.core.safe_load import (
     CheckpointError,
     check_kind,
     load_checkpoint,
     net_from,
 )
-from mara.curves.bank import SHIPPED_BANKS_DIR, default_bank_path
+from mara.curves.bank import SHIPPED_BANKS_DIR, SPLITS, default_bank_path, load_bank
+from mara.predictors.cold import ColdPrior
 from mara.predictors.decision_data import MIN_OBS, N_STATIC, decision_inputs
 from mara.predictors.nets import HistoryEncoder, Standardizer
 from mara.predictors.quantile import (
@@ -124,7 +127,7 @@ class QuantileHeadPredictor:
 
     name = "qr"
 
-    def __init__(self, net, band=(0.1, 0.5, 0.9), min_obs: int = MIN_OBS):
+    def __init__(self, net, band=(0.1, 0.5, 0.9), min_obs: int = MIN_OBS, cold=None):
         band = check_levels(band)
         if len(band) != 3 or abs(band[1] - 0.5) > 1e-9:
             raise ValueError(f"qr band must be three levels (lo, 0.5, hi), got {list(band)}")
@@ -133,13 +136,16 @@ class QuantileHeadPredictor:
         self.quantiles = band
         self.band_idx = level_index(self.levels, band)
         self.min_obs = int(min_obs)
+        self.cold = cold  # ColdPrior at the band's levels for tasks below min_obs, or None (the cap)
 
     @classmethod
     def from_config(cls, cfg, bank_path=None) -> "QuantileHeadPredictor":
         path = cfg.get("ckpt_path") or default_ckpt_path(bank_path)
         if not isinstance(path, (str, Path)):
             path = [str(p) for p in path]
-        return cls(load_heads(path), band=tuple(cfg.get("band", (0.1, 0.5, 0.9))), min_obs=int(cfg.get("min_obs", MIN_OBS)))
+        band = tuple(cfg.get("band", (0.1, 0.5, 0.9)))
+        return cls(load_heads(path), band=band, min_obs=int(cfg.get("min_obs", MIN_OBS)),
+                   cold=cold_prior_from(cfg.get("cold"), bank_path, band))
 
     def all_quantiles(self, S, L, lengths, eps, cap_remaining, batch_size, lr) -> np.ndarray:
         """Remaining batches at every trained level [B, Q], within [0, cap]; cold tasks (< min_obs) get the cap."""
@@ -158,9 +164,45 @@ class QuantileHeadPredictor:
         return out
 
     def predict_quantiles(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None) -> np.ndarray:
-        """[B, 3] remaining batches at the band levels (lo, 0.5, hi); ordered, within [0, cap]."""
-        return self.all_quantiles(S, L, lengths, eps, cap_remaining, batch_size, lr)[:, self.band_idx]
+        """[B, 3] remaining batches at the band levels (lo, 0.5, hi); ordered, within [0, cap]. With a ``cold`` prior,
+        tasks below ``min_obs`` get its quantiles (NaN where their family has no training curves)."""
+        q = self.all_quantiles(S, L, lengths, eps, cap_remaining, batch_size, lr)[:, self.band_idx]
+        cold = np.flatnonzero(np.asarray(lengths) < self.min_obs)
+        if self.cold is None or family is None or not len(cold):
+            return q
+        sub = lambda a: np.asarray(a)[cold]  # noqa: E731
+        fam = sub(family)
+        q[cold] = self.cold.predict_quantiles(sub(S), sub(L), sub(lengths), sub(eps), sub(cap_remaining),
+                                              sub(batch_size), fam)
+        q[cold[~np.isin(fam.astype(str), list(self.cold.curves))]] = np.nan
+        return q
 
     def predict_remaining(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None) -> np.ndarray:
         """The learned median [B]."""
-        return self.predict_quantiles(S, L, lengths, eps, cap_remaining, batch_size, lr)[:, 1]
+        return self.predict_quantiles(S, L, lengths, eps, cap_remaining, batch_size, lr, family=family)[:, 1]
+
+
+def cold_prior_from(cc, bank_path, band):
+    """The ``cold`` setting of a qr config (``{split, k, band}`` or null) → a ColdPrior at ``cold.band``'s levels (lo,
+    0.5, hi; default the head's ``band``: the rule reads a cold task's band as it reads the head's), or None."""
+    if not cc:
+        return None
+    split, k = cc.get("split", "fm_train"), cc.get("k", 10)
+    if cc.get("band") is not None:
+        band = check_cold_band(cc.get("band"))
+    if split not in SPLITS:
+        raise ConfigError(f"predictor.cold.split={split!r} is not a bank split (known: {', '.join(SPLITS)})")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ConfigError(f"predictor.cold.k must be an integer >= 1 (nearest training curves), got {k!r}")
+    return ColdPrior.from_bank(load_bank(bank_path or default_bank_path()), split=str(split), k=k, quantiles=band)
+
+
+def check_cold_band(band, where: str = "predictor.cold.band") -> tuple:
+    """Three levels (lo, 0.5, hi) with 0 < lo < 0.5 < hi < 1, else a one-line ConfigError."""
+    try:
+        band = tuple(float(x) for x in plain_config(band))
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where} must be three levels (lo, 0.5, hi), got {band!r}") from None
+    if len(band) != 3 or band[1] != 0.5 or not 0 < band[0] < 0.5 < band[2] < 1:
+        raise ConfigError(f"{where} must be three levels (lo, 0.5, hi) with 0 < lo < 0.5 < hi < 1, got {list(band)}")
+    return band

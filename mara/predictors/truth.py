@@ -9,7 +9,9 @@ which no loss prefix reveals), it is refused to learned policies at evaluation t
 it cannot run in live mode (the crossing is unknown until it happens). Timing is the other predictors' timing:
 the simulator refreshes it only at an observation from the 4th on and it counts down with service in between,
 and before the 4th observation a task is cold (``Observation.pred_remaining`` = the cap) — so the difference
-between a rule with ``truth`` and the same rule with FM/WLS is due to the estimates alone.
+between a rule with ``truth`` and the same rule with FM/WLS is due to the estimates alone. A config with
+``first_obs: 1`` (``truth_cold``) gives the true remaining batches from the first observation, the bound at the
+timing of a predictor that answers cold tasks (``qr_q_cold``).
 """
 from __future__ import annotations
 

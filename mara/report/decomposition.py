@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 OPTIMUM, PERFECT, BASE_RULE = "Clairvoyant", "Slack-Truth", "Slack-WLS"
-NOT_RULES = ("Oracle", "Clairvoyant", "Slack-Truth")  # bounds, never "the best rule"
+NOT_RULES = ("Oracle", "Clairvoyant", "Slack-Truth", "Slack-Truth-cold")  # bounds, never "the best rule"
 
 
 def episode_success(rows: list[dict], load: float) -> dict[str, dict[tuple, float]]:

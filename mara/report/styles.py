@@ -1,7 +1,7 @@
 """One line style per method, the same in every figure the package draws.
 
 Three kinds read at a glance: the bounds (Clairvoyant, Oracle, and the rules fed true remaining batches —
-Slack-Truth, Slack-Truth-displace, Plan-Truth: what no allocator with these estimates can beat) dashed; the rules
+Slack-Truth, Slack-Truth-displace, Slack-Truth-cold, Plan-Truth: what no allocator with these estimates can beat) dashed; the rules
 solid and thin with small markers; the learned policies (MARA*) solid, thick, with large markers and drawn on top. Within a kind every method has its own colour and marker, so no two methods
 share a colour (matplotlib's 10-colour cycle repeats after ten lines). A method not listed here gets a
 deterministic style from its name (dash-dot, a colour outside the table): the same name looks the same everywhere.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import zlib
 
-BOUNDS = ("Clairvoyant", "Oracle", "Slack-Truth", "Slack-Truth-displace", "Plan-Truth")
+BOUNDS = ("Clairvoyant", "Oracle", "Slack-Truth", "Slack-Truth-displace", "Slack-Truth-cold", "Plan-Truth")
 
 # method -> (colour, marker); the kind (bound / rule / learned) sets the line style, width and marker size
 _LEARNED = {
@@ -35,6 +35,7 @@ _RULES = {
     "FIFO": ("#a9a9a9", "o"),          # light grey
     "Slack-QR-displace": ("#556b2f", "s"),  # dark olive
     "Plan-QR": ("#c71585", "*"),       # violet red
+    "Slack-QR-q-cold": ("#00a86b", "p"),  # jade
 }
 _BOUNDS = {
     "Clairvoyant": ("#000000", "."),   # black
@@ -42,6 +43,7 @@ _BOUNDS = {
     "Slack-Truth": ("#911eb4", "."),   # violet
     "Slack-Truth-displace": ("#6a5acd", "."),  # slate blue
     "Plan-Truth": ("#8b4513", "."),    # saddle brown
+    "Slack-Truth-cold": ("#da70d6", "."),  # orchid
 }
 _FALLBACK_COLOURS = ("#4363d8", "#f58231", "#3cb44b", "#e6194b", "#42d4f4", "#fabed4", "#dcbeff", "#aaffc3",
                      "#ffd8b1", "#5f9ea0", "#b8860b", "#2f4f4f")

@@ -30,6 +30,9 @@ task it serves per step, the rule above):
 An episode is done once ``t >= T`` and nothing is active or queued. Observations (loss points) are
 produced every ``obs_every`` processed batches; a predictor re-estimates a task's remaining batches
 only when it gets a new observation (from the 4th on), and the estimate then counts down with service.
+A predictor that answers cold tasks too says so with its ``first_obs`` (1–4, default 4): its estimates are then
+asked for, and shown in ``Observation.pred_remaining``, from that observation on; before it the estimate is the cap.
+A cold task it has no estimate for (NaN: a family without training curves) keeps the cap and ``Observation.no_estimate``.
 """
 from __future__ import annotations
 
@@ -39,11 +42,10 @@ from functools import cached_property
 import numpy as np
 
 from mara.curves.bank import NEVER, CurveBank
-from mara.predictors.protocol import predict_band
+from mara.predictors.protocol import WARMUP_OBS, check_first_obs, predict_band
 from mara.sim.workload import EpisodeBatch
 
 IDLE = -1
-WARMUP_OBS = 4
 
 
 class TaskStatus(IntEnum):
@@ -73,9 +75,11 @@ class Observation:
     allocator pays only for what it reads.
     """
 
+    first_obs = WARMUP_OBS  # observations from which the estimates are shown (the predictor's ``first_obs``)
+
     def __init__(self, t, slot_task, slot_s, slot_arrival, slot_deadline, slot_cap, slot_pred, slot_pred_s, n_queued, done, n_nodes, max_active, obs_every,
                  slot_pred_lo=None, slot_pred_hi=None, node_speed=None, switch_cost=0, last_node=None, started=None,
-                 setup_left=None):
+                 setup_left=None, first_obs=WARMUP_OBS):
         self.t = t
         self.task = slot_task  # [E, K] int task index (arrival order), -1 if empty
         self.present = slot_task >= 0  # [E, K] bool
@@ -92,6 +96,8 @@ class Observation:
         self._node_speed = node_speed
         self.switch_cost = switch_cost
         self._last_node, self._started, self._setup_left = last_node, started, setup_left
+        if first_obs != WARMUP_OBS:  # the class default otherwise (states saved without it rebuild unchanged)
+            self.first_obs = first_obs
 
     @cached_property
     def node_speed(self) -> np.ndarray:  # [M] int batches per step of each node
@@ -141,13 +147,19 @@ class Observation:
         return self._mask(np.maximum(self._cap - self._s, 0))
 
     @cached_property
+    def no_estimate(self) -> np.ndarray:  # [E, K] bool asked for a cold estimate (n_obs < 4) and none known (NaN)
+        if self.first_obs >= WARMUP_OBS:
+            return np.zeros(self.task.shape, dtype=bool)
+        return self.present & (self.n_obs >= self.first_obs) & (self.n_obs < WARMUP_OBS) & np.isnan(self._pred)
+
+    @cached_property
     def pred_remaining(self) -> np.ndarray:  # [E, K] float predicted remaining batches (cap_remaining while cold)
-        warm = self.n_obs >= WARMUP_OBS
+        warm = (self.n_obs >= self.first_obs) & ~self.no_estimate
         est = np.clip(self._pred - (self._s - self._pred_s), 0, None)
         return np.where(warm, est, self.cap_remaining).astype(np.float64)
 
     def _aged(self, pred) -> np.ndarray:
-        warm = self.n_obs >= WARMUP_OBS
+        warm = (self.n_obs >= self.first_obs) & ~self.no_estimate
         return np.where(warm, np.clip(pred - (self._s - self._pred_s), 0, None), self.cap_remaining).astype(np.float64)
 
     @cached_property
@@ -234,6 +246,8 @@ class BatchedEnv:
         self.ep, self.bank = episodes, bank
         self.M, self.K, self.obs_every = n_nodes, max_active, obs_every
         self.predictor, self.beta, self.compute_reward = predictor, beta, compute_reward
+        # the observation from which the predictor is asked for estimates (4 unless it answers cold tasks too)
+        self.first_obs = WARMUP_OBS if predictor is None else check_first_obs(getattr(predictor, "first_obs", WARMUP_OBS))
         # live mode (mara.live): ``curve_source.advance(env, actions, served)`` runs the chosen batches for real
         # and writes their losses into ``bank.L`` (and ``slot_need`` on a crossing) before the step reads them;
         # None = replay the recorded curves
@@ -365,7 +379,7 @@ class BatchedEnv:
             self.t, self.slot_task.copy(), self.slot_s.copy(), self.slot_arrival.copy(), self.slot_deadline.copy(),
             self.slot_cap.copy(), self.slot_pred.copy(), self.slot_pred_s.copy(), self.n_queued.copy(), self.done.copy(),
             self.M, self.K, self.obs_every, slot_pred_lo=self.slot_pred_lo.copy(), slot_pred_hi=self.slot_pred_hi.copy(),
-            **extra,
+            first_obs=self.first_obs, **extra,
         )
 
     def _serve(self, actions: np.ndarray, served: np.ndarray) -> np.ndarray:
@@ -421,7 +435,7 @@ class BatchedEnv:
         return served
 
     def _refresh_request(self, new_obs: np.ndarray) -> dict | None:
-        """The predictor query for slots that just got an observation (from the 4th on), or None if there are none."""
+        """The predictor query for slots that just got an observation (from ``first_obs`` on), or None if there are none."""
         er, ks = np.nonzero(new_obs)
         if len(er) == 0:
             return None
@@ -462,7 +476,7 @@ class BatchedEnv:
         self.slot_pred_s[er, ks] = s
 
     def _refresh_predictions(self, new_obs: np.ndarray) -> None:
-        """Re-estimate remaining batches for slots that just got an observation (from the 4th on)."""
+        """Re-estimate remaining batches for slots that just got an observation (from ``first_obs`` on)."""
         req = self._refresh_request(new_obs)
         if req is None:
             return
@@ -519,7 +533,7 @@ class BatchedEnv:
                 er, ks = np.nonzero(ready_now)
                 self.ready_time[er, self.slot_task[er, ks]] = t + 1
             if self.predictor is not None:
-                warm_obs = new_obs & (self.slot_s >= WARMUP_OBS * self.obs_every)
+                warm_obs = new_obs & (self.slot_s >= self.first_obs * self.obs_every)
                 if defer_refresh:
                     self.deferred_refresh = self._refresh_request(warm_obs)
                 else:
