@@ -153,6 +153,10 @@ def test_evaluate_drops_shipped_policies_on_hetero_nodes():
     assert _without_unfit_shipped(["MARA", "FIFO"], {}) == ["FIFO"]
     given = {"MARA": {"checkpoints": [{"train_seed": 0, "ckpt_path": "x.ckpt"}]}}
     assert _without_unfit_shipped(["MARA", "FIFO"], given) == ["MARA", "FIFO"]
+    from mara.curves.bank import default_bank_path
+
+    # the shipped MARA-suite policies were trained across clusters: kept; MARA's (identical nodes only): dropped
+    assert _without_unfit_shipped(["MARA", "MARA-suite", "FIFO"], {}, default_bank_path()) == ["MARA-suite", "FIFO"]
 
 
 def test_value_warmup_head_only_leaves_the_policy_unchanged():

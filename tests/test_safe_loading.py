@@ -163,6 +163,9 @@ def test_shipped_checkpoints_load_as_data_and_name_their_recipe():
     meta = read_policy_meta(SHIPPED_CKPT_DIR / "mara_live.ckpt")
     assert (meta["M"], meta["K"], meta["features"], meta["predictor"]["name"]) == (2, 4, "v1", "fm")
     assert read_policy_meta(SHIPPED_CKPT_DIR / "mara_qr_zoo_seed0.ckpt")["predictor"]["name"] == "qr"
+    suite = read_policy_meta(SHIPPED_CKPT_DIR / "mara_suite_zoo_seed0.ckpt")  # one policy for any cluster
+    assert (suite["sizes"], suite["recipe"], suite["decoder"]) == ("any", "mat=suite", "plackett_luce")
+    assert read_policy_meta(SHIPPED_CKPT_DIR / "mara_qr_zoo_seed0.ckpt")["sizes"] == "trained"
 
 
 def test_converter_keeps_weights_and_rewrites_old_state(tmp_path):
