@@ -38,7 +38,8 @@ class LiveCurveSource:
     def __init__(self, pool, specs, curves: LiveCurves, node_speed=None, switch_cost: int = 0, targets: dict | None = None):
         self.pool, self.specs, self.curves = pool, {s.job_id: s for s in specs}, curves
         self.targets = targets or {}
-        self.metrics: dict[int, list] = {j: [] for j in self.targets}  # per job: [step, processed batches, value]
+        # per metric job: [step, processed batches, value]; step t + 1 as ``finish_time`` counts it (the step's end)
+        self.metrics: dict[int, list] = {j: [] for j in self.targets}
         self.speed = None if node_speed is None else [int(v) for v in node_speed]
         self.s_max = 1 if self.speed is None else max(self.speed)
         self.switch_cost = int(switch_cost)
@@ -112,7 +113,7 @@ class LiveCurveSource:
                         env.slot_need[0, k] = s
                         env.ep.need[0, j] = s
                 for s, value in res.metrics:
-                    self.metrics[j].append([t, int(s), float(value)])
+                    self.metrics[j].append([t + 1, int(s), float(value)])
                     if env.slot_need[0, k] == NEVER and metric_reached(value, *self.targets[j]):
                         env.slot_need[0, k] = s
                         env.ep.need[0, j] = s
