@@ -91,7 +91,7 @@ def test_bad_metric_target_names_job_and_field(target, field):
     ({"module": {**MLP, "_target_": "valjobs.NoValidation"}}, "job 'bad': module.validation_step: missing"),
     ({"data": {**BLOBS, "_target_": "valjobs.NoValData"}}, "job 'bad': data.val_dataloader: cannot build it"),
     ({"target": {**ACC, "metric": "val/f1"}},
-     "job 'bad': target.metric: validation_step does not log 'val/f1' as a number (logged: val/acc, val/loss)"),
+     "job 'bad': target.metric: validation_step does not log 'val/f1' as a number (logged: val/acc, val/loss;"),
 ])
 def test_dry_check_is_one_line(val_modules, change, expected):
     with pytest.raises(ConfigError) as err:
@@ -117,11 +117,17 @@ def test_cli_metric_never_logged_exits_2_before_training(tmp_path, capsys):
 
 
 def test_validate_reduces_like_lightning():
-    """Known answers: a batch-size-weighted mean over uneven batches (default reduction), and max / sum."""
+    """Known answers: a batch-size-weighted mean over uneven batches (default reduction), max, sum, a torchmetrics
+    Metric computed over the pass."""
     import torch
     from torch.utils.data import DataLoader, TensorDataset
+    from torchmetrics import MeanMetric
 
     class Logs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.running = MeanMetric()
+
         def on_validation_epoch_start(self):
             pass
 
@@ -133,14 +139,20 @@ def test_validate_reduces_like_lightning():
             self.log("mean", x.mean())
             self.log("max", x.max(), reduce_fx="max")
             self.log_dict({"sum": x.sum()}, reduce_fx="sum")
+            self.running.update(x)
+            self.log("metric", self.running)
 
         def log_dict(self, d, **kw):  # as LightningModule.log_dict: one self.log call per item
             for k, v in d.items():
                 self.log(name=k, value=v, **kw)
 
     x = torch.arange(5, dtype=torch.float64)  # batches [0, 1, 2], [3, 4]
-    out = validate(Logs(), DataLoader(TensorDataset(x), batch_size=3), torch.device("cpu"))
-    assert out == {"mean": pytest.approx(2.0), "max": 4.0, "sum": 10.0}  # mean: (3 * 1 + 2 * 3.5) / 5 = 2
+    logs = Logs()
+    for _ in range(2):  # a Metric is reset after each pass: the second pass gives the same values
+        out = validate(logs, DataLoader(TensorDataset(x), batch_size=3), torch.device("cpu"))
+        # mean: (3 * 1 + 2 * 3.5) / 5 = 2, the unweighted batch mean would be 2.25; the Metric's own mean: 2
+        assert out == {"mean": pytest.approx(2.0), "max": 4.0, "sum": 10.0, "metric": pytest.approx(2.0)}
+    assert not hasattr(logs, "log")  # the captured log is removed from the instance
 
 
 def test_validation_leaves_training_untouched(val_modules):
@@ -175,7 +187,7 @@ def test_success_is_decided_by_the_metric(tmp_path):
     bank = load_bank(tmp_path / "job_curves.parquet")
     run = res["runs"][0]
     for i, name in enumerate(("reach", "miss")):
-        row = [k for k in range(len(bank)) if bank.curve_id[k] == f"jobs/FIFO/{name}"][0]
+        row = next(k for k in range(len(bank)) if bank.curve_id[k] == f"jobs/FIFO/{name}")
         assert np.allclose(bank.ell[row, : bank.lengths[row]], run["losses"][i])
     saved = json.loads((tmp_path / "job_outcomes.json").read_text())["FIFO"]
     assert saved[0]["metric"] == m

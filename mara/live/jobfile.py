@@ -20,7 +20,7 @@ Schema (YAML; the same dicts as a Python list through ``mara.live.schedule.sched
 
 Every mistake is a ``ConfigError`` naming the job and the field, raised before any training: ``check_jobs`` also
 imports every class, builds every job once and runs one ``training_step`` (no optimiser step) to see it returns a
-scalar loss.
+scalar loss, and for a metric target one ``validation_step`` to see it logs the metric.
 """
 from __future__ import annotations
 

@@ -77,7 +77,8 @@ def check_validation(where: str, job: UserJob, module, dm) -> None:
         raise ConfigError(f"{where}: module.validation_step: fails on a validation batch ({type(exc).__name__}: {exc})") from None
     if logged.get(name) is None:
         got = ", ".join(sorted(logged)) or "nothing"
-        raise ConfigError(f"{where}: target.metric: validation_step does not log {name!r} as a number (logged: {got})")
+        raise ConfigError(f"{where}: target.metric: validation_step does not log {name!r} as a number (logged: {got}; a "
+                          f"number is a float, a one-element tensor or a torchmetrics Metric, reduce_fx mean/sum/max/min)")
 
 
 def check_job(job_id: int, job: UserJob, source: str, obs_every: int = 10) -> UserJobSpec:

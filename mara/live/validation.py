@@ -57,7 +57,8 @@ class _Log:
         self.calls.setdefault(str(name), []).append((value, batch_size or self.batch, reduce_fx))
 
     def reduce(self, name: str) -> float:
-        """The epoch value of ``name`` (ValueError for a value that is neither a number, a scalar tensor nor a Metric)."""
+        """The epoch value of ``name`` (TypeError / ValueError for a value that is neither a number, a scalar tensor nor a
+        Metric, or an unknown reduction)."""
         calls = self.calls[name]
         last = calls[-1][0]
         if hasattr(last, "compute") and hasattr(last, "reset"):  # a torchmetrics Metric: its own accumulation
@@ -74,7 +75,7 @@ class _Log:
                     raise ValueError(f"metric {name!r} is logged as a tensor of {v.numel()} values, not a scalar")
                 v = v.item()
             if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise ValueError(f"metric {name!r} is logged as {type(v).__name__}, not a number")
+                raise TypeError(f"metric {name!r} is logged as {type(v).__name__}, not a number")
             vals.append(float(v))
         if how == "mean":
             w = [float(n) for _, n, _ in calls]
@@ -108,7 +109,7 @@ def validate(module, loader, device: torch.device, limit: int | None = None) -> 
     for name in log.calls:
         try:
             out[name] = log.reduce(name)
-        except ValueError:
+        except (TypeError, ValueError):
             out[name] = None
     return out
 
