@@ -170,10 +170,10 @@ def test_validation_leaves_training_untouched(val_modules):
 def test_success_is_decided_by_the_metric(tmp_path):
     """'reach' gets a training-loss ε it never reaches but an accuracy it does: it succeeds at the validation that
     crossed. 'miss' reaches its ε at once but never an accuracy above 1: it fails at its deadline. The replay (from
-    the recorded losses and validations) agrees; the curve rows stay training-loss curves."""
+    the recorded losses and validations) agrees; the curve rows stay training-loss curves; TensorBoard has the metric."""
     jobs = [job("reach", target={**ACC, "value": 0.3, "loss": 1e-4}),
             job("miss", seed=3, target={**ACC, "value": 1.01, "loss": 100.0}, deadline={"steps": 12})]
-    res = schedule(jobs, [f"paths.output_dir={tmp_path}", *FIFO])
+    res = schedule(jobs, [f"paths.output_dir={tmp_path}", *(o for o in FIFO if "tensorboard" not in o)])
     reach, miss = res["outcomes"]["FIFO"]
     m = reach["metric"]
     assert reach["status"] == "succeeded" and reach["final_mean_loss"] > 1e-4
@@ -191,6 +191,11 @@ def test_success_is_decided_by_the_metric(tmp_path):
         assert np.allclose(bank.ell[row, : bank.lengths[row]], run["losses"][i])
     saved = json.loads((tmp_path / "job_outcomes.json").read_text())["FIFO"]
     assert saved[0]["metric"] == m
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tb = EventAccumulator(str(tmp_path / "tensorboard"))
+    tb.Reload()
+    assert [(e.step, e.value) for e in tb.Scalars("FIFO/reach/val/acc")] == [(b, pytest.approx(v)) for _, b, v in run["metrics"][0]]
 
 
 def test_metric_values_exact_across_live_moves(tmp_path):

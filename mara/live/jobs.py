@@ -285,6 +285,8 @@ def run_jobs(cfg: DictConfig, out: Path, method_plans) -> dict:
             for j, losses in enumerate(res["losses"]):
                 for s, loss in enumerate(losses, 1):
                     tb.add_scalar(f"{m}/{tasks[j]['name']}/loss", loss, s)
+                for _, s, value in res["metrics"][j] if tasks[j].get("metric") else ():  # a metric target's validations
+                    tb.add_scalar(f"{m}/{tasks[j]['name']}/{tasks[j]['metric']['name']}", value, s)
             for k in ("success_rate", "utilization", "wall_s"):
                 if res[k] is not None:
                     tb.add_scalar(f"summary/{m}/{k}", res[k], 0)
