@@ -1,7 +1,8 @@
 """Two job types outside the task zoo, for ``python -m mara.live jobs=examples/jobs.yaml``.
 
 - ``MLPClassifier`` + ``BlobData``: an MLP on a synthetic 10-class problem generated here (Gaussian class
-  clusters in 64 dimensions with label noise: scikit-learn's digits are 8x8 = 64 features, 10 classes).
+  clusters in 64 dimensions with label noise: scikit-learn's digits are 8x8 = 64 features, 10 classes), with a
+  held-out validation split on which ``validation_step`` logs ``val/acc`` and ``val/loss`` (metric targets).
 - ``TinyCNN`` + ``Cifar10Subset``: a small CNN on the first ``n`` images of CIFAR-10, read from the data folder
   (the python batches, unpacked or as the archive; ``source: synthetic`` uses the zoo's stand-in images instead).
 """
@@ -15,7 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 
 class MLPClassifier(L.LightningModule):
-    """Two hidden layers, cross-entropy, Adam."""
+    """Two hidden layers, cross-entropy, Adam; validation logs accuracy and loss."""
 
     def __init__(self, in_dim: int = 64, hidden: int = 64, classes: int = 10, lr: float = 1e-3):
         super().__init__()
@@ -28,28 +29,45 @@ class MLPClassifier(L.LightningModule):
         self.log("train/loss", loss)
         return {"loss": loss}
 
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self.net(x)
+        self.log("val/loss", F.cross_entropy(logits, y))
+        self.log("val/acc", (logits.argmax(dim=1) == y).float().mean())
+
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=self.lr)
 
 
 class BlobData(L.LightningDataModule):
-    """``n`` points of ``classes`` Gaussian clusters in ``dim`` dimensions, ``noise`` of the labels flipped (seeded)."""
+    """``n`` training and ``n_val`` validation points of ``classes`` Gaussian clusters in ``dim`` dimensions, ``noise``
+    of the labels flipped (seeded; the validation points are drawn after the training points, so ``n_val`` does not
+    change the training set)."""
 
-    def __init__(self, n: int = 2000, dim: int = 64, classes: int = 10, noise: float = 0.1, batch_size: int = 32, seed: int = 0):
+    def __init__(self, n: int = 2000, dim: int = 64, classes: int = 10, noise: float = 0.1, batch_size: int = 32, seed: int = 0,
+                 n_val: int = 500):
         super().__init__()
         self.n, self.dim, self.classes, self.noise, self.batch_size, self.seed = n, dim, classes, noise, batch_size, seed
+        self.n_val = n_val
 
     def setup(self, stage=None):
         g = torch.Generator().manual_seed(self.seed)
         centers = 1.5 * torch.randn(self.classes, self.dim, generator=g)
-        y = torch.randint(0, self.classes, (self.n,), generator=g)
-        x = centers[y] + torch.randn(self.n, self.dim, generator=g)
-        flip = torch.rand(self.n, generator=g) < self.noise
-        y = torch.where(flip, torch.randint(0, self.classes, (self.n,), generator=g), y)
-        self.train_set = TensorDataset(x, y)
+
+        def draw(n):
+            y = torch.randint(0, self.classes, (n,), generator=g)
+            x = centers[y] + torch.randn(n, self.dim, generator=g)
+            flip = torch.rand(n, generator=g) < self.noise
+            return TensorDataset(x, torch.where(flip, torch.randint(0, self.classes, (n,), generator=g), y))
+
+        self.train_set = draw(self.n)
+        self.val_set = draw(self.n_val)
 
     def train_dataloader(self):
         return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True)
+
+    def val_dataloader(self):
+        return DataLoader(self.val_set, batch_size=256)
 
 
 class TinyCNN(L.LightningModule):

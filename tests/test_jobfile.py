@@ -61,7 +61,8 @@ def bad_module(tmp_path, monkeypatch):
     ({"deadline": {"minutes": 0}}, "deadline.minutes"),
     ({"deadline": {"hours": 2}}, "deadline"),
     ({"arrival": -1}, "arrival"),
-    ({"target": {"metric": "val/acc", "mode": "max", "value": 0.9}}, "target"),
+    ({"target": {"metric": "val/acc", "mode": "max", "value": 0.9}}, "target.loss"),  # the scheduler's ε is required
+    ({"target": {"accuracy": 0.9}}, "target"),
 ])
 def test_bad_job_names_job_and_field(change, field):
     with pytest.raises(ConfigError) as err:
@@ -145,6 +146,35 @@ def test_user_job_preempted_moved_resumed_equals_uninterrupted():
     second.close()
     assert head + tail == ref
     assert len(set(ref)) > 5  # the losses really change batch to batch
+
+
+def test_metric_job_preempted_moved_resumed_validates_as_uninterrupted():
+    """A job with a metric target validated every 3 batches: 4 batches in one worker process, exported, 7 more in a
+    fresh process give bit-identical losses and validation values (at batches 3, 6, 9) to 11 uninterrupted batches."""
+    from mara.live.workers import NodeStep
+
+    target = {"metric": "val/acc", "mode": "max", "value": 0.99, "loss": 1.0, "every": 3}
+    spec = check_job(0, parse_jobs([job("mlp", seed=5, target=target)])[0], "jobs")
+    assert spec.val_metric == "val/acc" and spec.val_every == 3
+
+    def steps(pool, n):
+        res = [pool.work({0: NodeStep()})[0] for _ in range(n)]
+        return [r.losses[0] for r in res], [m for r in res for m in r.metrics]
+
+    whole = ProcessPool()
+    whole.start(spec)
+    ref, ref_metrics = steps(whole, 11)
+    whole.close()
+    first, second = ProcessPool(), ProcessPool()
+    first.start(spec)
+    head, head_metrics = steps(first, 4)
+    state = first.export(0)
+    first.close()
+    second.start(spec, state)
+    tail, tail_metrics = steps(second, 7)
+    second.close()
+    assert head + tail == ref and head_metrics + tail_metrics == ref_metrics
+    assert [s for s, _ in ref_metrics] == [3, 6, 9] and len({v for _, v in ref_metrics}) > 1  # the metric moves
 
 
 def three_jobs():

@@ -31,10 +31,15 @@ class LiveCurveSource:
     A switch (``sim.switch_cost`` c > 0: a job served before lands on a node other than the one that served it at
     t-1) makes its worker really reload the job from its serialised state in the first set-up step; in each of the
     c set-up steps the node is busy for one step of that job (s_max of its measured batch times) without a batch.
+    A job with a metric target (``targets``: job -> (mode, value)) succeeds when a validation its worker ran reaches the
+    value (``max``: >=, ``min``: <=): its ``need`` is that validation's batch, and its loss never sets it.
     """
 
-    def __init__(self, pool, specs, curves: LiveCurves, node_speed=None, switch_cost: int = 0):
+    def __init__(self, pool, specs, curves: LiveCurves, node_speed=None, switch_cost: int = 0, targets: dict | None = None):
         self.pool, self.specs, self.curves = pool, {s.job_id: s for s in specs}, curves
+        self.targets = targets or {}
+        # per metric job: [step, processed batches, value]; step t + 1 as ``finish_time`` counts it (the step's end)
+        self.metrics: dict[int, list] = {j: [] for j in self.targets}
         self.speed = None if node_speed is None else [int(v) for v in node_speed]
         self.s_max = 1 if self.speed is None else max(self.speed)
         self.switch_cost = int(switch_cost)
@@ -104,7 +109,12 @@ class LiveCurveSource:
                 for loss in res.losses:
                     s = self.curves.recorded(j) + 1
                     L = self.curves.record(j, s, loss)
-                    if L <= env.slot_eps[0, k] and env.slot_need[0, k] == NEVER:
+                    if j not in self.targets and L <= env.slot_eps[0, k] and env.slot_need[0, k] == NEVER:
+                        env.slot_need[0, k] = s
+                        env.ep.need[0, j] = s
+                for s, value in res.metrics:
+                    self.metrics[j].append([t + 1, int(s), float(value)])
+                    if env.slot_need[0, k] == NEVER and metric_reached(value, *self.targets[j]):
                         env.slot_need[0, k] = s
                         env.ep.need[0, j] = s
                 self.n_batches += len(res.losses)
@@ -127,6 +137,16 @@ class LiveCurveSource:
             if TaskStatus.left(env.status[0, j]):
                 self.pool.stop(j)
                 self.started.discard(j)
+
+
+def metric_reached(value: float, mode: str, target: float) -> bool:
+    """A validation value reaches a metric target: ``max`` (higher is better) value >= target, ``min`` value <= target."""
+    return value >= target if mode == "max" else value <= target
+
+
+def metric_need(history, mode: str, target: float) -> int:
+    """The batch of the first validation in ``history`` ([step, batch, value], ...) that reaches the target, else NEVER."""
+    return next((int(s) for _, s, v in history if metric_reached(v, mode, target)), NEVER)
 
 
 class _ProcessedBatches:
@@ -168,7 +188,8 @@ def run_live(tasks, specs, allocator, pool, sim: dict, predictor=None, meta: dic
     meta = meta or {"task_set": ["live"], "load": [0.0], "root": [0], "episode": [0]}
     ep = live_episode(tasks, specs, curves, meta, int(sim["steps"]))
     opts = node_options(sim)
-    source = LiveCurveSource(pool, specs, curves, **opts)
+    targets = {j: (t["metric"]["mode"], float(t["metric"]["value"])) for j, t in enumerate(tasks) if t.get("metric")}
+    source = LiveCurveSource(pool, specs, curves, **opts, targets=targets)
     env = BatchedEnv(ep, curves, int(sim["nodes"]), int(sim["max_active"]), int(sim["obs_every"]), predictor=predictor,
                      curve_source=source, **opts)
 
@@ -196,6 +217,7 @@ def run_live(tasks, specs, allocator, pool, sim: dict, predictor=None, meta: dic
         **({"setup_timeline": source.setup_timeline, "switches": int(m["switches"][0]), "setup_steps": int(m["setup_steps"][0]),
             "reloads": source.reloads, "reload_s": source.reload_seconds, "setup_s": source.setup_seconds,
             "stretch_s": source.stretch_seconds} if env.hetero else {}),
+        **({"metrics": [source.metrics.get(j, []) for j in range(n)]} if targets else {}),
     }
 
 
@@ -215,13 +237,17 @@ def replay_curves(tasks, losses) -> LiveCurves:
     return LiveCurves(caps, [t["batch_size"] for t in tasks], [t["lr"] for t in tasks], ell)
 
 
-def replay(tasks, losses, allocator, sim: dict, predictor=None, meta: dict | None = None) -> dict:
+def replay(tasks, losses, allocator, sim: dict, predictor=None, meta: dict | None = None, metrics=None) -> dict:
     """The same episode in the plain simulator from the recorded losses (its only hook counts processed batches,
     read-only); decisions per step, outcome, and ``beyond_record``: batches the replay ran past what the live run
-    recorded (0 when it agrees)."""
+    recorded (0 when it agrees). ``metrics``: the live run's validations per job (``run_live``'s); a job with a metric
+    target gets its ``need`` from them instead of from its loss."""
     curves = replay_curves(tasks, losses)
     meta = meta or {"task_set": ["live"], "load": [0.0], "root": [0], "episode": [0]}
     ep = live_episode(tasks, None, curves, meta, int(sim["steps"]))
+    for j, t in enumerate(tasks):
+        if t.get("metric"):
+            ep.need[0, j] = metric_need(metrics[j] if metrics else [], t["metric"]["mode"], float(t["metric"]["value"]))
     n = len(tasks)
     counter = _ProcessedBatches(n)
     env = BatchedEnv(ep, curves, int(sim["nodes"]), int(sim["max_active"]), int(sim["obs_every"]), predictor=predictor,

@@ -34,6 +34,10 @@ class JobSpec:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def build_job(self):
+        """(module, resumable batches, validation or None): what a ``TrainingJob`` trains; zoo runs have no validation."""
+        return (*self.build_run(), None)
+
     def build_run(self):
         """(LightningModule, prepared DataModule's resumable batches) of this run: the zoo family's recipe."""
         from tasks_zoo.registry import build_run
@@ -62,13 +66,17 @@ class UserJobSpec(JobSpec):
     The DataModule is prepared and set up first, then the seed fixes the model's initialisation (as a zoo run).
     Batches do not come from the DataModule's own loader: its ``dataset`` and the spec's ``batch_size`` (the loader's)
     feed the zoo's resumable seeded loader (reshuffled each epoch from ``seed``, full batches only), whose position
-    is part of the job's state, so a preempted user job resumes on exactly the next batch, in any worker."""
+    is part of the job's state, so a preempted user job resumes on exactly the next batch, in any worker.
+    ``val_metric`` (a job with a metric target): the name its ``validation_step`` logs, evaluated on the DataModule's
+    ``val_dataloader()`` every ``val_every`` processed batches (``mara.live.validation``)."""
 
     name: str = ""
     module_target: str = ""
     module_args: str = "{}"
     data_target: str = ""
     data_args: str = "{}"
+    val_metric: str = ""
+    val_every: int = 0
 
     def build_module(self):
         import warnings
@@ -89,11 +97,17 @@ class UserJobSpec(JobSpec):
         return dm
 
     def build_run(self):
+        return self.build_job()[:2]
+
+    def build_job(self):
+        from mara.live.validation import Validation
         from tasks_zoo.batching import ResumableBatches, seeded_loader
 
-        loader = self.build_datamodule().train_dataloader()
+        dm = self.build_datamodule()
+        loader = dm.train_dataloader()
         batches = ResumableBatches(seeded_loader(loader.dataset, self.batch_size, self.seed))
-        return self.build_module(), batches
+        validation = Validation(dm.val_dataloader(), self.val_metric, self.val_every) if self.val_metric else None
+        return self.build_module(), batches, validation
 
 
 def spec_from_dict(d: dict) -> JobSpec:
@@ -136,10 +150,11 @@ class TrainingJob:
 
     def __init__(self, spec: JobSpec, device: str = "cpu"):
         self.spec, self.device = spec, torch.device(device)
-        module, self.batches = spec.build_run()
+        module, self.batches, self.validation = spec.build_job()
         self.module = module.to(self.device)
         self.optimizer = first_optimizer(self.module.configure_optimizers())
         self.processed = 0
+        self.metrics: list[tuple[int, float]] = []  # (processed batches, metric value) since the last take_metrics()
 
     def step(self) -> float:
         """One optimisation step on the next mini-batch (the Lightning loop's order: zero grad, loss, backward, step)."""
@@ -152,7 +167,14 @@ class TrainingJob:
         loss.backward()
         self.optimizer.step()
         self.processed += 1
+        if self.validation is not None and self.validation.due(self.processed):
+            self.metrics.append((self.processed, self.validation.value(self.module, self.device)))
         return float(loss.detach())
+
+    def take_metrics(self) -> tuple:
+        """The validations run since the last call, ((processed batches, value), ...), and forget them."""
+        out, self.metrics = tuple(self.metrics), []
+        return out
 
     def state_dict(self) -> dict:
         return {"spec": self.spec.to_dict(), "model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),

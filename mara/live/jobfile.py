@@ -8,7 +8,10 @@ Schema (YAML; the same dicts as a Python list through ``mara.live.schedule.sched
       - name: digits_mlp         # unique; names the job in errors, outcomes and curves
         module: {_target_: pkg.mod.MyModule, hidden: 64}    # a LightningModule and its init arguments
         data: {_target_: pkg.mod.MyData, batch_size: 32}    # a LightningDataModule and its init arguments
-        target: {loss: 0.5}      # success: the running mean training loss L(s) reaches this (paper §3)
+        target: {loss: 0.5}      # success: the running mean training loss L(s) reaches this (paper §3), or
+                                 # {metric: val/acc, mode: max, value: 0.9, loss: 0.5, every: 10}: success when the
+                                 # metric validation_step logs reaches value (max: >=, min: <=), judged every `every`
+                                 # batches (default sim.obs_every); the scheduler still plans with loss as its ε
         deadline: {steps: 60}    # scheduler steps after arrival, or {minutes: 3} (x 60 / step_seconds, rounded up)
         arrival: start           # start (step 0) or a step >= 0
         family: null             # optional family hint for the predictor and the curve bank (default: custom)
@@ -17,7 +20,7 @@ Schema (YAML; the same dicts as a Python list through ``mara.live.schedule.sched
 
 Every mistake is a ``ConfigError`` naming the job and the field, raised before any training: ``check_jobs`` also
 imports every class, builds every job once and runs one ``training_step`` (no optimiser step) to see it returns a
-scalar loss.
+scalar loss, and for a metric target one ``validation_step`` to see it logs the metric.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from pathlib import Path
 from mara.core.config import ConfigError
 
 JOB_FIELDS = {"name", "module", "data", "target", "deadline", "arrival", "family", "seed", "max_batches"}
+METRIC_FIELDS = {"metric", "mode", "value", "loss", "every"}
 DEFAULT_FAMILY = "custom"
 
 
@@ -48,6 +52,8 @@ class UserJob:
     family: str
     seed: int
     max_batches: int | None
+    metric: dict | None = None  # a metric target {name, mode, value}; None: success is eps on the training loss
+    val_every: int | None = None  # batches between validations of a metric target (None: sim.obs_every)
 
 
 def _fail(where: str, field: str, msg: str):
@@ -89,12 +95,7 @@ def parse_job(i: int, raw, step_seconds: float | None, source: str) -> UserJob:
             _fail(where, field, "missing")
     module_target, module_args = _target(where, "module", raw["module"])
     data_target, data_args = _target(where, "data", raw["data"])
-    target = raw["target"]
-    if not isinstance(target, dict) or set(target) != {"loss"}:
-        if isinstance(target, dict) and ("metric" in target or "value" in target):
-            _fail(where, "target", "validation-metric targets are not scheduled yet; give {loss: ε} (training loss)")
-        _fail(where, "target", "give {loss: ε}: success when the running mean training loss reaches ε")
-    eps = _number(where, "target.loss", target["loss"])
+    eps, metric, every = parse_target(where, raw["target"])
     deadline = raw["deadline"]
     if not isinstance(deadline, dict) or len(deadline) != 1 or next(iter(deadline)) not in ("steps", "minutes"):
         _fail(where, "deadline", "give {steps: N} (scheduler steps after arrival) or {minutes: X}")
@@ -119,8 +120,40 @@ def parse_job(i: int, raw, step_seconds: float | None, source: str) -> UserJob:
         cap = int(_number(where, "max_batches", cap, integer=True))
         if cap < 1:
             _fail(where, "max_batches", f"must be >= 1, got {cap}")
-    job = UserJob(name, module_target, module_args, data_target, data_args, eps, budget, minutes, int(arrival), family, seed, cap)
+    job = UserJob(name, module_target, module_args, data_target, data_args, eps, budget, minutes, int(arrival), family, seed, cap,
+                  metric, every)
     return job if step_seconds is None else with_budget(job, step_seconds)
+
+
+def parse_target(where: str, target) -> tuple[float, dict | None, int | None]:
+    """A job's target -> (ε the scheduler plans with, metric target {name, mode, value} or None, validation period)."""
+    if isinstance(target, dict) and set(target) == {"loss"}:
+        return _number(where, "target.loss", target["loss"]), None, None
+    if not isinstance(target, dict) or "metric" not in target:
+        _fail(where, "target", "give {loss: ε} (running mean training loss) or {metric: NAME, mode: max|min, value: V, "
+                               "loss: ε} (a validation metric)")
+    unknown = sorted(set(target) - METRIC_FIELDS)
+    if unknown:
+        _fail(where, f"target.{unknown[0]}", f"unknown field (known: {', '.join(sorted(METRIC_FIELDS))})")
+    name = target["metric"]
+    if not isinstance(name, str) or not name:
+        _fail(where, "target.metric", "give the name the module's validation_step logs with self.log (e.g. val/acc)")
+    if target.get("mode") not in ("max", "min"):
+        _fail(where, "target.mode", f"must be max (success at value or above) or min (at value or below), "
+                                    f"got {target.get('mode')!r}")
+    if "value" not in target:
+        _fail(where, "target.value", "missing (the metric's value that makes the job successful)")
+    value = _number(where, "target.value", target["value"])
+    if "loss" not in target:
+        _fail(where, "target.loss", "missing: the training-loss ε the scheduler plans with (its predictors forecast "
+                                    "the training loss; the metric decides success)")
+    eps = _number(where, "target.loss", target["loss"])
+    every = None
+    if target.get("every") is not None:
+        every = int(_number(where, "target.every", target["every"], integer=True))
+        if every < 1:
+            _fail(where, "target.every", f"must be >= 1 (batches between validations), got {target['every']!r}")
+    return eps, {"name": name, "mode": target["mode"], "value": value}, every
 
 
 def with_budget(job: UserJob, step_seconds: float) -> UserJob:

@@ -20,7 +20,7 @@ from mara.core.config import ConfigError, load_method_cfg
 from mara.curves.bank import write_bank
 from mara.eval.runner import load_bank_from_cfg, node_options
 from mara.live.band import band_exit
-from mara.live.driver import replay, run_live
+from mara.live.driver import metric_reached, replay, run_live
 from mara.live.job import (
     TrainingJob,
     UserJobSpec,
@@ -54,8 +54,36 @@ def _spec(job_id: int, job: UserJob, batch_size: int) -> UserJobSpec:
                        data_target=job.data_target, data_args=json.dumps(job.data_args))
 
 
-def check_job(job_id: int, job: UserJob, source: str) -> UserJobSpec:
-    """Import, build and run one ``training_step`` of ``job`` (no optimiser step); its spec, or a one-line ConfigError."""
+def check_validation(where: str, job: UserJob, module, dm) -> None:
+    """A metric target's dry check: the module has a ``validation_step``, the DataModule a ``val_dataloader()``, and one
+    validation batch logs the named metric as a number; else a one-line ConfigError naming the field."""
+    import torch
+
+    from mara.live.validation import fixed_order, has_validation_step, validate
+
+    name = job.metric["name"]
+    if not has_validation_step(module):
+        raise ConfigError(f"{where}: module.validation_step: missing (target.metric {name!r} is what validation_step "
+                          f"logs with self.log)")
+    try:
+        loader = fixed_order(dm.val_dataloader())
+        len(loader.dataset)
+    except Exception as exc:
+        raise ConfigError(f"{where}: data.val_dataloader: cannot build it with a dataset and a batch_size for target.metric "
+                          f"({type(exc).__name__}: {exc})") from None
+    try:
+        logged = validate(module, loader, torch.device("cpu"), limit=1)
+    except Exception as exc:
+        raise ConfigError(f"{where}: module.validation_step: fails on a validation batch ({type(exc).__name__}: {exc})") from None
+    if logged.get(name) is None:
+        got = ", ".join(sorted(logged)) or "nothing"
+        raise ConfigError(f"{where}: target.metric: validation_step does not log {name!r} as a number (logged: {got}; a "
+                          f"number is a float, a one-element tensor or a torchmetrics Metric, reduce_fx mean/sum/max/min)")
+
+
+def check_job(job_id: int, job: UserJob, source: str, obs_every: int = 10) -> UserJobSpec:
+    """Import, build and run one ``training_step`` of ``job`` (no optimiser step), and for a metric target one validation
+    batch; its spec (validations every ``job.val_every`` or ``obs_every`` batches), or a one-line ConfigError."""
     import torch
 
     where = f"{source}: job {job.name!r}"
@@ -66,7 +94,8 @@ def check_job(job_id: int, job: UserJob, source: str) -> UserJobSpec:
             raise ConfigError(f"{where}: {field}._target_: cannot import {target!r} ({type(exc).__name__}: {exc})") from None
     probe = _spec(job_id, job, 1)
     try:
-        loader = probe.build_datamodule().train_dataloader()
+        dm = probe.build_datamodule()
+        loader = dm.train_dataloader()
         batch_size = int(loader.batch_size)
         len(loader.dataset)
     except Exception as exc:
@@ -92,7 +121,10 @@ def check_job(job_id: int, job: UserJob, source: str) -> UserJobSpec:
     if step_loss(out) is None:
         raise ConfigError(f"{where}: module.training_step: returns no loss (a scalar tensor with a gradient, "
                           f"or {{'loss': tensor}}), got {type(out).__name__}")
-    return spec
+    if job.metric:
+        check_validation(where, job, module, dm)
+    return replace(spec, val_metric=job.metric["name"] if job.metric else "",
+                   val_every=int(job.val_every or obs_every) if job.metric else 0)
 
 
 def batch_seconds(spec: UserJobSpec, where: str, n: int = 3) -> float:
@@ -118,7 +150,7 @@ def job_tasks(jobs: list[UserJob], specs: list[UserJobSpec], sim: dict) -> tuple
         job, spec = jobs[i], specs[i]
         tasks.append({"arrival": job.arrival, "budget": job.budget, "eps": job.eps, "family": job.family, "curve_row": j,
                       "cap": job.max_batches or job.budget * s_max, "batch_size": spec.batch_size, "lr": spec.lr,
-                      "name": job.name})
+                      "name": job.name, **({"metric": dict(job.metric)} if job.metric else {})})
         out.append(UserJobSpec(**{**spec.to_dict(), "job_id": j}))
     return tasks, out
 
@@ -139,8 +171,19 @@ def choose_methods(cfg: DictConfig, sim: dict) -> tuple[list[str], str | None]:
                      f"train one for this size or pick methods with jobs_methods=[...]")
 
 
+def metric_outcome(target: dict, history: list) -> dict:
+    """A metric target's outcome from its validations ([step, batch, value], ...): the target, how many validations ran,
+    the last value and where it was taken, and the first validation that reached the target (None if none did)."""
+    crossed = next((h for h in history if metric_reached(h[2], target["mode"], target["value"])), None)
+    last = history[-1] if history else None
+    return {**target, "validations": len(history), "last_value": last[2] if last else None,
+            "last_at_batch": last[1] if last else None, "crossed_at_batch": crossed[1] if crossed else None,
+            "crossed_at_step": crossed[0] if crossed else None, "crossed_value": crossed[2] if crossed else None}
+
+
 def job_outcomes(tasks: list[dict], run: dict, obs_every: int) -> list[dict]:
-    """Per job of one run: name, status, batches, final running-mean loss, finish step, worker failure, band check."""
+    """Per job of one run: name, status, batches, final running-mean loss, finish step, worker failure, band check, and
+    for a metric target its validations (``metric_outcome``)."""
     failures = {f["job"]: f for f in run["worker_failures"]}
     out = []
     for j, t in enumerate(tasks):
@@ -149,8 +192,18 @@ def job_outcomes(tasks: list[dict], run: dict, obs_every: int) -> list[dict]:
                     "target_loss": t["eps"], "status": STATUS.get(run["status"][j], "unfinished"), "batches": len(losses),
                     "final_mean_loss": float(np.mean(losses)) if losses else None,
                     "finish_step": int(run["finish_time"][j]) if run["status"][j] == 3 or losses else None,
-                    "worker_failure": failures[j]["error"] if j in failures else None, "band": band_exit(losses, obs_every)})
+                    "worker_failure": failures[j]["error"] if j in failures else None, "band": band_exit(losses, obs_every),
+                    **({"metric": metric_outcome(t["metric"], run["metrics"][j])} if t.get("metric") else {})})
     return out
+
+
+def metric_line(m: dict) -> str:
+    """The progress line's words for a metric target's outcome."""
+    if not m["validations"]:
+        return f"; {m['name']}: never validated (target {m['mode']} {m['value']})"
+    where = (f"reached at batch {m['crossed_at_batch']} ({m['crossed_value']:.4f})" if m["crossed_at_batch"] is not None
+             else f"not reached (target {m['mode']} {m['value']})")
+    return f"; {m['name']} {m['last_value']:.4f} at batch {m['last_at_batch']}, {where}"
 
 
 def bank_records(tasks: list[dict], runs: list[dict], split: str = "pool", obs_every: int = 10) -> list[dict]:
@@ -186,7 +239,7 @@ def run_jobs(cfg: DictConfig, out: Path, method_plans) -> dict:
     for m in methods:
         load_method_cfg(m)  # unknown names fail before any work
     label = f"jobs file {source}" if isinstance(cfg.jobs, str) else "jobs"
-    specs = [check_job(i, job, label) for i, job in enumerate(jobs)]
+    specs = [check_job(i, job, label, int(sim["obs_every"])) for i, job in enumerate(jobs)]
     notes = [note] if note else []
     if note:
         say(f"note: {note}")
@@ -226,12 +279,14 @@ def run_jobs(cfg: DictConfig, out: Path, method_plans) -> dict:
         for f in res["worker_failures"]:
             say(f"worker failure: {m}: job {tasks[f['job']]['name']!r} at step {f['step']}: {f['error']} (job marked failed)")
         if lv.replay:
-            res["replay"] = replay(tasks, res["losses"], factory(), sim, predictor, meta)
+            res["replay"] = replay(tasks, res["losses"], factory(), sim, predictor, meta, res.get("metrics"))
         runs.append({"method": m, "episode": 0, **res})
         if tb is not None:
             for j, losses in enumerate(res["losses"]):
                 for s, loss in enumerate(losses, 1):
                     tb.add_scalar(f"{m}/{tasks[j]['name']}/loss", loss, s)
+                for _, s, value in res["metrics"][j] if tasks[j].get("metric") else ():  # a metric target's validations
+                    tb.add_scalar(f"{m}/{tasks[j]['name']}/{tasks[j]['metric']['name']}", value, s)
             for k in ("success_rate", "utilization", "wall_s"):
                 if res[k] is not None:
                     tb.add_scalar(f"summary/{m}/{k}", res[k], 0)
@@ -252,7 +307,9 @@ def run_jobs(cfg: DictConfig, out: Path, method_plans) -> dict:
     for m, rows in outcomes.items():
         for o in rows:
             say(f"[{m}] {o['name']}: {o['status']} after {o['batches']} batches"
-                 + (f", mean loss {o['final_mean_loss']:.4f} (target {o['target_loss']})" if o["final_mean_loss"] is not None else "")
+                 + (f", mean loss {o['final_mean_loss']:.4f}" + ("" if "metric" in o else f" (target {o['target_loss']})")
+                    if o["final_mean_loss"] is not None else "")
+                 + (metric_line(o["metric"]) if "metric" in o else "")
                  + (f"; worker failure: {o['worker_failure']}" if o["worker_failure"] else ""))
             band = o["band"]
             if band.get("left_at_batch") is not None:

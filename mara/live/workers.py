@@ -47,12 +47,14 @@ class NodeStep:
 
 @dataclass(frozen=True)
 class StepResult:
-    """A node-step's outcome: the batches' losses, their compute seconds, the reload and sleep seconds."""
+    """A node-step's outcome: the batches' losses, their compute seconds, the reload and sleep seconds, and the
+    validations the batches triggered ((processed batches, metric value), ...; jobs with a metric target)."""
 
     losses: tuple
     compute_s: float
     reload_s: float
     sleep_s: float
+    metrics: tuple = ()
 
 
 def node_step(job: TrainingJob, order: NodeStep, device: str = "cpu") -> tuple[TrainingJob, StepResult]:
@@ -68,7 +70,7 @@ def node_step(job: TrainingJob, order: NodeStep, device: str = "cpu") -> tuple[T
     sleep_s = max(0.0, (order.stretch - 1.0) * compute_s) + max(0.0, order.idle_s - reload_s)
     if sleep_s > 0:
         time.sleep(sleep_s)
-    return job, StepResult(losses, compute_s, reload_s, sleep_s)
+    return job, StepResult(losses, compute_s, reload_s, sleep_s, job.take_metrics())
 
 
 def preload_datasets(specs) -> None:
