@@ -3,8 +3,11 @@ learned method's paired difference to that setting's best non-learned method (±
 learned methods averaged over training seeds first), then the suite means. Identical episodes for every method of a
 setting (evaluation roots 0–4 unless ``--roots``); loads ``p·M/7`` (the paper's pressure per node) on M nodes.
 
-    python scripts/suite_eval.py --out outputs/suite_eval --ckpts RUN0/best.ckpt,RUN1/best.ckpt,RUN2/best.ckpt \\
-        [--settings clusters|sizes] [--size-ckpts 12x16=A,B,C ...] [--methods Slack-QR,Slack-QR-q,...]
+    python scripts/suite_eval.py --out outputs/suite_eval [--ckpts RUN0/best.ckpt,RUN1/best.ckpt,RUN2/best.ckpt] \\
+        [--settings clusters|sizes] [--size-ckpts 12x16=A,B,C ...] [--methods Slack-QR,Slack-QR-q,...] [--rules-only]
+
+MARA-suite is evaluated from ``--ckpts`` (one per training seed), or without it from its shipped policies
+(mara/data/checkpoints/mara_suite_zoo_seed*.ckpt).
 
 ``--settings clusters``: the suite of docs/allocators.md (7 nodes: identical; speeds [2,2,1,1,1,1,1] switch cost 2;
 [3,1,1,1,1,1,1] cost 1; [2,2,2,1,1,1,1] cost 3). ``sizes``: identical nodes at (M, K) = (3, 6), (5, 8), (12, 16),
@@ -85,7 +88,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--ckpts", default="", help="MARA-suite policies, comma-separated (one per training seed); "
-                    "none: the rules only")
+                    "default: the shipped ones")
+    ap.add_argument("--rules-only", action="store_true", help="evaluate the rules, not MARA-suite")
     ap.add_argument("--settings", choices=("clusters", "sizes"), default="clusters")
     ap.add_argument("--size-ckpts", nargs="*", default=[], help="MxK=ckpt,ckpt,...: a policy trained for that size")
     ap.add_argument("--methods", default=RULES)
@@ -97,24 +101,28 @@ def main() -> None:
     summary = {}
     for name, s in settings.items():
         d = Path(a.out) / name.replace(",", "").replace(" ", "_")
-        methods = ("MARA-suite," if a.ckpts else "") + a.methods
+        methods = ("" if a.rules_only else "MARA-suite,") + a.methods
         rows = json.loads(evaluate(d, s, methods, a.ckpts, a.roots, a.episodes).read_text())["rows"]
         if name in own:  # the size's own policy, evaluated as MARA-suite in its own folder, renamed
             extra = json.loads(evaluate(d / "size_policy", s, "MARA-suite", own[name], a.roots, a.episodes).read_text())["rows"]
             rows += [{**r, "method": "MARA-size"} for r in extra]
         summary[name] = table(name, rows, "MARA-suite")
     means = {}
-    for name, per in summary.items():
-        for p, v in per.items():
+    for per in summary.values():
+        for v in per.values():
             for m, x in v["rules"].items():
                 means.setdefault(m, []).append(x)
             if "MARA-suite_mean" in v:
                 means.setdefault("MARA-suite", []).append(v["MARA-suite_mean"])
     n = len(summary) * len(LOADS)
     print("\n### Mean over the suite (settings × loads)\n\n| method | mean success (%) |\n|---|---:|")
-    for m, xs in sorted(means.items(), key=lambda kv: -np.mean(kv[1])):
-        if len(xs) == n:
-            print(f"| {m} | {np.mean(xs):.2f} |")
+    full = {m: float(np.mean(xs)) for m, xs in means.items() if len(xs) == n}
+    for m, x in sorted(full.items(), key=lambda kv: -kv[1]):
+        print(f"| {m} | {x:.2f} |")
+    rules = {m: x for m, x in full.items() if m not in LEARNED}
+    if "MARA-suite" in full and rules:
+        best = max(rules, key=rules.get)
+        print(f"\nMARA-suite − the best single non-learned method ({best}) over the suite: {full['MARA-suite'] - rules[best]:+.2f}")
     (Path(a.out) / "suite_summary.json").write_text(json.dumps(summary, indent=1))
 
 

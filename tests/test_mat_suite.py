@@ -46,7 +46,7 @@ def test_slot_buckets_follow_the_call_size():
     from mara.mat.features import n_features
 
     torch.manual_seed(0)
-    kw = dict(n_slots=10, n_nodes=7, d_model=16, d_ff=32, decoder="plackett_luce", features="v3")
+    kw = {"n_slots": 10, "n_nodes": 7, "d_model": 16, "d_ff": 32, "decoder": "plackett_luce", "features": "v3"}
     a, b = MATPolicy(**kw, slot_buckets=[4, 7]), MATPolicy(**kw)
     b.load_state_dict(a.state_dict())
     tok, present = _tokens(32, 16, n_features("v3")[1], n_present=14)
@@ -126,10 +126,11 @@ def test_displace_placement_of_a_policy_is_slack_qr_displace():
 
 
 def test_suite_teachers_checked_against_the_policy_predictor():
+    from omegaconf import OmegaConf
+
     from mara.core.config import ConfigError
     from mara.mat.train import check_teacher_predictor, load_recipe
     from mara.predictors.factory import predictor_config
-    from omegaconf import OmegaConf
 
     c = OmegaConf.to_container(load_recipe("suite"), resolve=True)
     c["predictor"] = predictor_config("qr_q")
@@ -146,13 +147,13 @@ def test_suite_policy_trains_and_is_admitted_at_any_size(tmp_path):
     from omegaconf import OmegaConf
 
     from mara.core.config import ConfigError, load_method_cfg
+    from mara.curves.bank import default_bank_path, load_bank
     from mara.eval.policy_fit import check_policy_fit
     from mara.mat.allocator import MATAllocator, read_policy_meta
     from mara.mat.train import load_recipe, train_policy
-    from mara.sim.env import BatchedEnv, run_episodes
-    from mara.curves.bank import default_bank_path, load_bank
-    from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
     from mara.predictors.factory import predictor_config, predictor_from
+    from mara.sim.env import BatchedEnv, run_episodes
+    from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
 
     cfg = load_recipe("suite")
     cfg.merge_with(OmegaConf.from_dotlist([

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from mara.core.safe_load import CheckpointError, load_checkpoint
+from mara.live.validation import Validation, to_device
 from tasks_zoo.batching import ResumableBatches
 
 
@@ -100,7 +101,6 @@ class UserJobSpec(JobSpec):
         return self.build_job()[:2]
 
     def build_job(self):
-        from mara.live.validation import Validation
         from tasks_zoo.batching import ResumableBatches, seeded_loader
 
         dm = self.build_datamodule()
@@ -113,17 +113,6 @@ class UserJobSpec(JobSpec):
 def spec_from_dict(d: dict) -> JobSpec:
     """The spec a ``JobSpec.to_dict()`` (or a ``UserJobSpec``'s) describes."""
     return UserJobSpec(**d) if "module_target" in d else JobSpec(**d)
-
-
-def to_device(batch, device: torch.device):
-    """A batch (tensor, or tuples / lists / dicts of them) on ``device``."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device)
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(b, device) for b in batch)
-    if isinstance(batch, dict):
-        return {k: to_device(v, device) for k, v in batch.items()}
-    return batch
 
 
 def step_loss(out):

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from mara.core.config import ConfigError, load_method_cfg
@@ -31,6 +32,7 @@ from mara.live.job import (
 )
 from mara.live.jobfile import UserJob, load_jobfile, parse_jobs, with_budget
 from mara.live.report import STATUS, say, write_report
+from mara.live.validation import fixed_order, has_validation_step, validate
 from mara.live.workers import make_pool
 
 JOBS_BANK = "job_curves.parquet"
@@ -57,10 +59,6 @@ def _spec(job_id: int, job: UserJob, batch_size: int) -> UserJobSpec:
 def check_validation(where: str, job: UserJob, module, dm) -> None:
     """A metric target's dry check: the module has a ``validation_step``, the DataModule a ``val_dataloader()``, and one
     validation batch logs the named metric as a number; else a one-line ConfigError naming the field."""
-    import torch
-
-    from mara.live.validation import fixed_order, has_validation_step, validate
-
     name = job.metric["name"]
     if not has_validation_step(module):
         raise ConfigError(f"{where}: module.validation_step: missing (target.metric {name!r} is what validation_step "
@@ -84,8 +82,6 @@ def check_validation(where: str, job: UserJob, module, dm) -> None:
 def check_job(job_id: int, job: UserJob, source: str, obs_every: int = 10) -> UserJobSpec:
     """Import, build and run one ``training_step`` of ``job`` (no optimiser step), and for a metric target one validation
     batch; its spec (validations every ``job.val_every`` or ``obs_every`` batches), or a one-line ConfigError."""
-    import torch
-
     where = f"{source}: job {job.name!r}"
     for field, target in (("module", job.module_target), ("data", job.data_target)):
         try:

@@ -16,6 +16,18 @@ import math
 import torch
 from torch.utils.data import DataLoader
 
+
+def to_device(batch, device: torch.device):
+    """A batch (tensor, or tuples / lists / dicts of them) on ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
 #: Lightning's reductions of an epoch-level logged value (``reduce_fx``), by name or torch function
 REDUCE = {"mean": "mean", "sum": "sum", "max": "max", "min": "min",
           torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
@@ -86,8 +98,6 @@ class _Log:
 def validate(module, loader, device: torch.device, limit: int | None = None) -> dict[str, float | None]:
     """One validation pass of ``module`` over ``loader`` (at most ``limit`` batches) -> {logged name: epoch value}
     (None for a name whose values cannot be reduced to a number). See the module docstring."""
-    from mara.live.job import to_device
-
     log = _Log()
     was_training = module.training
     module.eval()

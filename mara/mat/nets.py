@@ -197,7 +197,7 @@ class MATPolicy(nn.Module):
         the front (the encoder has no slot positions, so this changes nothing but the order) and each row runs with
         only as many slot tokens as its bucket holds (absent slots are masked keys whose own outputs are unused, so
         dropping them is exact up to float summation order); scores go back to the original slot positions."""
-        E, K = present.shape
+        K = present.shape[1]
         buckets = [b for b in self.buckets if b < K] + [K]  # this call's K (a policy trained across sizes runs at any K)
         if len(buckets) == 1:
             mem, _, value = self.encode(tokens, present)

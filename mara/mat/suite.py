@@ -19,8 +19,8 @@ import time
 
 import torch
 
-from mara.mat.imitation import agreement, collect_labelled_states, merge
 from mara.mat.features import token_options
+from mara.mat.imitation import agreement, collect_labelled_states, merge
 from mara.mat.nets import MATPolicy
 
 PAPER_NODES = 7  # the loads of the paper's protocol are per step on its 7 nodes
