@@ -183,14 +183,3 @@ def held_out_family_coverage(fm: FlowPredictor, bank, split: str = "pool", cover
                 out.setdefault((rule, bins), {})[f] = band_metrics(band, q["truth"][m])["coverage"]
     return out
 
-
-if __name__ == "__main__":  # python -m mara.predictors.calibrated: the held-out-family check on the shipped FM
-    from mara.predictors.factory import predictor_from
-
-    p = predictor_from("fm_cal", default_bank_path())
-    print("obs bins", p.obs_bins, "offsets:", {k: np.round(v, 3).tolist() for k, v in p.offsets.items()},
-          "novel:", np.round(p.novel, 3).tolist())
-    for (rule, bins), cov in held_out_family_coverage(p.fm, load_bank(default_bank_path())).items():
-        v = np.array(list(cov.values()))
-        print(f"{rule:15s} obs bins {str(bins):8s} held-out coverage min {100 * v.min():.1f} mean {100 * v.mean():.1f} % |",
-              " ".join(f"{k} {100 * c:.0f}" for k, c in cov.items()))
