@@ -154,16 +154,21 @@ def clone(policy: MATPolicy, data: dict, epochs: int, lr: float, batch_size: int
         perm = torch.randperm(n, generator=generator)
         tot = 0.0
         for idx in torch.split(perm, batch_size):
-            dev = next(policy.parameters()).device
-            logp, _, _ = policy.evaluate(*(data[k][idx].to(dev) for k in ("tokens", "present", "actions")))
-            loss = -logp.mean()
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
-            opt.step()
-            tot += float(loss.detach()) * len(idx)
+            tot += clone_step(policy, opt, data, idx, max_grad_norm)
         losses.append(tot / n)
     return losses
+
+
+def clone_step(policy: MATPolicy, opt, data: dict, idx: torch.Tensor, max_grad_norm: float) -> float:
+    """One minibatch ``idx`` of ``data``: a gradient step on −log π(teacher's joint action | state); -> summed loss."""
+    dev = next(policy.parameters()).device
+    logp, _, _ = policy.evaluate(*(data[k][idx].to(dev) for k in ("tokens", "present", "actions")))
+    loss = -logp.mean()
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
+    opt.step()
+    return float(loss.detach()) * len(idx)
 
 
 @torch.no_grad()

@@ -20,7 +20,7 @@ import time
 import torch
 
 from mara.mat.features import token_options
-from mara.mat.imitation import agreement, collect_labelled_states, merge
+from mara.mat.imitation import agreement, clone_step, collect_labelled_states, merge
 from mara.mat.nets import MATPolicy
 
 PAPER_NODES = 7  # the loads of the paper's protocol are per step on its 7 nodes
@@ -67,7 +67,6 @@ def clone_suite(policy: MATPolicy, datasets: list[dict], epochs: int, lr: float,
     """Behaviour cloning on several settings' data: −log π(teacher's joint action | state), each minibatch from one
     setting, every setting's minibatches shuffled together per epoch. -> mean loss per epoch."""
     opt = torch.optim.Adam(policy.parameters(), lr=lr, eps=1e-5)
-    dev = next(policy.parameters()).device
     policy.train()
     n_all = sum(len(d["actions"]) for d in datasets)
     losses = []
@@ -77,14 +76,7 @@ def clone_suite(policy: MATPolicy, datasets: list[dict], epochs: int, lr: float,
         tot = 0.0
         for j in torch.randperm(len(batches), generator=generator).tolist():
             i, idx = batches[j]
-            d = datasets[i]
-            logp, _, _ = policy.evaluate(*(d[k][idx].to(dev) for k in ("tokens", "present", "actions")))
-            loss = -logp.mean()
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
-            opt.step()
-            tot += float(loss.detach()) * len(idx)
+            tot += clone_step(policy, opt, datasets[i], idx, max_grad_norm)
         losses.append(tot / max(n_all, 1))
     return losses
 
