@@ -48,5 +48,5 @@ class MidRunCheckpoint(L.Callback):
         if trainer.global_step % self.every == 0 and trainer.global_step < trainer.max_steps and not trainer.should_stop:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            trainer.save_checkpoint(tmp, weights_only=False)  # the full training state: generation resumes from it
+            trainer.save_checkpoint(tmp)
             os.replace(tmp, self.path)

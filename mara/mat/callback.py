@@ -104,7 +104,7 @@ class ValidationCallback(L.Callback):
         self.history.append({"iteration": it, "env_steps": pl_module.global_env_steps, "val_success_rate": score,
                              "seconds": time.time() - t0})
         if improved:  # collective under DDP: every rank calls it, rank 0 writes
-            trainer.save_checkpoint(self.best_path, weights_only=False)  # the full state (resumable), said explicitly
+            trainer.save_checkpoint(self.best_path)
 
     def on_train_end(self, trainer, pl_module) -> None:
         if trainer.is_global_zero:
