@@ -66,13 +66,19 @@ def test_displacement_needs_a_running_task_on_the_faster_node():
     assert displace_running(greedy, picks, SPEED, COST, last, started, setup, rem, tau).tolist() == [[1, 0]]
 
 
-def test_displacement_never_fires_on_equal_speeds():
-    rng = np.random.default_rng(1)
-    E, K, M = 300, 8, 4
+def random_picks(rng, E, K, M):
+    """[E, M] picks: per episode a random number of distinct slots of K in random order, IDLE after."""
     P = np.full((E, M), IDLE)
     for e in range(E):
         n = rng.integers(0, M + 1)
         P[e, :n] = rng.permutation(K)[:n]
+    return P
+
+
+def test_displacement_never_fires_on_equal_speeds():
+    rng = np.random.default_rng(1)
+    E, K, M = 300, 8, 4
+    P = random_picks(rng, E, K, M)
     last, started = rng.integers(-1, M, (E, K)), rng.random((E, K)) < 0.7
     setup, rem, tau = rng.integers(0, 3, (E, K)), rng.integers(0, 40, (E, K)), rng.integers(1, 30, (E, K))
     speed = np.full(M, 2)
@@ -83,10 +89,7 @@ def test_displacement_never_fires_on_equal_speeds():
 def test_displacement_keeps_every_pick_once():
     rng = np.random.default_rng(2)
     E, K, M = 300, 8, 5
-    P = np.full((E, M), IDLE)
-    for e in range(E):
-        n = rng.integers(0, M + 1)
-        P[e, :n] = rng.permutation(K)[:n]
+    P = random_picks(rng, E, K, M)
     speed = rng.integers(1, 4, M)
     last, started = rng.integers(-1, M, (E, K)), rng.random((E, K)) < 0.7
     setup, rem, tau = rng.integers(0, 3, (E, K)), rng.integers(0, 40, (E, K)), rng.integers(1, 30, (E, K))
