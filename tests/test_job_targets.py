@@ -7,7 +7,6 @@ import textwrap
 import numpy as np
 import pytest
 
-from mara.core.cli import run_cli
 from mara.core.config import ConfigError
 from mara.curves.bank import load_bank
 from mara.live.job import TrainingJob
@@ -100,18 +99,11 @@ def test_dry_check_is_one_line(val_modules, change, expected):
 
 
 def test_cli_metric_never_logged_exits_2_before_training(tmp_path, capsys):
-    from hydra import compose, initialize_config_dir
+    from tests.test_jobfile import live_cli
 
-    from mara.core.config import CONF_DIR
-    from mara.live.run import live_main
-
-    (tmp_path / "j.yaml").write_text(json.dumps({"jobs": [job("fine", target={"loss": 1.0}), job("nf", target={**ACC, "metric": "acc"})]}))
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("live", overrides=[f"paths.output_dir={tmp_path / 'out'}", f"jobs={tmp_path / 'j.yaml'}"])
-    with pytest.raises(SystemExit) as exc:
-        run_cli(live_main, cfg)
-    assert exc.value.code == 2
-    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    code, err = live_cli(tmp_path, [job("fine", target={"loss": 1.0}), job("nf", target={**ACC, "metric": "acc"})],
+                         tmp_path / "out", capsys)
+    assert code == 2
     assert len(err) == 1 and "job 'nf': target.metric: validation_step does not log 'acc'" in err[0]
     assert not (tmp_path / "out" / "job_outcomes.json").exists()
 

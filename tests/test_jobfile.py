@@ -252,19 +252,25 @@ def test_job_raising_mid_run_fails_alone(tmp_path, bad_module):
     assert fine["worker_failure"] is None and fine["batches"] > 4
 
 
-def test_run_cli_turns_job_file_mistakes_into_exit_2(tmp_path, capsys):
+def live_cli(tmp_path, jobs: list, out, capsys) -> tuple[int, list[str]]:
+    """``python -m mara.live jobs=<file>`` in-process on ``jobs`` written to tmp_path/j.yaml -> (exit code, the
+    non-empty stderr lines); the run must stop (SystemExit)."""
     from hydra import compose, initialize_config_dir
 
     from mara.core.config import CONF_DIR
     from mara.live.run import live_main
 
-    (tmp_path / "j.yaml").write_text(json.dumps({"jobs": [{k: v for k, v in job("nt").items() if k != "target"}]}))
+    (tmp_path / "j.yaml").write_text(json.dumps({"jobs": jobs}))
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("live", overrides=[f"paths.output_dir={tmp_path}", f"jobs={tmp_path / 'j.yaml'}"])
+        cfg = compose("live", overrides=[f"paths.output_dir={out}", f"jobs={tmp_path / 'j.yaml'}"])
     with pytest.raises(SystemExit) as exc:
         run_cli(live_main, cfg)
-    assert exc.value.code == 2
-    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    return exc.value.code, [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+
+
+def test_run_cli_turns_job_file_mistakes_into_exit_2(tmp_path, capsys):
+    code, err = live_cli(tmp_path, [{k: v for k, v in job("nt").items() if k != "target"}], tmp_path, capsys)
+    assert code == 2
     assert err == [f"error: jobs file {tmp_path / 'j.yaml'}: job 'nt': target: missing"]
 
 
