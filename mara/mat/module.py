@@ -71,12 +71,8 @@ class MATModule(L.LightningModule):
         teacher = build_teacher(im["teacher"])
 
         def make_env(r: int) -> TrainingEnv:  # fresh training episodes per round (never evaluation/validation roots)
-            stream = EpisodeStream(bank, bank.family_params, hp.workload["task_set"], hp.workload["load"],
-                                   hp.workload["train_root"] + hp.seed + 7919 * (r + 1), im["n_episodes"],
-                                   n_steps=hp.sim["n_steps"])
-            return TrainingEnv(stream, bank, predictor, hp.reward, hp.sim["beta"], hp.sim["n_nodes"], hp.sim["max_active"],
-                               hp.sim["obs_every"], hp.rollout["n_groups"], im.get("stagger", hp.rollout["stagger"]),
-                               fm_cache=self.fm_cache, **node_kwargs(hp.sim))
+            return self.imitation_env(bank, predictor, hp.sim, hp.workload["load"],
+                                      hp.workload["train_root"] + hp.seed + 7919 * (r + 1))
 
         return imitate(self.policy, make_env, teacher, im, seed=hp.seed, scale=hp.rollout["scale"],
                        log=lambda s: print(s, flush=True))
@@ -90,17 +86,21 @@ class MATModule(L.LightningModule):
 
         def make_env(setting: dict, r: int) -> TrainingEnv:  # fresh training episodes per setting and round
             sim = setting_sim(hp.sim, setting)
-            i = settings.index(setting)
-            stream = EpisodeStream(bank, bank.family_params, hp.workload["task_set"],
-                                   scaled_loads(hp.workload["load"], sim["n_nodes"]),
-                                   hp.workload["train_root"] + hp.seed + 7919 * (r + 1) + 104729 * (i + 1),
-                                   im["n_episodes"], n_steps=sim["n_steps"])
-            return TrainingEnv(stream, bank, predictor, hp.reward, sim["beta"], sim["n_nodes"], sim["max_active"],
-                               sim["obs_every"], hp.rollout["n_groups"], im.get("stagger", hp.rollout["stagger"]),
-                               fm_cache=self.fm_cache, **node_kwargs(sim))
+            root = hp.workload["train_root"] + hp.seed + 7919 * (r + 1) + 104729 * (settings.index(setting) + 1)
+            return self.imitation_env(bank, predictor, sim, scaled_loads(hp.workload["load"], sim["n_nodes"]), root)
 
         return imitate_suite(self.policy, settings, make_env, teachers, im, seed=hp.seed, scale=hp.rollout["scale"],
                              log=lambda s: print(s, flush=True))
+
+    def imitation_env(self, bank, predictor, sim: dict, load, root: int) -> TrainingEnv:
+        """A training env of ``mat.imitation``'s episodes (its ``n_episodes``, ``stagger``) on cluster ``sim`` at
+        ``load`` from ``root``, sharing this rank's FM cache."""
+        hp, im = self.hparams, self.hparams.imitation
+        stream = EpisodeStream(bank, bank.family_params, hp.workload["task_set"], load, root, im["n_episodes"],
+                               n_steps=sim["n_steps"])
+        return TrainingEnv(stream, bank, predictor, hp.reward, sim["beta"], sim["n_nodes"], sim["max_active"],
+                           sim["obs_every"], hp.rollout["n_groups"], im.get("stagger", hp.rollout["stagger"]),
+                           fm_cache=self.fm_cache, **node_kwargs(sim))
 
     def train_dataloader(self):
         return DataLoader([0], batch_size=None)  # one PPO iteration per epoch
