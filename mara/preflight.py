@@ -370,6 +370,18 @@ def check_live_workers(cfg: DictConfig) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- the check
+def check_cal_banks(cfg: DictConfig) -> None:
+    """A predictor's calibration bank (``recalibrate.cal_bank``, ``calibration.cal_bank``) given as a path exists."""
+    specs = {f"predictors.{k}": v for k, v in (cfg.get("predictors") or {}).items()}
+    specs["predictor"] = cfg.get("predictor")
+    for where, spec in specs.items():
+        for key in ("recalibrate", "calibration"):
+            part = spec.get(key) if isinstance(spec, DictConfig) else None
+            given = part.get("cal_bank") if isinstance(part, DictConfig) else None
+            if given not in (None, "", "none", "beside") and not Path(str(given)).is_file():
+                raise ConfigError(f"{where}.{key}.cal_bank={given}: no such file (a bank of cal curves, 'beside' or null)")
+
+
 def preflight(cfg: DictConfig, entry: str) -> None:
     """Every check that can be made before any work (``entry``: ``train``, ``evaluate`` or ``live``); a mistake is
     one ConfigError, which the entry points print as one line and exit 2."""
@@ -382,6 +394,7 @@ def preflight(cfg: DictConfig, entry: str) -> None:
     else:
         need = cfg.get("action", "run") == "run"
     methods = check_methods(cfg, need)
+    check_cal_banks(cfg)
     if entry == "live":
         check_live_workers(cfg)
         if cfg.get("jobs"):  # a user's job file runs jobs_methods; "auto" picks a method that fits the cluster itself

@@ -12,6 +12,8 @@ expert's action. Frames: grayscale 210x160 resized (area) to 84x84, stacks of th
 """
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 
 import numpy as np
@@ -129,7 +131,7 @@ def load_montezuma(cache_dir: str | Path, n: int = 4096, seed: int = 0) -> Frame
     else:
         data = collect(n, seed)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{np.random.randint(1 << 30)}")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # per process: workers may build it at once
         torch.save(data, tmp)
         tmp.replace(path)
     return FrameStacks(data["frames"], data["starts"], data["actions"])

@@ -64,6 +64,27 @@ def test_benchmark_reports_decisions(tmp_path, small_bank):
         assert sum(b["n"] for b in r["by_obs"].values()) == r["n"]  # every query is warm (≥ 4 observations)
 
 
+def test_extra_predictors_get_rows_of_their_own(tmp_path, small_bank, monkeypatch):
+    from omegaconf import OmegaConf
+
+    import mara.eval.prediction as prediction
+    from mara.eval.prediction import by_obs_markdown, run_prediction_benchmark, table1_markdown
+    from mara.predictors.factory import predictor_from
+
+    monkeypatch.setattr(prediction, "_figure", lambda *a, **k: [])  # Figure 3 samples the FM's futures; WLS has none
+
+    wls = predictor_from(OmegaConf.create({"name": "wls", "gamma": 0.9, "ridge": 1e-10, "min_obs": 4}))
+    other = predictor_from(OmegaConf.create({"name": "wls", "gamma": 0.5, "ridge": 1e-10, "min_obs": 4}))
+    res = run_prediction_benchmark(small_bank, wls, wls, small_bank.family_params, tmp_path, n_ranks=4,
+                                   extra=(("WLS-0.5", other),))
+    ts = next(iter(res))
+    assert [m for m in res[ts] if m not in ("decision", "cold")] == ["FM", "WLS", "WLS-0.5"]
+    assert res[ts]["WLS-0.5"]["n_queries"] == res[ts]["WLS"]["n_queries"]
+    assert res[ts]["WLS-0.5"]["mae"] != res[ts]["WLS"]["mae"]  # scored with its own setting, on the same queries
+    assert {"WLS-0.5 median", "WLS-0.5 q0.1", "WLS-0.5 q0.9"} <= set(res[ts]["decision"])
+    assert f"| {ts} | WLS-0.5 |" in table1_markdown(res) and f"| {ts} | WLS-0.5 |" in by_obs_markdown(res)
+
+
 def test_decision_points_with_the_truth_are_perfect(small_bank):
     """At the simulator's decision points the truth predictor's estimate is the truth: every decision right."""
     from mara.allocators.slack import SlackRule

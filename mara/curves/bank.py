@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from mara.core.config import SHIPPED_BANKS_DIR
 
 SCHEMA_VERSION = "1"
-SPLITS = ("fm_train", "fm_val", "pool")
+SPLITS = ("fm_train", "fm_val", "pool", "cal")  # cal: band calibration only (families the FM never trained on)
 DATA_SOURCES = ("real", "synthetic", "parametric", "live")  # live: recorded by mara.live
 
 ARROW_SCHEMA = pa.schema(

@@ -34,7 +34,7 @@ COST_ORDER = (
 )
 #: rough uncontended seconds per curve, used for the ETA when a family has no finished shard to learn from
 COST_GUESS_S = dict(zip(COST_ORDER, (10, 16, 25, 35, 45, 90, 150, 170, 130, 240)))
-GROUP_ORDER = ("pool", "fm_val", "fm_train")
+GROUP_ORDER = ("pool", "fm_val", "fm_train", "cal")
 SOURCES = ("real", "synthetic")
 
 
@@ -141,8 +141,8 @@ def plan_jobs(families, counts: dict, source: str = "synthetic", source_override
     jobs = []
     for split in GROUP_ORDER:
         for fam in ordered:
-            if split != "pool" and not in_distribution(fam):
-                continue  # the FM dataset holds ID families only (A.2)
+            if split in ("fm_val", "fm_train") and not in_distribution(fam):
+                continue  # the FM dataset holds ID families only (A.2); pool and cal curves exist for every family
             src = (source_overrides or {}).get(fam, source)
             jobs.extend(Job(fam, split, i, src) for i in range(int(counts.get(split, 0))))
     return jobs

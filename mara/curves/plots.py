@@ -18,7 +18,7 @@ def _plot_family(ax, bank, fam: str) -> None:
 
     for r in bank.rows(fam):
         ax.plot(np.arange(1, bank.lengths[r] + 1), bank.L[r, : bank.lengths[r]], lw=0.6, alpha=0.6,
-                color={"pool": "C0", "fm_val": "C1", "fm_train": "C2"}[bank.split[r]])
+                color={"pool": "C0", "fm_val": "C1", "fm_train": "C2", "cal": "C3"}[bank.split[r]])
     fp = (bank.family_params or {}).get(fam, {})
     if "eps" in fp:
         ax.axhline(fp["eps"], color="k", ls="--", lw=1)

@@ -1,4 +1,5 @@
-"""Prediction benchmark (paper §5.2, Table 1, Figure 3): FM vs WLS as remaining-demand predictors.
+"""Prediction benchmark (paper §5.2, Table 1, Figure 3): FM vs WLS as remaining-demand predictors, and any others
+named in ``prediction.extra`` (rows of their own: e.g. the calibrated FM, the decision head).
 
 Queries: for each curve of a task set, ε and budget B drawn deterministically from ``family_params``
 and eight prefixes (query ranks) spread over the budget on the obs_every grid; a query counts only if
@@ -95,13 +96,18 @@ def metrics_by_obs(n_obs, err, correct, qs, truth, edges=OBS_BINS) -> dict:
     return out
 
 
+def predictor_rows(res: dict) -> list[str]:
+    """The predictor rows of one task set's results (FM, WLS, then the extra ones), without its other entries."""
+    return [m for m in res if m not in ("decision", "cold")]
+
+
 def by_obs_markdown(results: dict, edges=OBS_BINS) -> str:
     """One table: task set × method rows, per n_obs bin the MAE / finish accuracy (%) / q10–q90 coverage (%)."""
     labels = obs_bin_labels(edges)
     lines = ["| Task set | Method | " + " | ".join(f"n_obs {lab}: MAE / acc. / cov." for lab in labels) + " |",
              "|---|---|" + "---:|" * len(labels)]
     for ts, res in results.items():
-        for m in ("FM", "WLS"):
+        for m in predictor_rows(res):
             cells = []
             for lab in labels:
                 b = res[m].get("by_obs", {}).get(lab)
@@ -170,43 +176,49 @@ def _figure(bank, fm, wls, q, out_dir: Path, results: dict, obs_every: int, rank
     return paths
 
 
-def decision_estimates(fm, wls, bank: CurveBank, q: dict, obs_every: int = 10, quantiles=(0.05,)) -> dict:
+def decision_estimates(fm, wls, bank: CurveBank, q: dict, obs_every: int = 10, quantiles=(0.05,),
+                       extra=()) -> dict:
     """{name: remaining-batch estimate [Q]} the decision metrics compare: FM median and band (q10, q90 and the
-    ``quantiles`` of ``band_quantile``, the estimate Slack-FM-q reads), WLS median and its q10."""
+    ``quantiles`` of ``band_quantile``, the estimate Slack-FM-q reads), WLS median and its q10; each ``extra``
+    (label, predictor) its median and its band's ends at their own levels."""
 
     rows = q["rows"]
     S, L = observe(bank, rows, q["n_obs"], obs_every)
     args = (S, L, q["n_obs"], q["eps"], q["cap"], bank.batch_size[rows], bank.lr[rows])
     out = {}
-    for name, p in (("FM", fm), ("WLS", wls)):
+    for name, p in (("FM", fm), ("WLS", wls), *extra):
         if hasattr(p, "predict_quantiles"):
             qs = p.predict_quantiles(*args, family=bank.family[rows])
             lo, med, hi = qs[:, 0], qs[:, qs.shape[1] // 2], qs[:, -1]
         else:
             lo = med = hi = p.predict_remaining(*args, family=bank.family[rows])
         out[f"{name} median"] = med
-        out[f"{name} q10"] = lo
-        if name == "FM":
-            out["FM q90"] = hi
+        if name == "WLS":
+            out["WLS q10"] = lo
+        elif name == "FM":
+            out["FM q10"], out["FM q90"] = lo, hi
             for x in quantiles:
                 if x not in (0.1, 0.5, 0.9):
                     out[f"FM q{x:g}"] = band_quantile(lo, med, hi, float(x))
+        elif hasattr(p, "predict_quantiles"):
+            levels = getattr(p, "quantiles", (0.1, 0.5, 0.9))
+            out[f"{name} q{levels[0]:g}"], out[f"{name} q{levels[-1]:g}"] = lo, hi
     return out
 
 
-def decision_results(fm, wls, bank: CurveBank, q: dict, obs_every: int = 10, quantiles=(0.05,)) -> dict:
+def decision_results(fm, wls, bank: CurveBank, q: dict, obs_every: int = 10, quantiles=(0.05,), extra=()) -> dict:
     """Decision-relevant metrics (mara.eval.decision_metrics) of every estimate on one query set."""
 
     s0 = q["n_obs"] * obs_every
     return {name: decision_metrics(s0, q["budget"], q["first"], q["truth"], q["n_obs"], est)
-            for name, est in decision_estimates(fm, wls, bank, q, obs_every, quantiles).items()}
+            for name, est in decision_estimates(fm, wls, bank, q, obs_every, quantiles, extra).items()}
 
 
 def table1_markdown(results: dict) -> str:
     lines = ["| Task set | Method | MAE (batches) | Budget acc. (%) | q10–q90 coverage (%) | band width | ms / prefix |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for ts, res in results.items():
-        for m in ("FM", "WLS"):
+        for m in predictor_rows(res):
             r = res[m]
             cov = f"{100 * r['coverage']:.1f}" if "coverage" in r else "–"
             wid = f"{r['band_width']:.1f}" if "band_width" in r else "–"
@@ -215,10 +227,12 @@ def table1_markdown(results: dict) -> str:
 
 
 def run_prediction_benchmark(bank: CurveBank, fm, wls, family_params: dict, out_dir, n_ranks: int = 8,
-                             obs_every: int = 10, seed: int = 0, decision_quantiles=(0.05,)) -> dict:
+                             obs_every: int = 10, seed: int = 0, decision_quantiles=(0.05,), extra=()) -> dict:
     """Table 1 + Figure 3 on ID fm_val curves and each OOD family's pool curves; writes PNGs, table1.md, prediction.json.
     With ``decision_quantiles`` (not None) each task set also gets ``decision``: the decision-relevant metrics of the
-    FM median / band quantiles and WLS (mara.eval.decision_metrics), also in table1.md."""
+    FM median / band quantiles and WLS (mara.eval.decision_metrics), also in table1.md. ``extra``: ((label,
+    predictor), ...) scored on the same queries in rows of their own (the figure stays FM vs WLS)."""
+    named = (("FM", fm), ("WLS", wls), *extra)
     import torch
 
     torch.set_num_threads(1)  # latency on one core
@@ -231,13 +245,13 @@ def run_prediction_benchmark(bank: CurveBank, fm, wls, family_params: dict, out_
             continue
         q = build_queries(bank, fams, split, family_params, n_ranks, obs_every, seed)
         queries[ts] = q
-        results[ts] = {name: evaluate_predictor(p, bank, q, obs_every, n_ranks)[0] for name, p in (("FM", fm), ("WLS", wls))}
+        results[ts] = {name: evaluate_predictor(p, bank, q, obs_every, n_ranks)[0] for name, p in named}
         if decision_quantiles is not None:
-            results[ts]["decision"] = decision_results(fm, wls, bank, q, obs_every, decision_quantiles)
+            results[ts]["decision"] = decision_results(fm, wls, bank, q, obs_every, decision_quantiles, extra)
         qc = build_cold_queries(bank, fams, split, family_params, COLD_OBS, obs_every, seed)
         if len(qc["rows"]):
             cold[ts] = {name: evaluate_predictor(p, bank, qc, obs_every, len(COLD_OBS), COLD_OBS)[0]
-                        for name, p in (("FM", fm), ("WLS", wls))}
+                        for name, p in named}
     figs = _figure(bank, fm, wls, queries["ID"], out_dir, {ts: {m: r[m] for m in ("FM", "WLS")} for ts, r in results.items()},
                    obs_every) if "ID" in queries else []
     for ts, c in cold.items():
@@ -255,6 +269,7 @@ def run_prediction_experiment(settings: PredictionSettings, out_dir) -> dict:
     """The prediction benchmark (``experiment=prediction``) of ``settings`` into ``out_dir``: FM and WLS from their
     predictor configs, on the settings' bank (else the shipped one)."""
     bank = load_bank(settings.bank_path or default_bank_path())
+    extra = tuple((label, predictor_from(spec, bank.path)) for label, spec in settings.extra)
     return run_prediction_benchmark(bank, predictor_from(settings.fm, bank.path), predictor_from(settings.wls), bank.family_params,
                                     Path(out_dir), n_ranks=settings.n_ranks, obs_every=settings.obs_every, seed=settings.seed,
-                                    decision_quantiles=settings.decision_quantiles)
+                                    decision_quantiles=settings.decision_quantiles, extra=extra)

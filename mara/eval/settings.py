@@ -191,6 +191,7 @@ class PredictionSettings:
     seed: int = 0
     decision_quantiles: tuple | None = (0.05,)
     decision_points: DecisionPointSettings | None = None
+    extra: tuple = ()  # ((label, predictor config), ...): more rows beside FM and WLS (prediction.extra)
 
 
 @dataclass(frozen=True)
@@ -293,7 +294,21 @@ def prediction_settings(cfg: DictConfig) -> PredictionSettings:
         fm=_predictor_cfg("fm", pc.get("fm"), composed.get("fm")), wls=_predictor_cfg("wls", pc.get("wls"), composed.get("wls")),
         bank_path=(cfg.get("bank", {}) or {}).get("path"), n_ranks=int(pc.get("n_ranks", 8)),
         obs_every=int(pc.get("obs_every", 10)), seed=int(pc.get("seed", 0)),
-        decision_quantiles=None if quantiles is None else tuple(quantiles), decision_points=points)
+        decision_quantiles=None if quantiles is None else tuple(quantiles), decision_points=points,
+        extra=_extra_predictors(pc.get("extra") or {}, composed))
+
+
+def _extra_predictors(extra, composed) -> tuple:
+    """``prediction.extra`` ({label: predictor name}) → ((label, config), ...): the run's ``predictors.<name>``, else
+    conf/predictor/<name>.yaml; an unknown name or a label taken by FM / WLS is a one-line ConfigError."""
+    out = []
+    for label, name in plain_config(extra).items():
+        if label in ("FM", "WLS"):
+            raise ConfigError(f"prediction.extra.{label}: FM and WLS are the benchmark's own rows; pick another label")
+        if not isinstance(name, str) or not (composed.get(name) or (conf_dir("predictor") / f"{name}.yaml").exists()):
+            raise ConfigError(f"prediction.extra.{label}={name!r}: not a predictor (a name in conf/predictor/)")
+        out.append((str(label), _predictor_cfg(name, composed.get(name))))
+    return tuple(out)
 
 
 def lofo_settings(cfg: DictConfig) -> LofoSettings:

@@ -4,15 +4,18 @@ The flow net and its median are the FM's; only the q10–q90 band changes. Each 
 own split-conformal offset (``conformal_offset``, log(1 + batches)) per observation-count bin (``obs_bins``: early
 prefixes are less certain), fitted on that family's calibration curves — the bank's ``calibration.split``
 (``pool``: neither the FM's training curves nor the prediction benchmark's ID queries, which come from ``fm_val``).
-A family without calibration curves (a novel one: RL, ViT) gets, per bin, the widest of the known families'
-offsets. Both choices come from a leave-one-family-out check on the calibration curves only
-(``held_out_family_coverage``, ``python -m mara.predictors.calibrated``, docs/predictor.md): each training family
+A family the FM never trained on gets its offsets from its own ``cal`` curves where a calibration bank holds them
+(``calibration.cal_bank``: ``beside`` = ``<bank>_cal.parquet`` next to the bank, e.g. the zoo's RL and ViT runs
+generated for this alone, never drawn by the simulator or the prediction benchmark); one without any (a truly
+novel family) gets, per bin, the widest of the training families' offsets. Both choices for the training families
+come from a leave-one-family-out check on the calibration curves only (``held_out_family_coverage``, ``python -m mara.predictors.calibrated``, docs/predictor.md): each training family
 in turn plays the novel one, and the rule that kept every such family's coverage highest was chosen.
 Shapes: ``[B]`` per task, ``[B, Q]`` quantiles; offsets per family ``[n_bins]`` (bins of ``np.digitize(n_obs,
 obs_bins)``: ``len(obs_bins) + 1``).
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Mapping
 
 import numpy as np
@@ -22,7 +25,7 @@ from mara.curves.bank import SPLITS, default_bank_path, load_bank
 from mara.predictors.cold import ColdPrior
 from mara.predictors.data import observe
 from mara.predictors.fm import FlowPredictor
-from mara.predictors.queries import build_queries
+from mara.predictors.queries import build_queries, cal_bank_path, untrained_cal_queries
 from mara.predictors.uncertainty import apply_offset, band_metrics, conformal_offset
 
 OBS_BINS = (10, 20)  # n_obs bins [.., 10), [10, 20), [20, ..)
@@ -68,10 +71,12 @@ class CalibratedFlowPredictor:
     name = "fm_cal"
     supports_cache = True
 
-    def __init__(self, fm: FlowPredictor, offsets: Mapping[str, np.ndarray], obs_bins=OBS_BINS, cold=None):
+    def __init__(self, fm: FlowPredictor, offsets: Mapping[str, np.ndarray], obs_bins=OBS_BINS, cold=None,
+                 novel=None):
         self.fm, self.obs_bins, self.cold = fm, tuple(int(b) for b in obs_bins), cold  # cold: ColdPrior or None (cap)
         self.offsets = {str(k): np.asarray(v, np.float64) for k, v in offsets.items()}
-        self.novel = novel_offset(self.offsets, len(self.obs_bins) + 1)
+        # novel: [n_bins] for families without offsets; default the widest of ``offsets``
+        self.novel = novel_offset(self.offsets, len(self.obs_bins) + 1) if novel is None else np.asarray(novel, float)
         self.quantiles = fm.quantiles
 
     @classmethod
@@ -84,14 +89,20 @@ class CalibratedFlowPredictor:
         fm = FlowPredictor.from_config(cfg, bank_path)
         fm.band_offset = 0.0  # the per-family offsets replace the checkpoint's pooled one
         bins = tuple(cal.get("obs_bins", OBS_BINS))
-        bank = load_bank(bank_path or default_bank_path())
-        offsets = calibrate(fm, bank, split=str(cal.get("split", "pool")), coverage=float(cal.get("coverage", 0.8)),
-                            obs_bins=bins, obs_every=int(cal.get("obs_every", 10)), seed=int(cal.get("seed", 0)))
+        bank_path = Path(bank_path or default_bank_path())
+        bank = load_bank(bank_path)
+        kw = dict(coverage=float(cal.get("coverage", 0.8)), obs_bins=bins, obs_every=int(cal.get("obs_every", 10)),
+                  seed=int(cal.get("seed", 0)))
+        offsets = calibrate(fm, bank, split=str(cal.get("split", "pool")), **kw)
+        novel = novel_offset(offsets, len(bins) + 1)  # from the training families only
+        extra = cal_bank_path(bank_path, cal.get("cal_bank"))
+        if extra is not None:
+            offsets.update(calibrate_untrained(fm, bank, load_bank(extra), **kw))
         cold = None
         if cc:
             cold = ColdPrior.from_bank(bank, split=str(cc.get("split", "fm_train")), k=int(cc.get("k", 10)),
                                        quantiles=fm.quantiles)
-        return cls(fm, offsets, bins, cold)
+        return cls(fm, offsets, bins, cold, novel)
 
     def predict_quantiles(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None, keys=None, cache=None):
         """[B, Q] ordered remaining batches; the outer columns widened by each row's (family, n_obs bin) offset."""
@@ -153,6 +164,21 @@ def calibrate(fm: FlowPredictor, bank, split: str = "pool", coverage: float = 0.
     q, raw, fam = _raw_calibration_band(fm, bank, split, obs_every, seed)
     if q is None:
         return {}
+    return group_offsets(raw[:, 0], raw[:, -1], q["truth"], fam, q["n_obs"], obs_bins, coverage)
+
+
+def calibrate_untrained(fm: FlowPredictor, bank, cal_bank, coverage: float = 0.8, obs_bins=OBS_BINS,
+                        obs_every: int = 10, seed: int = 0) -> dict[str, np.ndarray]:
+    """Per-(family, n_obs bin) offsets for the families ``bank`` has no training curves of, fitted on their ``cal``
+    curves in ``cal_bank``."""
+    q = untrained_cal_queries(bank, cal_bank, obs_every, seed)
+    if q is None:
+        return {}
+    rows = q["rows"]
+    S, L = observe(cal_bank, rows, q["n_obs"], obs_every)
+    fam = cal_bank.family[rows]
+    raw = fm.predict_quantiles(S, L, q["n_obs"], q["eps"], q["cap"], cal_bank.batch_size[rows], cal_bank.lr[rows],
+                               family=fam)
     return group_offsets(raw[:, 0], raw[:, -1], q["truth"], fam, q["n_obs"], obs_bins, coverage)
 
 

@@ -30,7 +30,9 @@ from mara.core.safe_load import (
 )
 from mara.curves.bank import SHIPPED_BANKS_DIR, SPLITS, default_bank_path, load_bank
 from mara.predictors.cold import ColdPrior
+from mara.predictors.data import observe
 from mara.predictors.decision_data import MIN_OBS, N_STATIC, decision_inputs
+from mara.predictors.level_shift import apply_level_shifts, level_shifts
 from mara.predictors.nets import HistoryEncoder, Standardizer
 from mara.predictors.quantile import (
     DEFAULT_LEVELS,
@@ -38,6 +40,7 @@ from mara.predictors.quantile import (
     level_index,
     monotone_quantiles,
 )
+from mara.predictors.queries import cal_bank_path, untrained_cal_queries
 
 CKPT_DIR = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 
@@ -127,7 +130,8 @@ class QuantileHeadPredictor:
 
     name = "qr"
 
-    def __init__(self, net, band=(0.1, 0.5, 0.9), min_obs: int = MIN_OBS, cold=None):
+    def __init__(self, net, band=(0.1, 0.5, 0.9), min_obs: int = MIN_OBS, cold=None, shifts=None,
+                 shift_bins=(10, 20)):
         band = check_levels(band)
         if len(band) != 3 or abs(band[1] - 0.5) > 1e-9:
             raise ValueError(f"qr band must be three levels (lo, 0.5, hi), got {list(band)}")
@@ -137,6 +141,8 @@ class QuantileHeadPredictor:
         self.band_idx = level_index(self.levels, band)
         self.min_obs = int(min_obs)
         self.cold = cold  # ColdPrior at the band's levels for tasks below min_obs, or None (the cap)
+        # {family: [n_bins, 3]} level shifts of the band for families the head never trained on (level_shift.py)
+        self.shifts, self.shift_bins = dict(shifts or {}), tuple(int(b) for b in shift_bins)
 
     @classmethod
     def from_config(cls, cfg, bank_path=None) -> "QuantileHeadPredictor":
@@ -144,8 +150,30 @@ class QuantileHeadPredictor:
         if not isinstance(path, (str, Path)):
             path = [str(p) for p in path]
         band = tuple(cfg.get("band", (0.1, 0.5, 0.9)))
-        return cls(load_heads(path), band=band, min_obs=int(cfg.get("min_obs", MIN_OBS)),
+        head = cls(load_heads(path), band=band, min_obs=int(cfg.get("min_obs", MIN_OBS)),
                    cold=cold_prior_from(cfg.get("cold"), bank_path, band))
+        rc = cfg.get("recalibrate")
+        if rc:
+            head.fit_shifts(Path(bank_path or default_bank_path()), rc.get("cal_bank", "beside"),
+                            tuple(rc.get("obs_bins", (10, 20))), int(rc.get("obs_every", 10)), int(rc.get("seed", 0)))
+        return head
+
+    def fit_shifts(self, bank_path: Path, cal_bank="beside", obs_bins=(10, 20), obs_every: int = 10, seed: int = 0):
+        """Level shifts of the band for the families the head never trained on, fitted on their ``cal`` curves
+        (``cal_bank``: ``beside`` = ``<bank>_cal.parquet`` next to the bank, or a path); none when there are none."""
+        self.shifts, self.shift_bins = {}, tuple(int(b) for b in obs_bins)
+        extra = cal_bank_path(bank_path, cal_bank)
+        if extra is None:
+            return
+        cal = load_bank(extra)
+        q = untrained_cal_queries(load_bank(bank_path), cal, obs_every, seed)
+        if q is None:
+            return
+        rows = q["rows"]
+        S, L = observe(cal, rows, q["n_obs"], obs_every)
+        band = self.all_quantiles(S, L, q["n_obs"], q["eps"], q["cap"], cal.batch_size[rows], cal.lr[rows])
+        self.shifts = level_shifts(band[:, self.band_idx], q["truth"], self.quantiles, cal.family[rows], q["n_obs"],
+                                   self.shift_bins)
 
     def all_quantiles(self, S, L, lengths, eps, cap_remaining, batch_size, lr) -> np.ndarray:
         """Remaining batches at every trained level [B, Q], within [0, cap]; cold tasks (< min_obs) get the cap."""
@@ -167,6 +195,11 @@ class QuantileHeadPredictor:
         """[B, 3] remaining batches at the band levels (lo, 0.5, hi); ordered, within [0, cap]. With a ``cold`` prior,
         tasks below ``min_obs`` get its quantiles (NaN where their family has no training curves)."""
         q = self.all_quantiles(S, L, lengths, eps, cap_remaining, batch_size, lr)[:, self.band_idx]
+        if self.shifts:
+            warm = np.flatnonzero(np.asarray(lengths) >= self.min_obs)
+            sub = lambda a: np.asarray(a)[warm]  # noqa: E731
+            q[warm] = apply_level_shifts(q[warm], None if family is None else sub(family), sub(lengths), self.shifts,
+                                         self.shift_bins, sub(cap_remaining))
         cold = np.flatnonzero(np.asarray(lengths) < self.min_obs)
         if self.cold is None or family is None or not len(cold):
             return q

@@ -3,8 +3,11 @@ parameters and prefixes spread over the budget on the obs_every grid (the predic
 calibration's queries; a query counts only if the curve has not crossed ε by its prefix end)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
+from mara.core.config import ConfigError
 from mara.curves.bank import CurveBank
 from mara.predictors.data import true_remaining
 
@@ -52,3 +55,27 @@ def _queries(bank: CurveBank, families, split: str, family_params: dict, counts,
     q["first"] = first[keep]
     q["truth"], q["cap"] = true_remaining(bank, q["rows"], q["n_obs"], q["eps"], obs_every)
     return q
+
+
+def cal_bank_path(bank_path, setting) -> Path | None:
+    """The calibration bank a ``cal_bank`` setting names: ``beside`` → ``<bank stem>_cal.parquet`` next to the bank
+    at ``bank_path`` (None when there is none), a path (must exist), or null → None."""
+    if setting in (None, "", "none"):
+        return None
+    bank_path = Path(bank_path)
+    if str(setting) == "beside":
+        p = bank_path.with_name(f"{bank_path.stem}_cal{bank_path.suffix}")
+        return p if p.exists() else None
+    p = Path(str(setting))
+    if not p.exists():
+        raise ConfigError(f"cal_bank={setting}: no such file (a bank of cal curves, 'beside' or null)")
+    return p
+
+
+def untrained_cal_queries(bank: CurveBank, cal_bank: CurveBank, obs_every: int = 10, seed: int = 0) -> dict | None:
+    """Queries on the ``cal`` curves of ``cal_bank``'s families that ``bank`` has no training curves of (ε / budget
+    drawn from ``bank``'s table, as the simulator draws them), or None when there are none."""
+    params = bank.family_params or {}
+    fams = [str(f) for f in np.unique(cal_bank.family)
+            if not len(bank.rows(f, "fm_train")) and str(f) in params and len(cal_bank.rows(f, "cal"))]
+    return build_queries(cal_bank, fams, "cal", params, obs_every=obs_every, seed=seed) if fams else None

@@ -36,6 +36,7 @@ _RULES = {
     "Slack-QR-displace": ("#556b2f", "s"),  # dark olive
     "Plan-QR": ("#c71585", "*"),       # violet red
     "Slack-QR-q-cold": ("#00a86b", "p"),  # jade
+    "Slack-QR-q-cal": ("#7cfc00", "h"),   # lawn green
 }
 _BOUNDS = {
     "Clairvoyant": ("#000000", "."),   # black
