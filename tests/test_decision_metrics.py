@@ -85,6 +85,35 @@ def test_extra_predictors_get_rows_of_their_own(tmp_path, small_bank, monkeypatc
     assert f"| {ts} | WLS-0.5 |" in table1_markdown(res) and f"| {ts} | WLS-0.5 |" in by_obs_markdown(res)
 
 
+def test_band_levels_are_scored_against_the_truth_and_drawn(tmp_path, monkeypatch):
+    from mara.eval.prediction import evaluate_predictor, reliability_figure
+
+    class Band:  # a fixed band whose levels hold on 1 / 4, 2 / 4 and 4 / 4 of the queries
+        quantiles = (0.1, 0.5, 0.9)
+
+        def predict_remaining(self, S, L, n, eps, cap, bs, lr, family=None):
+            return np.full(len(n), 20.0)
+
+        def predict_quantiles(self, S, L, n, eps, cap, bs, lr, family=None):
+            return np.tile([10.0, 20.0, 40.0], (len(n), 1))
+
+    class Bank:
+        batch_size = lr = np.ones(4)
+        family = np.array(["a"] * 4)
+
+    import mara.eval.prediction as prediction
+
+    q = {"rows": np.arange(4), "n_obs": np.full(4, 5), "eps": np.ones(4), "cap": np.full(4, 99.0),
+         "truth": np.array([5.0, 15.0, 30.0, 40.0]), "budget": np.full(4, 100), "first": np.full(4, 90), "rank": np.zeros(4, int)}
+    monkeypatch.setattr(prediction, "observe", lambda bank, rows, n, every: (np.zeros((4, 5)), np.zeros((4, 5))))
+    res, _ = evaluate_predictor(Band(), Bank(), q, n_ranks=1)
+    assert res["levels"] == [0.1, 0.5, 0.9] and res["level_hits"] == [0.25, 0.5, 1.0]
+    assert res["coverage"] == 0.75
+    path = reliability_figure({"ID": {"X": res, "decision": {}}}, tmp_path)
+    assert path and (tmp_path / "fig_calibration.png").stat().st_size > 0
+    assert reliability_figure({"ID": {"WLS": {"mae": 1.0}}}, tmp_path / "none") is None
+
+
 def test_decision_points_with_the_truth_are_perfect(small_bank):
     """At the simulator's decision points the truth predictor's estimate is the truth: every decision right."""
     from mara.allocators.slack import SlackRule

@@ -72,6 +72,10 @@ def evaluate_predictor(predictor, bank: CurveBank, q: dict, obs_every: int = 10,
         qs = predictor.predict_quantiles(S, L, q["n_obs"], q["eps"], q["cap"], bank.batch_size[rows], bank.lr[rows],
                                          family=bank.family[rows])
         band = band_metrics(qs, q["truth"])
+        levels = [float(x) for x in getattr(predictor, "quantiles", ())]
+        if len(levels) == qs.shape[1]:  # the reliability of each band level: share of truths at or below it
+            band["levels"] = levels
+            band["level_hits"] = [float((q["truth"] <= qs[:, j] + 1e-9).mean()) for j in range(len(levels))]
     s0 = q["n_obs"] * obs_every
     err = np.abs(pred - q["truth"])
     pred_ok = s0 + pred <= q["budget"]
@@ -118,6 +122,36 @@ def by_obs_markdown(results: dict, edges=OBS_BINS) -> str:
                 cells.append(f"{b['mae']:.0f} / {100 * b['budget_acc']:.0f} / {cov} ({b['n']})")
             lines.append(f"| {ts} | {m} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def reliability_figure(results: dict, out_dir: Path) -> str | None:
+    """``fig_calibration.png``: per task set, each band level against the share of true remaining batches at or
+    below it, for every predictor whose results carry ``level_hits`` (on the diagonal = the level holds)."""
+    sets = {ts: {m: r for m, r in res.items() if isinstance(r, dict) and r.get("level_hits")} for ts, res in results.items()}
+    sets = {ts: per for ts, per in sets.items() if per}
+    if not sets:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(sets), figsize=(4 * len(sets), 4), squeeze=False)
+    for ax, (ts, per) in zip(axes[0], sets.items()):
+        ax.plot([0, 1], [0, 1], color="0.6", lw=1, ls=":")
+        for m, r in per.items():
+            ax.plot(r["levels"], r["level_hits"], marker="o", ms=4, label=f"{m} ({100 * r['coverage']:.0f} %)")
+        ax.set_title(f"{ts}: band levels against the truth", fontsize=9)
+        ax.set_xlabel("level")
+        ax.set_ylabel("share of truths at or below it")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.legend(fontsize=7, title="predictor (outer-level coverage)", title_fontsize=7)
+    fig.tight_layout()
+    p = out_dir / "fig_calibration.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    return str(p)
 
 
 def _figure(bank, fm, wls, q, out_dir: Path, results: dict, obs_every: int, rank: int = 3) -> list[str]:
@@ -254,6 +288,7 @@ def run_prediction_benchmark(bank: CurveBank, fm, wls, family_params: dict, out_
                         for name, p in named}
     figs = _figure(bank, fm, wls, queries["ID"], out_dir, {ts: {m: r[m] for m in ("FM", "WLS")} for ts, r in results.items()},
                    obs_every) if "ID" in queries else []
+    figs += [p for p in (reliability_figure(results, out_dir),) if p]
     for ts, c in cold.items():
         results[ts]["cold"] = c
     md = table1_markdown(results) + "\n" + by_obs_markdown(results) + "\n" + by_obs_markdown(cold, COLD_OBS)

@@ -53,6 +53,8 @@ def run_prediction(settings: PredictionSettings, run: EvaluationSettings | None,
                f"{meta['roots']}, {meta['n_episodes']} episodes.\n\n"
                + decision_markdown({f"{k} ({meta['policies'][k]})": v for k, v in points.items() if k != "_meta"}))
     md += "\n![Figure 3a](fig3a_trajectory.png)\n![Figure 3b](fig3b_mae_vs_rank.png)\n"
+    if (out / "fig_calibration.png").exists():
+        md += "![Band levels against the truth](fig_calibration.png)\n"
     (out / "results.md").write_text(md)
     _log_figures(out)
     print(md)
@@ -68,7 +70,7 @@ def _log_figures(out: Path) -> None:
     except Exception:
         return
     with SummaryWriter(log_dir=str(out / "tb")) as w:
-        for name in ("fig3a_trajectory", "fig3b_mae_vs_rank"):
+        for name in ("fig3a_trajectory", "fig3b_mae_vs_rank", "fig_calibration"):
             png = out / f"{name}.png"
             if png.exists():
                 w.add_image(f"prediction/{name}", mpimg.imread(png)[..., :3], dataformats="HWC")
