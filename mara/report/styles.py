@@ -15,6 +15,7 @@ BOUNDS = ("Clairvoyant", "Oracle", "Slack-Truth", "Slack-Truth-displace", "Slack
 # method -> (colour, marker); the kind (bound / rule / learned) sets the line style, width and marker size
 _LEARNED = {
     "MARA-QR": ("#d62728", "D"),      # red
+    "MARA-QR-cal": ("#ff6f61", "d"),  # coral
     "MARA-suite": ("#ff4500", "*"),   # orange red
     "MARA": ("#800000", "o"),         # maroon
     "MARA-WLS": ("#f032e6", "^"),     # magenta
