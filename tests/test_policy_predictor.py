@@ -60,6 +60,24 @@ def test_evaluate_mara_qr_with_the_shipped_policies(tmp_path):
     assert sorted(r["train_seed"] for r in rows) == [0, 1, 2]
 
 
+def test_mara_qr_cal_is_the_shipped_policies_on_the_recalibrated_head(tmp_path):
+    """The same policies as MARA-QR; on a task set without RL or ViT the recalibration changes no estimate, so the
+    rows equal MARA-QR's."""
+    from mara.evaluate import evaluate
+
+    over, _ = with_shipped_policies(["MARA-QR-cal"], {}, default_bank_path())
+    assert [c["ckpt_path"] for c in over["MARA-QR-cal"]["checkpoints"]] == [str(p) for p in QR_SHIPPED]
+    cfg = cfg_for("evaluate", ["methods=[MARA-QR,MARA-QR-cal]", "eval.roots=[0]", "eval.episodes=2", "sim.loads=[0.06]",
+                               "eval.task_sets=[ID]", f"paths.output_dir={tmp_path}", "eval.tensorboard=false"])
+    res = evaluate(cfg)
+    assert not res.get("failed") and not res.get("skipped")
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    key = lambda r: (r["train_seed"], r["episode"])  # noqa: E731
+    plain = {key(r): r["succeeded"] for r in rows if r["method"] == "MARA-QR"}
+    cal = {key(r): r["succeeded"] for r in rows if r["method"] == "MARA-QR-cal"}
+    assert len(plain) == 6 and plain == cal
+
+
 def test_policy_given_another_predictor_stops_before_any_work(tmp_path):
     """The decision-head policy run as MARA (predictor fm): one line, exit 2, no results written."""
     ck = QR_SHIPPED[0]
