@@ -8,8 +8,9 @@ A family the FM never trained on gets its offsets from its own ``cal`` curves wh
 (``calibration.cal_bank``: ``beside`` = ``<bank>_cal.parquet`` next to the bank, e.g. the zoo's RL and ViT runs
 generated for this alone, never drawn by the simulator or the prediction benchmark); one without any (a truly
 novel family) gets, per bin, the widest of the training families' offsets. Both choices for the training families
-come from a leave-one-family-out check on the calibration curves only (``held_out_family_coverage``, ``python -m mara.predictors.calibrated``, docs/predictor.md): each training family
-in turn plays the novel one, and the rule that kept every such family's coverage highest was chosen.
+come from a leave-one-family-out check on the calibration curves only (``held_out_family_coverage``,
+``scripts/fm_cal_heldout.py``, docs/predictor.md): each training family in turn plays the novel one, and the rule
+that kept every such family's coverage highest was chosen.
 Shapes: ``[B]`` per task, ``[B, Q]`` quantiles; offsets per family ``[n_bins]`` (bins of ``np.digitize(n_obs,
 obs_bins)``: ``len(obs_bins) + 1``).
 """
