@@ -16,22 +16,16 @@ import argparse
 import numpy as np
 
 from mara.curves.bank import default_bank_path, load_bank
-from mara.predictors.data import observe
 from mara.predictors.factory import predictor_config, predictor_from
 from mara.predictors.level_shift import apply_level_shifts, level_shifts
-from mara.predictors.queries import cal_bank_path, untrained_cal_queries
-from mara.predictors.uncertainty import conformal_offset
+from mara.predictors.queries import cal_bank_path, query_inputs, untrained_cal_queries
+from mara.predictors.uncertainty import conformal_offset, conformal_score
 
 BINS = (10, 20)
 
 
 def _log1p(a):
     return np.log1p(np.maximum(np.asarray(a, np.float64), 0.0))
-
-
-def _rank(scores, share):
-    s = np.sort(scores)
-    return float(s[min(int(np.ceil((len(s) + 1) * share)), len(s)) - 1])
 
 
 def fm_band(raw, y, n_obs, fit, test, bins, mode):
@@ -46,7 +40,7 @@ def fm_band(raw, y, n_obs, fit, test, bins, mode):
         if mode == "joint":
             e_lo = e_hi = conformal_offset(l, h, yy, 0.8)
         else:
-            e_lo, e_hi = _rank(_log1p(l) - _log1p(yy), 0.9), _rank(_log1p(yy) - _log1p(h), 0.9)
+            e_lo, e_hi = conformal_score(_log1p(l) - _log1p(yy), 0.9), conformal_score(_log1p(yy) - _log1p(h), 0.9)
         lo[t] -= e_lo
         hi[t] += e_hi
     med = _log1p(raw[test, 1])
@@ -65,9 +59,8 @@ def main() -> None:
     cal = load_bank(path)
     q = untrained_cal_queries(bank, cal)
     rows, n_obs, y = q["rows"], q["n_obs"], q["truth"]
-    S, L = observe(cal, rows, n_obs, 10)
     fam = cal.family[rows].astype(str)
-    call = (S, L, n_obs, q["eps"], q["cap"], cal.batch_size[rows], cal.lr[rows])
+    call = query_inputs(cal, q)
     fm_cfg = predictor_config("fm_cal")
     fm_cfg.calibration.cal_bank = None
     raw = predictor_from(fm_cfg, default_bank_path()).fm.predict_quantiles(*call, family=fam)

@@ -101,11 +101,11 @@ def test_band_levels_are_scored_against_the_truth_and_drawn(tmp_path, monkeypatc
         batch_size = lr = np.ones(4)
         family = np.array(["a"] * 4)
 
-    import mara.eval.prediction as prediction
+    import mara.predictors.queries as queries
 
     q = {"rows": np.arange(4), "n_obs": np.full(4, 5), "eps": np.ones(4), "cap": np.full(4, 99.0),
          "truth": np.array([5.0, 15.0, 30.0, 40.0]), "budget": np.full(4, 100), "first": np.full(4, 90), "rank": np.zeros(4, int)}
-    monkeypatch.setattr(prediction, "observe", lambda bank, rows, n, every: (np.zeros((4, 5)), np.zeros((4, 5))))
+    monkeypatch.setattr(queries, "observe", lambda bank, rows, n, every: (np.zeros((4, 5)), np.zeros((4, 5))))
     res, _ = evaluate_predictor(Band(), Bank(), q, n_ranks=1)
     assert res["levels"] == [0.1, 0.5, 0.9] and res["level_hits"] == [0.25, 0.5, 1.0]
     assert res["coverage"] == 0.75

@@ -30,7 +30,7 @@ from mara.eval.decision_metrics import (
 from mara.eval.settings import PredictionSettings
 from mara.predictors.data import observe
 from mara.predictors.factory import predictor_from
-from mara.predictors.queries import build_cold_queries, build_queries
+from mara.predictors.queries import build_cold_queries, build_queries, query_inputs
 from mara.predictors.uncertainty import band_metrics
 from mara.predictors.wls import wls_fit
 
@@ -61,16 +61,12 @@ def evaluate_predictor(predictor, bank: CurveBank, q: dict, obs_every: int = 10,
     rows = q["rows"]
 
     def call():
-        S, L = observe(bank, rows, q["n_obs"], obs_every)
-        return predictor.predict_remaining(S, L, q["n_obs"], q["eps"], q["cap"], bank.batch_size[rows],
-                                           bank.lr[rows], family=bank.family[rows])
+        return predictor.predict_remaining(*query_inputs(bank, q, obs_every), family=bank.family[rows])
 
     pred, secs = _timed(call)
     band, qs = {}, None
     if hasattr(predictor, "predict_quantiles"):
-        S, L = observe(bank, rows, q["n_obs"], obs_every)
-        qs = predictor.predict_quantiles(S, L, q["n_obs"], q["eps"], q["cap"], bank.batch_size[rows], bank.lr[rows],
-                                         family=bank.family[rows])
+        qs = predictor.predict_quantiles(*query_inputs(bank, q, obs_every), family=bank.family[rows])
         band = band_metrics(qs, q["truth"])
         levels = [float(x) for x in getattr(predictor, "quantiles", ())]
         if len(levels) == qs.shape[1]:  # the reliability of each band level: share of truths at or below it
@@ -217,8 +213,7 @@ def decision_estimates(fm, wls, bank: CurveBank, q: dict, obs_every: int = 10, q
     (label, predictor) its median and its band's ends at their own levels."""
 
     rows = q["rows"]
-    S, L = observe(bank, rows, q["n_obs"], obs_every)
-    args = (S, L, q["n_obs"], q["eps"], q["cap"], bank.batch_size[rows], bank.lr[rows])
+    args = query_inputs(bank, q, obs_every)
     out = {}
     for name, p in (("FM", fm), ("WLS", wls), *extra):
         if hasattr(p, "predict_quantiles"):

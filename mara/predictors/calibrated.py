@@ -24,9 +24,8 @@ import numpy as np
 from mara.core.config import ConfigError
 from mara.curves.bank import SPLITS, default_bank_path, load_bank
 from mara.predictors.cold import ColdPrior
-from mara.predictors.data import observe
 from mara.predictors.fm import FlowPredictor
-from mara.predictors.queries import build_queries, cal_bank_path, untrained_cal_queries
+from mara.predictors.queries import build_queries, cal_bank_path, query_inputs, untrained_cal_queries
 from mara.predictors.uncertainty import apply_offset, band_metrics, conformal_offset
 
 OBS_BINS = (10, 20)  # n_obs bins [.., 10), [10, 20), [20, ..)
@@ -152,11 +151,8 @@ def _raw_calibration_band(fm: FlowPredictor, bank, split: str, obs_every: int, s
     if not fams or not bank.family_params:
         return None, None, None
     q = build_queries(bank, fams, split, bank.family_params, obs_every=obs_every, seed=seed)
-    rows = q["rows"]
-    S, L = observe(bank, rows, q["n_obs"], obs_every)
-    raw = fm.predict_quantiles(S, L, q["n_obs"], q["eps"], q["cap"], bank.batch_size[rows], bank.lr[rows],
-                               family=bank.family[rows])
-    return q, raw, bank.family[rows]
+    fam = bank.family[q["rows"]]
+    return q, fm.predict_quantiles(*query_inputs(bank, q, obs_every), family=fam), fam
 
 
 def calibrate(fm: FlowPredictor, bank, split: str = "pool", coverage: float = 0.8, obs_bins=OBS_BINS,
@@ -175,11 +171,8 @@ def calibrate_untrained(fm: FlowPredictor, bank, cal_bank, coverage: float = 0.8
     q = untrained_cal_queries(bank, cal_bank, obs_every, seed)
     if q is None:
         return {}
-    rows = q["rows"]
-    S, L = observe(cal_bank, rows, q["n_obs"], obs_every)
-    fam = cal_bank.family[rows]
-    raw = fm.predict_quantiles(S, L, q["n_obs"], q["eps"], q["cap"], cal_bank.batch_size[rows], cal_bank.lr[rows],
-                               family=fam)
+    fam = cal_bank.family[q["rows"]]
+    raw = fm.predict_quantiles(*query_inputs(cal_bank, q, obs_every), family=fam)
     return group_offsets(raw[:, 0], raw[:, -1], q["truth"], fam, q["n_obs"], obs_bins, coverage)
 
 

@@ -30,7 +30,6 @@ from mara.core.safe_load import (
 )
 from mara.curves.bank import SHIPPED_BANKS_DIR, SPLITS, default_bank_path, load_bank
 from mara.predictors.cold import ColdPrior
-from mara.predictors.data import observe
 from mara.predictors.decision_data import MIN_OBS, N_STATIC, decision_inputs
 from mara.predictors.level_shift import apply_level_shifts, level_shifts
 from mara.predictors.nets import HistoryEncoder, Standardizer
@@ -40,7 +39,7 @@ from mara.predictors.quantile import (
     level_index,
     monotone_quantiles,
 )
-from mara.predictors.queries import cal_bank_path, untrained_cal_queries
+from mara.predictors.queries import cal_bank_path, query_inputs, untrained_cal_queries
 
 CKPT_DIR = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 
@@ -169,11 +168,9 @@ class QuantileHeadPredictor:
         q = untrained_cal_queries(load_bank(bank_path), cal, obs_every, seed)
         if q is None:
             return
-        rows = q["rows"]
-        S, L = observe(cal, rows, q["n_obs"], obs_every)
-        band = self.all_quantiles(S, L, q["n_obs"], q["eps"], q["cap"], cal.batch_size[rows], cal.lr[rows])
-        self.shifts = level_shifts(band[:, self.band_idx], q["truth"], self.quantiles, cal.family[rows], q["n_obs"],
-                                   self.shift_bins)
+        band = self.all_quantiles(*query_inputs(cal, q, obs_every))
+        self.shifts = level_shifts(band[:, self.band_idx], q["truth"], self.quantiles, cal.family[q["rows"]],
+                                   q["n_obs"], self.shift_bins)
 
     def all_quantiles(self, S, L, lengths, eps, cap_remaining, batch_size, lr) -> np.ndarray:
         """Remaining batches at every trained level [B, Q], within [0, cap]; cold tasks (< min_obs) get the cap."""

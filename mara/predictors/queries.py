@@ -9,7 +9,7 @@ import numpy as np
 
 from mara.core.config import ConfigError
 from mara.curves.bank import CurveBank
-from mara.predictors.data import true_remaining
+from mara.predictors.data import observe, true_remaining
 
 
 def draw_eps_budget(params: dict, rng: np.random.Generator) -> tuple[float, int]:
@@ -55,6 +55,14 @@ def _queries(bank: CurveBank, families, split: str, family_params: dict, counts,
     q["first"] = first[keep]
     q["truth"], q["cap"] = true_remaining(bank, q["rows"], q["n_obs"], q["eps"], obs_every)
     return q
+
+
+def query_inputs(bank: CurveBank, q: dict, obs_every: int = 10) -> tuple:
+    """A predictor call's positional inputs for the queries ``q`` on ``bank``: (S, L, n_obs, eps, cap, batch_size,
+    lr), the observed prefixes built here."""
+    rows = q["rows"]
+    S, L = observe(bank, rows, q["n_obs"], obs_every)
+    return S, L, q["n_obs"], q["eps"], q["cap"], bank.batch_size[rows], bank.lr[rows]
 
 
 def cal_bank_path(bank_path, setting) -> Path | None:

@@ -10,16 +10,21 @@ import numpy as np
 DEFAULT_QUANTILES = (0.1, 0.5, 0.9)
 
 
+def conformal_score(scores, coverage: float) -> float:
+    """The split-conformal threshold of ``scores`` [n]: the ⌈(n+1)·coverage⌉-th smallest (the largest if that rank
+    exceeds n); 0.0 for no scores."""
+    scores = np.sort(np.asarray(scores, np.float64))
+    n = len(scores)
+    if n == 0:
+        return 0.0
+    return float(scores[min(int(np.ceil((n + 1) * coverage)), n) - 1])
+
+
 def conformal_offset(lo, hi, truth, coverage: float = 0.8) -> float:
     """Split-conformal (CQR) offset e: the band [lo·e⁻, hi·e⁺] (in log1p) covers ``truth`` on a ⌈(n+1)·coverage⌉/n
     share of the calibration set. Scores max(log1p lo − log1p y, log1p y − log1p hi); e may be negative (shrink)."""
     lo, hi, y = (np.log1p(np.maximum(np.asarray(a, np.float64), 0.0)) for a in (lo, hi, truth))
-    scores = np.sort(np.maximum(lo - y, y - hi))
-    n = len(scores)
-    if n == 0:
-        return 0.0
-    k = int(np.ceil((n + 1) * coverage))
-    return float(scores[min(k, n) - 1])
+    return conformal_score(np.maximum(lo - y, y - hi), coverage)
 
 
 def apply_offset(lo, med, hi, offset, cap) -> tuple[np.ndarray, np.ndarray]:
