@@ -37,6 +37,7 @@ from mara.mat.train import trained_method
 from mara.predictors.fm import load_net
 from mara.predictors.protocol import WARMUP_OBS
 from mara.predictors.quantile_head import check_cold_band, load_heads
+from mara.predictors.queries import cal_bank_path
 
 
 def _first_line(exc: BaseException) -> str:
@@ -371,15 +372,15 @@ def check_live_workers(cfg: DictConfig) -> None:
 
 # ---------------------------------------------------------------------------------------------------- the check
 def check_cal_banks(cfg: DictConfig) -> None:
-    """A predictor's calibration bank (``recalibrate.cal_bank``, ``calibration.cal_bank``) given as a path exists."""
+    """A predictor's calibration bank (``recalibrate.cal_bank``, ``calibration.cal_bank``) is one ``cal_bank_path``
+    accepts (a path must exist)."""
     specs = {f"predictors.{k}": v for k, v in (cfg.get("predictors") or {}).items()}
     specs["predictor"] = cfg.get("predictor")
     for where, spec in specs.items():
         for key in ("recalibrate", "calibration"):
             part = spec.get(key) if isinstance(spec, DictConfig) else None
-            given = part.get("cal_bank") if isinstance(part, DictConfig) else None
-            if given not in (None, "", "none", "beside") and not Path(str(given)).is_file():
-                raise ConfigError(f"{where}.{key}.cal_bank={given}: no such file (a bank of cal curves, 'beside' or null)")
+            if isinstance(part, DictConfig):
+                cal_bank_path(_bank_path(cfg), part.get("cal_bank"), f"{where}.{key}.cal_bank")
 
 
 def preflight(cfg: DictConfig, entry: str) -> None:

@@ -42,6 +42,7 @@ from mara.predictors.quantile import (
 from mara.predictors.queries import cal_bank_path, query_inputs, untrained_cal_queries
 
 CKPT_DIR = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
+SHIFT_BINS = (10, 20)  # n_obs bins of the level shifts: [4, 10), [10, 20), [20, ..) (early prefixes miss most)
 
 
 class QuantileNet(nn.Module):
@@ -129,8 +130,7 @@ class QuantileHeadPredictor:
 
     name = "qr"
 
-    def __init__(self, net, band=(0.1, 0.5, 0.9), min_obs: int = MIN_OBS, cold=None, shifts=None,
-                 shift_bins=(10, 20)):
+    def __init__(self, net, band=(0.1, 0.5, 0.9), min_obs: int = MIN_OBS, cold=None):
         band = check_levels(band)
         if len(band) != 3 or abs(band[1] - 0.5) > 1e-9:
             raise ValueError(f"qr band must be three levels (lo, 0.5, hi), got {list(band)}")
@@ -140,8 +140,8 @@ class QuantileHeadPredictor:
         self.band_idx = level_index(self.levels, band)
         self.min_obs = int(min_obs)
         self.cold = cold  # ColdPrior at the band's levels for tasks below min_obs, or None (the cap)
-        # {family: [n_bins, 3]} level shifts of the band for families the head never trained on (level_shift.py)
-        self.shifts, self.shift_bins = dict(shifts or {}), tuple(int(b) for b in shift_bins)
+        # {family: [n_bins, 3]} level shifts of the band for families the head never trained on (fit_shifts)
+        self.shifts, self.shift_bins = {}, SHIFT_BINS
 
     @classmethod
     def from_config(cls, cfg, bank_path=None) -> "QuantileHeadPredictor":
@@ -154,10 +154,10 @@ class QuantileHeadPredictor:
         rc = cfg.get("recalibrate")
         if rc:
             head.fit_shifts(Path(bank_path or default_bank_path()), rc.get("cal_bank", "beside"),
-                            tuple(rc.get("obs_bins", (10, 20))), int(rc.get("obs_every", 10)), int(rc.get("seed", 0)))
+                            tuple(rc.get("obs_bins", SHIFT_BINS)), int(rc.get("obs_every", 10)), int(rc.get("seed", 0)))
         return head
 
-    def fit_shifts(self, bank_path: Path, cal_bank="beside", obs_bins=(10, 20), obs_every: int = 10, seed: int = 0):
+    def fit_shifts(self, bank_path: Path, cal_bank="beside", obs_bins=SHIFT_BINS, obs_every: int = 10, seed: int = 0):
         """Level shifts of the band for the families the head never trained on, fitted on their ``cal`` curves
         (``cal_bank``: ``beside`` = ``<bank>_cal.parquet`` next to the bank, or a path); none when there are none."""
         self.shifts, self.shift_bins = {}, tuple(int(b) for b in obs_bins)

@@ -65,18 +65,19 @@ def query_inputs(bank: CurveBank, q: dict, obs_every: int = 10) -> tuple:
     return S, L, q["n_obs"], q["eps"], q["cap"], bank.batch_size[rows], bank.lr[rows]
 
 
-def cal_bank_path(bank_path, setting) -> Path | None:
+def cal_bank_path(bank_path, setting, where: str = "cal_bank") -> Path | None:
     """The calibration bank a ``cal_bank`` setting names: ``beside`` → ``<bank stem>_cal.parquet`` next to the bank
-    at ``bank_path`` (None when there is none), a path (must exist), or null → None."""
+    at ``bank_path`` (None when there is none), a path (must exist: else a ConfigError naming ``where``), or null →
+    None."""
     if setting in (None, "", "none"):
         return None
     bank_path = Path(bank_path)
     if str(setting) == "beside":
         p = bank_path.with_name(f"{bank_path.stem}_cal{bank_path.suffix}")
-        return p if p.exists() else None
+        return p if p.is_file() else None
     p = Path(str(setting))
-    if not p.exists():
-        raise ConfigError(f"cal_bank={setting}: no such file (a bank of cal curves, 'beside' or null)")
+    if not p.is_file():
+        raise ConfigError(f"{where}={setting}: no such file (a bank of cal curves, 'beside' or null)")
     return p
 
 
