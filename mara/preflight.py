@@ -75,6 +75,7 @@ class MethodOverride:
     admission_limit: Optional[bool] = None
     time_limit_s: Optional[float] = None
     workers: Optional[int] = None
+    chosen_by: Optional[Dict[str, Any]] = None  # a selection bound's Clairvoyant options (Slack-Truth-chosen)
 
 
 def check_method_override(name: str, override: dict, predictors) -> None:

@@ -4,8 +4,9 @@ episodes, learned methods averaged over seeds first): ``mara.report.decompositio
     python scripts/paired_table.py RESULTS_JSON[,RESULTS_JSON...] BASE [METHOD ...]
 
 prints a markdown table: every method's mean success (%) per load, then ``METHOD − BASE`` per load, and the
-switches paid per episode where the rows carry them (unequal nodes / switch costs). Several runs on the same
-episodes (the same protocol, other methods) are read together.
+switches paid per episode where the rows carry them (unequal nodes / switch costs), and for a selection bound
+(rows with ``clairvoyant_found``: Slack-Truth-chosen) the Clairvoyant solve beside what its schedule realised. Several
+runs on the same episodes (the same protocol, other methods) are read together.
 """
 from __future__ import annotations
 
@@ -35,6 +36,15 @@ def main(path: str, base: str, methods: list[str]) -> None:
             d = paired_difference(per[p].get(m, {}), per[p].get(base, {}))
             cells.append("–" if d is None else f"{d['diff']:+.2f} ± {d['se']:.2f}")
         print(f"| {m} − {base} | " + " | ".join(cells) + " |")
+    for m in sorted({r["method"] for r in rows if "clairvoyant_found" in r}):
+        print(f"\n| {m}: the Clairvoyant solve (mean success %) | " + " | ".join(f"p = {p:g}" for p in loads) + " |\n|---|"
+              + "---:|" * len(loads))
+        sel = {p: [r for r in rows if r["method"] == m and float(r["load"]) == p] for p in loads}
+        rate = lambda rr, k: 100 * np.nanmean([r[k] / r["n_tasks"] if r["n_tasks"] else np.nan for r in rr])  # noqa: E731
+        for label, k in (("proven upper bound", "clairvoyant_bound"), ("best schedule found (switch costs relaxed)",
+                                                                     "clairvoyant_found"), ("realised with switch costs", "succeeded")):
+            print(f"| {label} | " + " | ".join(f"{rate(sel[p], k):.2f}" if sel[p] else "–" for p in loads) + " |")
+        print("| episodes proven optimal | " + " | ".join(f"{sum(r['optimal'] for r in sel[p])} / {len(sel[p])}" for p in loads) + " |")
 
 
 if __name__ == "__main__":

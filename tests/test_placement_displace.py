@@ -159,7 +159,7 @@ def test_rollout_counts_the_swap_by_hand():
                              horizon=32, **{k: v[:1] for k, v in args.items()}).tolist() == [1]  # one batch more: A misses
 
 
-@pytest.mark.parametrize("name", ["Slack-QR-displace", "Slack-Truth-displace", "Plan-QR", "Plan-Truth"])
+@pytest.mark.parametrize("name", ["Slack-QR-displace", "Slack-Truth-displace", "Plan-QR", "Plan-Truth", "Slack-Truth-chosen"])
 def test_method_configs_build(name):
     from mara.core.config import build_allocators, load_method_cfg
 

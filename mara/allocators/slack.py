@@ -98,8 +98,15 @@ class SlackRule:
         if name:
             self.name = name
 
+    only_tasks = None  # [E, N] bool or None: the tasks this rule may serve (restrict_to)
+
     def reset(self, n_episodes: int) -> None:
         pass
+
+    def restrict_to(self, tasks: np.ndarray | None) -> None:
+        """Serve only ``tasks`` ([E, N] bool by arrival index; None: all) — the others are skipped as if absent. A
+        privileged hook for the selection bound (method Slack-Truth-chosen: the tasks the Clairvoyant completes)."""
+        self.only_tasks = None if tasks is None else np.asarray(tasks, dtype=bool)
 
     def act(self, obs: Observation) -> np.ndarray:
         picks, pred = self.choose(obs)
@@ -118,6 +125,10 @@ class SlackRule:
         feas_steps = fastest_node_steps(obs, feas)  # == feas on the paper's identical nodes
         stage = slack_stage(obs.present, obs.cap_remaining, obs.n_obs, feas_steps, tau, self.warm_obs,
                             getattr(obs, "no_estimate", None))
+        if self.only_tasks is not None:
+            rows = np.arange(stage.shape[0])[:, None]
+            allowed = obs.present & self.only_tasks[rows, np.clip(obs.task, 0, self.only_tasks.shape[1] - 1)]
+            stage = np.where(allowed, stage, SKIP)
         keys = slack_keys(stage, feas_steps if self.slack_at == "quantile" else fastest_node_steps(obs, pred), tau, obs.deadline, obs.task)
         order = np.lexsort(tuple(reversed(keys)), axis=-1)  # lexsort: last key is primary
         M = obs.n_nodes

@@ -139,30 +139,44 @@ def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: SimSettings, p
             succ = (isolated_feasible(ep.need, ep.budget, opts["node_speed"]) & ep.valid).sum(axis=1)
         extra = {}
     elif name == "Clairvoyant":
-        limit = float(mcfg.get("time_limit_s", 10.0))
-        speed = opts["node_speed"]
-        try:
-            workers = resolve_workers(mcfg.get("workers", 1))
-        except ValueError as exc:
-            raise ConfigError(f"method {name}: {exc}") from None
-        with_k = bool(mcfg.get("admission_limit", True))  # exact with the FIFO admission limit K; false: K relaxed (looser, cheaper)
-        kwargs = {"n_nodes": sim.nodes, "time_limit_s": limit}
-        if with_k:
-            kwargs["max_active"] = sim.max_active
-        if hetero:  # heterogeneous nodes: speeds exact (with K), switch costs relaxed (a bound when > 0)
-            kwargs["node_speed"] = speed
-        jobs = [(with_k, ep.arrival[e:e + 1], ep.deadline[e:e + 1], ep.need[e:e + 1], ep.n_tasks[e:e + 1], kwargs) for e in range(ep.E)]
-        res = map_episodes(_clairvoyant_one, jobs, workers, progress)  # one episode per job, so a long solve still reports progress
+        res = clairvoyant_results(name, mcfg, ep, sim, progress)
         succ = np.array([r.upper_bound for r in res])
         extra = {"optimal": [bool(r.optimal) for r in res], "solve_time_s": [float(r.solve_time_s) for r in res]}
         if hetero:  # what the number is: with a relaxation, "optimal" means the relaxation was solved
-            relaxed = [] if mcfg.get("admission_limit", True) else ["K relaxed"] + (["speeds as capacity"] if speed is not None else [])
+            relaxed = [] if mcfg.get("admission_limit", True) else ["K relaxed"] + (["speeds as capacity"] if opts["node_speed"] is not None else [])
             relaxed += ["switch costs relaxed"] if opts["switch_cost"] > 0 else []
             extra["bound_kind"] = "bound: " + ", ".join(relaxed) if relaxed else "exact"
     else:
         raise ConfigError(f"unknown bound {name!r} (known: Oracle, Clairvoyant)")
     metrics = {"n_tasks": n, "succeeded": succ, "success_rate": np.where(n > 0, succ / np.maximum(n, 1), np.nan)}
     return metrics, extra
+
+
+def clairvoyant_results(name: str, mcfg, ep: EpisodeBatch, sim: SimSettings, progress=None) -> list:
+    """The Clairvoyant's solve of every episode (``ClairvoyantResult`` each: bound, best schedule's successes and
+    its chosen tasks), with ``mcfg``'s options: ``admission_limit`` (default true), ``time_limit_s``, ``workers``; on
+    heterogeneous nodes the speeds exact, switch costs relaxed."""
+    limit = float(mcfg.get("time_limit_s", 10.0))
+    try:
+        workers = resolve_workers(mcfg.get("workers", 1))
+    except ValueError as exc:
+        raise ConfigError(f"method {name}: {exc}") from None
+    with_k = bool(mcfg.get("admission_limit", True))  # exact with the FIFO admission limit K; false: K relaxed (looser, cheaper)
+    kwargs = {"n_nodes": sim.nodes, "time_limit_s": limit}
+    if with_k:
+        kwargs["max_active"] = sim.max_active
+    if sim.hetero:  # heterogeneous nodes: speeds exact (with K), switch costs relaxed (a bound when > 0)
+        kwargs["node_speed"] = sim.node_options()["node_speed"]
+    jobs = [(with_k, ep.arrival[e:e + 1], ep.deadline[e:e + 1], ep.need[e:e + 1], ep.n_tasks[e:e + 1], kwargs) for e in range(ep.E)]
+    return map_episodes(_clairvoyant_one, jobs, workers, progress)  # one episode per job, so a long solve still reports progress
+
+
+def chosen_tasks(results: list, n_max: int) -> np.ndarray:
+    """[E, n_max] bool: the tasks (arrival order) that each episode's Clairvoyant schedule completes."""
+    out = np.zeros((len(results), n_max), dtype=bool)
+    for e, r in enumerate(results):
+        out[e, : len(r.chosen)] = np.asarray(r.chosen, dtype=bool)
+    return out
 
 
 def _clairvoyant_one(with_k: bool, arrival, deadline, need, n_tasks, kwargs: dict):
@@ -193,9 +207,23 @@ def evaluate_one(name: str, mcfg: DictConfig, ep: EpisodeBatch, bank: CurveBank,
     rows = []
     allocators = build_allocators(mcfg)
     check_policy_fit(mcfg, [a for _, a in allocators], sim)
+    solve_share = 0.0
+    if mcfg.get("chosen_by") is not None:  # a privileged selection bound: only the Clairvoyant's chosen tasks are served
+        if not all(hasattr(a, "restrict_to") for _, a in allocators):
+            raise ConfigError(f"method {name}: chosen_by needs a rule that can be restricted to tasks (SlackRule)")
+        solve_share = 0.9  # the solve is nearly all the time
+        res = clairvoyant_results(name, mcfg.chosen_by, ep, sim, None if progress is None else (lambda f: progress(solve_share * f)))
+        chosen = chosen_tasks(res, ep.arrival.shape[1])
+        for _, alloc in allocators:
+            alloc.restrict_to(chosen)
+        # the same solve's numbers beside the realised ones: its proven bound and its best (relaxed) schedule
+        solve = {"clairvoyant_bound": [int(r.upper_bound) for r in res], "clairvoyant_found": [int(r.successes) for r in res],
+                 "optimal": [bool(r.optimal) for r in res]}
     for i, (seed, alloc) in enumerate(allocators):
-        tick = None if progress is None else (lambda s, n, i=i: progress((i + s / n) / len(allocators)))
-        rows += _rows_from_metrics(name, ep, run_policy(alloc, ep, bank, sim, predictor, progress=tick), train_seed=seed)
+        tick = None if progress is None else (
+            lambda s, n, i=i: progress(solve_share + (1 - solve_share) * (i + s / n) / len(allocators)))
+        rows += _rows_from_metrics(name, ep, run_policy(alloc, ep, bank, sim, predictor, progress=tick), train_seed=seed,
+                                   extra=solve if solve_share else None)
     return rows
 
 

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from mara.report.styles import BOUNDS
+
 OPTIMUM, PERFECT, BASE_RULE = "Clairvoyant", "Slack-Truth", "Slack-WLS"
-NOT_RULES = ("Oracle", "Clairvoyant", "Slack-Truth", "Slack-Truth-cold")  # bounds, never "the best rule"
+NOT_RULES = BOUNDS  # the bounds and the privileged rules (true remaining batches), never "the best rule"
 
 
 def episode_success(rows: list[dict], load: float) -> dict[str, dict[tuple, float]]:

@@ -1,7 +1,7 @@
 """One line style per method, the same in every figure the package draws.
 
 Three kinds read at a glance: the bounds (Clairvoyant, Oracle, and the rules fed true remaining batches —
-Slack-Truth, Slack-Truth-displace, Slack-Truth-cold, Plan-Truth: what no allocator with these estimates can beat) dashed; the rules
+Slack-Truth, Slack-Truth-displace, Slack-Truth-cold, Plan-Truth, Slack-Truth-chosen: what no allocator with these estimates can beat) dashed; the rules
 solid and thin with small markers; the learned policies (MARA*) solid, thick, with large markers and drawn on top. Within a kind every method has its own colour and marker, so no two methods
 share a colour (matplotlib's 10-colour cycle repeats after ten lines). A method not listed here gets a
 deterministic style from its name (dash-dot, a colour outside the table): the same name looks the same everywhere.
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import zlib
 
-BOUNDS = ("Clairvoyant", "Oracle", "Slack-Truth", "Slack-Truth-displace", "Slack-Truth-cold", "Plan-Truth")
+BOUNDS = ("Clairvoyant", "Oracle", "Slack-Truth", "Slack-Truth-displace", "Slack-Truth-cold", "Plan-Truth",
+          "Slack-Truth-chosen")  # also the methods the gap decomposition never counts as a rule (report/decomposition.py)
 
 # method -> (colour, marker); the kind (bound / rule / learned) sets the line style, width and marker size
 _LEARNED = {
@@ -46,6 +47,7 @@ _BOUNDS = {
     "Slack-Truth-displace": ("#6a5acd", "."),  # slate blue
     "Plan-Truth": ("#8b4513", "."),    # saddle brown
     "Slack-Truth-cold": ("#da70d6", "."),  # orchid
+    "Slack-Truth-chosen": ("#4b0082", "."),  # indigo
 }
 _FALLBACK_COLOURS = ("#4363d8", "#f58231", "#3cb44b", "#e6194b", "#42d4f4", "#fabed4", "#dcbeff", "#aaffc3",
                      "#ffd8b1", "#5f9ea0", "#b8860b", "#2f4f4f")
