@@ -127,7 +127,7 @@ class SlackRule:
                             getattr(obs, "no_estimate", None))
         if self.only_tasks is not None:
             rows = np.arange(stage.shape[0])[:, None]
-            allowed = obs.present & self.only_tasks[rows, np.clip(obs.task, 0, self.only_tasks.shape[1] - 1)]
+            allowed = obs.present & self.only_tasks[rows, np.maximum(obs.task, 0)]  # absent slots (-1): masked by present
             stage = np.where(allowed, stage, SKIP)
         keys = slack_keys(stage, feas_steps if self.slack_at == "quantile" else fastest_node_steps(obs, pred), tau, obs.deadline, obs.task)
         order = np.lexsort(tuple(reversed(keys)), axis=-1)  # lexsort: last key is primary

@@ -207,7 +207,7 @@ def evaluate_one(name: str, mcfg: DictConfig, ep: EpisodeBatch, bank: CurveBank,
     rows = []
     allocators = build_allocators(mcfg)
     check_policy_fit(mcfg, [a for _, a in allocators], sim)
-    solve_share = 0.0
+    solve_share, solve = 0.0, None
     if mcfg.get("chosen_by") is not None:  # a privileged selection bound: only the Clairvoyant's chosen tasks are served
         if not all(hasattr(a, "restrict_to") for _, a in allocators):
             raise ConfigError(f"method {name}: chosen_by needs a rule that can be restricted to tasks (SlackRule)")
@@ -223,7 +223,7 @@ def evaluate_one(name: str, mcfg: DictConfig, ep: EpisodeBatch, bank: CurveBank,
         tick = None if progress is None else (
             lambda s, n, i=i: progress(solve_share + (1 - solve_share) * (i + s / n) / len(allocators)))
         rows += _rows_from_metrics(name, ep, run_policy(alloc, ep, bank, sim, predictor, progress=tick), train_seed=seed,
-                                   extra=solve if solve_share else None)
+                                   extra=solve)
     return rows
 
 
