@@ -143,24 +143,14 @@ def test_imitation_learns_the_rules_placement():
 
 
 def test_suite_nodes_recipe_trains_and_acts_on_unequal_nodes(tmp_path):
-    from omegaconf import OmegaConf
-
     from mara.curves.bank import default_bank_path, load_bank
     from mara.mat.allocator import MATAllocator
-    from mara.mat.train import load_recipe, train_policy
-    from mara.predictors.factory import predictor_config, predictor_from
+    from mara.predictors.factory import predictor_from
     from mara.sim.env import BatchedEnv, run_episodes
     from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
+    from tests.test_mat_suite import train_tiny_suite
 
-    cfg = load_recipe("suite_nodes")
-    cfg.merge_with(OmegaConf.from_dotlist([
-        f"output_dir={tmp_path / 'run'}", "rollout.n_episodes=8", "rollout.n_groups=2", "sim.n_steps=100",
-        "imitation.n_episodes=4", "imitation.n_steps=25", "imitation.dagger_rounds=1", "imitation.epochs=1",
-        "validation.n_episodes=1", "validation.baselines=false"]))
-    cfg.predictor = predictor_config("qr_q")
-    cfg.imitation.suite = [{"nodes": 2, "max_active": 4}, {"nodes": 3, "max_active": 5, "node_speed": [2, 1, 1],
-                                                           "switch_cost": 1, "teacher": "Slack-QR-displace"}]
-    summary = train_policy(cfg)
+    summary = train_tiny_suite(tmp_path, "suite_nodes")
     rounds = summary["imitation"]["rounds"]
     assert rounds[-1]["node_agreement_train"][0] is None and 0.0 <= rounds[-1]["node_agreement_train"][1] <= 1.0
     alloc = MATAllocator(summary["best_ckpt"])

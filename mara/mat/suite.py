@@ -20,7 +20,13 @@ import time
 import torch
 
 from mara.mat.features import token_options
-from mara.mat.imitation import agreement, clone_step, collect_labelled_states, merge, node_agreement
+from mara.mat.imitation import (
+    agreement,
+    clone_step,
+    collect_labelled_states,
+    merge,
+    node_agreement,
+)
 from mara.mat.nets import MATPolicy
 
 PAPER_NODES = 7  # the loads of the paper's protocol are per step on its 7 nodes
