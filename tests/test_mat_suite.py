@@ -141,6 +141,25 @@ def test_suite_teachers_checked_against_the_policy_predictor():
         check_teacher_predictor(c)
 
 
+def train_tiny_suite(tmp_path, recipe: str) -> dict:
+    """Imitation-only training of ``recipe`` (mat=suite or a recipe built on it) across two small settings, one of
+    them with unequal nodes and a switch cost; -> ``train_policy``'s summary."""
+    from omegaconf import OmegaConf
+
+    from mara.mat.train import load_recipe, train_policy
+    from mara.predictors.factory import predictor_config
+
+    cfg = load_recipe(recipe)
+    cfg.merge_with(OmegaConf.from_dotlist([
+        f"output_dir={tmp_path / 'run'}", "rollout.n_episodes=8", "rollout.n_groups=2", "sim.n_steps=100",
+        "imitation.n_episodes=4", "imitation.n_steps=25", "imitation.dagger_rounds=1", "imitation.epochs=1",
+        "validation.n_episodes=1", "validation.baselines=false"]))
+    cfg.predictor = predictor_config("qr_q")
+    cfg.imitation.suite = [{"nodes": 2, "max_active": 4}, {"nodes": 3, "max_active": 5, "node_speed": [2, 1, 1],
+                                                           "switch_cost": 1, "teacher": "Slack-QR-displace"}]
+    return train_policy(cfg)
+
+
 def test_suite_policy_trains_and_is_admitted_at_any_size(tmp_path):
     """Imitation-only training across two small settings writes a policy whose checkpoint says ``sizes: any``; the
     fit check admits it at a size it never saw, where it runs whole episodes; a single-size policy is refused there."""
@@ -150,20 +169,11 @@ def test_suite_policy_trains_and_is_admitted_at_any_size(tmp_path):
     from mara.curves.bank import default_bank_path, load_bank
     from mara.eval.policy_fit import check_policy_fit
     from mara.mat.allocator import MATAllocator, read_policy_meta
-    from mara.mat.train import load_recipe, train_policy
-    from mara.predictors.factory import predictor_config, predictor_from
+    from mara.predictors.factory import predictor_from
     from mara.sim.env import BatchedEnv, run_episodes
     from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
 
-    cfg = load_recipe("suite")
-    cfg.merge_with(OmegaConf.from_dotlist([
-        f"output_dir={tmp_path / 'run'}", "rollout.n_episodes=8", "rollout.n_groups=2", "sim.n_steps=100",
-        "imitation.n_episodes=4", "imitation.n_steps=25", "imitation.dagger_rounds=1", "imitation.epochs=1",
-        "validation.n_episodes=1", "validation.baselines=false"]))
-    cfg.predictor = predictor_config("qr_q")
-    cfg.imitation.suite = [{"nodes": 2, "max_active": 4}, {"nodes": 3, "max_active": 5, "node_speed": [2, 1, 1],
-                                                           "switch_cost": 1, "teacher": "Slack-QR-displace"}]
-    summary = train_policy(cfg)
+    summary = train_tiny_suite(tmp_path, "suite")
     path = summary["best_ckpt"]
     assert read_policy_meta(path)["sizes"] == "any" and len(summary["imitation"]["agreement_train"]) == 2
     sim = OmegaConf.create({"nodes": 5, "max_active": 8})

@@ -3,7 +3,8 @@ On heterogeneous nodes / with switch costs the policy's ordered picks are placed
 placement (``mara.allocators.placement.place_policy``; with the displacement move for ``placement: displace``).
 A Plackett–Luce policy acts for the observation's own M and K; a policy trained across a suite of cluster sizes
 (``sizes: any`` in ``read_policy_meta``) is accepted for any of them, others only for the size they were trained for
-(``mara.eval.policy_fit``)."""
+(``mara.eval.policy_fit``). A policy with a node head (``mat.net.node_head``) chooses the nodes itself there
+(mara/mat/node_choice.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,6 +14,7 @@ import torch
 
 from mara.allocators.placement import place_policy
 from mara.core.safe_load import CheckpointError, check_kind, load_checkpoint
+from mara.mat import node_choice
 from mara.mat.features import obs_to_tokens, token_options
 from mara.mat.nets import MATPolicy, to_env_actions
 from mara.sim.env import Observation
@@ -34,11 +36,24 @@ class PolicyAllocator:
     def act(self, obs: Observation) -> np.ndarray:
         tokens, present = obs_to_tokens(obs, self.scale, getattr(self.policy, "features", "v1"),
                                         **token_options(self.policy))
-        dev = next(self.policy.parameters()).device
-        actions, _, _ = self.policy.act(tokens.to(dev), present.to(dev), deterministic=self.deterministic,
-                                        generator=self.generator, n_nodes=obs.n_nodes)
-        picks = to_env_actions(actions, tokens.shape[1])
-        return place_policy(obs, picks, getattr(self.policy, "placement", "greedy"))  # identity on identical nodes
+        return policy_env_actions(self.policy, obs, tokens, present, self.scale, self.deterministic, self.generator)
+
+
+def policy_env_actions(policy: MATPolicy, obs: Observation, tokens, present, scale: float = 350.0,
+                       deterministic: bool = True, generator: torch.Generator | None = None) -> np.ndarray:
+    """The policy's env actions [E, M] on ``obs`` (its tokens given): its picks placed by the rules' placement
+    (``placement``; the identity on identical nodes with free preemption), or, for a policy with a node head on unequal
+    nodes or with switch costs, placed by the head itself."""
+    dev = next(policy.parameters()).device
+    tokens, present = tokens.to(dev), present.to(dev)
+    if getattr(policy, "node_head", False) and getattr(obs, "hetero", False):
+        pairs = torch.as_tensor(node_choice.pair_features(obs, scale), device=dev)
+        order = torch.as_tensor(node_choice.node_order(obs.node_speed))
+        _, nodes, _, _ = policy.act_nodes(tokens, present, pairs, order, deterministic, generator)
+        return to_env_actions(nodes, tokens.shape[1])
+    actions, _, _ = policy.act(tokens, present, deterministic=deterministic, generator=generator, n_nodes=obs.n_nodes)
+    picks = to_env_actions(actions, tokens.shape[1])
+    return place_policy(obs, picks, getattr(policy, "placement", "greedy"))  # identity on identical nodes
 
 
 class MATAllocator(PolicyAllocator):

@@ -12,7 +12,9 @@ Heterogeneous nodes / switch costs: the labels are the teacher's picks in priori
 node placement (``choose`` of the rules); the student's picks are placed by the same placement
 (``mara.allocators.placement.place_policy``), so a student that reproduces the picks reproduces the teacher's actions
 (the median estimate is the demand both place by: exact for the Slack rules, tested). On the paper's nodes picks and
-actions are the same. The env is stepped with the placed actions.
+actions are the same. The env is stepped with the placed actions (the teacher's own ``act``, its displacement move
+included). A student with a node head (``mat.net.node_head``, mara/mat/node_choice.py) places its picks itself: it
+is also labelled with the teacher's placed actions, and its loss adds their log-likelihood given the teacher's picks.
 
 Pure pieces: ``teacher_choices`` (env actions → choices), ``served_sets_equal`` (agreement metric: same set
 of served slots, node order irrelevant since nodes are identical).
@@ -24,10 +26,11 @@ import time
 import numpy as np
 import torch
 
-from mara.allocators.placement import place
 from mara.core.config import build_allocators, load_method_cfg
+from mara.mat import node_choice
+from mara.mat.allocator import policy_env_actions
 from mara.mat.features import token_options
-from mara.mat.nets import MATPolicy, to_env_actions
+from mara.mat.nets import MATPolicy
 from mara.mat.rollout import TrainingEnv
 from mara.predictors.truth import true_remaining_batches
 
@@ -48,12 +51,15 @@ def served_sets_equal(a: torch.Tensor, b: torch.Tensor, n_slots: int) -> torch.T
 
 @torch.no_grad()
 def collect_labelled_states(env: TrainingEnv, teacher, n_steps: int, student: MATPolicy | None = None,
-                            scale: float = 350.0, feature_set: str = "v1",
-                            options: dict | None = None) -> dict[str, torch.Tensor]:
+                            scale: float = 350.0, feature_set: str = "v1", options: dict | None = None,
+                            node_labels: bool = False) -> dict[str, torch.Tensor]:
     """Step ``env`` ``n_steps`` times acting with ``student`` (argmax) or, when None, the teacher; record
     every live state's tokens (``options``: ``obs_to_tokens``'s q / band, ``token_options(policy)``), present mask
-    and the teacher's choices. -> dict of [B, ...] tensors."""
-    toks, pres, acts = [], [], []
+    and the teacher's choices. ``node_labels`` on unequal nodes / with switch costs (a policy with a node head): also
+    the pair features, the teacher's placed actions as node actions and the nodes' choosing order
+    (mara/mat/node_choice.py). -> dict of [B, ...] tensors."""
+    toks, pres, acts, pairs, nodes = [], [], [], [], []
+    node_labels = node_labels and bool(env.group_obs[0].hetero)
     n = env.episode_stream.E // env.n_groups
     for _ in range(n_steps):
         tok, p = env.tokens(scale, feature_set, **(options or {}))
@@ -62,13 +68,19 @@ def collect_labelled_states(env: TrainingEnv, teacher, n_steps: int, student: MA
         if student is None:
             act = teach
         else:
-            dev = next(student.parameters()).device
-            a, _, _ = student.act(tok.to(dev), p.to(dev), deterministic=True, n_nodes=env.sim["n_nodes"])
-            act = env.place(to_env_actions(a, tok.shape[1]), student.placement)
+            act = np.concatenate([policy_env_actions(student, o, tok[g * n:(g + 1) * n], p[g * n:(g + 1) * n], scale)
+                                  for g, o in enumerate(env.group_obs)])
         toks.append(tok[live]), pres.append(p[live]), acts.append(teacher_choices(picks, tok.shape[1])[live])
+        if node_labels:
+            pairs.append(torch.as_tensor(np.concatenate([node_choice.pair_features(o, scale) for o in env.group_obs]))[live])
+            nodes.append(node_choice.placed_choices(teach, tok.shape[1])[live])
         env.step(act)
     assert n > 0
-    return {"tokens": torch.cat(toks), "present": torch.cat(pres), "actions": torch.cat(acts)}
+    out = {"tokens": torch.cat(toks), "present": torch.cat(pres), "actions": torch.cat(acts)}
+    if node_labels:
+        order = torch.as_tensor(node_choice.node_order(env.group_obs[0].node_speed))
+        out.update(pairs=torch.cat(pairs), nodes=torch.cat(nodes), order=order.expand(len(out["actions"]), -1).clone())
+    return out
 
 
 class TruthTeacher:
@@ -104,8 +116,8 @@ class TruthTeacher:
         if not hasattr(self.rule, "choose"):
             a = self.rule.act(o)
             return a, a
-        picks, rem = self.rule.choose(o)
-        return picks, place(o, picks, rem)
+        picks, _ = self.rule.choose(o)
+        return picks, self.rule.act(o)
 
 
 def build_teacher(name: str):
@@ -130,10 +142,7 @@ def teacher_labels(teacher, env: TrainingEnv) -> tuple[np.ndarray, np.ndarray]:
     if getattr(teacher, "privileged", False):
         out = [teacher.choose_env(e) for e in env.envs]
     elif hasattr(teacher, "choose"):
-        out = []
-        for o in env.group_obs:
-            picks, rem = teacher.choose(o)
-            out.append((picks, place(o, picks, rem)))
+        out = [(teacher.choose(o)[0], teacher.act(o)) for o in env.group_obs]  # act: its own placement (displacement)
     else:
         out = [(a, a) for a in (teacher.act(o) for o in env.group_obs)]
     return np.concatenate([p for p, _ in out]), np.concatenate([a for _, a in out])
@@ -162,7 +171,11 @@ def clone(policy: MATPolicy, data: dict, epochs: int, lr: float, batch_size: int
 def clone_step(policy: MATPolicy, opt, data: dict, idx: torch.Tensor, max_grad_norm: float) -> float:
     """One minibatch ``idx`` of ``data``: a gradient step on −log π(teacher's joint action | state); -> summed loss."""
     dev = next(policy.parameters()).device
-    logp, _, _ = policy.evaluate(*(data[k][idx].to(dev) for k in ("tokens", "present", "actions")))
+    if "nodes" in data and getattr(policy, "node_head", False):  # picks and the teacher's placement of them
+        tokens, present, picks, pairs, nodes = (data[k][idx].to(dev) for k in ("tokens", "present", "actions", "pairs", "nodes"))
+        logp = policy.evaluate_nodes(tokens, present, picks, pairs, nodes, data["order"][idx[0]])[0]
+    else:
+        logp, _, _ = policy.evaluate(*(data[k][idx].to(dev) for k in ("tokens", "present", "actions")))
     loss = -logp.mean()
     opt.zero_grad()
     loss.backward()
@@ -186,6 +199,25 @@ def agreement(policy: MATPolicy, data: dict, batch_size: int = 4096) -> float:
     return hits / max(len(data["actions"]), 1)
 
 
+@torch.no_grad()
+def node_agreement(policy: MATPolicy, data: dict, batch_size: int = 4096) -> float | None:
+    """Fraction of states where the argmax policy with a node head places exactly as the teacher did (every node the
+    teacher's task or idle), given the teacher's picks; None for data without node labels."""
+    if "nodes" not in data or not getattr(policy, "node_head", False):
+        return None
+    policy.eval()
+    hits, dev, order = 0, next(policy.parameters()).device, data["order"][0]
+    for s in range(0, len(data["actions"]), batch_size):
+        tok, pres, picks, pairs, nodes = (data[k][s:s + batch_size].to(dev)
+                                          for k in ("tokens", "present", "actions", "pairs", "nodes"))
+        _, _, slot_mem = policy.encode_scores(tok, pres, with_slots=True)
+        chosen, rank = node_choice.chosen_ranks(picks, pres.shape[1])
+        got = node_choice.decode(policy.node_logits(slot_mem, pairs, chosen, rank), chosen, order)
+        hits += int((got == nodes).all(dim=1).sum())
+    policy.train()
+    return hits / max(len(data["actions"]), 1)
+
+
 def imitate(policy: MATPolicy, make_env, teacher, cfg: dict, seed: int = 0, scale: float = 350.0, log=print) -> dict:
     """BC on teacher rollouts, then ``cfg['dagger_rounds']`` DAgger rounds; trains ``policy`` in place.
 
@@ -197,7 +229,8 @@ def imitate(policy: MATPolicy, make_env, teacher, cfg: dict, seed: int = 0, scal
     data, report, t0 = None, {"rounds": []}, time.time()
     for r in range(1 + int(cfg["dagger_rounds"])):
         new = collect_labelled_states(make_env(r), teacher, int(cfg["n_steps"]), None if r == 0 else policy, scale,
-                                      getattr(policy, "features", "v1"), token_options(policy))
+                                      getattr(policy, "features", "v1"), token_options(policy),
+                                      getattr(policy, "node_head", False))
         held_out = agreement(policy, new) if r > 0 else None
         data = merge(data, new)
         losses = clone(policy, data, int(cfg["epochs"]), float(cfg["lr"]), int(cfg["batch_size"]), g)

@@ -19,7 +19,7 @@ import math
 import torch
 from torch import nn
 
-from mara.mat import plackett_luce
+from mara.mat import node_choice, plackett_luce
 from mara.mat.features import BAND_LEVELS, BAND_Q, N_GLOBAL_FEATURES, n_features
 from mara.mat.masks import choice_mask
 from mara.mat.softmax import log_softmax_last, softmax_last
@@ -114,6 +114,7 @@ class MATPolicy(nn.Module):
         token_q: float = BAND_Q,
         token_band: tuple[float, float] | list[float] = BAND_LEVELS,
         placement: str = "greedy",
+        node_head: bool = False,
     ) -> None:
         super().__init__()
         # how the policy's ordered picks go onto unequal nodes (mara/allocators/placement.py): the rules' greedy
@@ -121,6 +122,11 @@ class MATPolicy(nn.Module):
         if placement not in PLACEMENTS:
             raise ValueError(f"mat.net.placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
         self.placement = placement
+        # the policy chooses the nodes itself on unequal nodes (mara/mat/node_choice.py; Plackett–Luce only); without
+        # it (checkpoints without the key) its picks are placed by ``placement``
+        if node_head and decoder != "plackett_luce":
+            raise ValueError("mat.net.node_head needs mat.net.decoder=plackett_luce")
+        self.node_head = bool(node_head)
         self.features = features  # token feature set (mara/mat/features.py); checkpoints without it: v1
         # v2/v3 tokens: the quantile the stage / third slack are judged at and the levels of the band's ends
         # (features.token_options); checkpoints without them: Slack-FM-q's 0.01 on the FM's (0.1, 0.9) band
@@ -156,6 +162,12 @@ class MATPolicy(nn.Module):
         if decoder == "plackett_luce":  # a per-slot score linear in the slot's encoding, learning as fast as idle's
             self.slot_head = nn.Linear(d, 1)
             heads.append(self.slot_head)
+        if self.node_head:  # a node's score for a task: its pair features and the task's encoding; idle's from the node
+            self.pair_in = nn.Linear(node_choice.N_PAIR + node_choice.N_DYNAMIC, d)
+            self.pair_slot = nn.Linear(d, d)
+            self.pair_out = nn.Sequential(nn.GELU(), nn.Linear(d, 1))
+            self.node_idle = nn.Linear(2, 1)
+            heads += [self.pair_out[-1], self.node_idle]
         for head in heads:  # near-uniform initial policy over the allowed slots
             nn.init.normal_(head.weight, std=0.01 / math.sqrt(d))
             nn.init.zeros_(head.bias)
@@ -192,21 +204,22 @@ class MATPolicy(nn.Module):
         slot = (self.ptr_k(slots) @ self.ptr_q(g)[:, :, None]).squeeze(-1) / math.sqrt(self.d) + self.slot_head(slots).squeeze(-1)
         return torch.cat([slot, self.idle_head(g)], dim=-1)
 
-    def encode_scores(self, tokens, present):
+    def encode_scores(self, tokens, present, with_slots: bool = False):
         """Plackett–Luce path -> (scores [E, K+1], value [E]). With ``slot_buckets`` the present slots are moved to
         the front (the encoder has no slot positions, so this changes nothing but the order) and each row runs with
         only as many slot tokens as its bucket holds (absent slots are masked keys whose own outputs are unused, so
-        dropping them is exact up to float summation order); scores go back to the original slot positions."""
+        dropping them is exact up to float summation order); scores go back to the original slot positions.
+        ``with_slots``: also the slot encodings [E, K, d] (zero for dropped absent slots), which the node head reads."""
         K = present.shape[1]
         buckets = [b for b in self.buckets if b < K] + [K]  # this call's K (a policy trained across sizes runs at any K)
         if len(buckets) == 1:
             mem, _, value = self.encode(tokens, present)
-            return self.scores(mem), value
+            return (self.scores(mem), value, mem[:, 1:]) if with_slots else (self.scores(mem), value)
         order = torch.argsort((~present).to(torch.int8), dim=1, stable=True)  # present slots first, in slot order
         tok = tokens.gather(1, order[..., None].expand(-1, -1, tokens.shape[2]))
         pres = present.gather(1, order)
         n = present.sum(dim=1)
-        rows, slot_scores, idle, values, lo = [], [], [], [], -1
+        rows, slot_scores, idle, values, mems, lo = [], [], [], [], [], -1
         for hi in buckets:
             idx = torch.nonzero((n > lo) & (n <= hi)).squeeze(1)
             lo = hi
@@ -217,11 +230,18 @@ class MATPolicy(nn.Module):
             slot_scores.append(torch.cat([sc[:, :hi], sc.new_zeros(len(idx), K - hi)], dim=1))
             idle.append(sc[:, hi:])
             values.append(v)
+            if with_slots:
+                mems.append(torch.cat([mem[:, 1:], mem.new_zeros(len(idx), K - hi, mem.shape[2])], dim=1))
             rows.append(idx)
         inv = torch.argsort(torch.cat(rows))
         sorted_slots = torch.cat(slot_scores)[inv]
         slots = torch.zeros_like(sorted_slots).scatter(1, order, sorted_slots)  # back to the original slot positions
-        return torch.cat([slots, torch.cat(idle)[inv]], dim=1), torch.cat(values)[inv]
+        out = (torch.cat([slots, torch.cat(idle)[inv]], dim=1), torch.cat(values)[inv])
+        if not with_slots:
+            return out
+        sorted_mem = torch.cat(mems)[inv]
+        slot_mem = torch.zeros_like(sorted_mem).scatter(1, order[..., None].expand_as(sorted_mem), sorted_mem)
+        return (*out, slot_mem)
 
     def _logits(self, h, ptr_keys):
         slot_logits = self.ptr_q(h) @ ptr_keys.transpose(1, 2) / math.sqrt(self.d)  # [E, L, K]
@@ -239,6 +259,41 @@ class MATPolicy(nn.Module):
             x = blk(x, causal, kv, allow_mem)
         logits = self._logits(self.dec_ln(x), ptr_keys)
         return logits.masked_fill(~choice_mask(present, actions), torch.finfo(logits.dtype).min)
+
+    def node_logits(self, slot_mem, pairs, chosen, rank):
+        """The node head's logits [E, M, K+1] by node index (tasks, then idle) from the slot encodings [E, K, d], the
+        pair features [E, M, K, N_PAIR] and the chosen set (mara/mat/node_choice.py)."""
+        x = node_choice.dynamic_channels(pairs, chosen, rank)
+        task = self.pair_out(self.pair_in(x) + self.pair_slot(slot_mem)[:, None]).squeeze(-1)  # [E, M, K]
+        speed = pairs[..., 0].amax(dim=2)  # the node's relative speed (pairs are zero for absent slots)
+        held = (pairs[..., 1] * chosen[:, None, :]).sum(dim=2).clamp(max=1.0)  # a chosen task ran on this node at t-1
+        idle_in = torch.stack([speed, held], dim=-1)
+        return torch.cat([task, self.node_idle(idle_in)], dim=-1)
+
+    def act_nodes(self, tokens, present, pairs, order, deterministic: bool = False,
+                  generator: torch.Generator | None = None):
+        """Picks and the node head's placement of them -> (picks [E, M] in priority order, node actions [E, M] by
+        node index, both 0..K; logprob [E] of both; value [E]). ``order [M]``: the nodes' choosing order
+        (``node_choice.node_order``); M = ``pairs.shape[1]``."""
+        scores, value, slot_mem = self.encode_scores(tokens, present, with_slots=True)
+        M = pairs.shape[1]
+        picks = plackett_luce.sample(scores, present, M, deterministic, generator)
+        chosen, rank = node_choice.chosen_ranks(picks, present.shape[1])
+        logits = self.node_logits(slot_mem, pairs, chosen, rank)
+        nodes = node_choice.decode(logits, chosen, order, deterministic, generator)
+        logprob = plackett_luce.log_prob(scores, present, picks) + node_choice.log_prob(logits, chosen, nodes, order)
+        return picks, nodes, logprob, value
+
+    def evaluate_nodes(self, tokens, present, picks, pairs, nodes, order):
+        """Teacher-forced pass over picks [E, M] (priority order) and their placement ``nodes [E, M]`` (by node
+        index) -> (logprob [E] of both, entropy [E] of the picks per node as ``evaluate``'s, value [E]): what
+        imitation of a rule's placed actions and PPO with the node head optimise."""
+        scores, value, slot_mem = self.encode_scores(tokens, present, with_slots=True)
+        chosen, rank = node_choice.chosen_ranks(picks, present.shape[1])
+        logits = self.node_logits(slot_mem, pairs, chosen, rank)
+        logp = log_softmax_last(plackett_luce.masked_logits(scores, present, picks))  # [E, M, K+1]
+        logprob = logp.gather(2, picks[..., None]).squeeze(-1).sum(dim=1) + node_choice.log_prob(logits, chosen, nodes, order)
+        return logprob, _entropy(logp), value
 
     # --------------------------------------------------------------- public
     def act(self, tokens, present, deterministic: bool = False, generator: torch.Generator | None = None,
@@ -293,9 +348,13 @@ class MATPolicy(nn.Module):
             logits = self.decode(mem, allow_k, present, actions)
         logp = log_softmax_last(logits)  # [E, M, K+1]
         logprob = logp.gather(2, actions[..., None]).squeeze(-1).sum(dim=1)
-        p = logp.exp()
-        entropy = -(torch.where(p > 0, p * logp, torch.zeros_like(p))).sum(dim=2).mean(dim=1)  # as in MAT: averaged over agents
-        return logprob, entropy, value
+        return logprob, _entropy(logp), value
+
+
+def _entropy(logp: torch.Tensor) -> torch.Tensor:
+    """Entropy [E] of per-node choice log-probabilities ``[E, M, K+1]``, averaged over the nodes (as in MAT: over agents)."""
+    p = logp.exp()
+    return -(torch.where(p > 0, p * logp, torch.zeros_like(p))).sum(dim=2).mean(dim=1)
 
 
 def to_env_actions(actions: torch.Tensor, n_slots: int):

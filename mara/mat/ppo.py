@@ -32,9 +32,12 @@ def flatten(buf, advantages: torch.Tensor, returns: torch.Tensor) -> dict[str, t
     """Live samples of a rollout [T, E, ...] -> dict of [B, ...] tensors."""
     live = buf.live.reshape(-1)
     flat = lambda x: x.reshape(-1, *x.shape[2:])[live]  # noqa: E731
-    return {"tokens": flat(buf.tokens), "present": flat(buf.present), "actions": flat(buf.actions),
-            "logprobs": flat(buf.logprobs), "values": flat(buf.values), "advantages": flat(advantages),
-            "returns": flat(returns)}
+    out = {"tokens": flat(buf.tokens), "present": flat(buf.present), "actions": flat(buf.actions),
+           "logprobs": flat(buf.logprobs), "values": flat(buf.values), "advantages": flat(advantages),
+           "returns": flat(returns)}
+    if getattr(buf, "nodes", None) is not None:  # a policy with a node head placed its picks (mara/mat/node_choice.py)
+        out.update(pairs=flat(buf.pairs), nodes=flat(buf.nodes), order=buf.order)
+    return out
 
 
 def update(policy, opt, batch: dict, ppo: dict, n_mb: int, generator: torch.Generator, backward, clip,
@@ -51,7 +54,12 @@ def update(policy, opt, batch: dict, ppo: dict, n_mb: int, generator: torch.Gene
     for _ in range(ppo["update_epochs"]):
         perm = torch.randperm(n, generator=generator).to(batch["logprobs"].device)
         for idx in torch.tensor_split(perm, n_mb):
-            newlogprob, entropy, newvalue = policy.evaluate(batch["tokens"][idx], batch["present"][idx], batch["actions"][idx])
+            if "nodes" in batch:
+                newlogprob, entropy, newvalue = policy.evaluate_nodes(
+                    batch["tokens"][idx], batch["present"][idx], batch["actions"][idx], batch["pairs"][idx],
+                    batch["nodes"][idx], batch["order"])
+            else:
+                newlogprob, entropy, newvalue = policy.evaluate(batch["tokens"][idx], batch["present"][idx], batch["actions"][idx])
             adv = batch["advantages"][idx]
             if ppo["norm_adv"] and len(idx) > 1:
                 adv = (adv - adv.mean()) / (adv.std() + 1e-8)

@@ -14,6 +14,7 @@ import torch
 from mara.allocators.placement import place_policy
 from mara.allocators.rules import FIFO
 from mara.core.safe_load import CheckpointError, from_plain, to_plain
+from mara.mat import node_choice
 from mara.mat.features import obs_to_tokens, token_options
 from mara.mat.nets import MATPolicy, to_env_actions
 from mara.sim.env import BatchedEnv, Observation, step_envs
@@ -101,6 +102,10 @@ class TrainingEnv:
         n = self.episode_stream.E // self.n_groups
         return np.concatenate([place_policy(o, picks[g * n:(g + 1) * n], placement) for g, o in enumerate(self.group_obs)])
 
+    def pairs(self, scale: float = 350.0) -> torch.Tensor:
+        """(node, task) pair features of every episode, groups stacked -> [E, M, K, P] (mara/mat/node_choice.py)."""
+        return torch.as_tensor(np.concatenate([node_choice.pair_features(o, scale) for o in self.group_obs]))
+
     def new_batch(self, g: int) -> None:
         episodes = self.episode_stream.next(self.episode_stream.E // self.n_groups)
         self.envs[g] = BatchedEnv(episodes, self.bank, predictor=self.predictor, beta=self.beta,
@@ -175,20 +180,32 @@ class RolloutBuffer:
     dones: torch.Tensor
     live: torch.Tensor
     last_value: torch.Tensor
+    pairs: torch.Tensor | None = None  # a policy with a node head on unequal nodes: pair features [T, E, M, K, P],
+    nodes: torch.Tensor | None = None  # its placement [T, E, M] (0..K by node index)
+    order: torch.Tensor | None = None  # and the nodes' choosing order [M] (mara/mat/node_choice.py)
 
 
 def collect_rollout(policy: MATPolicy, env: TrainingEnv, n_steps: int, generator: torch.Generator,
                     scale: float = 350.0) -> RolloutBuffer:
     """Sample ``n_steps`` joint actions per episode from ``policy`` in ``env`` (the policy runs under
     ``torch.inference_mode``; the buffer is stacked outside it, so the update can use it with autograd)."""
-    tokens, present, actions, logprobs, values, rewards, dones, live = ([] for _ in range(8))
+    tokens, present, actions, logprobs, values, rewards, dones, live, pairs, nodes = ([] for _ in range(10))
     dev = next(policy.parameters()).device  # the buffer lives with the policy (CPU or GPU); the simulator on the CPU
+    node_head = getattr(policy, "node_head", False) and bool(env.group_obs[0].hetero)  # the policy places its picks
+    order = torch.as_tensor(node_choice.node_order(env.group_obs[0].node_speed)) if node_head else None
     for _ in range(n_steps):
         tok, pres = env.tokens(scale, policy.features, **token_options(policy))
         tok, pres = tok.to(dev), pres.to(dev)
-        with torch.inference_mode():
-            a, logp, v = policy.act(tok, pres, generator=generator, n_nodes=env.sim["n_nodes"])
-        r, d, lv = env.step(env.place(to_env_actions(a, tok.shape[1]), policy.placement))  # picks -> nodes
+        if node_head:
+            pr = env.pairs(scale).to(dev)
+            with torch.inference_mode():
+                a, n, logp, v = policy.act_nodes(tok, pres, pr, order, generator=generator)
+            r, d, lv = env.step(to_env_actions(n, tok.shape[1]))
+            pairs.append(pr), nodes.append(n)
+        else:
+            with torch.inference_mode():
+                a, logp, v = policy.act(tok, pres, generator=generator, n_nodes=env.sim["n_nodes"])
+            r, d, lv = env.step(env.place(to_env_actions(a, tok.shape[1]), policy.placement))  # picks -> nodes
         tokens.append(tok), present.append(pres), actions.append(a), logprobs.append(logp), values.append(v)
         rewards.append(torch.as_tensor(r, dtype=torch.float32, device=dev))
         dones.append(torch.as_tensor(d, device=dev))
@@ -198,4 +215,5 @@ def collect_rollout(policy: MATPolicy, env: TrainingEnv, n_steps: int, generator
         _, _, last_value = policy.encode(tok.to(dev), pres.to(dev))
     st = torch.stack
     return RolloutBuffer(st(tokens), st(present), st(actions), st(logprobs), st(values), st(rewards), st(dones),
-                         st(live), last_value.clone())
+                         st(live), last_value.clone(), st(pairs) if node_head else None, st(nodes) if node_head else None,
+                         order)

@@ -20,7 +20,13 @@ import time
 import torch
 
 from mara.mat.features import token_options
-from mara.mat.imitation import agreement, clone_step, collect_labelled_states, merge
+from mara.mat.imitation import (
+    agreement,
+    clone_step,
+    collect_labelled_states,
+    merge,
+    node_agreement,
+)
 from mara.mat.nets import MATPolicy
 
 PAPER_NODES = 7  # the loads of the paper's protocol are per step on its 7 nodes
@@ -96,12 +102,14 @@ def imitate_suite(policy: MATPolicy, settings: list[dict], make_env, teachers: d
         held_out = []
         for i, s in enumerate(settings):
             new = collect_labelled_states(make_env(s, r), teachers[s["teacher"]], int(cfg["n_steps"]),
-                                          None if r == 0 else policy, scale, policy.features, token_options(policy))
+                                          None if r == 0 else policy, scale, policy.features, token_options(policy),
+                                          policy.node_head)
             held_out.append(agreement(policy, new) if r > 0 else None)
             data[i] = merge(data[i], new)
         losses = clone_suite(policy, data, int(cfg["epochs"]), float(cfg["lr"]), int(cfg["batch_size"]), g)
         rec = {"round": r, "states": sum(len(d["actions"]) for d in data), "loss": losses[-1],
                "agreement_train": [agreement(policy, d) for d in data], "agreement_new_before_training": held_out,
+               "node_agreement_train": [node_agreement(policy, d) for d in data],
                "seconds": time.time() - t0}
         report["rounds"].append(rec)
         log(f"suite imitation round {r}: {rec}")

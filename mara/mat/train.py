@@ -195,6 +195,8 @@ def trained_method(cfg: DictConfig) -> str:
         return "MARA-WLS"
     mat = cfg.get("mat") or {}
     if (mat.get("imitation") or {}).get("suite"):
+        if (mat.get("net") or {}).get("node_head"):
+            return "MARA-nodes"  # the same, choosing its nodes on unequal ones (mat=suite_nodes)
         return "MARA-suite"  # one policy across cluster sizes and node profiles (mat=suite)
     if cfg.predictor.get("name") == "qr":
         return "MARA-QR"  # the decision head (mat=default predictor=qr_q)

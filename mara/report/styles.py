@@ -18,6 +18,7 @@ _LEARNED = {
     "MARA-QR": ("#d62728", "D"),      # red
     "MARA-QR-cal": ("#ff6f61", "d"),  # coral
     "MARA-suite": ("#ff4500", "*"),   # orange red
+    "MARA-nodes": ("#daa520", "X"),   # goldenrod
     "MARA": ("#800000", "o"),         # maroon
     "MARA-WLS": ("#f032e6", "^"),     # magenta
     "MARA-sparse": ("#9a6324", "v"),  # brown
