@@ -3,14 +3,15 @@ learned method's paired difference to that setting's best non-learned method (±
 learned methods averaged over training seeds first), then the suite means. Identical episodes for every method of a
 setting (evaluation roots 0–4 unless ``--roots``); loads ``p·M/7`` (the paper's pressure per node) on M nodes.
 
-    python scripts/suite_eval.py --out outputs/suite_eval [--learned MARA-suite|MARA-nodes] \\
+    python scripts/suite_eval.py --out outputs/suite_eval [--learned MARA-suite|MARA-nodes|MARA-suite-ppo] \\
         [--ckpts RUN0/best.ckpt,RUN1/best.ckpt,RUN2/best.ckpt] [--settings clusters|sizes] [--size-ckpts 12x16=A,B,C ...]
         [--methods Slack-QR,Slack-QR-q,...] [--rules-only]
 
 The learned method (``--learned``, default MARA-suite) is evaluated from ``--ckpts`` (one per training seed), or
-without it from its shipped policies (mara/data/checkpoints/mara_suite_zoo_seed*.ckpt, mara_nodes_zoo_seed*.ckpt).
-Learned methods named in ``--methods`` too (MARA-suite beside MARA-nodes) are compared, never taken for the best
-non-learned method.
+without it from its shipped policies (mara/data/checkpoints/mara_suite_zoo_seed*.ckpt, mara_nodes_zoo_seed*.ckpt,
+mara_suite_ppo_zoo_seed*.ckpt).
+Learned methods named in ``--methods`` too (MARA-suite beside MARA-nodes or MARA-suite-ppo) are compared, never taken
+for the best non-learned method.
 
 ``--settings clusters``: the suite of docs/allocators.md (7 nodes: identical; speeds [2,2,1,1,1,1,1] switch cost 2;
 [3,1,1,1,1,1,1] cost 1; [2,2,2,1,1,1,1] cost 3). ``sizes``: identical nodes at (M, K) = (3, 6), (5, 8), (12, 16),
@@ -38,7 +39,7 @@ CLUSTERS = {
 SIZES = {f"{m}x{k}": {"nodes": m, "max_active": k, "node_speed": None, "switch_cost": 0} for m, k in ((3, 6), (5, 8), (12, 16))}
 LOADS = (0.04, 0.05, 0.06, 0.07)
 RULES = "FIFO,EDF,LARA,Slack-WLS,Slack-FM,Slack-FM-q,Slack-QR,Slack-QR-q,Slack-QR-displace"
-LEARNED = ("MARA-suite", "MARA-nodes", "MARA-size")
+LEARNED = ("MARA-suite", "MARA-nodes", "MARA-suite-ppo", "MARA-size")
 
 
 def checkpoints(paths: str) -> str:
@@ -81,9 +82,10 @@ def table(name: str, rows: list[dict]) -> dict:
         if all(m in out[p] for p in loads):
             print(f"| **{m} − best rule** | " + " | ".join(f"{out[p][m]['diff']:+.2f} ± {out[p][m]['se']:.2f} ({out[p]['best']})"
                                                          for p in loads) + " |")
-    if "MARA-nodes" in methods and "MARA-suite" in methods:  # choosing nodes vs the rules' placement of the same picks
-        print("| **MARA-nodes − MARA-suite** | " + " | ".join(
-            "{diff:+.2f} ± {se:.2f}".format(**paired_difference(per[p]["MARA-nodes"], per[p]["MARA-suite"])) for p in loads) + " |")
+    for m in ("MARA-nodes", "MARA-suite-ppo"):  # choosing nodes, or PPO after the imitation, against MARA-suite
+        if m in methods and "MARA-suite" in methods:
+            print(f"| **{m} − MARA-suite** | " + " | ".join(
+                "{diff:+.2f} ± {se:.2f}".format(**paired_difference(per[p][m], per[p]["MARA-suite"])) for p in loads) + " |")
     if "MARA-size" in methods and "MARA-suite" in methods:
         print("| **MARA-suite − MARA-size** | " + " | ".join(
             "{diff:+.2f} ± {se:.2f}".format(**paired_difference(per[p]["MARA-suite"], per[p]["MARA-size"])) for p in loads) + " |")
@@ -93,7 +95,7 @@ def table(name: str, rows: list[dict]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--learned", choices=("MARA-suite", "MARA-nodes"), default="MARA-suite")
+    ap.add_argument("--learned", choices=("MARA-suite", "MARA-nodes", "MARA-suite-ppo"), default="MARA-suite")
     ap.add_argument("--ckpts", default="", help="the learned method's policies, comma-separated (one per training "
                     "seed); default: the shipped ones")
     ap.add_argument("--rules-only", action="store_true", help="evaluate the rules, not the learned method")

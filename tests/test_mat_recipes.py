@@ -1,4 +1,4 @@
-"""The MAT recipes (conf/mat/): seven, each composing to the values that made its shipped or stored numbers; the
+"""The MAT recipes (conf/mat/): eight, each composing to the values that made its shipped or stored numbers; the
 experiments (and conf/train.yaml for the default) pair each recipe with its predictor; the documented overrides
 for the variants that are not recipes compose and pass the teacher check."""
 from __future__ import annotations
@@ -17,12 +17,12 @@ from mara.mat.train import check_teacher_predictor, resolve_config
 REPO = Path(__file__).resolve().parents[1]
 # The composed `mat` config of each recipe, recorded from the recipe files that trained the shipped policies
 # (default: mara_qr_zoo_seed*, band: mara_zoo_seed*, hetero: experiment=hetero's MARA-QR, suite: mara_suite_zoo_seed*,
-# suite_nodes: mara_nodes_zoo_seed*)
+# suite_nodes: mara_nodes_zoo_seed*, suite_ppo: the MARA-suite-ppo runs of docs/allocators.md "PPO across the suite")
 # and the stored
 # paper-protocol tables (clone, paper). A change here changes what those numbers mean.
 EXPECTED = json.loads((REPO / "tests" / "data" / "mat_recipes.json").read_text())
 RECIPES = {"default": "qr_q", "band": "fm", "clone": "fm", "paper": "fm", "hetero": "qr", "suite": "qr_q",
-           "suite_nodes": "qr_q"}  # recipe -> its predictor
+           "suite_nodes": "qr_q", "suite_ppo": "qr_q"}  # recipe -> its predictor
 
 
 def _compose(*overrides):
@@ -34,7 +34,7 @@ def _mat(cfg) -> dict:
     return OmegaConf.to_container(cfg.mat, resolve=True)
 
 
-def test_seven_recipes_each_variant_written_as_its_differences():
+def test_eight_recipes_each_variant_written_as_its_differences():
     files = {p.stem: yaml.safe_load(p.read_text()) for p in (CONF_DIR / "mat").glob("*.yaml")}
     assert set(files) == set(RECIPES) == set(EXPECTED)
     roots = [name for name, body in files.items() if "defaults" not in body]

@@ -141,9 +141,9 @@ def test_suite_teachers_checked_against_the_policy_predictor():
         check_teacher_predictor(c)
 
 
-def train_tiny_suite(tmp_path, recipe: str) -> dict:
-    """Imitation-only training of ``recipe`` (mat=suite or a recipe built on it) across two small settings, one of
-    them with unequal nodes and a switch cost; -> ``train_policy``'s summary."""
+def train_tiny_suite(tmp_path, recipe: str, extra: tuple = (), callbacks=None, ckpt_path=None) -> dict:
+    """Training of ``recipe`` (mat=suite or a recipe built on it; ``extra``: dotlist overrides) across two small
+    settings, one of them with unequal nodes and a switch cost; -> ``train_policy``'s summary."""
     from omegaconf import OmegaConf
 
     from mara.mat.train import load_recipe, train_policy
@@ -153,11 +153,12 @@ def train_tiny_suite(tmp_path, recipe: str) -> dict:
     cfg.merge_with(OmegaConf.from_dotlist([
         f"output_dir={tmp_path / 'run'}", "rollout.n_episodes=8", "rollout.n_groups=2", "sim.n_steps=100",
         "imitation.n_episodes=4", "imitation.n_steps=25", "imitation.dagger_rounds=1", "imitation.epochs=1",
-        "validation.n_episodes=1", "validation.baselines=false"]))
+        "validation.n_episodes=1", "validation.baselines=false", *extra]))
     cfg.predictor = predictor_config("qr_q")
+    cfg.ckpt_path = ckpt_path
     cfg.imitation.suite = [{"nodes": 2, "max_active": 4}, {"nodes": 3, "max_active": 5, "node_speed": [2, 1, 1],
                                                            "switch_cost": 1, "teacher": "Slack-QR-displace"}]
-    return train_policy(cfg)
+    return train_policy(cfg, callbacks=callbacks)
 
 
 def test_suite_policy_trains_and_is_admitted_at_any_size(tmp_path):
@@ -196,3 +197,72 @@ def test_suite_policy_trains_and_is_admitted_at_any_size(tmp_path):
     again = run_episodes(BatchedEnv(ep, bank, n_nodes=5, max_active=8, predictor=predictor_from("qr_q", bank.path)),
                          MATAllocator(str(small)))
     np.testing.assert_array_equal(again["success_rate"], m["success_rate"])
+
+
+def test_ppo_steps_every_setting_in_turn_and_resumes(tmp_path):
+    """PPO across the suite (mat=suite_ppo): iteration i collects its rollout on setting i mod S, validation scores
+    every setting (the mean of their rates), and a run resumed from last.ckpt continues the turn and every setting's
+    episode stream where they were."""
+    import lightning as L
+
+    from mara.mat.suite import rollout_setting
+
+    assert [rollout_setting(i, 3) for i in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+
+    class Clusters(L.Callback):
+        seen: list = []
+
+        def on_train_batch_end(self, trainer, pl_module, *args):
+            env = pl_module.env
+            self.seen.append((env.sim["n_nodes"], env.episode_stream.counter))
+
+    # 8 episodes × 32 steps = 256 env steps per iteration: 3 iterations, validated after each
+    extra = ("total_env_steps=700", "ppo.value_warmup_iterations=1", "validation.every_n_iterations=1")
+    summary = train_tiny_suite(tmp_path, "suite_ppo", extra, callbacks=[Clusters()])
+    assert [n for n, _ in Clusters.seen] == [2, 3, 2]
+    assert all(len(h["val_settings"]) == 2 and h["val_success_rate"] == pytest.approx(np.mean(h["val_settings"]))
+               for h in summary["history"])
+    ckpt = torch.load(summary["last_ckpt"], weights_only=True)
+    assert len(ckpt["mat_state"]["suite_envs"]) == 1
+    counters = {n: c for n, c in Clusters.seen}
+    Clusters.seen = []
+    train_tiny_suite(tmp_path, "suite_ppo", ("total_env_steps=1400", *extra[1:]), callbacks=[Clusters()],
+                     ckpt_path=summary["last_ckpt"])
+    assert [n for n, _ in Clusters.seen][:2] == [3, 2]  # iteration 3 is setting 1's turn
+    assert Clusters.seen[0][1] >= counters[3] and Clusters.seen[1][1] >= counters[2]
+
+
+def test_ppo_starts_from_a_given_policy_instead_of_the_imitation(tmp_path):
+    """``mat.init_from``: PPO starts from a trained policy's weights, no imitation; during the head-only value
+    warm-up nothing but the value head moves. A policy of another network is one CheckpointError line, before work."""
+    from mara.core.safe_load import CheckpointError
+    from mara.mat.allocator import policy_weights, read_policy_checkpoint
+
+    first = train_tiny_suite(tmp_path / "a", "suite", ("total_env_steps=0",))
+    extra = ("total_env_steps=200", "ppo.value_warmup_iterations=5", f"init_from={first['best_ckpt']}")
+    second = train_tiny_suite(tmp_path / "b", "suite_ppo", extra)
+    assert "imitation" not in second
+    before, after = (policy_weights(read_policy_checkpoint(x)) for x in (first["best_ckpt"], second["last_ckpt"]))
+    moved = sorted({k.split(".")[0] for k in before if not torch.equal(before[k], after[k])})
+    assert moved == ["value_head"]
+    with pytest.raises(CheckpointError, match="mat.net differs in \\['d_model'"):
+        train_tiny_suite(tmp_path / "c", "suite_ppo", (*extra, "net.d_model=16"))
+
+
+def test_suite_rollout_or_validation_without_a_suite_is_a_config_error():
+    from omegaconf import OmegaConf
+
+    from mara.core.config import ConfigError
+    from mara.mat.train import load_recipe, validation_settings
+
+    c = OmegaConf.to_container(load_recipe("suite_ppo"), resolve=True)
+    sets = validation_settings(c)
+    assert [s["sim"]["n_nodes"] for s in sets] == [7, 2, 4, 10, 16, 7, 7, 7]
+    assert [round(s["load"], 4) for s in sets[:3]] == [0.06, round(0.06 * 2 / 7, 4), round(0.06 * 4 / 7, 4)]
+    assert sets[5]["sim"]["node_speed"] == [2, 2, 1, 1, 1, 1, 1] and sets[5]["sim"]["switch_cost"] == 2
+    c["imitation"]["suite"] = []
+    with pytest.raises(ConfigError, match="mat.rollout.suite=true needs"):
+        validation_settings(c)
+    c["rollout"]["suite"] = False
+    with pytest.raises(ConfigError, match="mat.validation.suite=true needs"):
+        validation_settings(c)

@@ -71,7 +71,7 @@ class MATAllocator(PolicyAllocator):
         hp = ckpt["hyper_parameters"]
         try:
             policy = MATPolicy(n_slots=hp["sim"]["max_active"], n_nodes=hp["sim"]["n_nodes"], **hp["net"])
-            policy.load_state_dict({k[len("policy."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("policy.")})
+            policy.load_state_dict(policy_weights(ckpt))
         except (RuntimeError, TypeError, ValueError) as exc:  # weights that do not fit the recorded network
             why = " ".join(str(exc).split())[:120]
             raise CheckpointError(f"policy checkpoint {ckpt_path} is not a MAT policy checkpoint ({why})") from None
@@ -97,6 +97,11 @@ def _check_policy(ckpt, path) -> dict:
     if not ok:
         raise CheckpointError(f"{path} is not a MAT policy checkpoint (its hyper_parameters have no sim/net/rollout)")
     return ckpt
+
+
+def policy_weights(ckpt: dict) -> dict:
+    """The ``MATPolicy`` state dict inside a policy checkpoint (its ``policy.*`` weights)."""
+    return {k[len("policy."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("policy.")}
 
 
 def read_policy_checkpoint(path) -> dict:

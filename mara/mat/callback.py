@@ -3,6 +3,9 @@ validation episodes next to the rule baselines, and keep the checkpoint with the
 
 Selection rule (fixed before any evaluation): highest mean validation success rate; ties go to the earlier
 iteration. Validation roots must be disjoint from the evaluation roots (0–4) and from the training root.
+With ``settings`` (PPO across a suite of clusters, ``mat.validation.suite``) the same roots are run on every
+setting's cluster at its load, and the score is the mean over settings of their mean success rates (each setting
+weighs the same, whatever its size); the training cluster's own rate is logged as ``val/setting_0`` and so on.
 """
 from __future__ import annotations
 
@@ -46,7 +49,11 @@ def baseline_allocators() -> dict:
 
 class ValidationCallback(L.Callback):
     def __init__(self, dirpath: str, roots, n_episodes: int, every_n_iterations: int, sim: dict, scale: float = 350.0,
-                 baselines: bool = True, task_set: str = "ID", load: float = 0.04, at_start: bool = False) -> None:
+                 baselines: bool = True, task_set: str = "ID", load: float = 0.04, at_start: bool = False,
+                 settings: list[dict] | None = None) -> None:
+        # settings: [{"sim": <MAT sim keys>, "load": float}, ...] to validate on, each weighing the same; None: the
+        # training cluster ``sim`` at ``load``. The baselines run on the first one.
+        self.settings = list(settings) if settings else [{"sim": sim, "load": load}]
         self.at_start = at_start  # also validate (and checkpoint) the policy before the first PPO iteration (iteration 0)
         self.dirpath, self.roots, self.n_episodes = Path(dirpath), list(roots), n_episodes
         self.task_set, self.load = task_set, load
@@ -56,18 +63,21 @@ class ValidationCallback(L.Callback):
         self.history: list[dict] = []
         self.success = MeanMetric().set_dtype(torch.float64)  # episodes' success rates, reduced over DDP ranks
 
-    def _env(self, pl_module, predictor, episodes=None, fm_cache=None):
-        return BatchedEnv(self.episodes if episodes is None else episodes, pl_module.env.bank, n_nodes=self.sim["n_nodes"],
-                          max_active=self.sim["max_active"], obs_every=self.sim["obs_every"], predictor=predictor,
-                          fm_cache=fm_cache, **node_kwargs(self.sim))  # the training nodes
+    def _env(self, pl_module, predictor, episodes=None, fm_cache=None, sim: dict | None = None):
+        sim = self.sim if sim is None else sim
+        return BatchedEnv(self.episodes if episodes is None else episodes, pl_module.env.bank, n_nodes=sim["n_nodes"],
+                          max_active=sim["max_active"], obs_every=sim["obs_every"], predictor=predictor,
+                          fm_cache=fm_cache, **node_kwargs(sim))  # the training nodes, or a setting's
 
     def on_fit_start(self, trainer, pl_module) -> None:
 
-        self.episodes = validation_episodes(pl_module.env.bank, self.roots, self.n_episodes, self.task_set, self.load,
-                                            n_steps=self.sim["n_steps"])
+        self.set_episodes = [validation_episodes(pl_module.env.bank, self.roots, self.n_episodes, self.task_set,
+                                                 st["load"], n_steps=st["sim"]["n_steps"]) for st in self.settings]
+        self.episodes = self.set_episodes[0]
         if self.with_baselines and not self.baselines:
             for name, (cls, pred_name) in baseline_allocators().items():
-                m = run_episodes(self._env(pl_module, predictor_from(pred_name, pl_module.env.bank.path)), cls())
+                m = run_episodes(self._env(pl_module, predictor_from(pred_name, pl_module.env.bank.path),
+                                           sim=self.settings[0]["sim"]), cls())
                 self.baselines[name] = float(np.mean(m["success_rate"]))
 
     def on_train_start(self, trainer, pl_module) -> None:
@@ -84,16 +94,22 @@ class ValidationCallback(L.Callback):
         t0 = time.time()
         was_training = pl_module.policy.training
         pl_module.policy.eval()
-        share = rank_share(self.episodes.E, trainer.global_rank, trainer.world_size)  # this rank's episodes
-        if len(share):
-            # the policy's own predictor: its FM cache (filled by training) serves the validation episodes too
-            env = self._env(pl_module, pl_module.env.predictor, self.episodes.take(share), getattr(pl_module, "fm_cache", None))
-            m = run_episodes(env, PolicyAllocator(pl_module.policy, True, self.scale))
-            self.success.to(pl_module.device).update(torch.as_tensor(m["success_rate"], dtype=torch.float64))
+        per_setting = []
+        for st, episodes in zip(self.settings, self.set_episodes):
+            share = rank_share(episodes.E, trainer.global_rank, trainer.world_size)  # this rank's episodes
+            if len(share):
+                # the policy's own predictor: its FM cache (filled by training) serves the validation episodes too
+                env = self._env(pl_module, pl_module.env.predictor, episodes.take(share),
+                                getattr(pl_module, "fm_cache", None), sim=st["sim"])
+                m = run_episodes(env, PolicyAllocator(pl_module.policy, True, self.scale))
+                self.success.to(pl_module.device).update(torch.as_tensor(m["success_rate"], dtype=torch.float64))
+            per_setting.append(float(self.success.compute()))  # mean over every rank's episodes (a collective under DDP)
+            self.success.reset()
         pl_module.policy.train(was_training)
-        score = float(self.success.compute())  # mean over every rank's episodes (a collective under DDP)
-        self.success.reset()
+        score = float(np.mean(per_setting))
         log = {"val/success_rate": score, **{f"val/{k}": v for k, v in self.baselines.items()}}
+        if len(per_setting) > 1:
+            log.update({f"val/setting_{i}": v for i, v in enumerate(per_setting)})
         improved = score > self.best_score
         if improved:
             self.best_score, self.best_iteration = score, it
@@ -102,6 +118,7 @@ class ValidationCallback(L.Callback):
         if it > 0:  # iteration 0 (before training) is recorded in the history only
             pl_module.log_dict(log, on_step=False, on_epoch=True, batch_size=1)
         self.history.append({"iteration": it, "env_steps": pl_module.global_env_steps, "val_success_rate": score,
+                             **({"val_settings": per_setting} if len(per_setting) > 1 else {}),
                              "seconds": time.time() - t0})
         if improved:  # collective under DDP: every rank calls it, rank 0 writes
             trainer.save_checkpoint(self.best_path)

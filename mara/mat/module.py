@@ -4,6 +4,11 @@ Rollout under ``inference_mode`` from the rank's own ``TrainingEnv`` → GAE →
 (mara/mat/ppo.py) with ``manual_backward`` (DDP all-reduces the gradients) and ``clip_gradients``. Every rank runs the same
 number of minibatches so the collective calls line up; training stops once the env steps of all ranks
 reach ``total_env_steps``.
+
+PPO across a suite of clusters (``mat.rollout.suite: true``, recipe mat=suite_ppo): one ``TrainingEnv`` per setting
+of ``mat.imitation.suite`` (mara/mat/suite.py), and PPO iteration i collects its rollout in setting ``i mod S`` — one
+cluster per rollout, so M and K fix the shapes of a batch, every setting the same share of iterations. The value head
+reads the v3 tokens, which describe the cluster, so its baseline depends on the setting (an input-dependent baseline).
 """
 from __future__ import annotations
 
@@ -11,13 +16,14 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from mara.core.safe_load import plain_lightning_checkpoint
+from mara.core.safe_load import CheckpointError, plain_lightning_checkpoint
 from mara.mat import ppo as ppo_step
+from mara.mat.allocator import policy_weights, read_policy_checkpoint
 from mara.mat.imitation import build_teacher, imitate
 from mara.mat.losses import explained_variance, gae
 from mara.mat.nets import MATPolicy
 from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout, node_kwargs
-from mara.mat.suite import imitate_suite, scaled_loads, setting_sim, suite_settings
+from mara.mat.suite import imitate_suite, rollout_setting, scaled_loads, setting_sim, suite_settings
 from mara.predictors.cache import FlowSampleCache
 from mara.predictors.factory import load_bank_and_predictor
 
@@ -25,7 +31,8 @@ from mara.predictors.factory import load_bank_and_predictor
 class MATModule(L.LightningModule):
     def __init__(self, net: dict, ppo: dict, rollout: dict, sim: dict, workload: dict, reward: str = "dense",
                  predictor: dict | None = None, bank_path: str | None = None, seed: int = 0,
-                 total_env_steps: int = 100_000, num_threads: int = 1, imitation: dict | None = None) -> None:
+                 total_env_steps: int = 100_000, num_threads: int = 1, imitation: dict | None = None,
+                 init_from: str | None = None) -> None:
         super().__init__()
         net = {"decoder": "autoregressive", **net}  # recorded in the checkpoint; configs without one = the paper's decoder
         self.save_hyperparameters()
@@ -44,19 +51,21 @@ class MATModule(L.LightningModule):
         hp = self.hparams
         bank, predictor = load_bank_and_predictor(hp.bank_path, hp.predictor)
         rank, world = self.global_rank, self.trainer.world_size if self._trainer is not None else 1
-        stream = EpisodeStream(bank, bank.family_params, hp.workload["task_set"], hp.workload["load"],
-                               hp.workload["train_root"] + hp.seed, hp.rollout["n_episodes"], rank, world,
-                               n_steps=hp.sim["n_steps"])
         self.fm_cache = None
         if hp.rollout.get("fm_cache", False) and getattr(predictor, "supports_cache", False):
-
             self.fm_cache = FlowSampleCache(int(hp.rollout.get("fm_cache_entries", 100_000)))
-        self.env = TrainingEnv(stream, bank, predictor, hp.reward, hp.sim["beta"], hp.sim["n_nodes"],
-                               hp.sim["max_active"], hp.sim["obs_every"], hp.rollout["n_groups"], hp.rollout["stagger"],
-                               fm_cache=self.fm_cache, **node_kwargs(hp.sim))
+        if hp.rollout.get("suite"):  # one env per cluster PPO steps: every setting of the suite
+            self.envs = self.suite_envs(bank, predictor, rank, world)
+        else:  # the training cluster
+            self.envs = [self.training_env(bank, predictor, hp.sim, hp.workload["load"], hp.workload["train_root"] + hp.seed,
+                                           hp.rollout["n_episodes"], hp.rollout["stagger"], rank, world)]
+        self.env = self.envs[0]
         self.generator = torch.Generator().manual_seed(hp.seed * 1000 + rank)
         if self._pending_env_state is not None:
             self._restore_env(self._pending_env_state)
+        elif hp.get("init_from") and not getattr(self, "initialised", False):
+            self.policy.load_state_dict(policy_weights(read_policy_checkpoint(hp.init_from)))  # instead of the imitation
+            self.initialised = True
         elif (hp.imitation or {}).get("enabled") and not getattr(self, "imitation_report", None):
             self.imitation_report = self.warm_start(bank, predictor)
 
@@ -92,15 +101,35 @@ class MATModule(L.LightningModule):
         return imitate_suite(self.policy, settings, make_env, teachers, im, seed=hp.seed, scale=hp.rollout["scale"],
                              log=lambda s: print(s, flush=True))
 
+    def suite_envs(self, bank, predictor, rank: int, world: int) -> list[TrainingEnv]:
+        """The PPO training env of every suite setting (the rollout's episodes and groups; loads at the training
+        loads' pressure per node), on training roots of their own (``train_root + seed + 104729·(i+1)``: the
+        imitation rounds add ``7919·(round+1)`` to the same, so no episode block is shared)."""
+        hp = self.hparams
+        out = []
+        for i, setting in enumerate(suite_settings(hp.imitation or {}, "")):
+            sim = setting_sim(hp.sim, setting)
+            out.append(self.training_env(bank, predictor, sim, scaled_loads(hp.workload["load"], sim["n_nodes"]),
+                                         hp.workload["train_root"] + hp.seed + 104729 * (i + 1), hp.rollout["n_episodes"],
+                                         hp.rollout["stagger"], rank, world))
+        return out
+
     def imitation_env(self, bank, predictor, sim: dict, load, root: int) -> TrainingEnv:
         """A training env of ``mat.imitation``'s episodes (its ``n_episodes``, ``stagger``) on cluster ``sim`` at
-        ``load`` from ``root``, sharing this rank's FM cache."""
-        hp, im = self.hparams, self.hparams.imitation
-        stream = EpisodeStream(bank, bank.family_params, hp.workload["task_set"], load, root, im["n_episodes"],
+        ``load`` from ``root``."""
+        im = self.hparams.imitation
+        return self.training_env(bank, predictor, sim, load, root, im["n_episodes"],
+                                 im.get("stagger", self.hparams.rollout["stagger"]))
+
+    def training_env(self, bank, predictor, sim: dict, load, root: int, n_episodes: int, stagger: int,
+                     rank: int = 0, world: int = 1) -> TrainingEnv:
+        """A ``TrainingEnv`` of ``n_episodes`` on cluster ``sim`` at ``load`` from ``root`` (this rank's share of its
+        episode blocks), in ``rollout.n_groups`` groups, sharing this rank's FM cache."""
+        hp = self.hparams
+        stream = EpisodeStream(bank, bank.family_params, hp.workload["task_set"], load, root, n_episodes, rank, world,
                                n_steps=sim["n_steps"])
         return TrainingEnv(stream, bank, predictor, hp.reward, sim["beta"], sim["n_nodes"], sim["max_active"],
-                           sim["obs_every"], hp.rollout["n_groups"], im.get("stagger", hp.rollout["stagger"]),
-                           fm_cache=self.fm_cache, **node_kwargs(sim))
+                           sim["obs_every"], hp.rollout["n_groups"], stagger, fm_cache=self.fm_cache, **node_kwargs(sim))
 
     def train_dataloader(self):
         return DataLoader([0], batch_size=None)  # one PPO iteration per epoch
@@ -116,6 +145,7 @@ class MATModule(L.LightningModule):
             frac = max(1.0 - self.global_env_steps / hp.total_env_steps, 0.0)
             for group in opt.optimizer.param_groups:
                 group["lr"] = frac * ppo["lr"]
+        self.env = self.envs[rollout_setting(self.current_epoch, len(self.envs))]  # this iteration's cluster
         buf = collect_rollout(self.policy, self.env, hp.rollout["n_steps"], self.generator, hp.rollout["scale"])
         advantages, returns = gae(buf.rewards, buf.values, buf.dones, buf.last_value, ppo["gamma"], ppo["gae_lambda"])
         batch = ppo_step.flatten(buf, advantages, returns)
@@ -154,8 +184,10 @@ class MATModule(L.LightningModule):
         plain_lightning_checkpoint(checkpoint)  # tensors and plain values only: loads with weights_only=True
         checkpoint["kind"] = "policy"
         checkpoint["mat_state"] = {"global_env_steps": self.global_env_steps, "generator": self.generator.get_state(),
-                                   "env": self.env.state_dict(), "rank": self.global_rank,
-                                   "stream_counter": self.env.episode_stream.counter}
+                                   "env": self.envs[0].state_dict(), "rank": self.global_rank,
+                                   "stream_counter": self.envs[0].episode_stream.counter}
+        if len(self.envs) > 1:  # PPO across a suite: every setting's env continues where it was
+            checkpoint["mat_state"]["suite_envs"] = [e.state_dict() for e in self.envs[1:]]
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("mat_state")
@@ -168,11 +200,18 @@ class MATModule(L.LightningModule):
 
     def _restore_env(self, state: dict) -> None:
         self.global_env_steps = state["global_env_steps"]
+        saved = [state["env"], *state.get("suite_envs", [])]
+        if len(saved) != len(self.envs):
+            raise CheckpointError(f"the checkpoint's MAT training state holds {len(saved)} training clusters, this "
+                                  f"recipe steps {len(self.envs)} (mat.rollout.suite and mat.imitation.suite must be "
+                                  f"those of the run that wrote it)")
         if state.get("rank", 0) == self.global_rank:
             self.generator.set_state(state["generator"])
-            self.env.load_state_dict(state["env"])
-        else:  # only rank 0's env is checkpointed: other ranks continue on fresh, unseen episode batches
-            self.env.episode_stream.counter = state["stream_counter"] + self.env.n_groups
-            self.env.restart()
+            for env, env_state in zip(self.envs, saved):
+                env.load_state_dict(env_state)
+        else:  # only rank 0's envs are checkpointed: other ranks continue on fresh, unseen episode batches
+            for env, env_state in zip(self.envs, saved):
+                env.episode_stream.counter = int(env_state["counter"]) + env.n_groups
+                env.restart()
             self.generator.manual_seed(self.hparams.seed * 1000 + self.global_rank + 7919 * state["stream_counter"])
         self._pending_env_state = None

@@ -11,7 +11,11 @@ and K fix the shapes), minibatches of all settings shuffled together.
 Loads: each setting's episodes arrive at ``load × M / 7`` (the paper's loads per node of its 7 nodes), so a larger
 cluster sees the same pressure per node.
 
-Pure pieces: ``suite_settings`` (config → settings), ``setting_sim`` (a setting's simulator keys), ``scaled_loads``.
+PPO across the suite (``mat.rollout.suite``; mara/mat/module.py) steps the same settings, one per iteration in turn
+(``rollout_setting``), and validates on every one of them (mara/mat/callback.py).
+
+Pure pieces: ``suite_settings`` (config → settings), ``setting_sim`` (a setting's simulator keys), ``scaled_loads``,
+``rollout_setting``.
 """
 from __future__ import annotations
 
@@ -57,6 +61,11 @@ def suite_settings(imitation: dict, default_teacher: str) -> list[dict]:
         out.append({"n_nodes": m, "max_active": k, "node_speed": None if speed is None else [int(x) for x in speed],
                     "switch_cost": int(s.get("switch_cost") or 0), "teacher": str(s.get("teacher") or default_teacher)})
     return out
+
+
+def rollout_setting(iteration: int, n_settings: int) -> int:
+    """The setting PPO iteration ``iteration`` collects its rollout in: the settings in turn, each the same share."""
+    return iteration % max(n_settings, 1)
 
 
 def setting_sim(sim: dict, setting: dict) -> dict:

@@ -18,6 +18,7 @@ from mara.core.safe_load import CheckpointError
 from mara.mat.allocator import read_policy_checkpoint
 from mara.mat.callback import ValidationCallback
 from mara.mat.module import MATModule
+from mara.mat.suite import scaled_loads, setting_sim, suite_settings
 from mara.predictors.factory import predictor_config, trained_predictor_mismatch
 from mara.sim.env import check_node_options
 
@@ -134,6 +135,45 @@ def validation_load(c: dict) -> float:
     return float(wl) if isinstance(wl, (int, float)) else max(float(x) for x in wl)
 
 
+def validation_settings(c: dict) -> list[dict] | None:
+    """``mat.validation.suite: true``: every setting of ``mat.imitation.suite`` as ``{sim, load}`` (the validation
+    load at the same pressure per node, ``scaled_loads``) for the validation callback; else None (the training
+    cluster). ``mat.rollout.suite`` or ``mat.validation.suite`` without a suite is one ConfigError line."""
+    suite = (c.get("imitation") or {}).get("suite")
+    for key in ("rollout", "validation"):
+        if (c.get(key) or {}).get("suite") and not suite:
+            raise ConfigError(f"mat.{key}.suite=true needs the settings of mat.imitation.suite (recipe mat=suite_ppo)")
+    if not (c.get("validation") or {}).get("suite"):
+        return None
+    return [{"sim": (sim := setting_sim(c["sim"], s)), "load": scaled_loads(validation_load(c), sim["n_nodes"])[0]}
+            for s in suite_settings(c["imitation"], "")]
+
+
+def resumed_imitation(c: dict) -> dict | None:
+    """``mat.imitation`` as the module gets it: a resumed run is past the imitation (``enabled: false``), but keeps
+    its ``suite``, which names the clusters PPO steps (``mat.rollout.suite``) and the sizes the policy acts for."""
+    im = c.get("imitation")
+    if c.get("ckpt_path") is None or not im:
+        return im
+    return {**im, "enabled": False} if im.get("suite") else None
+
+
+def check_init_from(c: dict) -> None:
+    """Before any work: ``mat.init_from`` (PPO from a trained policy's weights instead of the imitation) is a policy
+    checkpoint of the same network (``mat.net``) and token scale as this recipe; else one ``CheckpointError`` line."""
+    path = c.get("init_from")
+    if not path or c.get("ckpt_path"):
+        return
+    if not Path(path).exists():
+        raise CheckpointError(f"mat.init_from={path}: no such policy checkpoint")
+    hp = read_policy_checkpoint(path)["hyper_parameters"]
+    net = {"decoder": "autoregressive", **c["net"]}  # as MATModule records it
+    if hp.get("net") != net or hp["rollout"]["scale"] != c["rollout"]["scale"]:
+        diff = sorted(k for k in set(net) | set(hp.get("net") or {}) if net.get(k) != (hp.get("net") or {}).get(k))
+        raise CheckpointError(f"mat.init_from={path} is a policy of another network (mat.net differs in "
+                              f"{diff or ['rollout.scale']}): start from a policy of this recipe")
+
+
 def train_policy(cfg: DictConfig, callbacks: list | None = None) -> dict:
     """Train per ``cfg.mat`` (conf/mat/default.yaml); returns the best checkpoint path and validation metrics."""
 
@@ -142,6 +182,8 @@ def train_policy(cfg: DictConfig, callbacks: list | None = None) -> dict:
     if c.get("ckpt_path"):
         check_resume_checkpoint(c["ckpt_path"])
     check_teacher_predictor(c)
+    check_init_from(c)
+    val_settings = validation_settings(c)
     pred = c["predictor"]
     pred_name = pred if isinstance(pred, str) or pred is None else pred.get("name")
     out = Path(c["output_dir"] or f"outputs/mat/{pred_name}_{c['reward']}_seed{c['seed']}_{time.strftime('%Y-%m-%d_%H-%M-%S')}")
@@ -152,7 +194,8 @@ def train_policy(cfg: DictConfig, callbacks: list | None = None) -> dict:
                        reward=c["reward"], predictor={"name": pred} if isinstance(pred, str) else pred,
                        bank_path=c["bank_path"], seed=c["seed"], total_env_steps=c["total_env_steps"],
                        num_threads=c["num_threads"],
-                       imitation=c.get("imitation") if c.get("ckpt_path") is None else None)  # a resumed run is past it
+                       imitation=resumed_imitation(c),
+                       init_from=None if c.get("ckpt_path") else c.get("init_from"))  # a resumed run has its weights
     tr = c["trainer"]
     world = tr["devices"] if isinstance(tr["devices"], int) else 1
     per_iter = world * c["rollout"]["n_episodes"] * c["rollout"]["n_steps"]
@@ -160,7 +203,7 @@ def train_policy(cfg: DictConfig, callbacks: list | None = None) -> dict:
     val = c["validation"]
     val_cb = ValidationCallback(out / "checkpoints", val["roots"], val["n_episodes"], val["every_n_iterations"], c["sim"],
                                 c["rollout"]["scale"], val["baselines"], c["workload"]["task_set"], validation_load(c),
-                                at_start=val.get("at_start", False))
+                                at_start=val.get("at_start", False), settings=val_settings)
     # the state after every PPO iteration (weights, optimiser, rollout and validation state): a killed run resumes there
     last_cb = ModelCheckpoint(dirpath=out / "checkpoints", filename="last", save_top_k=1, every_n_epochs=1, enable_version_counter=False)
     what = c.get("run_name") or f"policy ({pred_name}, {c['reward']}, seed {c['seed']})"
@@ -197,6 +240,8 @@ def trained_method(cfg: DictConfig) -> str:
     if (mat.get("imitation") or {}).get("suite"):
         if (mat.get("net") or {}).get("node_head"):
             return "MARA-nodes"  # the same, choosing its nodes on unequal ones (mat=suite_nodes)
+        if (mat.get("rollout") or {}).get("suite"):
+            return "MARA-suite-ppo"  # imitation, then PPO across the suite (mat=suite_ppo)
         return "MARA-suite"  # one policy across cluster sizes and node profiles (mat=suite)
     if cfg.predictor.get("name") == "qr":
         return "MARA-QR"  # the decision head (mat=default predictor=qr_q)
