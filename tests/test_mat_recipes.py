@@ -63,10 +63,16 @@ def test_recipe_composes_to_the_recorded_values(recipe):
     (("experiment=paper",), "clone", "fm"),
     (("experiment=suite",), "suite", "qr_q"),
     (("experiment=suite", "mat=suite_nodes"), "suite_nodes", "qr_q"),
+    (("experiment=suite", "mat=suite_ppo"), "suite_ppo", "qr_q"),
 ])
 def test_the_commands_pair_each_recipe_with_its_predictor(overrides, recipe, predictor):
+    from mara.mat.train import trained_method as _trained_method
+
     cfg = _compose(*overrides)
     assert _mat(cfg) == EXPECTED[recipe]
+    names = {"default": "MARA-QR", "hetero": "MARA-QR", "band": "MARA", "clone": "MARA", "suite": "MARA-suite",
+             "suite_nodes": "MARA-nodes", "suite_ppo": "MARA-suite-ppo"}
+    assert _trained_method(cfg) == names[recipe]  # the method the run evaluates its policy as
     assert OmegaConf.to_container(cfg.predictor) == OmegaConf.to_container(_compose(f"predictor={predictor}").predictor)
     check_teacher_predictor(resolve_config(cfg))
 
