@@ -16,7 +16,8 @@ for the best non-learned method.
 ``--settings clusters``: the suite of docs/allocators.md (7 nodes: identical; speeds [2,2,1,1,1,1,1] switch cost 2;
 [3,1,1,1,1,1,1] cost 1; [2,2,2,1,1,1,1] cost 3). ``sizes``: identical nodes at (M, K) = (3, 6), (5, 8), (12, 16),
 none in the suite's training; ``--size-ckpts MxK=...`` adds a policy trained for that size as ``MARA-size``.
-Each setting is one ``python -m mara.evaluate`` run under ``--out`` (resumable: finished methods are kept).
+Each setting is one ``python -m mara.evaluate`` run under ``--out`` (resumable: finished methods are kept). Writes
+``<out>/suite_summary.json`` and the figure ``<out>/suite_learned_vs_best.png`` (learned − best rule per setting).
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from mara.report.decomposition import episode_success, paired_difference
+from mara.report.suite_figure import suite_figure
 
 CLUSTERS = {
     "identical": {"nodes": 7, "max_active": 10, "node_speed": None, "switch_cost": 0},
@@ -134,6 +136,9 @@ def main() -> None:
         best = max(rules, key=rules.get)
         print(f"\n{m} − the best single non-learned method ({best}) over the suite: {full[m] - rules[best]:+.2f}")
     (Path(a.out) / "suite_summary.json").write_text(json.dumps(summary, indent=1))
+    fig = suite_figure(summary, Path(a.out) / "suite_learned_vs_best.png")
+    if fig:
+        print(f"\nfigure: {fig}")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ _LEARNED = {
     "MARA-QR-cal": ("#ff6f61", "d"),  # coral
     "MARA-suite": ("#ff4500", "*"),   # orange red
     "MARA-nodes": ("#daa520", "X"),   # goldenrod
-    "MARA-suite-ppo": ("#b22222", "h"),  # firebrick
+    "MARA-suite-ppo": ("#8b008b", "h"),  # dark magenta
     "MARA": ("#800000", "o"),         # maroon
     "MARA-WLS": ("#f032e6", "^"),     # magenta
     "MARA-sparse": ("#9a6324", "v"),  # brown
