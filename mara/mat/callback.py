@@ -56,28 +56,27 @@ class ValidationCallback(L.Callback):
         self.settings = list(settings) if settings else [{"sim": sim, "load": load}]
         self.at_start = at_start  # also validate (and checkpoint) the policy before the first PPO iteration (iteration 0)
         self.dirpath, self.roots, self.n_episodes = Path(dirpath), list(roots), n_episodes
-        self.task_set, self.load = task_set, load
-        self.every, self.sim, self.scale, self.with_baselines = every_n_iterations, sim, scale, baselines
+        self.task_set = task_set
+        self.every, self.scale, self.with_baselines = every_n_iterations, scale, baselines
         self.best_score, self.best_iteration, self.best_path = -np.inf, -1, None
         self.baselines: dict[str, float] = {}
         self.history: list[dict] = []
         self.success = MeanMetric().set_dtype(torch.float64)  # episodes' success rates, reduced over DDP ranks
 
-    def _env(self, pl_module, predictor, episodes=None, fm_cache=None, sim: dict | None = None):
-        sim = self.sim if sim is None else sim
-        return BatchedEnv(self.episodes if episodes is None else episodes, pl_module.env.bank, n_nodes=sim["n_nodes"],
-                          max_active=sim["max_active"], obs_every=sim["obs_every"], predictor=predictor,
-                          fm_cache=fm_cache, **node_kwargs(sim))  # the training nodes, or a setting's
+    @staticmethod
+    def _env(pl_module, predictor, episodes, sim: dict, fm_cache=None):
+        """The validation env of ``episodes`` on cluster ``sim`` (the training nodes, or a setting's)."""
+        return BatchedEnv(episodes, pl_module.env.bank, n_nodes=sim["n_nodes"], max_active=sim["max_active"],
+                          obs_every=sim["obs_every"], predictor=predictor, fm_cache=fm_cache, **node_kwargs(sim))
 
     def on_fit_start(self, trainer, pl_module) -> None:
 
         self.set_episodes = [validation_episodes(pl_module.env.bank, self.roots, self.n_episodes, self.task_set,
                                                  st["load"], n_steps=st["sim"]["n_steps"]) for st in self.settings]
-        self.episodes = self.set_episodes[0]
         if self.with_baselines and not self.baselines:
             for name, (cls, pred_name) in baseline_allocators().items():
                 m = run_episodes(self._env(pl_module, predictor_from(pred_name, pl_module.env.bank.path),
-                                           sim=self.settings[0]["sim"]), cls())
+                                           self.set_episodes[0], self.settings[0]["sim"]), cls())
                 self.baselines[name] = float(np.mean(m["success_rate"]))
 
     def on_train_start(self, trainer, pl_module) -> None:
@@ -99,8 +98,8 @@ class ValidationCallback(L.Callback):
             share = rank_share(episodes.E, trainer.global_rank, trainer.world_size)  # this rank's episodes
             if len(share):
                 # the policy's own predictor: its FM cache (filled by training) serves the validation episodes too
-                env = self._env(pl_module, pl_module.env.predictor, episodes.take(share),
-                                getattr(pl_module, "fm_cache", None), sim=st["sim"])
+                env = self._env(pl_module, pl_module.env.predictor, episodes.take(share), st["sim"],
+                                getattr(pl_module, "fm_cache", None))
                 m = run_episodes(env, PolicyAllocator(pl_module.policy, True, self.scale))
                 self.success.to(pl_module.device).update(torch.as_tensor(m["success_rate"], dtype=torch.float64))
             per_setting.append(float(self.success.compute()))  # mean over every rank's episodes (a collective under DDP)

@@ -28,13 +28,18 @@ from mara.predictors.cache import FlowSampleCache
 from mara.predictors.factory import load_bank_and_predictor
 
 
+def recorded_net(net: dict) -> dict:
+    """``mat.net`` as a policy checkpoint records it: configs without a ``decoder`` are the paper's (autoregressive)."""
+    return {"decoder": "autoregressive", **net}
+
+
 class MATModule(L.LightningModule):
     def __init__(self, net: dict, ppo: dict, rollout: dict, sim: dict, workload: dict, reward: str = "dense",
                  predictor: dict | None = None, bank_path: str | None = None, seed: int = 0,
                  total_env_steps: int = 100_000, num_threads: int = 1, imitation: dict | None = None,
                  init_from: str | None = None) -> None:
         super().__init__()
-        net = {"decoder": "autoregressive", **net}  # recorded in the checkpoint; configs without one = the paper's decoder
+        net = recorded_net(net)
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.policy = MATPolicy(n_slots=sim["max_active"], n_nodes=sim["n_nodes"], **net)

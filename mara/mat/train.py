@@ -17,7 +17,7 @@ from mara.core.runlog import log_hparams, setup_logging
 from mara.core.safe_load import CheckpointError
 from mara.mat.allocator import read_policy_checkpoint
 from mara.mat.callback import ValidationCallback
-from mara.mat.module import MATModule
+from mara.mat.module import MATModule, recorded_net
 from mara.mat.suite import scaled_loads, setting_sim, suite_settings
 from mara.predictors.factory import predictor_config, trained_predictor_mismatch
 from mara.sim.env import check_node_options
@@ -167,7 +167,7 @@ def check_init_from(c: dict) -> None:
     if not Path(path).exists():
         raise CheckpointError(f"mat.init_from={path}: no such policy checkpoint")
     hp = read_policy_checkpoint(path)["hyper_parameters"]
-    net = {"decoder": "autoregressive", **c["net"]}  # as MATModule records it
+    net = recorded_net(c["net"])
     if hp.get("net") != net or hp["rollout"]["scale"] != c["rollout"]["scale"]:
         diff = sorted(k for k in set(net) | set(hp.get("net") or {}) if net.get(k) != (hp.get("net") or {}).get(k))
         raise CheckpointError(f"mat.init_from={path} is a policy of another network (mat.net differs in "
