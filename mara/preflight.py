@@ -33,7 +33,7 @@ from mara.curves.bank import default_bank_path, shipped_bank_path
 from mara.eval.policy_fit import check_policy_fit, policy_facts
 from mara.eval.runner import check_number, node_options
 from mara.mat.allocator import read_policy_checkpoint
-from mara.mat.train import trained_method
+from mara.mat.train import checkpoint_method, trained_method, with_run_policy
 from mara.predictors.fm import load_net
 from mara.predictors.protocol import WARMUP_OBS
 from mara.predictors.quantile_head import check_cold_band, load_heads
@@ -428,10 +428,13 @@ def _policy_defaults(cfg: DictConfig, entry: str, methods: list[str]) -> dict:
     ckpt = cfg.get("policy_ckpt")
     if not ckpt:
         return {}
-    trained = trained_method(cfg)
+    try:
+        trained = checkpoint_method(ckpt)  # named by what it was trained as, like the run names it
+    except ConfigError:
+        trained = trained_method(cfg)  # not a readable policy: the checks below say so
     # the run evaluates that policy on its own training predictor, so only its M and K are checked here
     as_run = OmegaConf.create({"name": trained, "kind": "policy", "predictor": None})
-    return {m: (as_run, [str(ckpt)]) for m in methods if m == trained or (m == "MARA" and trained not in methods)}
+    return {m: (as_run, [str(ckpt)]) for m in with_run_policy(methods, trained) if m == trained}
 
 
 def _bank_path(cfg: DictConfig):

@@ -23,7 +23,14 @@ from mara.core.runlog import log
 from mara.core.rundir import run_folder, run_stage
 from mara.eval.settings import check_number, node_options, protocol_settings
 from mara.evaluate import all_methods_failed, evaluate
-from mara.mat.train import check_teacher_predictor, resolve_config, train_policy, trained_method
+from mara.mat.train import (
+    check_teacher_predictor,
+    checkpoint_method,
+    resolve_config,
+    train_policy,
+    trained_method,
+    with_run_policy,
+)
 from mara.pipelines.paper import run_paper
 from mara.predictors.train import train_predictor
 
@@ -100,18 +107,19 @@ def train(cfg: DictConfig) -> dict:
         overrides = OmegaConf.to_container(cfg.method_overrides, resolve=True) if cfg.get("method_overrides") else {}
         policy_ckpt = (result.get("policy") or {}).get("best_ckpt") or cfg.get("policy_ckpt")
         listed = list(cfg.methods)
-        if policy_ckpt and trained_method(cfg) not in listed and "MARA" in listed:
-            listed[listed.index("MARA")] = trained_method(cfg)  # e.g. mat=paper trains MARA-paper
+        trained = checkpoint_method(policy_ckpt) if policy_ckpt else trained_method(cfg)
+        if policy_ckpt:
+            listed = with_run_policy(listed, trained)
         for m in listed:
             if m.startswith("MARA"):
                 if not policy_ckpt and not overrides.get(m, {}).get("checkpoints"):
                     log.warning(f"skipping {m} in the evaluation (no trained policy checkpoint)")
                     continue
-                if policy_ckpt and m == trained_method(cfg):
+                if policy_ckpt and m == trained:
                     overrides.setdefault(m, {})["checkpoints"] = [{"train_seed": int(cfg.seed), "ckpt_path": str(policy_ckpt)}]
                     overrides[m]["predictor"] = run_predictor_key(cfg)  # the policy runs on the predictor it was trained with
                 elif not overrides.get(m, {}).get("checkpoints"):
-                    log.warning(f"skipping {m} (this run trains {trained_method(cfg)})")
+                    log.warning(f"skipping {m} (this run's policy is {trained})")
                     continue
             methods.append(m)
         ecfg = _stage_cfg(cfg, out / "evaluation")

@@ -93,7 +93,7 @@ def test_imitation_teacher_from_config():
 
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
         band = compose("train", overrides=["experiment=band"])
-        default = compose("train")
+        default = compose("train", overrides=["mat=default"])  # MARA-QR: the band recipe on the decision head
         clone = compose("train", overrides=["mat=clone", "predictor=fm"])
     assert band.mat.imitation.teacher == "Slack-FM-q" and band.mat.net.features == "v2"
     assert default.mat.imitation.teacher == "Slack-QR-q" and default.mat.net.features == "v2"  # band on the decision head

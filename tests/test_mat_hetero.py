@@ -137,12 +137,14 @@ def test_train_accepts_hetero_and_passes_the_nodes_to_the_policy_stage():
     from tests.test_entrypoints import cfg_for
 
     cfg = cfg_for("train", ["experiment=hetero"])
-    check_run_config(cfg)  # no ConfigError any more
+    check_run_config(cfg)
     c = resolve_config(cfg)
     assert c["sim"]["node_speed"] == [2, 2, 1, 1, 1, 1, 1] and c["sim"]["switch_cost"] == 2
-    assert c["net"]["features"] == "v3" and c["imitation"]["teacher"] == "Slack-QR"  # mat=hetero on predictor qr
+    assert c["net"]["features"] == "v3" and c["imitation"]["suite"]  # the one MARA (mat=suite) on predictor qr_q
     assert c["predictor"]["name"] == "qr"
-    assert "MARA" in cfg.methods and "Clairvoyant" in cfg.methods
+    assert "MARA-suite" in cfg.methods and "Clairvoyant" in cfg.methods
+    alone = resolve_config(cfg_for("train", ["experiment=hetero", "mat=hetero", "predictor=qr"]))
+    assert alone["imitation"]["teacher"] == "Slack-QR" and alone["sim"]["node_speed"] == [2, 2, 1, 1, 1, 1, 1]
     plain = resolve_config(cfg_for("train", []))
     assert "node_speed" not in plain["sim"] and "switch_cost" not in plain["sim"]  # identical-node hparams unchanged
 

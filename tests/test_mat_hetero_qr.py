@@ -14,7 +14,7 @@ def _resolved(*overrides):
     from mara.mat.train import resolve_config
     from tests.test_entrypoints import cfg_for
 
-    return resolve_config(cfg_for("train", ["experiment=hetero", *overrides]))
+    return resolve_config(cfg_for("train", ["experiment=hetero", "mat=hetero", "predictor=qr", *overrides]))
 
 
 def test_hetero_qr_recipe_composes_and_matches_slack_qr():
@@ -22,7 +22,7 @@ def test_hetero_qr_recipe_composes_and_matches_slack_qr():
     from mara.mat.train import check_teacher_predictor
     from mara.predictors.factory import predictor_config
 
-    c = _resolved()  # experiment=hetero: mat=hetero on predictor qr
+    c = _resolved()  # mat=hetero on predictor qr: a policy for experiment=hetero's nodes alone
     check_teacher_predictor(c)  # the teacher reads MAT's own predictor
     assert c["predictor"]["name"] == "qr" and list(c["predictor"]["band"]) == [0.1, 0.5, 0.9]
     assert c["imitation"]["teacher"] == "Slack-QR"

@@ -33,7 +33,7 @@ def test_qr_recipe_is_band_with_the_head_and_its_rule():
     from mara.mat.train import resolve_config
     from mara.predictors.factory import predictor_config
 
-    qr = resolve_config(_compose())  # the default recipe on the default predictor qr_q
+    qr = resolve_config(_compose("mat=default"))  # the `default` recipe (MARA-QR) on the default predictor qr_q
     band = resolve_config(_compose("experiment=band"))
     assert qr["predictor"]["name"] == "qr" and list(qr["predictor"]["band"]) == [0.05, 0.5, 0.9]
     assert qr["imitation"]["teacher"] == "Slack-QR-q"

@@ -57,9 +57,11 @@ def test_recipe_composes_to_the_recorded_values(recipe):
 
 
 @pytest.mark.parametrize("overrides, recipe, predictor", [
-    ((), "default", "qr_q"),                      # python -m mara.train
+    ((), "suite", "qr_q"),                        # python -m mara.train: the one MARA
+    (("mat=default",), "default", "qr_q"),        # MARA-QR, on the 7 identical nodes only
     (("experiment=band",), "band", "fm"),
-    (("experiment=hetero",), "hetero", "qr"),
+    (("experiment=hetero",), "suite", "qr_q"),    # the same one MARA, no per-setting checkpoint
+    (("experiment=hetero", "mat=hetero", "predictor=qr"), "hetero", "qr"),
     (("experiment=paper",), "clone", "fm"),
     (("experiment=suite",), "suite", "qr_q"),
     (("experiment=suite", "mat=suite_nodes"), "suite_nodes", "qr_q"),
@@ -77,14 +79,15 @@ def test_the_commands_pair_each_recipe_with_its_predictor(overrides, recipe, pre
     check_teacher_predictor(resolve_config(cfg))
 
 
-def test_the_main_command_trains_mara_on_the_head_and_evaluates_every_rule():
+def test_the_main_command_trains_the_one_mara_and_evaluates_every_rule():
     from mara.core.config import available_methods, load_method_cfg
     from mara.mat.train import trained_method as _trained_method
 
     cfg = _compose()
     c = resolve_config(cfg)
     assert c["predictor"]["name"] == "qr" and list(c["predictor"]["band"]) == [0.05, 0.5, 0.9]
-    assert c["imitation"]["teacher"] == "Slack-QR-q" and _trained_method(cfg) == "MARA-QR"
+    assert c["imitation"]["teacher"] == "Slack-QR-q" and _trained_method(cfg) == "MARA-suite"
+    assert c["imitation"]["suite"] and c["net"]["features"] == "v3"  # across clusters, reading which one it is in
     # every rule and bound; the placement variants act only on unequal nodes (on identical ones they are their rule);
     # the cold-estimate and recalibrated-head variants are opt-in readings whose gain on validation roots was within
     # noise (docs/allocators.md, docs/predictor.md); the selection bound (-chosen) repeats the Clairvoyant's solve
@@ -113,7 +116,8 @@ def test_experiment_paper_trains_every_method_by_its_composed_recipe(tmp_path):
     (("mat=band", "predictor=fm", "mat.imitation.teacher=Slack-Truth", "mat.imitation.dagger_rounds=3"),
      {"imitation": {"teacher": "Slack-Truth", "dagger_rounds": 3}}),
     # heterogeneous nodes on the FM band cloning Slack-FM-q
-    (("experiment=hetero", "predictor=fm", "mat.imitation.teacher=Slack-FM-q", "~mat.net.token_q", "~mat.net.token_band"),
+    (("experiment=hetero", "mat=hetero", "predictor=fm", "mat.imitation.teacher=Slack-FM-q", "~mat.net.token_q",
+      "~mat.net.token_band"),
      {"imitation": {"teacher": "Slack-FM-q"}}),
 ])
 def test_documented_overrides_compose(overrides, changed):

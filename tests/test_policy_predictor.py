@@ -124,7 +124,8 @@ def test_teacher_must_read_the_policy_predictor(tmp_path):
 def test_training_with_the_head_is_named_mara_qr():
     from mara.mat.train import trained_method as _trained_method
 
-    assert _trained_method(_compose()) == "MARA-QR"
+    assert _trained_method(_compose()) == "MARA-suite"  # the one MARA: on the head too
+    assert _trained_method(_compose("mat=default")) == "MARA-QR"
     assert _trained_method(_compose("experiment=band")) == "MARA"
     assert _trained_method(_compose("predictor=wls")) == "MARA-WLS"
 
@@ -150,17 +151,21 @@ def test_every_listed_method_has_its_predictor_configured(experiment):
         assert pred is None or pred in cfg.predictors, (experiment, m, pred)
 
 
-def test_experiment_hetero_trains_mara_qr_on_the_head():
+def test_experiment_hetero_trains_the_one_mara_or_mara_qr_on_the_head():
     from mara.mat.train import check_teacher_predictor, resolve_config
     from mara.mat.train import trained_method as _trained_method
     from mara.train import run_predictor_key
 
-    cfg = _compose("experiment=hetero")
+    one = _compose("experiment=hetero")  # the main command's recipe: no per-setting checkpoint
+    assert _trained_method(one) == "MARA-suite" and run_predictor_key(one) == "qr_q"
+    assert one.mat == _compose().mat and "MARA-suite" in one.methods
+    check_teacher_predictor(resolve_config(one))
+    cfg = _compose("experiment=hetero", "mat=hetero", "predictor=qr")  # a policy for these nodes alone
     assert cfg.predictor.name == "qr" and cfg.mat.imitation.teacher == "Slack-QR" and cfg.mat.net.features == "v3"
     check_teacher_predictor(resolve_config(cfg))
     assert _trained_method(cfg) == "MARA-QR"
     assert run_predictor_key(cfg) == "qr" and cfg.predictors.qr == cfg.predictor
-    old = _compose("experiment=hetero", "predictor=fm", "mat.imitation.teacher=Slack-FM-q", "~mat.net.token_q", "~mat.net.token_band")  # the FM-band variant stays runnable
+    old = _compose("experiment=hetero", "mat=hetero", "predictor=fm", "mat.imitation.teacher=Slack-FM-q", "~mat.net.token_q", "~mat.net.token_band")  # the FM-band variant stays runnable
     check_teacher_predictor(resolve_config(old))
     assert _trained_method(old) == "MARA" and run_predictor_key(old) == "fm"
     ev = cfg_for("evaluate", ["experiment=hetero"])  # mara.evaluate composes the same experiment
@@ -197,3 +202,26 @@ def test_rules_on_any_predictor_stay_valid_teachers():
     check_teacher_predictor(resolve_config(_compose("mat=band", "predictor=qr_q")))  # Slack-FM-q on the head's band
     with pytest.raises(ConfigError, match="teacher=Slack-QR-q"):
         check_teacher_predictor(resolve_config(_compose("predictor=wls")))  # the default recipe
+    with pytest.raises(ConfigError, match="teacher=Slack-QR-q"):
+        check_teacher_predictor(resolve_config(_compose("mat=default", "predictor=wls")))
+
+
+@pytest.mark.parametrize("stem, method", [("mara_zoo_seed0", "MARA"), ("mara_qr_zoo_seed0", "MARA-QR"),
+                                          ("mara_suite_zoo_seed0", "MARA-suite"), ("mara_suite_ppo_zoo_seed0", "MARA-suite-ppo"),
+                                          ("mara_nodes_zoo_seed0", "MARA-nodes")])
+def test_a_checkpoint_is_named_by_what_it_was_trained_as(stem, method):
+    """A run given a policy (stage=evaluate +policy_ckpt=...) names it from the checkpoint's recorded training, not from
+    the recipe the command composes (the main command's is mat=suite)."""
+    from mara.mat.train import checkpoint_method
+
+    assert checkpoint_method(SHIPPED_CKPT_DIR / f"{stem}.ckpt") == method
+
+
+def test_a_run_evaluates_its_own_policy_where_its_list_asks_for_one():
+    from mara.mat.train import with_run_policy
+
+    assert with_run_policy(["MARA", "FIFO"], "MARA-paper") == ["MARA-paper", "FIFO"]
+    hetero = ["MARA-suite", "MARA-suite-ppo", "FIFO"]  # experiment=hetero's list
+    assert with_run_policy(hetero, "MARA-suite") == hetero  # the main command's recipe: listed already
+    assert with_run_policy(hetero, "MARA-QR") == ["MARA-QR", *hetero]  # experiment=hetero mat=hetero
+    assert with_run_policy(["FIFO", "EDF"], "MARA-QR") == ["FIFO", "EDF"]  # no policy asked for

@@ -230,19 +230,43 @@ def train_policy(cfg: DictConfig, callbacks: list | None = None) -> dict:
     return summary
 
 
+def policy_method(reward: str, predictor_name: str | None, recipe: dict) -> str:
+    """The paper name of a policy trained with this reward, predictor and MAT recipe (``mat``; a policy checkpoint's
+    hyper-parameters hold the same keys)."""
+    if reward == "sparse":
+        return "MARA-sparse"
+    if predictor_name == "wls":
+        return "MARA-WLS"
+    if (recipe.get("imitation") or {}).get("suite"):
+        if (recipe.get("net") or {}).get("node_head"):
+            return "MARA-nodes"  # the same, choosing its nodes on unequal ones (mat=suite_nodes)
+        if (recipe.get("rollout") or {}).get("suite"):
+            return "MARA-suite-ppo"  # imitation, then PPO across the suite (mat=suite_ppo)
+        return "MARA-suite"  # one policy across cluster sizes and node profiles (mat=suite, the main command's)
+    if predictor_name == "qr":
+        return "MARA-QR"  # the decision head (mat=default predictor=qr_q)
+    return "MARA" if (recipe.get("imitation") or {}).get("enabled", False) else "MARA-paper"
+
+
 def trained_method(cfg: DictConfig) -> str:
     """The paper name of the policy this run trains."""
-    if cfg.get("reward", "dense") == "sparse":
-        return "MARA-sparse"
-    if cfg.predictor.get("name") == "wls":
-        return "MARA-WLS"
     mat = cfg.get("mat") or {}
-    if (mat.get("imitation") or {}).get("suite"):
-        if (mat.get("net") or {}).get("node_head"):
-            return "MARA-nodes"  # the same, choosing its nodes on unequal ones (mat=suite_nodes)
-        if (mat.get("rollout") or {}).get("suite"):
-            return "MARA-suite-ppo"  # imitation, then PPO across the suite (mat=suite_ppo)
-        return "MARA-suite"  # one policy across cluster sizes and node profiles (mat=suite)
-    if cfg.predictor.get("name") == "qr":
-        return "MARA-QR"  # the decision head (mat=default predictor=qr_q)
-    return "MARA" if (mat.get("imitation") or {}).get("enabled", False) else "MARA-paper"
+    return policy_method(cfg.get("reward", "dense"), cfg.predictor.get("name"), mat)
+
+
+def checkpoint_method(path) -> str:
+    """The paper name of the policy a checkpoint holds, from what it recorded of its training (not from the config
+    that evaluates it: ``stage=evaluate +policy_ckpt=...`` names a MARA-QR checkpoint MARA-QR under any recipe)."""
+    hp = read_policy_checkpoint(path)["hyper_parameters"]
+    return policy_method(hp.get("reward", "dense"), (hp.get("predictor") or {}).get("name"), hp)
+
+
+def with_run_policy(listed: list[str], trained: str) -> list[str]:
+    """The methods a run evaluates, its own policy (named ``trained``) among them wherever the list asks for a learned
+    one: in MARA's place (mat=paper trains MARA-paper), or before the other policies the list names (experiment=hetero
+    lists the shipped ones; experiment=hetero mat=hetero trains MARA-QR). A list without policies stays as it is."""
+    learned = [m for m in listed if m.startswith("MARA")]
+    if not learned or trained in listed:
+        return list(listed)
+    at = listed.index("MARA") if "MARA" in listed else listed.index(learned[0])
+    return listed[:at] + [trained] + listed[at + ("MARA" in listed):]

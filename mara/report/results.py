@@ -12,7 +12,7 @@ from mara.report.decomposition import decomposition_markdown, gap_decomposition
 from mara.report.styles import method_style
 
 SCHEMA = "mara.results/1"
-PAPER_ORDER = ["MARA", "MARA-QR", "MARA-WLS", "MARA-sparse", "MARA-paper", "Slack-FM", "Slack-FM-q", "Slack-WLS", "Slack-Truth", "LARA", "LARA-FM", "LARA-best",
+PAPER_ORDER = ["MARA-suite", "MARA-suite-ppo", "MARA-nodes", "MARA", "MARA-QR", "MARA-WLS", "MARA-sparse", "MARA-paper", "Slack-FM", "Slack-FM-q", "Slack-WLS", "Slack-Truth", "LARA", "LARA-FM", "LARA-best",
                "LARA-FM-best", "FIFO", "EDF", "Oracle", "Clairvoyant"]
 
 
