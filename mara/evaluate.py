@@ -2,7 +2,7 @@
 
 Examples::
 
-    python -m mara.evaluate                                   # FIFO, EDF, Oracle, Clairvoyant, full protocol
+    python -m mara.evaluate                                   # the shipped MARA, the best rule, FIFO, EDF, bounds
     python -m mara.evaluate methods=[FIFO,EDF] sim.loads=[0.05] eval.roots=2
     python -m mara.evaluate scenario=stress
     python -m mara.evaluate bank.path=/some/bank.parquet
