@@ -159,7 +159,8 @@ def test_rollout_counts_the_swap_by_hand():
                              horizon=32, **{k: v[:1] for k, v in args.items()}).tolist() == [1]  # one batch more: A misses
 
 
-@pytest.mark.parametrize("name", ["Slack-QR-displace", "Slack-Truth-displace", "Plan-QR", "Plan-Truth", "Slack-Truth-chosen"])
+@pytest.mark.parametrize("name", ["Slack-QR-displace", "Slack-Truth-displace", "Plan-QR", "Plan-Truth", "Slack-Truth-chosen",
+                                  "Plan-QR-arrivals", "Plan-Truth-arrivals"])
 def test_method_configs_build(name):
     from mara.core.config import build_allocators, load_method_cfg
 
@@ -177,3 +178,68 @@ def test_bad_options_are_one_config_error(name, override, needle):
     with pytest.raises(ConfigError, match=needle) as exc:
         build_allocators(load_method_cfg(name, override))
     assert "\n" not in str(exc.value)
+
+
+def _one_node(tau_a=10, need_a=100):
+    """One node, two slots: slot 0 holds A (``need_a`` batches, ``tau_a`` steps left), slot 1 is free."""
+    big = 10**9
+    return dict(actions=np.array([[0]]), need=np.array([[need_a, big]]), est=np.array([[float(need_a), 1e9]]),
+                warm=np.array([[True, False]]), tau=np.array([[tau_a, 0]]), cap=np.array([[200, 0]]),
+                deadline=np.array([[tau_a, 0]]), task=np.array([[0, -1]]), last=np.array([[0, IDLE]]),
+                started=np.array([[True, False]]), setup=np.zeros((1, 2), np.int64), node_speed=np.array([1]),
+                switch_cost=0, horizon=40)
+
+
+def _joins(step, need=5, budget=20, cap=50, A=2):
+    out = {"step": np.full((1, A), 10**9), "need": np.full((1, A), need), "est": np.full((1, A), float(need)),
+           "budget": np.full((1, A), budget), "cap": np.full((1, A), cap), "obs_every": 2}
+    out["step"][0, 0] = step
+    return out
+
+
+def test_rollout_arrivals_join_compete_and_count():
+    """A (100 batches in 10 steps) is hopeless: a task joining at step 1 (5 batches, 20 steps to its deadline) is
+    admitted to the free slot, served while cold (before the hopeless), and succeeds; without arrivals nothing does."""
+    assert rollout_successes(**_one_node()).tolist() == [0]
+    assert rollout_successes(**_one_node(), arrivals=_joins(1)).tolist() == [1]
+    # joining after the horizon, or with a deadline before it could finish: no success
+    assert rollout_successes(**_one_node(), arrivals=_joins(45)).tolist() == [0]
+    assert rollout_successes(**_one_node(), arrivals=_joins(1, budget=4)).tolist() == [0]
+
+
+def test_rollout_arrival_waits_for_a_slot_and_its_deadline_counts_from_joining():
+    """With A's slot the only one (K = 1), the task that joins at step 1 waits until A leaves at step 10: 20 − 9 = 11
+    steps left then, enough for 5 batches, not for 12."""
+    case = _one_node()
+    one = {k: (v[:, :1] if isinstance(v, np.ndarray) and v.ndim == 2 and v.shape[1] == 2 else v) for k, v in case.items()}
+    assert rollout_successes(**one, arrivals=_joins(1)).tolist() == [1]
+    assert rollout_successes(**one, arrivals=_joins(1, need=12)).tolist() == [0]
+
+
+def test_a_joining_task_turns_warm_and_is_judged_on_its_estimate():
+    """Y (30 batches) then X (12 batches) join at step 1 on one node, 20 steps each. Cold, they are served in
+    joining order, Y first; after 8 batches (4 observations of 2) Y is warm, judged on its estimate: 22 left in 12
+    steps, hopeless, so cold X takes the node and makes it in exactly its 12 steps. Were Y never judged, it would
+    keep the node and both would fail."""
+    case = _one_node(tau_a=1)  # A leaves at once: both slots free from step 1
+    arr = {"step": np.array([[1, 1]]), "need": np.array([[30, 12]]), "est": np.array([[30.0, 12.0]]),
+           "budget": np.array([[20, 20]]), "cap": np.array([[40, 100]]), "obs_every": 2}
+    assert rollout_successes(**case, arrivals=arr).tolist() == [1]
+    assert rollout_successes(**case, arrivals=dict(arr, obs_every=100)).tolist() == [0]  # never warm
+
+
+def test_planner_with_arrivals_records_profiles_and_acts_validly(small_bank):
+    """Plan-Truth with arrivals on unequal nodes: valid actions (a slot at most once, present tasks only), the
+    profiles it drew from are the warm tasks it saw, and the same episodes give the same result."""
+    ep = generate_episodes(small_bank, small_bank.family_params, PAPER_TASK_SETS["ID"], 0.08, 4, 7, n_steps=200)
+
+    def run():
+        env = BatchedEnv(ep, small_bank, n_nodes=3, predictor=TruthPredictor(), node_speed=[2, 1, 1], switch_cost=2)
+        plan = PlanRule(samples=1, horizon=20, displace=True, arrivals=True)
+        return run_episodes(env, plan), plan
+
+    a, plan = run()
+    b, _ = run()
+    assert sum(len(p) for p in plan.seen.profiles) > 0 and plan.timing["searched"] > 0
+    for k in ("succeeded", "failed", "steps"):
+        np.testing.assert_array_equal(a[k], b[k])

@@ -1,7 +1,7 @@
 """One line style per method, the same in every figure the package draws.
 
 Three kinds read at a glance: the bounds (Clairvoyant, Oracle, and the rules fed true remaining batches —
-Slack-Truth, Slack-Truth-displace, Slack-Truth-cold, Plan-Truth, Slack-Truth-chosen: what no allocator with these estimates can beat) dashed; the rules
+Slack-Truth, Slack-Truth-displace, Slack-Truth-cold, Plan-Truth(-arrivals), Slack-Truth-chosen: what no allocator with these estimates can beat) dashed; the rules
 solid and thin with small markers; the learned policies (MARA*) solid, thick, with large markers and drawn on top. Within a kind every method has its own colour and marker, so no two methods
 share a colour (matplotlib's 10-colour cycle repeats after ten lines). A method not listed here gets a
 deterministic style from its name (dash-dot, a colour outside the table): the same name looks the same everywhere.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import zlib
 
 BOUNDS = ("Clairvoyant", "Oracle", "Slack-Truth", "Slack-Truth-displace", "Slack-Truth-cold", "Plan-Truth",
-          "Slack-Truth-chosen")  # also the methods the gap decomposition never counts as a rule (report/decomposition.py)
+          "Plan-Truth-arrivals", "Slack-Truth-chosen")  # also the methods the gap decomposition never counts as a rule (report/decomposition.py)
 
 # method -> (colour, marker); the kind (bound / rule / learned) sets the line style, width and marker size
 _LEARNED = {
@@ -39,6 +39,7 @@ _RULES = {
     "FIFO": ("#a9a9a9", "o"),          # light grey
     "Slack-QR-displace": ("#556b2f", "s"),  # dark olive
     "Plan-QR": ("#c71585", "*"),       # violet red
+    "Plan-QR-arrivals": ("#db7093", "*"),  # pale violet red
     "Slack-QR-q-cold": ("#00a86b", "p"),  # jade
     "Slack-QR-q-cal": ("#7cfc00", "h"),   # lawn green
 }
@@ -48,6 +49,7 @@ _BOUNDS = {
     "Slack-Truth": ("#911eb4", "."),   # violet
     "Slack-Truth-displace": ("#6a5acd", "."),  # slate blue
     "Plan-Truth": ("#8b4513", "."),    # saddle brown
+    "Plan-Truth-arrivals": ("#a0522d", "."),  # sienna
     "Slack-Truth-cold": ("#da70d6", "."),  # orchid
     "Slack-Truth-chosen": ("#4b0082", "."),  # indigo
 }

@@ -85,6 +85,7 @@ class Observation:
         self.present = slot_task >= 0  # [E, K] bool
         self._s, self._arr, self._dl, self._cap = slot_s, slot_arrival, slot_deadline, slot_cap
         self._pred, self._pred_s, self._every = slot_pred, slot_pred_s, obs_every
+        self.obs_every = obs_every  # batches per loss observation
         self._pred_lo = slot_pred if slot_pred_lo is None else slot_pred_lo  # no band given: degenerate band
         self._pred_hi = slot_pred if slot_pred_hi is None else slot_pred_hi
         self.n_queued = n_queued  # [E] int
