@@ -266,3 +266,17 @@ def test_suite_rollout_or_validation_without_a_suite_is_a_config_error():
     c["rollout"]["suite"] = False
     with pytest.raises(ConfigError, match="mat.validation.suite=true needs"):
         validation_settings(c)
+
+
+@pytest.mark.ddp
+def test_ppo_across_the_suite_on_two_processes(tmp_path):
+    """PPO across the suite under DDP (2 CPU processes, gloo): every rank steps the same setting each iteration, so
+    the all-reduced gradients are of one cluster's batch; the ranks end with the same weights, having seen other
+    episodes, and the checkpoint chosen on every setting's validation exists."""
+    from tests.test_mat_train import _RanksAgreeOnSuite
+
+    extra = ("total_env_steps=1400", "ppo.value_warmup_iterations=1", "validation.every_n_iterations=1",
+             "trainer.devices=2", "trainer.strategy=ddp_spawn")
+    summary = train_tiny_suite(tmp_path, "suite_ppo", extra, callbacks=[_RanksAgreeOnSuite()])
+    assert summary["env_steps"] >= 1400 and summary["best_ckpt"]
+    assert all(len(h["val_settings"]) == 2 for h in summary["history"])

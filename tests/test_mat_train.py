@@ -113,6 +113,25 @@ class _RanksAgree(L.Callback):
         assert rows[0] != rows[1]
 
 
+class _RanksAgreeOnSuite(L.Callback):
+    """PPO across the suite under DDP: each iteration every rank steps the same setting, on episodes of its own; at
+    the end every rank holds the same weights."""
+
+    def on_train_batch_end(self, trainer, pl_module, *args):
+        env = pl_module.env
+        nodes = pl_module.all_gather(torch.tensor(env.sim["n_nodes"]))
+        assert nodes.min() == nodes.max()  # one cluster per iteration on every rank
+        first = torch.tensor(env.envs[0].ep.curve_row[0, 0], dtype=torch.float64)
+        rows = pl_module.all_gather(first)
+        assert rows[0] != rows[1]
+
+    def on_train_end(self, trainer, pl_module):
+        assert trainer.world_size == 2
+        flat = torch.cat([p.detach().flatten() for p in pl_module.policy.parameters()])
+        weights = pl_module.all_gather(flat)
+        assert torch.equal(weights[0], weights[1])
+
+
 @pytest.mark.ddp
 def test_ddp_two_processes(tmp_path):
     cfg = tiny_cfg(tmp_path, **{"trainer.devices": 2, "trainer.strategy": "ddp_spawn", "total_env_steps": 512,
