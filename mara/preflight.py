@@ -434,7 +434,7 @@ def _policy_defaults(cfg: DictConfig, entry: str, methods: list[str]) -> dict:
         trained = trained_method(cfg)  # not a readable policy: the checks below say so
     # the run evaluates that policy on its own training predictor, so only its M and K are checked here
     as_run = OmegaConf.create({"name": trained, "kind": "policy", "predictor": None})
-    return {m: (as_run, [str(ckpt)]) for m in with_run_policy(methods, trained) if m == trained}
+    return {trained: (as_run, [str(ckpt)])} if trained in with_run_policy(methods, trained) else {}
 
 
 def _bank_path(cfg: DictConfig):

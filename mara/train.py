@@ -28,7 +28,6 @@ from mara.mat.train import (
     checkpoint_method,
     resolve_config,
     train_policy,
-    trained_method,
     with_run_policy,
 )
 from mara.pipelines.paper import run_paper
@@ -107,8 +106,8 @@ def train(cfg: DictConfig) -> dict:
         overrides = OmegaConf.to_container(cfg.method_overrides, resolve=True) if cfg.get("method_overrides") else {}
         policy_ckpt = (result.get("policy") or {}).get("best_ckpt") or cfg.get("policy_ckpt")
         listed = list(cfg.methods)
-        trained = checkpoint_method(policy_ckpt) if policy_ckpt else trained_method(cfg)
-        if policy_ckpt:
+        trained = checkpoint_method(policy_ckpt) if policy_ckpt else None  # the policy this run evaluates
+        if trained:
             listed = with_run_policy(listed, trained)
         for m in listed:
             if m.startswith("MARA"):

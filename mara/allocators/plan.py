@@ -73,7 +73,8 @@ def rollout_successes(actions, need, est, warm, tau, cap, deadline, task, last, 
     speed = np.asarray(node_speed, dtype=np.int64)
     rows = np.arange(R)
     tau, last, started, setup = tau.copy(), last.copy(), started.copy(), setup.copy()
-    need, est, cap, deadline, task = need.copy(), est.astype(np.float64), cap.copy(), deadline.copy(), task.copy()
+    if arrivals is not None:  # admissions write into these
+        need, est, cap, deadline, task = need.copy(), est.astype(np.float64), cap.copy(), deadline.copy(), task.copy()
     present = tau > 0
     done = np.zeros((R, K), dtype=np.int64)
     succ = np.zeros(R, dtype=np.int64)
@@ -88,8 +89,8 @@ def rollout_successes(actions, need, est, warm, tau, cap, deadline, task, last, 
                 _admit(arrivals, step, nxt, present, joined, need, est, tau, cap, deadline, task, last, started, setup,
                        done)
                 n_obs = np.where(joined, np.minimum(done, cap) // int(arrivals["obs_every"]), n_obs)
-            cold_joined = joined & (n_obs < WARMUP_OBS)  # the rule reads a cold task's cap as its estimate
-            e = np.maximum(np.where(cold_joined, cap, est) - done, 0.0)
+            read = est if arrivals is None else np.where(joined & (n_obs < WARMUP_OBS), cap, est)  # a cold arrival: its cap
+            e = np.maximum(read - done, 0.0)
             stage = slack_stage(present, cap - done, n_obs, e / top, tau)
             keys = slack_keys(stage, e / top, tau, deadline, task)
             order = np.lexsort(tuple(reversed(keys)), axis=-1)[:, :M]

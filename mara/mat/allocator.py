@@ -104,16 +104,17 @@ def policy_weights(ckpt: dict) -> dict:
     return {k[len("policy."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("policy.")}
 
 
-def read_policy_checkpoint(path) -> dict:
-    """A MAT Lightning checkpoint as a dict, loaded as data only (``weights_only=True``); a file that is not one is
-    a one-line ``CheckpointError`` (a ``ConfigError``) naming it and what it is not."""
-    return _check_policy(load_checkpoint(path, "policy checkpoint"), path)
+def read_policy_checkpoint(path, mmap: bool = False) -> dict:
+    """A MAT Lightning checkpoint as a dict, loaded as data only (``weights_only=True``; ``mmap``: tensors
+    memory-mapped, for reading what it records without loading its weights); a file that is not one is a one-line
+    ``CheckpointError`` (a ``ConfigError``) naming it and what it is not."""
+    return _check_policy(load_checkpoint(path, "policy checkpoint", mmap=mmap), path)
 
 
 def read_policy_meta(path) -> dict:
     """What a policy checkpoint was trained for, read without loading its weights (tensors memory-mapped):
     ``{M, K, features, decoder, predictor, recipe}``; a file that is not a policy is a one-line ``CheckpointError``."""
-    ckpt = _check_policy(load_checkpoint(path, "policy checkpoint", mmap=True), path)
+    ckpt = read_policy_checkpoint(path, mmap=True)
     hp = ckpt["hyper_parameters"]
     return {"M": int(hp["sim"]["n_nodes"]), "K": int(hp["sim"]["max_active"]), "features": hp["net"].get("features", "v1"),
             "decoder": hp["net"].get("decoder", "autoregressive"), "predictor": hp.get("predictor"),

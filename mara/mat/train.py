@@ -166,7 +166,7 @@ def check_init_from(c: dict) -> None:
         return
     if not Path(path).exists():
         raise CheckpointError(f"mat.init_from={path}: no such policy checkpoint")
-    hp = read_policy_checkpoint(path)["hyper_parameters"]
+    hp = read_policy_checkpoint(path, mmap=True)["hyper_parameters"]  # the weights are loaded once, by the module
     net = recorded_net(c["net"])
     if hp.get("net") != net or hp["rollout"]["scale"] != c["rollout"]["scale"]:
         diff = sorted(k for k in set(net) | set(hp.get("net") or {}) if net.get(k) != (hp.get("net") or {}).get(k))
@@ -257,7 +257,7 @@ def trained_method(cfg: DictConfig) -> str:
 def checkpoint_method(path) -> str:
     """The paper name of the policy a checkpoint holds, from what it recorded of its training (not from the config
     that evaluates it: ``stage=evaluate +policy_ckpt=...`` names a MARA-QR checkpoint MARA-QR under any recipe)."""
-    hp = read_policy_checkpoint(path)["hyper_parameters"]
+    hp = read_policy_checkpoint(path, mmap=True)["hyper_parameters"]  # what it records, not its weights
     return policy_method(hp.get("reward", "dense"), (hp.get("predictor") or {}).get("name"), hp)
 
 
