@@ -102,11 +102,27 @@ def check_method_override(name: str, override: dict, predictors) -> None:
     alloc = override.get("allocator")
     if alloc:
         target = alloc.get("_target_") or (base.get("allocator") or {}).get("_target_")
-        _check_allocator_keys(f"{where}.allocator", target, [k for k in alloc if k != "_target_"])
+        _check_allocator_keys(f"{where}.allocator", target, {k: v for k, v in alloc.items() if k != "_target_"})
 
 
-def _check_allocator_keys(where: str, target, keys) -> None:
-    """Allocator overrides are constructor arguments of the allocator class (unknown names would fail only later)."""
+#: constructor annotations whose values the check can judge (``from __future__ import annotations``: strings)
+_SCALAR_TYPES = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,), "None": (type(None),)}
+
+
+def _fits_annotation(value, annotation) -> bool:
+    """Whether ``value`` is of a scalar annotation (``bool``, ``int``, ``float``, ``str``, unions with ``None``); any
+    other annotation is not judged here (True). A bool is not taken for a number, nor a number for a bool."""
+    parts = [a.strip() for a in str(annotation).split("|")]
+    if annotation is inspect.Parameter.empty or not all(p in _SCALAR_TYPES for p in parts):
+        return True
+    if isinstance(value, bool):
+        return "bool" in parts
+    return any(isinstance(value, t) for p in parts if p != "bool" for t in _SCALAR_TYPES[p])
+
+
+def _check_allocator_keys(where: str, target, values: dict) -> None:
+    """Allocator overrides are constructor arguments of the allocator class, of the scalar type it declares (an
+    unknown name or a wrong type would fail, or be taken for something else, only later)."""
     from hydra.utils import get_class
 
     try:
@@ -116,10 +132,12 @@ def _check_allocator_keys(where: str, target, keys) -> None:
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return
     valid = [p for p in params if p != "self"]
-    for key in keys:
+    for key, value in values.items():
         if key not in valid:
             raise ConfigError(f"{where}.{key}: {str(target).rsplit('.', 1)[-1]} takes no argument {key!r}"
                               f"{closest(key, valid)}; it takes: {', '.join(valid)}")
+        if not _fits_annotation(value, params[key].annotation):
+            raise ConfigError(f"{where}.{key}: expected {params[key].annotation}, got {value!r}")
 
 
 def check_method_names(names, where: str) -> None:

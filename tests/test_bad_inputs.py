@@ -74,6 +74,13 @@ CASES = [
      "method_overrides.Clairvoyant.admission_limit: Value 'maybe' is not a valid bool"),
     ("evaluate", ["methods=[Clairvoyant]", "+method_overrides={Clairvoyant: {workers: -1}}"], "workers must be an integer >= 0"),
     ("evaluate", ["methods=[LARA]", "+method_overrides={LARA: {allocator: {warm_ob: 1}}}"], "did you mean 'warm_obs'?"),
+    # allocator arguments of the scalar type the constructor declares (a string is not a switch, a bool not a count)
+    ("evaluate", ["experiment=hetero", "methods=[Plan-QR]", "+method_overrides={Plan-QR: {allocator: {arrivals: maybe}}}"],
+     "method_overrides.Plan-QR.allocator.arrivals: expected bool, got 'maybe'"),
+    ("evaluate", ["methods=[Plan-QR]", "+method_overrides={Plan-QR: {allocator: {samples: true}}}"],
+     "method_overrides.Plan-QR.allocator.samples: expected int, got True"),
+    ("evaluate", ["methods=[Slack-QR]", "+method_overrides={Slack-QR: {allocator: {displace: yes please}}}"],
+     "allocator.displace: expected bool"),
     ("evaluate", ["methods=[MARA]", "+method_overrides={MARA: {predictor: fmm}}"], "did you mean 'fm'?"),
     ("evaluate", ["methods=[MARA]", "+method_overrides={MARA: {predictor: truth}}"], "perfect-prediction bound"),
     ("train", ["+method_overrides={FIFO: {bogus: 1}}"], "FIFO has no setting 'bogus'"),
@@ -224,6 +231,7 @@ def test_good_inputs_pass_the_check(tmp_path):
             ("evaluate", []), ("evaluate", ["methods=[MARA,MARA-QR,Slack-QR-q]"]), ("evaluate", ["experiment=hetero"]),
             ("evaluate", [ow("MARA", MARA_CKPT), "methods=[MARA]"]), ("evaluate", ["experiment=prediction"]),
             ("evaluate", ["+method_overrides={Clairvoyant: {workers: 2, time_limit_s: 1.5}}"]), ("live", []),
+            ("evaluate", ["methods=[Plan-QR]", "+method_overrides={Plan-QR: {allocator: {arrivals: true, samples: 2, min_gain: 1}}}"]),
             ("live", ["action=export_bank"])]
     for entry, extra in runs:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
