@@ -239,8 +239,9 @@ RANGES = (
 
 
 #: list settings that must name at least one value, with what the value is
-LISTS = {"eval.roots": " (an integer n: roots 0..n-1, or a list of roots)", "eval.task_sets": " (task sets: ID, RL_OOD, ViT_OOD)",
-         "sim.loads": " (arrival probabilities p)", "mat.validation.roots": " (validation roots)",
+LISTS = {"eval.roots": " (an integer n: roots 0..n-1, or a list of roots)",
+         "eval.task_sets": " (task sets: ID, RL_OOD, ViT_OOD)", "sim.loads": " (arrival probabilities p)",
+         "mat.validation.roots": " (validation roots)",
          "mat.workload.load": " (a training load p, or a list of them)"}
 
 
@@ -349,8 +350,9 @@ def check_sizes(cfg: DictConfig) -> None:
         if total * per_episode > memory:
             fit = max(1, int(memory / per_episode / max(1, n_sets * n_loads * n_roots)))
             raise ConfigError(f"eval.episodes={episodes}: {n_sets} task sets x {n_loads} loads x {n_roots} roots x "
-                              f"{episodes} = {total:,} episodes, whose task arrays alone need {_size(total * per_episode)} "
-                              f"of memory (this machine has {_size(memory)}) and drawing them "
+                              f"{episodes} = {total:,} episodes, whose task arrays alone need "
+                              f"{_size(total * per_episode)} of memory (this machine has {_size(memory)}) and "
+                              f"drawing them "
                               f"{_duration(total * EPISODE_SECONDS)}; at most {fit:,} episodes fit here")
     for part in ("rollout", "imitation"):
         n, length = _select(cfg, f"mat.{part}.n_episodes"), _select(cfg, f"mat.{part}.n_steps")
@@ -447,7 +449,8 @@ def check_checkpoints(cfg: DictConfig, methods: list[str], policy_defaults: dict
 def check_stage_inputs(cfg: DictConfig) -> None:
     """The files a training stage reads, whichever stages run (``stage=policy`` as much as ``stage=all``): the run's
     predictor checkpoint, and for the policy stage the checkpoint it resumes from (``ckpt_path``) and the policy it
-    starts from (``mat.init_from``); refused here, before a stage records itself, holds the folder or starts a Trainer."""
+    starts from (``mat.init_from``); refused here, before a stage records itself, holds the folder or starts a
+    Trainer."""
     if cfg.get("predictor") is not None:
         read_predictor_checkpoint(cfg.predictor, "predictor")
     if cfg.get("mat") is None or cfg.get("stage", "all") not in ("all", "policy"):

@@ -49,7 +49,8 @@ def resolve_roots(roots) -> list[int]:
     if isinstance(roots, (str, float)) or roots is None:
         raise ConfigError(f"eval.roots must be an integer n (roots 0..n-1) or a list of roots, got {roots!r}")
     if len(roots) == 0:
-        raise ConfigError("eval.roots=[] names nothing: give at least one value (an integer n: roots 0..n-1, or a list of roots)")
+        raise ConfigError("eval.roots=[] names nothing: give at least one value "
+                          "(an integer n: roots 0..n-1, or a list of roots)")
     return [check_number("eval.roots", r, int) for r in roots]
 
 
