@@ -143,7 +143,54 @@ CASES = [
     ("evaluate", ["bank.path={parquet}"], "not a readable Parquet file"),
     ("live", ["live.workers=threads"], "live.workers must be process, inline or ray"),
     ("live", ["live.families=[Nope]"], "live.families: unknown family Nope"),
+    # a +key addition is a key like any other: it must be a setting something reads
+    ("train", ["+sim.nodez=3"], "unknown config key 'sim.nodez' in +sim.nodez=3 (did you mean 'sim.nodes'?)"),
+    ("evaluate", ["+eval.rootz=1"], "did you mean 'eval.roots'?"),
+    ("live", ["++live.workerz=ray"], "did you mean 'live.workers'?"),
+    ("train", ["+seeed=1"], "did you mean 'seed'?"),
+    # each method once: a repeated name would evaluate it again, its rows twice in results.json
+    ("evaluate", ["methods=[FIFO,EDF,FIFO]"], "methods names FIFO more than once"),
+    ("train", ["methods=[FIFO,FIFO]"], "methods names FIFO more than once"),
+    ("live", ["methods=[EDF,EDF]"], "methods names EDF more than once"),
+    # sizes beyond this machine's memory: the setting, the memory and the time named
+    ("evaluate", ["eval.episodes=100000000"], "eval.episodes=100000000: 3 task sets x 4 loads x 5 roots x 100000000"),
+    ("evaluate", ["eval.episodes=100000000"], "of memory (this machine has"),
+    ("evaluate", ["eval.episodes=100000000"], "and drawing them"),
+    ("train", ["eval.episodes=100000000"], "eval.episodes=100000000"),
+    ("train", ["mat.rollout.n_episodes=100000000"], "mat.rollout.n_episodes=100000000: 100,000,000 episodes x"),
+    ("train", ["mat.imitation.n_episodes=100000000"], "mat.imitation.n_episodes=100000000"),
+    # every message names its setting: NaN, infinity and empty lists included
+    ("evaluate", ["sim.switch_cost=nan"], "sim.switch_cost must be an integer >= 0, got nan"),
+    ("evaluate", ["sim.switch_cost=inf"], "sim.switch_cost must be an integer >= 0, got inf"),
+    ("evaluate", ["sim.node_speed=[1,1,1,1,1,1,nan]"], "sim.node_speed entries must be integers"),
+    ("train", ["mat.ppo.lr=nan"], "mat.ppo.lr must be a finite number, got nan"),
+    ("evaluate", ["eval.episodes=inf"], "eval.episodes must be an integer, got inf"),
+    ("live", ["live.time_scale=nan"], "live.time_scale must be a finite number"),
+    ("evaluate", ["eval.roots=[]"], "eval.roots=[] names nothing"),
+    ("train", ["eval.roots=[]"], "eval.roots=[] names nothing"),
+    ("evaluate", ["sim.loads=[]"], "sim.loads=[] names nothing"),
+    ("evaluate", ["eval.task_sets=[]"], "eval.task_sets=[] names nothing"),
+    ("train", ["mat.validation.roots=[]"], "mat.validation.roots=[] names nothing"),
+    # every stage's own inputs, checked before the stage records itself (stage=policy as much as stage=all)
+    ("train", ["stage=policy", "mat.init_from={bad}"], "mat.init_from: policy checkpoint"),
+    ("train", ["stage=policy", "mat.init_from={missing}"], "no such policy checkpoint"),
+    ("train", ["stage=policy", "ckpt_path={bad}"], "ckpt_path: policy checkpoint"),
+    ("train", ["stage=policy", "ckpt_path={missing}"], "ckpt_path=" ),
+    ("train", ["stage=policy", "ckpt_path=" + str(MARA_CKPT)], "not a MAT training checkpoint to resume"),
+    ("train", ["stage=policy", "predictor.ckpt_path={bad}"], "predictor.ckpt_path: "),
+    ("train", ["experiment=smoke", "stage=policy", "predictor.ckpt_path={bad}"], "is not an FM predictor checkpoint"),
+    ("train", ["experiment=smoke", "stage=policy", "predictor.ckpt_path={missing}"], "not found"),
+    ("train", ["stage=predictor", "predictor=fm", "predictor.ckpt_path={bad}"], "is not an FM predictor checkpoint"),
+    # a multirun: every job's settings checked before the first job runs
+    ("train", ["-m", "seed=0,abc"], "multirun job 1 of 2 (seed=abc): seed must be an integer, got 'abc'"),
+    ("evaluate", ["-m", "methods=[FIFO]", "eval.episodes=1,2,0"], "multirun job 2 of 3 (eval.episodes=0)"),
+    ("live", ["-m", "methods=[FIFO]", "live.load=0.1,2"], "multirun job 1 of 2 (live.load=2)"),
+    # live mode: MARA-suite reads the decision head, which live mode does not configure (docs/live.md)
+    ("live", ["methods=[MARA-suite]"], "MARA-suite reads predictor 'qr_q', which live mode does not configure"),
+    ("live", ["methods=[FIFO,MARA-QR]"], "MARA-QR reads predictor 'qr_q'"),
 ]
+#: cases that must be refused before the run folder is held or a stage records itself (no lock, no stage.json)
+BEFORE_THE_FOLDER = [c for c in CASES if "stage=policy" in c[1] or "stage=predictor" in c[1]]
 if importlib.util.find_spec("ray") is None:
     CASES.append(("live", ["live.workers=ray"], 'pip install -e ".[cluster]"'))
 
@@ -190,6 +237,8 @@ def test_bad_input_is_one_line_and_exit_2_before_any_work(entry, args, needle, f
     assert set(os.listdir(REPO)) == repo_before
     assert _tree(files["bad"].parent) == tmp_before  # no probe left, no folder created under a file
     assert not run.exists() or set(os.listdir(run)) <= HYDRA_FILES, sorted(os.listdir(run))
+    if (entry, args) in [(e, [_fill(a, files) for a in a_]) for e, a_, _ in BEFORE_THE_FOLDER]:
+        assert not run.exists() or ".run.lock" not in os.listdir(run), sorted(os.listdir(run))
 
 
 def _run(*args):
