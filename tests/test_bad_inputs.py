@@ -5,9 +5,11 @@ The table runs each entry point's real ``main`` in this process (argv set, Syste
 the work functions are replaced by ones that fail the case if reached. A few cases also run as real subprocesses.
 """
 import importlib.util
+import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -307,3 +309,157 @@ def test_one_fit_check_for_loaded_policies_and_checkpoint_files():
             check_policy_fit(mcfg, policies, OmegaConf.create({"nodes": 3, "max_active": 10}))
         with pytest.raises(ConfigError, match="trained with predictor 'fm'"):
             check_policy_fit(load_method_cfg("MARA-WLS", {"ckpt_path": str(MARA_CKPT)}), policies)
+
+
+# ------------------------------------------------------------------------------------- beyond the table's one line
+def _main(entry, args, monkeypatch, capsys):
+    """Run an entry point's ``main`` in this process; (exit status, non-empty stderr lines)."""
+    monkeypatch.setattr(sys, "argv", [f"mara.{entry}", *args, "hydra.output_subdir=null"])
+    monkeypatch.setenv("HYDRA_MAIN_MODULE", "__main__")
+    GlobalHydra.instance().clear()
+    try:
+        MAIN[entry]()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        GlobalHydra.instance().clear()
+    return code, [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('{"rows": [', "is not a readable JSON file"),
+    ("\xff\xfe", "is not a readable JSON file"),
+    ("[1, 2]", "holds a JSON list"),
+    ('{"rows": 5}', "rows must be a list of result rows"),
+    ('{"rows": [{"no_method": 1}]}', "rows must be a list of result rows"),
+    ('{"rows": [], "summary": {"FIFO": 3}}', "do not have the shape of a finished experiment=paper run"),
+])
+def test_report_on_a_corrupt_results_json_is_one_line(text, needle, tmp_path, capsys):
+    from mara.report.__main__ import main
+
+    (tmp_path / "evaluation").mkdir()
+    (tmp_path / "evaluation" / "results.json").write_bytes(text.encode("latin-1"))
+    assert main([f"run={tmp_path}"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and err[0].startswith("error: ") and needle in err[0], err
+    assert not (tmp_path / "report.md").exists()
+
+
+@pytest.fixture
+def job_modules(tmp_path, monkeypatch):
+    """An importable module of things a job file may wrongly name: a class whose constructor writes a file, and a
+    LightningModule whose loss is NaN."""
+    (tmp_path / "wrongjobs.py").write_text(textwrap.dedent(f"""
+        import torch
+        from examples.user_jobs import MLPClassifier
+
+        class NotLightning:
+            def __init__(self, **kw):
+                open({str(tmp_path / "constructed")!r}, "w").write("called")
+
+        def factory(**kw):
+            open({str(tmp_path / "constructed")!r}, "w").write("called")
+
+        class NaNLoss(MLPClassifier):
+            def training_step(self, batch, batch_idx):
+                return {{"loss": super().training_step(batch, batch_idx)["loss"] * float("nan")}}
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+BLOBS_DATA = "{_target_: examples.user_jobs.BlobData, n: 64, batch_size: 16}"
+MLP_MODULE = "{_target_: examples.user_jobs.MLPClassifier, hidden: 8}"
+
+
+@pytest.mark.parametrize("module, data, needle", [
+    ('{_target_: os.system, command: "touch {out}"}', BLOBS_DATA, "module._target_: 'os.system' is a builtin_function"),
+    ("{_target_: wrongjobs.NotLightning}", BLOBS_DATA, "is the class wrongjobs.NotLightning, not a LightningModule"),
+    ("{_target_: wrongjobs.factory}", BLOBS_DATA, "'wrongjobs.factory' is a function, not a LightningModule"),
+    (MLP_MODULE, "{_target_: wrongjobs.NotLightning}", "data._target_: 'wrongjobs.NotLightning' is the class"),
+    (MLP_MODULE, "{_target_: examples.user_jobs.MLPClassifier}", "not a LightningDataModule subclass"),
+    ("{_target_: wrongjobs.NaNLoss, hidden: 8}", BLOBS_DATA, "the loss of the first batch is nan (not a finite number)"),
+])
+def test_job_file_is_checked_before_anything_in_it_is_called(module, data, needle, job_modules, monkeypatch, capsys):
+    """Every _target_ is imported and checked to be a Lightning class without calling it, for every job before the
+    first job is built: nothing the file names runs (a harmless first job comes before the bad one)."""
+    out = job_modules / "constructed"
+    jobs = job_modules / "jobs.yaml"
+    jobs.write_text(textwrap.dedent(f"""
+        jobs:
+          - {{name: fine, module: {MLP_MODULE}, data: {BLOBS_DATA}, target: {{loss: 1.0}}, deadline: {{steps: 5}}}}
+          - {{name: wrong, module: {module.replace("{out}", str(out))}, data: {data}, target: {{loss: 1.0}},
+              deadline: {{steps: 5}}}}
+    """))
+    code, err = _main("live", [f"jobs={jobs}", f"hydra.run.dir={job_modules / 'run'}", "jobs_methods=[EDF]"],
+                      monkeypatch, capsys)
+    assert code == 2 and len(err) == 1 and "job 'wrong': " in err[0] and needle in err[0], err
+    assert not out.exists()  # neither os.system nor a constructor ran
+    assert not (job_modules / "run" / "job_outcomes.json").exists()
+
+
+def _stub_training(monkeypatch, calls: list, policy_file=None):
+    """mara.train's stages replaced: the policy stage writes ``policy_file`` as its best checkpoint (or fails the test
+    if reached), the evaluation records the policy checkpoints it was given."""
+    import shutil
+
+    def train_policy(cfg, callbacks=None):
+        assert policy_file is not None, "the finished policy stage was trained again"
+        best = Path(cfg.paths.output_dir) / "checkpoints" / "best.ckpt"
+        best.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(policy_file, best)
+        return {"best_ckpt": str(best), "output_dir": cfg.paths.output_dir, "last_ckpt": str(best.with_name("last.ckpt"))}
+
+    def evaluate(cfg):
+        calls.append({m: [c["ckpt_path"] for c in o.get("checkpoints") or []] for m, o in cfg.method_overrides.items()})
+        return {"rows": [{"method": "stub"}], "summary": {}}
+
+    monkeypatch.setattr(mara.train, "train_policy", train_policy)
+    monkeypatch.setattr(mara.train, "evaluate", evaluate)
+
+
+def test_copied_run_folder_resumes_from_its_own_files(tmp_path, monkeypatch, capsys):
+    """cp -a a finished run, plant another best.ckpt in the copy, rerun into the copy: the evaluation reads the copy's
+    own policy (stage.json names it relative to the folder), and the log names the file it used."""
+    import shutil
+
+    from mara.core import rundir
+
+    first = CKPT / "mara_suite_zoo_seed0.ckpt"
+    other = CKPT / "mara_suite_zoo_seed1.ckpt"
+    calls: list = []
+    _stub_training(monkeypatch, calls, first)
+    args = ["methods=[MARA-suite,FIFO]", "eval.roots=1", "eval.episodes=1"]
+    code, err = _main("train", [*args, f"hydra.run.dir={tmp_path / 'a'}"], monkeypatch, capsys)
+    assert code == 0, err
+    recorded = json.loads((tmp_path / "a" / "policy" / rundir.STAGE_FILE).read_text())
+    assert recorded["result"]["best_ckpt"] == "checkpoints/best.ckpt" and "best_ckpt" in recorded["paths"]
+    shutil.copytree(tmp_path / "a", tmp_path / "b", symlinks=True)  # cp -a
+    shutil.copyfile(other, tmp_path / "b" / "policy" / "checkpoints" / "best.ckpt")
+    _stub_training(monkeypatch, calls)  # the policy stage is finished: reused, never trained again
+    code, err = _main("train", [*args, f"hydra.run.dir={tmp_path / 'b'}"], monkeypatch, capsys)
+    assert code == 0, err
+    own = str(tmp_path / "b" / "policy" / "checkpoints" / "best.ckpt")
+    assert calls[-1]["MARA-suite"] == [own]
+    log = (tmp_path / "b" / "train.log").read_text()
+    assert f"resume: policy stage finished in this run folder, reused ({tmp_path / 'b' / 'policy'}): {own}" in log
+
+
+def test_recorded_path_outside_the_run_folder_is_one_line(tmp_path, monkeypatch, capsys):
+    """A stage record naming a file outside its folder (an absolute path written by an older version, then copied,
+    or an edited ../ path) is refused in one line before any work; nothing of the other folder is used."""
+    from mara.core import rundir
+
+    calls: list = []
+    _stub_training(monkeypatch, calls, CKPT / "mara_suite_zoo_seed0.ckpt")
+    args = ["methods=[MARA-suite,FIFO]", "eval.roots=1", "eval.episodes=1", f"hydra.run.dir={tmp_path / 'a'}"]
+    assert _main("train", args, monkeypatch, capsys)[0] == 0
+    stage = tmp_path / "a" / "policy" / rundir.STAGE_FILE
+    rec = json.loads(stage.read_text())
+    for elsewhere in (str(tmp_path / "elsewhere" / "best.ckpt"), "../../elsewhere/best.ckpt"):
+        stage.write_text(json.dumps(dict(rec, result=dict(rec["result"], best_ckpt=elsewhere))))
+        n = len(calls)
+        code, err = _main("train", args, monkeypatch, capsys)
+        assert code == 2 and len(err) == 1 and f"records best_ckpt={elsewhere}, outside this run folder" in err[0], err
+        assert len(calls) == n  # no evaluation started
