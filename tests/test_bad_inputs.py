@@ -463,3 +463,12 @@ def test_recorded_path_outside_the_run_folder_is_one_line(tmp_path, monkeypatch,
         code, err = _main("train", args, monkeypatch, capsys)
         assert code == 2 and len(err) == 1 and f"records best_ckpt={elsewhere}, outside this run folder" in err[0], err
         assert len(calls) == n  # no evaluation started
+
+
+def test_multirun_checks_every_job_before_the_first_runs(tmp_path):
+    """``-m seed=0,abc``: job 1's bad value is refused in one line before job 0 starts; no sweep folder is written."""
+    p = _run("mara.train", "-m", "experiment=smoke", "seed=0,abc", f"hydra.sweep.dir={tmp_path}/sweep")
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
+    assert "multirun job 1 of 2 (seed=abc): seed must be an integer, got 'abc'" in lines[0]
+    assert not (tmp_path / "sweep").exists()

@@ -212,8 +212,11 @@ def sweep_error(config_name: str, argv: list[str], check, conf_dir: Path = CONF_
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parsed = OverridesParser.create().parse_overrides([a for a in argv if not a.startswith("-")])
-    axes = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override()
-            else [o.input_line] for o in parsed]
+    try:
+        axes = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override()
+                else [o.input_line] for o in parsed]
+    except Exception:  # a sweep only its sweeper can enumerate (interval, glob): the sweeper's jobs are checked as they run
+        return None
     jobs = list(itertools.product(*axes))
     GlobalHydra.instance().clear()
     try:
