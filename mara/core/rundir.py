@@ -288,7 +288,7 @@ def relative_paths(result, folder: Path, key: str = "") -> tuple:
     return result, []
 
 
-def recorded_result(folder: Path, rec: dict) -> tuple[dict, list[str]]:
+def recorded_result(folder: Path, rec: dict, record: str = STAGE_FILE) -> tuple[dict, list[str]]:
     """(a finished stage's recorded result with its paths resolved inside ``folder``, the files it names). A recorded
     path that leads outside the folder (``..``, or an absolute path elsewhere: a folder copied or moved from a version
     that recorded absolute paths) is one ConfigError line: the run would otherwise use another folder's files."""
@@ -302,7 +302,7 @@ def recorded_result(folder: Path, rec: dict) -> tuple[dict, list[str]]:
             return v
         path = Path(v) if os.path.isabs(v) else folder / v
         if not _inside(path, folder):
-            raise ConfigError(f"{folder / STAGE_FILE} records {key}={v}, outside this run folder (a folder copied or "
+            raise ConfigError(f"{folder / record} records {key}={v}, outside this run folder (a folder copied or "
                               f"moved from elsewhere?): rerun with fresh=true to start over here, or run in the "
                               f"original folder")
         used.append(str(path))
