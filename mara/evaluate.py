@@ -173,7 +173,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 def main() -> None:
     """The command line: config-group choices are checked first (one line, exit 2), then Hydra composes."""
 
-    check_group_overrides(config_name="evaluate")
+    check_group_overrides(config_name="evaluate", check=_before_any_work)  # a multirun: every job checked first
     _hydra_main()
 
 

@@ -32,8 +32,16 @@ from mara.core.config import (
 from mara.curves.bank import default_bank_path, shipped_bank_path
 from mara.eval.policy_fit import check_policy_fit, policy_facts
 from mara.eval.runner import check_number, node_options
+from mara.eval.settings import validate_sim_cfg
 from mara.mat.allocator import read_policy_checkpoint
-from mara.mat.train import checkpoint_method, trained_method, with_run_policy
+from mara.mat.train import (
+    check_init_from,
+    check_resume_checkpoint,
+    checkpoint_method,
+    resolve_config,
+    trained_method,
+    with_run_policy,
+)
 from mara.predictors.fm import load_net
 from mara.predictors.protocol import WARMUP_OBS
 from mara.predictors.quantile_head import check_cold_band, load_heads
@@ -149,6 +157,14 @@ def check_method_names(names, where: str) -> None:
             raise ConfigError(f"unknown method {m!r}{place}{closest(m, known)}; available: {', '.join(known)}")
 
 
+def check_once(names: list, where: str) -> None:
+    """Each method is named once: a repeated name would evaluate it again and put its rows twice into results.json."""
+    twice = sorted({m for m in names if names.count(m) > 1}, key=names.index)
+    if twice:
+        raise ConfigError(f"{where} names {', '.join(map(str, twice))} more than once: name each method once "
+                          f"(got {where}=[{','.join(map(str, names))}])")
+
+
 def check_methods(cfg: DictConfig, need_methods: bool) -> list[str]:
     """``methods`` (a non-empty list of known names when the run evaluates) and ``method_overrides``."""
     methods = cfg.get("methods")
@@ -160,6 +176,7 @@ def check_methods(cfg: DictConfig, need_methods: bool) -> list[str]:
     if need_methods and not methods:
         raise ConfigError(f"methods is empty: name at least one method; available: {', '.join(available_methods())}")
     check_method_names(methods, "methods")
+    check_once(methods, "methods")
     overrides = plain_config(cfg.get("method_overrides")) or {}
     if not isinstance(overrides, dict):
         raise ConfigError(f"method_overrides must map method names to settings, got {overrides!r}")
@@ -221,6 +238,13 @@ RANGES = (
 )
 
 
+#: list settings that must name at least one value, with what the value is
+LISTS = {"eval.roots": " (an integer n: roots 0..n-1, or a list of roots)",
+         "eval.task_sets": " (task sets: ID, RL_OOD, ViT_OOD)", "sim.loads": " (arrival probabilities p)",
+         "mat.validation.roots": " (validation roots)",
+         "mat.workload.load": " (a training load p, or a list of them)"}
+
+
 def _select(cfg: DictConfig, key: str):
     try:
         return OmegaConf.select(cfg, key, default=None)
@@ -244,9 +268,15 @@ def check_numbers(cfg: DictConfig) -> None:
         value = _select(cfg, key)
         if value is not None:
             check_range(key, value, integer, lo, lo_in, hi)
+    for key in LISTS:  # an empty list would fail later, in words that do not name the setting
+        if plain_config(_select(cfg, key)) == []:
+            raise ConfigError(f"{key}=[] names nothing: give at least one value" + LISTS[key])
     roots = plain_config(_select(cfg, "eval.roots"))
     if isinstance(roots, list):
         check_range("eval.roots", roots, True, 0, True, None)
+    sim = _select(cfg, "sim")
+    if isinstance(sim, DictConfig):
+        validate_sim_cfg(sim) if "loads" in sim else node_options(sim)
     if _select(cfg, "mat.total_env_steps") == 0 and not _select(cfg, "mat.imitation.enabled"):
         raise ConfigError("mat.total_env_steps must be an integer >= 1 when mat.imitation.enabled is false "
                           "(0 means imitation only, no PPO)")
@@ -262,6 +292,78 @@ def check_numbers(cfg: DictConfig) -> None:
                 check_range(f"predictors.{name}.{key}", value, integer, lo, lo_in, hi)
         if _select(cfg, f"predictors.{name}.cold.band") is not None:
             check_cold_band(_select(cfg, f"predictors.{name}.cold.band"), f"predictors.{name}.cold.band")
+
+
+# ------------------------------------------------------------------------------------------------------- sizes
+#: bytes one task slot takes in an episode batch (ten [E, N] arrays: arrival ... lr, family), measured on the default
+#: protocol: 2400 episodes of N = 50 slots hold 10,032 bytes each (``build_episodes``)
+TASK_SLOT_BYTES = 200
+#: seconds to draw one episode of the default protocol (2400 in 12.8 s on the 2-core reference machine, busy)
+EPISODE_SECONDS = 0.005
+#: bytes a MAT rollout or imitation buffer keeps per env-step and admission slot: a v3 token (31 slot + 3 global
+#: float32 features) and eight float32 per-slot values (action, log-prob, value, mask, ...)
+SLOT_STEP_BYTES = 4 * (34 + 8)
+
+
+def physical_memory() -> int:
+    """Bytes of memory this machine has (the bound a run's arrays must fit in)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 1 << 40
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n / 1024:,.1f} KiB"
+
+
+def _duration(seconds: float) -> str:
+    for unit, scale in (("years", 365 * 86400), ("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= scale:
+            return f"{seconds / scale:,.1f} {unit}"
+    return f"{seconds:,.0f} s"
+
+
+def _int(cfg, key: str, default: int = 1) -> int:
+    value = _select(cfg, key)
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+def check_sizes(cfg: DictConfig) -> None:
+    """Episode counts and buffer sizes whose arrays cannot fit in this machine's memory: one line naming the setting,
+    the memory (a lower bound: the task arrays alone) and, for evaluation episodes, the time to draw them."""
+    memory = physical_memory()
+    ev, loads = _select(cfg, "eval"), plain_config(_select(cfg, "sim.loads"))
+    steps, slots = _int(cfg, "sim.steps", 500), _int(cfg, "sim.max_active", 10)
+    if isinstance(ev, DictConfig) and ev.get("episodes") is not None:
+        roots = plain_config(ev.get("roots"))
+        n_roots = len(roots) if isinstance(roots, list) else _int(cfg, "eval.roots", 1)
+        sets = plain_config(ev.get("task_sets"))
+        n_sets, n_loads = (len(sets) if isinstance(sets, list) else 1), (len(loads) if isinstance(loads, list) else 1)
+        episodes = int(ev.episodes)
+        total = n_sets * n_loads * n_roots * episodes
+        top = max((float(x) for x in loads), default=0.0) if isinstance(loads, list) else 0.0
+        per_episode = max(1.0, steps * top) * TASK_SLOT_BYTES  # expected tasks per episode at the highest load
+        if total * per_episode > memory:
+            fit = max(1, int(memory / per_episode / max(1, n_sets * n_loads * n_roots)))
+            raise ConfigError(f"eval.episodes={episodes}: {n_sets} task sets x {n_loads} loads x {n_roots} roots x "
+                              f"{episodes} = {total:,} episodes, whose task arrays alone need "
+                              f"{_size(total * per_episode)} of memory (this machine has {_size(memory)}) and "
+                              f"drawing them "
+                              f"{_duration(total * EPISODE_SECONDS)}; at most {fit:,} episodes fit here")
+    for part in ("rollout", "imitation"):
+        n, length = _select(cfg, f"mat.{part}.n_episodes"), _select(cfg, f"mat.{part}.n_steps")
+        if not isinstance(n, int) or isinstance(n, bool):
+            continue
+        length = int(length) if isinstance(length, int) and not isinstance(length, bool) else steps
+        need = n * length * slots * SLOT_STEP_BYTES
+        if need > memory:
+            raise ConfigError(f"mat.{part}.n_episodes={n}: {n:,} episodes x {length} steps x {slots} slots need "
+                              f"{_size(need)} of memory for their buffer (this machine has {_size(memory)}); at most "
+                              f"{max(1, int(memory / (length * slots * SLOT_STEP_BYTES))):,} episodes fit here")
 
 
 # ------------------------------------------------------------------------------------------------- checkpoints
@@ -344,6 +446,32 @@ def check_checkpoints(cfg: DictConfig, methods: list[str], policy_defaults: dict
             check_policy_fit(default_mcfg or mcfg, [read_policy(p) for p in paths], cfg.get("sim"))
 
 
+def check_stage_inputs(cfg: DictConfig) -> None:
+    """The files a training stage reads, whichever stages run (``stage=policy`` as much as ``stage=all``): the run's
+    predictor checkpoint, and for the policy stage the checkpoint it resumes from (``ckpt_path``) and the policy it
+    starts from (``mat.init_from``); refused here, before a stage records itself, holds the folder or starts a
+    Trainer."""
+    if cfg.get("predictor") is not None:
+        read_predictor_checkpoint(cfg.predictor, "predictor")
+    if cfg.get("mat") is None or cfg.get("stage", "all") not in ("all", "policy"):
+        return
+    c = resolve_config(cfg)
+    if c.get("ckpt_path"):
+        if not Path(str(c["ckpt_path"])).is_file():
+            raise ConfigError(f"ckpt_path={c['ckpt_path']}: no such MAT training checkpoint to resume from")
+        _named("ckpt_path", check_resume_checkpoint, c["ckpt_path"])
+    _named("mat.init_from", check_init_from, c)
+
+
+def _named(setting: str, check, *args) -> None:
+    """``check(*args)``, its one-line ConfigError prefixed with the setting it is about when it does not name it."""
+    try:
+        check(*args)
+    except ConfigError as exc:
+        msg = _first_line(exc)
+        raise ConfigError(msg if msg.startswith(setting) else f"{setting}: {msg}") from None
+
+
 # ------------------------------------------------------------------------------------------ folders, extras
 def check_writable(folder, where: str) -> None:
     """``folder`` can take files: a probe file is created and removed, and folders created for it are removed."""
@@ -389,6 +517,22 @@ def check_live_workers(cfg: DictConfig) -> None:
         raise ConfigError(f"live.workers=ray needs Ray, which is not installed: {RAY_HINT} (or live.workers=process)")
 
 
+def check_live_predictors(cfg: DictConfig, methods: list[str]) -> None:
+    """A policy method live mode runs reads a predictor live mode configures (``predictors`` of conf/live.yaml): one
+    line naming the method and the predictor it would need (MARA-suite's decision head is trained on the zoo bank's
+    curves, not on live jobs)."""
+    overrides = plain_config(cfg.get("method_overrides")) or {}
+    configured = list((cfg.get("predictors") or {}).keys())
+    for m in methods:
+        mcfg = load_method_cfg(m, overrides.get(m))
+        pred = mcfg.get("predictor")
+        if mcfg.get("kind") != "policy" or pred is None or not isinstance(pred, str) or pred in configured:
+            continue
+        raise ConfigError(f"{m} reads predictor {pred!r}, which live mode does not configure (live predictors: "
+                          f"{', '.join(configured) or 'none'}); run {m} in the simulator (python -m mara.evaluate), "
+                          f"or pick live methods on those predictors, e.g. methods=[MARA,EDF]")
+
+
 # ---------------------------------------------------------------------------------------------------- the check
 def check_cal_banks(cfg: DictConfig) -> None:
     """A predictor's calibration bank (``recalibrate.cal_bank``, ``calibration.cal_bank``) is one ``cal_bank_path``
@@ -407,6 +551,7 @@ def preflight(cfg: DictConfig, entry: str) -> None:
     one ConfigError, which the entry points print as one line and exit 2."""
     kind = cfg.get("experiment_kind")
     check_numbers(cfg)
+    check_sizes(cfg)
     if entry == "train":
         need = cfg.get("stage", "all") in ("all", "evaluate") and kind != "paper"
     elif entry == "evaluate":
@@ -421,6 +566,10 @@ def preflight(cfg: DictConfig, entry: str) -> None:
             chosen = cfg.get("jobs_methods")
             methods = list(chosen) if isinstance(chosen, (list, ListConfig)) else []
             check_method_names(methods, "jobs_methods")
+            check_once(methods, "jobs_methods")
+        check_live_predictors(cfg, methods)
+    if entry == "train" and kind != "paper":
+        check_stage_inputs(cfg)
     if need:
         check_checkpoints(cfg, methods, _policy_defaults(cfg, entry, methods))
     folder, where = run_folder(cfg)

@@ -57,13 +57,13 @@ def _before_any_work(cfg: DictConfig) -> None:
     if cfg.get("reward", "dense") not in ("dense", "sparse"):
         raise ConfigError(f"reward must be 'dense' or 'sparse', got {cfg.reward!r}")
     preflight(cfg, "train")
+    check_run_config(cfg)
 
 
 @run_folder(stages=("predictor", "policy"), check=_before_any_work)  # one live run per folder; a rerun resumes
 def train(cfg: DictConfig) -> dict:
     """Run the configured stages; returns a dict of what each stage produced."""
     stage = cfg.get("stage", "all")
-    check_run_config(cfg)
     accelerator = str((cfg.get("trainer") or {}).get("accelerator", "cpu"))
     if accelerator in ("gpu", "cuda"):
         import torch
@@ -200,7 +200,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 def main() -> None:
     """The command line: config-group choices are checked first (one line, exit 2), then Hydra composes."""
 
-    check_group_overrides(config_name="train")
+    check_group_overrides(config_name="train", check=_before_any_work)  # a multirun: every job checked first
     _hydra_main()
 
 

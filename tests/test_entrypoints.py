@@ -125,7 +125,7 @@ def test_bank_without_calibration(tmp_path, linear_bank):
 
 def _run(*args, cwd=REPO):
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, env=env)
 
 
 def test_cli_evaluate_and_train_run(tmp_path, small_bank):

@@ -128,7 +128,7 @@ def test_recorder_stops_on_non_finite():
 
 def test_entry_point_prints_one_line_on_config_mistake(tmp_path):
     out = subprocess.run([sys.executable, "-m", "mara.generate_curves", "families=[Nope]", f"out_dir={tmp_path}",
-                          f"hydra.run.dir={tmp_path}/h"], capture_output=True, text=True, timeout=120)
+                          f"hydra.run.dir={tmp_path}/h"], capture_output=True, text=True)
     assert out.returncode == 2
     lines = [x for x in out.stderr.splitlines() if x.strip()]
     assert lines == ["error: unknown family Nope (known: " + ", ".join(ALL_FAMILIES) + ")"]
@@ -137,7 +137,7 @@ def test_entry_point_prints_one_line_on_config_mistake(tmp_path):
 def test_missing_real_data_stops_before_training_with_one_line(tmp_path):
     out = subprocess.run([sys.executable, "-m", "mara.generate_curves", "families=[CNN_Cifar10,TSFM_Audio_1]", "source=real",
                           f"data_root={tmp_path}/empty", f"cache_dir={tmp_path}/cache", f"out_dir={tmp_path}",
-                          f"hydra.run.dir={tmp_path}/h"], capture_output=True, text=True, timeout=120)
+                          f"hydra.run.dir={tmp_path}/h"], capture_output=True, text=True)
     assert out.returncode == 2
     lines = [x for x in out.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: CIFAR-10 not found: ") and f"{tmp_path}/empty" in lines[0]

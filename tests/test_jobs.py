@@ -52,3 +52,20 @@ def test_a_short_job_gating_long_ones_starts_first(tmp_path):
     jobs = [Job("fm", tmp_path, _write, cost=4), Job("train", tmp_path, _write, deps=("fm",), cost=8),
             Job("eval", tmp_path, _write, deps=("train",), cost=5), Job("bound", tmp_path, _write, cost=12)]
     assert critical_path(jobs) == {"fm": 17, "train": 13, "eval": 5, "bound": 12}
+
+
+def test_a_copied_run_resumes_its_jobs_from_its_own_files(tmp_path):
+    """A job's marker names the files of its folder relative to it: a copied run's finished jobs hand on the copy's
+    files; a marker naming a file outside its folder is one line."""
+    import shutil
+
+    from mara.core.config import ConfigError
+    from mara.core.jobs import MARKER, done_info, mark_done
+
+    mark_done(tmp_path / "a" / "job", {"best_ckpt": str(tmp_path / "a" / "job" / "best.ckpt"), "seed": 0})
+    assert json.loads((tmp_path / "a" / "job" / MARKER).read_text())["best_ckpt"] == "best.ckpt"
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    assert done_info(tmp_path / "b" / "job") == {"best_ckpt": str(tmp_path / "b" / "job" / "best.ckpt"), "seed": 0}
+    (tmp_path / "b" / "job" / MARKER).write_text(json.dumps({"best_ckpt": str(tmp_path / "a" / "job" / "best.ckpt")}))
+    with pytest.raises(ConfigError, match="outside this run folder"):
+        done_info(tmp_path / "b" / "job")

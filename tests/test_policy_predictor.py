@@ -185,6 +185,7 @@ def test_train_evaluates_its_policy_with_its_predictor(tmp_path):
     ck = QR_SHIPPED[0]
     p = _run("-m", "mara.train", "stage=evaluate", "predictor=qr_q", f"+policy_ckpt={ck}", "methods=[MARA,FIFO]",
              "eval.roots=1", "eval.episodes=1", "sim.loads=[0.05]", "eval.task_sets=[ID]", "eval.tensorboard=false",
+             "sim.steps=60",  # a short arrival window: the policy's predictor is what is checked, not a long episode
              f"hydra.run.dir={tmp_path}/run")
     assert p.returncode == 0, p.stderr[-2000:]
     res = json.loads((tmp_path / "run" / "evaluation" / "results.json").read_text())

@@ -89,13 +89,13 @@ def test_missing_markers_leave_the_readme_untouched(tmp_path):
 def test_entry_point_errors_are_one_line(tmp_path):
     readme = _readme(tmp_path)
     cmd = [sys.executable, "-m", "mara.report.tables"]
-    p = subprocess.run(cmd + [f"run={tmp_path / 'nope'}", f"readme={readme}"], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(cmd + [f"run={tmp_path / 'nope'}", f"readme={readme}"], capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.startswith("error: no measurement folder") and p.stderr.count("\n") == 1
-    p = subprocess.run(cmd + [f"run={tmp_path}", f"readme={readme}", "sections=rulez"], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(cmd + [f"run={tmp_path}", f"readme={readme}", "sections=rulez"], capture_output=True, text=True)
     assert p.returncode == 2 and "unknown README section(s) ['rulez']" in p.stderr
-    p = subprocess.run(cmd + ["oops"], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(cmd + ["oops"], capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.startswith("usage:")
-    p = subprocess.run(cmd + [f"run={tmp_path}", f"readme={readme}"], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(cmd + [f"run={tmp_path}", f"readme={readme}"], capture_output=True, text=True)
     assert p.returncode == 0 and "rules: left as it is" in p.stdout and readme.read_text().count("old ") == len(SECTIONS)
 
 

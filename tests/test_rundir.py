@@ -30,8 +30,8 @@ def _start(*args, log=None):
                             stdout=subprocess.PIPE if log is None else log, stderr=subprocess.STDOUT if log else subprocess.PIPE)
 
 
-def _run(*args, timeout=300):
-    return subprocess.run([sys.executable, *args], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=timeout)
+def _run(*args):
+    return subprocess.run([sys.executable, *args], cwd=REPO, env=_env(), capture_output=True, text=True)
 
 
 def tiny(tmp_path, bank_path, *extra):
@@ -76,7 +76,7 @@ def test_busy_folder_refused_with_one_line_then_rerun_merges(tmp_path, small_ban
     # two evaluations started together: each either runs or is refused cleanly; rerunning the refused one merges
     procs = {m: _start("-m", "mara.evaluate", f"methods=[{m}]", *common) for m in ("FIFO", "EDF")}
     for m, proc in procs.items():
-        _, err = proc.communicate(timeout=300)
+        _, err = proc.communicate()
         if proc.returncode == 2:
             assert "in use by a live run" in err and "Traceback" not in err
             assert _run("-m", "mara.evaluate", f"methods=[{m}]", *common).returncode == 0
@@ -154,11 +154,10 @@ def test_stage_reused_resumed_or_refused(tmp_path):
         rundir.plan_stage(stage, rundir.stage_settings(OmegaConf.merge(cfg, {"mat": {"x": 2}}), "policy"))
 
 
-def _wait_for(pred, proc, timeout=240):
-    t0 = time.time()
+def _wait_for(pred, proc):
+    """Poll until ``pred()`` holds; no time limit (a busy machine only makes it later): the run ending first fails."""
     while not pred():
         assert proc.poll() is None, "the run ended before the moment to kill it"
-        assert time.time() - t0 < timeout
         time.sleep(0.05)
 
 
@@ -181,10 +180,10 @@ def test_killed_training_resumes_exactly(tmp_path):
     assert not (run / "evaluation").exists()  # killed mid-policy
     fm = run / "predictor" / "fm.ckpt"
     fm_mtime = fm.stat().st_mtime_ns
-    whole.wait(timeout=600)
+    whole.wait()
     whole_log.close()
     assert whole.returncode == 0, (tmp_path / "whole.log").read_text()[-3000:]
-    p = _run(*cmd, f"hydra.run.dir={run}", timeout=600)
+    p = _run(*cmd, f"hydra.run.dir={run}")
     said = p.stdout + p.stderr  # Hydra's log lines go to stdout
     assert p.returncode == 0, said[-3000:]
     assert "resume: predictor stage finished in this run folder, reused" in said

@@ -285,7 +285,7 @@ def _evaluate_cli(tmp_path, *overrides):
     common = ["eval.roots=1", "eval.episodes=1", "sim.loads=[0.04]", "eval.tensorboard=false"]
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     return subprocess.run([sys.executable, "-m", "mara.evaluate", *common, *overrides], cwd=REPO, capture_output=True,
-                          text=True, timeout=600, env=env)
+                          text=True, env=env)
 
 
 def test_evaluate_path_options_refuse_a_crafted_file(tmp_path, marker, small_bank):

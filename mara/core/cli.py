@@ -1,6 +1,7 @@
 """Shared helpers for the thin Hydra entry points: run folder and one-line errors."""
 from __future__ import annotations
 
+import difflib
 import sys
 import time
 from pathlib import Path
@@ -95,9 +96,57 @@ def composition_error(config_name: str, argv: list[str], conf_dir: Path = CONF_D
                 cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
             except Exception as exc:
                 return _explain_composition(exc, config_name)
+            added = _unknown_addition(config_name, parsed, conf_dir)
+            if added:
+                return added
     finally:
         GlobalHydra.instance().clear()
-    return None if "-m" in argv or "--multirun" in argv else _unwritable_run_dir(cfg)
+    return None if _is_multirun(argv) else _unwritable_run_dir(cfg)
+
+
+#: keys a ``+key=value`` may add although no config declares them: settings the code reads only when given, and
+#: mappings whose keys are the user's own names (methods, predictors, extra benchmark rows)
+ADDABLE = ("method_overrides", "policy_ckpt", "ckpt_path", "predictors", "prediction.extra", "live.crash",
+           "mat.ppo.value_warmup_head_only", "hydra")
+
+
+def _is_multirun(argv: list[str]) -> bool:
+    return "-m" in argv or "--multirun" in argv
+
+
+def _unknown_addition(config_name: str, parsed, conf_dir: Path) -> str | None:
+    """The one-line error for a ``+key=value`` (or ``++``) that adds a key nothing reads (``+sim.nodez=3``), checked
+    as ``sim.nodez=3`` is: the key must exist in the configuration, be one of :data:`ADDABLE`, or sit in an empty
+    mapping; None when every addition is one of those. Must be called inside ``initialize_config_dir``."""
+    from hydra import compose
+    from omegaconf import OmegaConf
+
+    adds = [o for o in parsed if (o.is_add() or o.is_force_add()) and "@" not in o.key_or_group]
+    adds = [o for o in adds if "." in o.key_or_group or not (conf_dir / o.key_or_group).is_dir()]  # +scenario=stress
+    if not adds:
+        return None
+    rest = [o.input_line for o in parsed if o not in adds and not o.is_sweep_override()]
+    try:
+        base = compose(config_name=config_name, overrides=rest)
+    except Exception:  # an addition others depend on: Hydra's own composition already passed
+        return None
+    for o in adds:
+        key = o.key_or_group
+        if any(key == a or key.startswith(a + ".") for a in ADDABLE):
+            continue
+        if OmegaConf.select(base, key, default="\0missing") != "\0missing":
+            continue  # ++ on a key that exists: an ordinary override
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(base, parent, default=None) if parent else base
+        if parent and OmegaConf.is_dict(node) and len(node) == 0:
+            continue  # an open mapping
+        known = [str(k) for k in node.keys()] if OmegaConf.is_dict(node) else []
+        match = difflib.get_close_matches(leaf, known, n=1, cutoff=0.6)
+        hint = f" (did you mean {(parent + '.' if parent else '') + match[0]!r}?)" if match else ""
+        where = f"{parent!r} has" if parent else "the configuration has"
+        return (f"unknown config key {key!r} in {o.input_line}{hint}: nothing reads it; {where}: "
+                f"{', '.join(known) or 'no settings'}")
+    return None
 
 
 def _unwritable_run_dir(cfg) -> str | None:
@@ -152,13 +201,47 @@ def _explain_composition(exc: BaseException, config_name: str) -> str:
     return f"unknown config key {key!r}{hint}; {where}: {', '.join(map(str, known))}"
 
 
-def check_group_overrides(argv: list[str] | None = None, config_name: str | None = None) -> None:
+def sweep_error(config_name: str, argv: list[str], check, conf_dir: Path = CONF_DIR) -> str | None:
+    """The one-line error of the first job of a multirun (``-m seed=0,abc``) that ``check`` (the entry point's check
+    before any work) refuses, or None: every job's configuration is composed and checked before the first job runs,
+    so a bad value late in a sweep cannot stop the sweep after earlier jobs have written their folders."""
+    import itertools
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides([a for a in argv if not a.startswith("-")])
+    try:
+        axes = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override()
+                else [o.input_line] for o in parsed]
+    except Exception:  # a sweep only its sweeper can enumerate (interval, glob): the sweeper's jobs are checked as they run
+        return None
+    jobs = list(itertools.product(*axes))
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+            for n, job in enumerate(jobs):
+                swept = " ".join(j for j, axis in zip(job, axes) if len(axis) > 1)
+                try:
+                    check(compose(config_name=config_name, overrides=list(job)))
+                except (*USER_ERRORS, ValueError) as exc:
+                    return f"multirun job {n} of {len(jobs)} ({swept}): {_first_line(exc)}"
+    finally:
+        GlobalHydra.instance().clear()
+    return None
+
+
+def check_group_overrides(argv: list[str] | None = None, config_name: str | None = None, check=None) -> None:
     """Exit with status 2 and one line on stderr if an override names a missing config-group option or, given the
-    entry point's ``config_name``, cannot be composed (an unknown key, an unreadable value)."""
+    entry point's ``config_name``, cannot be composed (an unknown key, an unreadable value); for a multirun given the
+    entry point's ``check``, if any of its jobs fails that check (:func:`sweep_error`)."""
     argv = sys.argv[1:] if argv is None else argv
     msg = unknown_group_option(argv)
     if msg is None and config_name is not None:
         msg = composition_error(config_name, argv)
+    if msg is None and config_name is not None and check is not None and _is_multirun(argv):
+        msg = sweep_error(config_name, argv, check)
     if msg:
         print(f"error: {msg}", file=sys.stderr)
         sys.exit(2)

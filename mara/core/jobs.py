@@ -37,17 +37,30 @@ class Job:
     log_name: str = field(default=LOG)
 
 
+PATHS_KEY = "_paths"  # the keys of a marker's result that are files of the job's folder, stored relative to it
+
+
 def done_info(folder: Path) -> dict | None:
-    """The result a finished job left in ``folder`` (None when it has not finished)."""
+    """The result a finished job left in ``folder`` (None when it has not finished), its files resolved inside
+    ``folder`` (a moved or copied run uses its own); a recorded file outside the folder is one ConfigError line."""
+    from mara.core.rundir import recorded_result
+
     p = Path(folder) / MARKER
-    return json.loads(p.read_text()) if p.exists() else None
+    if not p.exists():
+        return None
+    info = json.loads(p.read_text())
+    marked = info.pop(PATHS_KEY, []) if isinstance(info, dict) else []
+    return recorded_result(Path(folder), {"result": info, "paths": marked}, MARKER)[0]
 
 
 def mark_done(folder: Path, info: dict) -> None:
+    """Write ``folder``'s marker: the job's result, the files of the folder it names stored relative to it."""
+    from mara.core.rundir import relative_paths
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(folder / MARKER, json.dumps(info, indent=1, default=str))
+    stored, paths = relative_paths(json.loads(json.dumps(info, default=str)), folder)
+    write_text_atomic(folder / MARKER, json.dumps({**stored, PATHS_KEY: paths}, indent=1, default=str))
 
 
 def last_percent(log_file: Path) -> float:

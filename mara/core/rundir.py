@@ -242,8 +242,10 @@ def run_stage(folder: Path, work, cfg: DictConfig, stage: str, resume_file: str 
     settings = _planned.get(str(folder.resolve())) or stage_settings(cfg, stage)
     rec = _read_stage(folder)
     if rec is not None and rec.get("settings") == settings and rec.get("done"):
-        log.info(f"resume: {stage} stage finished in this run folder, reused ({folder})")
-        return rec["result"]
+        result, used = recorded_result(folder, rec)
+        log.info(f"resume: {stage} stage finished in this run folder, reused ({folder})"
+                 + (f": {', '.join(used)}" if used else ""))
+        return result
     if rec is not None:  # an earlier attempt with these settings did not finish
         set_aside_events(folder)
         ckpt = folder / resume_file if resume_file else None
@@ -257,8 +259,58 @@ def run_stage(folder: Path, work, cfg: DictConfig, stage: str, resume_file: str 
     folder.mkdir(parents=True, exist_ok=True)
     _write_json(folder / STAGE_FILE, {"stage": stage, "settings": settings, "done": False})
     result = work(cfg)
-    _write_json(folder / STAGE_FILE, {"stage": stage, "settings": settings, "done": True, "result": result})
+    stored, paths = relative_paths(result, folder)
+    _write_json(folder / STAGE_FILE, {"stage": stage, "settings": settings, "done": True, "result": stored,
+                                      "paths": paths})
     return result
+
+
+# ------------------------------------------------------------------------------------------- paths in a stage record
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def relative_paths(result, folder: Path, key: str = "") -> tuple:
+    """(``result`` with every absolute path inside ``folder`` made relative to it, the dotted keys of those paths): a
+    stage record names its own files by where they are in the folder, so a moved or copied run folder uses its own."""
+    if isinstance(result, dict):
+        out, keys = {}, []
+        for k, v in result.items():
+            out[k], sub = relative_paths(v, folder, f"{key}.{k}" if key else str(k))
+            keys += sub
+        return out, keys
+    if isinstance(result, str) and os.path.isabs(result) and _inside(Path(result), folder):
+        return Path(result).resolve().relative_to(Path(folder).resolve()).as_posix(), [key]
+    return result, []
+
+
+def recorded_result(folder: Path, rec: dict, record: str = STAGE_FILE) -> tuple[dict, list[str]]:
+    """(a finished stage's recorded result with its paths resolved inside ``folder``, the files it names). A recorded
+    path that leads outside the folder (``..``, or an absolute path elsewhere: a folder copied or moved from a version
+    that recorded absolute paths) is one ConfigError line: the run would otherwise use another folder's files."""
+    folder = Path(folder)
+    marked = set(rec.get("paths") or [])
+
+    def resolve(v, key: str):
+        if isinstance(v, dict):
+            return {k: resolve(x, f"{key}.{k}" if key else str(k)) for k, x in v.items()}
+        if not isinstance(v, str) or (key not in marked and not os.path.isabs(v)):
+            return v
+        path = Path(v) if os.path.isabs(v) else folder / v
+        if not _inside(path, folder):
+            raise ConfigError(f"{folder / record} records {key}={v}, outside this run folder (a folder copied or "
+                              f"moved from elsewhere?): rerun with fresh=true to start over here, or run in the "
+                              f"original folder")
+        used.append(str(path))
+        return str(path)
+
+    used: list[str] = []
+    result = resolve(rec.get("result") or {}, "")
+    return result, [u for u in used if u.endswith((".ckpt", ".json"))]
 
 
 # ------------------------------------------------------------------------------------------------------ the results

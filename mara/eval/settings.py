@@ -12,6 +12,7 @@ Predictor and method configs stay configs: they are the predictors' and methods'
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -29,8 +30,11 @@ def check_number(where: str, value, kind=float):
         raise ConfigError(f"{where} must be a number, got {value!r}")
     try:
         out = kind(value)
-    except (TypeError, ValueError):
+        finite = math.isfinite(float(value))
+    except (TypeError, ValueError, OverflowError):  # not a number, or an integer asked of NaN / infinity
         raise ConfigError(f"{where} must be {'an integer' if kind is int else 'a number'}, got {value!r}") from None
+    if not finite:  # NaN passes every range comparison; infinity is no size
+        raise ConfigError(f"{where} must be a finite number, got {value!r}")
     if kind is int and float(value) != out:
         raise ConfigError(f"{where} must be an integer, got {value!r}")
     return out
@@ -44,6 +48,9 @@ def resolve_roots(roots) -> list[int]:
         return list(range(roots))
     if isinstance(roots, (str, float)) or roots is None:
         raise ConfigError(f"eval.roots must be an integer n (roots 0..n-1) or a list of roots, got {roots!r}")
+    if len(roots) == 0:
+        raise ConfigError("eval.roots=[] names nothing: give at least one value "
+                          "(an integer n: roots 0..n-1, or a list of roots)")
     return [check_number("eval.roots", r, int) for r in roots]
 
 

@@ -13,7 +13,7 @@ import hydra
 from omegaconf import DictConfig
 
 from mara.core.cli import check_group_overrides, run_cli
-from mara.live.run import live_main
+from mara.live.run import _before_any_work, live_main
 
 
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="live")
@@ -24,7 +24,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """The command line: overrides are checked first (one line, exit 2), then Hydra composes."""
-    check_group_overrides(config_name="live")
+    check_group_overrides(config_name="live", check=_before_any_work)  # a multirun: every job checked first
     _hydra_main()
 
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from mara.core.config import ConfigError
 from mara.core.safe_load import CheckpointError, load_checkpoint
 from mara.live.validation import Validation, to_device
 from tasks_zoo.batching import ResumableBatches
@@ -59,6 +60,30 @@ def import_object(path: str):
     return getattr(importlib.import_module(module), name)
 
 
+def target_class(where: str, field: str, target: str):
+    """The class a job's ``module`` / ``data`` ``_target_`` names, found by import alone and checked to be a
+    LightningModule / LightningDataModule subclass without calling it (importing runs the named module's top-level
+    code, as ``import`` does: a job file is code, like a Python script); one-line ConfigError naming the field."""
+    import inspect
+    import sys
+
+    import lightning as L
+
+    base = {"module": L.LightningModule, "data": L.LightningDataModule}[field]
+    try:
+        obj = import_object(target)
+    except Exception as exc:
+        raise ConfigError(f"{where}: {field}._target_: cannot import {target!r} "
+                          f"({type(exc).__name__}: {exc})") from None
+    legacy = sys.modules.get("pytorch_lightning")  # a class built on the older package name is the same kind of thing
+    bases = (base, getattr(legacy, base.__name__)) if legacy is not None and hasattr(legacy, base.__name__) else (base,)
+    if not (inspect.isclass(obj) and issubclass(obj, bases)):
+        what = f"the class {obj.__module__}.{obj.__qualname__}" if inspect.isclass(obj) else f"a {type(obj).__name__}"
+        raise ConfigError(f"{where}: {field}._target_: {target!r} is {what}, not a {base.__name__} subclass (a job "
+                          f"names its {base.__name__} class and that class's init arguments)")
+    return obj
+
+
 @dataclass(frozen=True)
 class UserJobSpec(JobSpec):
     """A ``JobSpec`` whose run is a user's LightningModule and LightningDataModule (job files, ``mara.live.jobfile``);
@@ -87,10 +112,10 @@ class UserJobSpec(JobSpec):
         # self.log() in a training_step outside a Trainer warns once per process; live jobs report losses themselves
         warnings.filterwarnings("ignore", message=r".*self\.log\(\)` but the `self\.trainer` reference is not registered.*")
         torch.manual_seed(self.seed)
-        return import_object(self.module_target)(**json.loads(self.module_args))
+        return target_class(f"job {self.name!r}", "module", self.module_target)(**json.loads(self.module_args))
 
     def build_datamodule(self):
-        dm = import_object(self.data_target)(**json.loads(self.data_args))
+        dm = target_class(f"job {self.name!r}", "data", self.data_target)(**json.loads(self.data_args))
         if hasattr(dm, "prepare_data"):
             dm.prepare_data()
         if hasattr(dm, "setup"):

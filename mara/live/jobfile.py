@@ -18,9 +18,11 @@ Schema (YAML; the same dicts as a Python list through ``mara.live.schedule.sched
         seed: 0                  # optional: initialisation and data order (default: the job's index)
         max_batches: null        # optional: the job's batch cap (default: deadline steps x the fastest node's speed)
 
-Every mistake is a ``ConfigError`` naming the job and the field, raised before any training: ``check_jobs`` also
-imports every class, builds every job once and runs one ``training_step`` (no optimiser step) to see it returns a
-scalar loss, and for a metric target one ``validation_step`` to see it logs the metric.
+Every mistake is a ``ConfigError`` naming the job and the field, raised before any training. A job file is code: it
+names classes to import and run, like a Python script. ``mara.live.jobs`` first imports every job's classes and checks,
+calling nothing, that each is a LightningModule / LightningDataModule subclass (``target_class``); then ``check_job``
+builds every job once and runs one ``training_step`` (no optimiser step) to see it returns a finite scalar loss, and
+for a metric target one ``validation_step`` to see it logs the metric.
 """
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from mara.live.job import (
     TrainingJob,
     UserJobSpec,
     first_optimizer,
-    import_object,
+    target_class,
     step_loss,
     to_device,
 )
@@ -79,15 +79,18 @@ def check_validation(where: str, job: UserJob, module, dm) -> None:
                           f"number is a float, a one-element tensor or a torchmetrics Metric, reduce_fx mean/sum/max/min)")
 
 
+def check_targets(job: UserJob, source: str) -> None:
+    """Both of ``job``'s targets are classes of the right kind (:func:`target_class`), before anything is called."""
+    where = f"{source}: job {job.name!r}"
+    for field, target in (("module", job.module_target), ("data", job.data_target)):
+        target_class(where, field, target)
+
+
 def check_job(job_id: int, job: UserJob, source: str, obs_every: int = 10) -> UserJobSpec:
     """Import, build and run one ``training_step`` of ``job`` (no optimiser step), and for a metric target one validation
     batch; its spec (validations every ``job.val_every`` or ``obs_every`` batches), or a one-line ConfigError."""
     where = f"{source}: job {job.name!r}"
-    for field, target in (("module", job.module_target), ("data", job.data_target)):
-        try:
-            import_object(target)
-        except Exception as exc:
-            raise ConfigError(f"{where}: {field}._target_: cannot import {target!r} ({type(exc).__name__}: {exc})") from None
+    check_targets(job, source)
     probe = _spec(job_id, job, 1)
     try:
         dm = probe.build_datamodule()
@@ -114,9 +117,13 @@ def check_job(job_id: int, job: UserJob, source: str, obs_every: int = 10) -> Us
         out = module.training_step(to_device(batches.next(), torch.device("cpu")), 0)
     except Exception as exc:
         raise ConfigError(f"{where}: module.training_step: fails on a batch ({type(exc).__name__}: {exc})") from None
-    if step_loss(out) is None:
+    loss = step_loss(out)
+    if loss is None:
         raise ConfigError(f"{where}: module.training_step: returns no loss (a scalar tensor with a gradient, "
                           f"or {{'loss': tensor}}), got {type(out).__name__}")
+    if not bool(torch.isfinite(loss.detach()).all()):  # a NaN loss would train to NaN weights and never reach ε
+        raise ConfigError(f"{where}: module.training_step: the loss of the first batch is {float(loss.detach())} "
+                          f"(not a finite number); check the module's loss and its data")
     if job.metric:
         check_validation(where, job, module, dm)
     return replace(spec, val_metric=job.metric["name"] if job.metric else "",
@@ -235,6 +242,8 @@ def run_jobs(cfg: DictConfig, out: Path, method_plans) -> dict:
     for m in methods:
         load_method_cfg(m)  # unknown names fail before any work
     label = f"jobs file {source}" if isinstance(cfg.jobs, str) else "jobs"
+    for job in jobs:  # every job's classes are of the right kind before any job's class is called
+        check_targets(job, label)
     specs = [check_job(i, job, label, int(sim["obs_every"])) for i, job in enumerate(jobs)]
     notes = [note] if note else []
     if note:

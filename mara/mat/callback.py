@@ -137,4 +137,6 @@ class ValidationCallback(L.Callback):
 
     def load_state_dict(self, state: dict) -> None:
         self.best_score, self.best_iteration = state["best_score"], state["best_iteration"]
-        self.best_path, self.baselines, self.history = state["best_path"], state["baselines"], state["history"]
+        self.baselines, self.history = state["baselines"], state["history"]
+        # this folder's best.ckpt: a run folder copied or moved before it resumed keeps using its own files
+        self.best_path = str(self.dirpath / "best.ckpt") if state["best_path"] else None

@@ -14,6 +14,32 @@ from mara.report.paper import copy_figures_for_readme, readme_markdown, write_re
 from mara.report.sections import figure_link, figures_dir, replace_section
 
 
+#: the JSON files a report reads (those present), each a JSON object; the results files hold rows of method results
+REPORT_INPUTS = ("evaluation/results.json", "stress/results.json", "prediction/prediction.json", "stage_timings.json")
+
+
+def check_inputs(run: Path) -> None:
+    """Every JSON file the report reads parses and has the shape it reads: one ValueError line naming the file."""
+    import json
+
+    files = [run / f for f in REPORT_INPUTS] + sorted((run / "policy").glob("*/seed*/DONE.json"))
+    for path in files:
+        if not path.exists():
+            continue
+        try:
+            data = json.loads(path.read_text())
+        except (ValueError, OSError) as exc:  # truncated, not UTF-8, unreadable
+            raise ValueError(f"{path} is not a readable JSON file ({exc}): rerun the stage that writes it") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path} holds a JSON {type(data).__name__}, not the object the run wrote")
+        if path.name == "results.json":
+            rows, summary = data.get("rows", []), data.get("summary", {})
+            if not isinstance(rows, list) or not all(isinstance(r, dict) and "method" in r for r in rows):
+                raise ValueError(f"{path}: rows must be a list of result rows, each naming its method")
+            if not isinstance(summary, dict):
+                raise ValueError(f"{path}: summary must be a mapping of methods to results")
+
+
 def main(argv: list[str] | None = None) -> int:
 
     args = sys.argv[1:] if argv is None else argv
@@ -27,7 +53,12 @@ def main(argv: list[str] | None = None) -> int:
         run = Path(str(cfg.run))
         if not (run / "evaluation" / "results.json").exists():
             raise FileNotFoundError(f"{run} holds no evaluation/results.json (not a finished experiment=paper run)")
-        paths = write_report(run)
+        check_inputs(run)
+        try:
+            paths = write_report(run)
+        except (KeyError, TypeError, AttributeError, IndexError) as exc:  # valid JSON of another shape, deeper down
+            raise ValueError(f"{run}: its results do not have the shape of a finished experiment=paper run's "
+                             f"({type(exc).__name__}: {exc})") from None
         print(f"wrote {paths['md']} and {paths['json']}")
         if cfg.get("readme"):
             readme = Path(str(cfg.readme))

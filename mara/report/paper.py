@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mara.core.jobs import done_info
 from mara.core.files import write_text_atomic
 from mara.eval.metrics import summarize
 from mara.report import paper_numbers as P
@@ -240,7 +241,7 @@ def build_report(run: Path, timings: dict | None = None) -> dict:
         "figures": {},
     }
     trainings = sorted((run / "policy").glob("*/seed*/DONE.json"))
-    rep["trainings"] = [json.loads(p.read_text()) for p in trainings]
+    rep["trainings"] = [done_info(p.parent) for p in trainings]  # its files resolved in this run folder
     return rep
 
 

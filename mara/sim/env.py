@@ -176,12 +176,19 @@ class Observation:
         return np.minimum(self.n_obs, WARMUP_OBS) / WARMUP_OBS
 
 
+def _is_whole(v) -> bool:
+    """A finite whole number (not a bool, a string, NaN or infinity)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        return False
+    return bool(np.isfinite(v)) and int(v) == v
+
+
 def check_node_options(node_speed, switch_cost, n_nodes: int, obs_every: int):
     """Validated ``(node_speed [M] int64 or None, switch_cost int)``; None = every node at speed 1.
 
     One-line ``ValueError`` for a wrong length, a non-integer or non-positive speed, a speed above
     ``obs_every``, or a negative / non-integer switch cost. All-ones speeds normalise to None."""
-    if isinstance(switch_cost, bool) or switch_cost is None or int(switch_cost) != switch_cost:
+    if not _is_whole(switch_cost):
         raise ValueError(f"sim.switch_cost must be an integer >= 0, got {switch_cost!r}")
     if switch_cost < 0:
         raise ValueError(f"sim.switch_cost must be >= 0 (steps lost per move or resume), got {switch_cost}")
@@ -193,7 +200,7 @@ def check_node_options(node_speed, switch_cost, n_nodes: int, obs_every: int):
     if len(sp) != n_nodes:
         raise ValueError(f"sim.node_speed must have one entry per node (sim.nodes = {n_nodes}), got {len(sp)}")
     for v in sp:
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or int(v) != v:
+        if not _is_whole(v):
             raise ValueError(f"sim.node_speed entries must be integers (batches per step; fractional speeds are not supported), got {v!r}")
         if v < 1:
             raise ValueError(f"sim.node_speed entries must be >= 1, got {v}")
