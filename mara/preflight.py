@@ -33,7 +33,8 @@ from mara.curves.bank import default_bank_path, shipped_bank_path
 from mara.eval.policy_fit import check_policy_fit, policy_facts
 from mara.eval.runner import check_number, node_options
 from mara.mat.allocator import read_policy_checkpoint
-from mara.mat.train import checkpoint_method, trained_method, with_run_policy
+from mara.mat.train import checkpoint_method, with_run_policy
+from mara.train_settings import trained_method
 from mara.predictors.fm import load_net
 from mara.predictors.protocol import WARMUP_OBS
 from mara.predictors.quantile_head import check_cold_band, load_heads
