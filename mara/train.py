@@ -78,7 +78,7 @@ def predictor_stage(run: RunSettings) -> tuple[RunSettings, dict | None]:
         return run, None
     folder = Path(run.folder) / "predictor"
     fit = replace(fit, output_dir=str(folder))
-    result = run_settled_stage(folder, lambda _: train_predictor(fit), run.settings.records["predictor"], "predictor")
+    result = run_settled_stage(folder, lambda _: train_predictor(fit), run.settings.record("predictor"), "predictor")
     ckpt = result.get("fm_ckpt")
     return (run.with_predictor_ckpt(ckpt) if ckpt else run), result
 
@@ -91,7 +91,7 @@ def policy_stage(run: RunSettings) -> dict:
     folder = Path(run.folder) / "policy"
     policy = replace(policy, output_dir=str(folder))
     return run_settled_stage(folder, lambda resume: train_policy(policy if resume is None else policy.resumed(resume)),
-                             run.settings.records["policy"], "policy", resume_file="checkpoints/last.ckpt",
+                             run.settings.record("policy"), "policy", resume_file="checkpoints/last.ckpt",
                              resume_given=bool(policy.ckpt_path))
 
 

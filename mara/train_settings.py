@@ -65,6 +65,10 @@ class TrainSettings:
     predictor_key: str | None = None
     records: dict = field(default_factory=dict)
 
+    def record(self, stage: str) -> dict:
+        """``stage``'s settings as its run folder records them."""
+        return self.records[stage]
+
     def runs(self, stage: str) -> bool:
         """Whether this run runs ``stage``."""
         return self.stage in ("all", stage)

@@ -43,11 +43,8 @@ class FlowFitSettings:
     n_samples: int = 8
     n_steps: int = 4
     coverage: float = 0.8
+    obs_every: int = 10
     config: dict = field(default_factory=dict)
-
-    @property
-    def obs_every(self) -> int:
-        return self.data.get("obs_every", 10)
 
     @classmethod
     def from_config(cls, pc: Mapping) -> "FlowFitSettings":
@@ -55,7 +52,7 @@ class FlowFitSettings:
         inf, band = pc.get("inference") or {}, pc.get("band") or {}
         return cls(net=dict(pc["net"]), data=dict(pc["data"]), train=FitSettings.from_config(pc["train"]),
                    n_samples=inf.get("n_samples", 8), n_steps=inf.get("n_steps", 4),
-                   coverage=float(band.get("coverage", 0.8)), config=dict(pc))
+                   coverage=float(band.get("coverage", 0.8)), obs_every=pc["data"].get("obs_every", 10), config=dict(pc))
 
 
 @dataclass(frozen=True)
@@ -76,6 +73,19 @@ class HeadFitSettings:
         return cls(net=dict(pc["net"]), train_examples=dc["train_examples"], val_examples=dc["val_examples"],
                    batch_size=dc["batch_size"], obs_every=dc["obs_every"],
                    train=FitSettings.from_config(pc["train"], monitor="val/pinball"))
+
+
+def trainer_from_config(trainer: Mapping | None) -> dict:
+    """The Lightning Trainer's arguments as configured, with the defaults of a predictor's fit: CPU, one device, DDP
+    (gloo on CPU) for several devices."""
+    kw = dict(trainer or {})
+    kw.setdefault("accelerator", "cpu")
+    kw.setdefault("devices", 1)
+    devices = kw["devices"]
+    n = devices if isinstance(devices, int) else (len(devices) if isinstance(devices, (list, tuple)) else 1)
+    if n > 1 and "strategy" not in kw:
+        kw["strategy"] = "ddp"  # gloo on CPU
+    return kw
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
-from omegaconf import OmegaConf
 from torch.utils.data import DataLoader, TensorDataset
 
 from mara.core.config import conf_dir, plain_config
@@ -127,6 +126,8 @@ def fit_quantile_head(bank, fit: HeadFitSettings, out, seed: int = 0) -> dict:
 def settings_from_cli(argv: list[str]) -> tuple[HeadFitSettings, str | None, str, int]:
     """The command line's (fit settings, bank path, output folder, seed): conf/predictor/qr.yaml under ``predictor``,
     ``key=value`` over it."""
+    from omegaconf import OmegaConf
+
     base = OmegaConf.create({"seed": 0, "bank": {"path": None}, "paths": {"output_dir": "outputs/qr"},
                              "predictor": OmegaConf.load(conf_dir("predictor", "qr.yaml"))})
     plain = plain_config(OmegaConf.merge(base, OmegaConf.from_dotlist(argv)))

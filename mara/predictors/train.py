@@ -15,29 +15,16 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
-from omegaconf import OmegaConf
-
 from mara.core.config import conf_dir, plain_config
 from mara.core.progress_callback import ProgressCallback
 from mara.core.runlog import log_hparams, setup_logging
 from mara.curves.bank import default_bank_path, load_bank
 from mara.predictors.data import CurveDataModule, observe, true_remaining
 from mara.core.safe_load import load_checkpoint
-from mara.predictors.fit_settings import FlowFitSettings, PredictorTraining
+from mara.predictors.fit_settings import FlowFitSettings, PredictorTraining, trainer_from_config
 from mara.predictors.fm import FlowPredictor, novelty_stats, save_checkpoint
 from mara.predictors.module import FlowPredictorModule
 from mara.predictors.uncertainty import conformal_offset
-
-
-def _trainer_kwargs(trainer: dict | None) -> dict:
-    kw = dict(trainer or {})
-    kw.setdefault("accelerator", "cpu")
-    kw.setdefault("devices", 1)
-    devices = kw["devices"]
-    n = devices if isinstance(devices, int) else (len(devices) if isinstance(devices, (list, tuple)) else 1)
-    if n > 1 and "strategy" not in kw:
-        kw["strategy"] = "ddp"  # gloo on CPU
-    return kw
 
 
 def train_predictor(settings: PredictorTraining) -> dict:
@@ -67,8 +54,8 @@ def fit_flow(bank, fit: FlowFitSettings, trainer: dict | None, out: Path, seed: 
     callbacks = [ckpt_cb, EarlyStopping(monitor=monitor, mode="min", patience=tc.patience),
                  ProgressCallback("predictor (FM)")]
     logger = TensorBoardLogger(str(out), name="tensorboard", default_hp_metric=False)
-    kw = _trainer_kwargs(trainer)
-    kw.setdefault("max_epochs", tc.max_epochs)  # the shipped checkpoint: 50 epochs (~8 min on 1 core)
+    kw = trainer_from_config(trainer)
+    max_epochs = kw.setdefault("max_epochs", tc.max_epochs)  # the shipped checkpoint: 50 epochs (~8 min on 1 core)
     kw.setdefault("gradient_clip_val", tc.gradient_clip_val)
     kw.setdefault("enable_model_summary", False)
     trainer = L.Trainer(callbacks=callbacks, logger=logger, default_root_dir=str(out),
@@ -92,7 +79,7 @@ def fit_flow(bank, fit: FlowFitSettings, trainer: dict | None, out: Path, seed: 
                                   extra={"bank": str(bank.path), "seed": seed, **result, "novelty": novelty})
         result["fm_ckpt"] = str(fm_path)
         log_hparams(out / "tensorboard", {"predictor": fit.config, "seed": seed,
-                                          "max_epochs": int(kw["max_epochs"])}, result)
+                                          "max_epochs": int(max_epochs)}, result)
     return result
 
 
@@ -138,6 +125,8 @@ def calibrate_band(net, fit: FlowFitSettings, dm) -> dict:
 
 def settings_from_cli(argv: list[str]) -> PredictorTraining:
     """The command line's settings: conf/predictor/fm.yaml under ``predictor``, YAML files and ``key=value`` over it."""
+    from omegaconf import OmegaConf
+
     base = OmegaConf.create({"seed": 0, "bank": {"path": None}, "trainer": {}, "paths": {"output_dir": "outputs/predictor"}})
     pred_yaml = conf_dir("predictor", "fm.yaml")
     if pred_yaml.exists():
