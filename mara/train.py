@@ -21,7 +21,7 @@ from mara.core.config import ConfigError, is_learned, load_method_cfg
 from mara.core.rundir import run_folder, run_settled_stage
 from mara.core.runlog import log
 from mara.evaluate import all_methods_failed, evaluate
-from mara.mat.train import checkpoint_method, train_policy, with_run_policy
+from mara.mat.train import check_policy_files, checkpoint_method, train_policy, with_run_policy
 from mara.pipelines.paper import run_paper
 from mara.predictors.train import train_predictor
 from mara.preflight import preflight
@@ -38,6 +38,8 @@ def before_any_work(cfg: DictConfig) -> TrainSettings:
         if not torch.cuda.is_available():
             raise ConfigError(f"trainer.accelerator={settings.accelerator} (trainer=gpu) but torch sees no CUDA GPU; "
                               "use trainer=cpu")
+    if settings.policy is not None and settings.runs("policy"):
+        check_policy_files(settings.policy)
     preflight(cfg, "train")
     return settings
 
@@ -59,7 +61,9 @@ def run_stages(run: RunSettings) -> dict:
     settings, out = run.settings, Path(run.folder)
     result: dict = {"output_dir": str(out)}
     if settings.runs("predictor"):
-        run, result["predictor"] = predictor_stage(run)
+        run, trained = predictor_stage(run)
+        if trained is not None:
+            result["predictor"] = trained
     if settings.runs("policy"):
         result["policy"] = policy_stage(run)
     if settings.runs("evaluate"):

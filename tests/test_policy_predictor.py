@@ -178,7 +178,7 @@ def test_run_predictor_key_carries_the_run_predictor(tmp_path):
     """A run's own predictor settings (a fresh FM checkpoint, a command-line override) reach its policy's evaluation."""
     from mara.train_settings import RunSettings, evaluation_config, parse, run_predictor_key
 
-    cfg = _compose("predictor=qr_q", "predictor.ckpt_path=/my/head.ckpt")
+    cfg = _compose("predictor=qr_q", "predictor.ckpt_path=/my/head.ckpt", "stage=evaluate")
     assert run_predictor_key(cfg) == "qr_q" and cfg.predictors.qr_q.ckpt_path is None
     settings = parse(cfg)
     run = RunSettings(settings, str(tmp_path), cfg, settings.predictor_config, settings.policy)

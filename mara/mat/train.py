@@ -65,13 +65,19 @@ def check_init_from(settings: MatSettings) -> None:
                               f"{diff or ['rollout.scale']}): start from a policy of this recipe")
 
 
+def check_policy_files(settings: MatSettings) -> None:
+    """Before any work: the checkpoint a training resumes from and the policy it starts from (``init_from``) are
+    what they claim to be, read as data (one ``CheckpointError`` line otherwise)."""
+    if settings.ckpt_path:
+        check_resume_checkpoint(settings.ckpt_path)
+    check_init_from(settings)
+
+
 def train_policy(settings: MatSettings, callbacks: list | None = None) -> dict:
     """Train the MAT policy of ``settings``; returns the best checkpoint path and validation metrics."""
 
     setup_logging()
-    if settings.ckpt_path:
-        check_resume_checkpoint(settings.ckpt_path)
-    check_init_from(settings)
+    check_policy_files(settings)  # again here: a resumed stage finds its checkpoint only when it starts
     st = settings
     out = Path(st.output_dir or f"outputs/mat/{st.predictor_name}_{st.reward}_seed{st.seed}_{time.strftime('%Y-%m-%d_%H-%M-%S')}")
     L.seed_everything(st.seed, workers=True, verbose=False)
