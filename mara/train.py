@@ -123,7 +123,8 @@ def evaluated_methods(run: RunSettings, trained: str | None, policy_ckpt: str | 
                 log.warning(f"skipping {m} in the evaluation (no trained policy checkpoint)")
                 continue
             if policy_ckpt and m == trained:
-                overrides.setdefault(m, {})["checkpoints"] = [{"train_seed": run.settings.seed, "ckpt_path": str(policy_ckpt)}]
+                own = {"train_seed": run.settings.seed, "ckpt_path": str(policy_ckpt)}
+                overrides.setdefault(m, {})["checkpoints"] = [own]
                 overrides[m]["predictor"] = run.predictor_key  # the policy runs on the predictor it was trained with
             elif not overrides.get(m, {}).get("checkpoints"):
                 log.warning(f"skipping {m} (this run's policy is {trained})")

@@ -189,8 +189,8 @@ def _suite_entry(i: int, s) -> SuiteEntry:
     if speed is not None and len(speed) != m:
         raise ConfigError(f"mat.imitation.suite[{i}]: node_speed has {len(speed)} entries for {m} nodes")
     cost = s.get("switch_cost")
-    return SuiteEntry(m, k, None if speed is None else tuple(int(x) for x in speed), None if cost is None else int(cost),
-                      None if s.get("teacher") is None else str(s["teacher"]))
+    return SuiteEntry(m, k, None if speed is None else tuple(int(x) for x in speed),
+                      None if cost is None else int(cost), None if s.get("teacher") is None else str(s["teacher"]))
 
 
 def mat_settings(cfg: DictConfig) -> MatSettings:
@@ -204,7 +204,8 @@ def mat_settings(cfg: DictConfig) -> MatSettings:
         raise ConfigError(str(exc)) from None
     sim_settings = SimSettings(nodes=int(sim["n_nodes"]), max_active=int(sim["max_active"]), steps=int(sim["n_steps"]),
                                obs_every=int(sim["obs_every"]), beta=sim["beta"],
-                               node_speed=None if speed is None else tuple(int(x) for x in speed), switch_cost=int(cost))
+                               node_speed=None if speed is None else tuple(int(x) for x in speed),
+                               switch_cost=int(cost))
     im = dict(c.get("imitation") or {})
     im["suite"] = tuple(_suite_entry(i, s) for i, s in enumerate(im.get("suite") or []))
     wl = dict(c["workload"])
@@ -216,8 +217,10 @@ def mat_settings(cfg: DictConfig) -> MatSettings:
     settings = MatSettings(
         net=dict(c["net"]), sim=sim_settings, ppo=_section(PPOSettings, "mat.ppo", c["ppo"]),
         rollout=_section(RolloutSettings, "mat.rollout", c["rollout"]),
-        workload=_section(WorkloadSettings, "mat.workload", wl), validation=_section(ValidationSettings, "mat.validation", val),
-        imitation=_section(ImitationSettings, "mat.imitation", im), trainer=_section(TrainerSettings, "mat.trainer", c["trainer"]),
+        workload=_section(WorkloadSettings, "mat.workload", wl),
+        validation=_section(ValidationSettings, "mat.validation", val),
+        imitation=_section(ImitationSettings, "mat.imitation", im),
+        trainer=_section(TrainerSettings, "mat.trainer", c["trainer"]),
         reward=c.get("reward", "dense"), predictor={"name": pred} if isinstance(pred, str) else pred,
         bank_path=c.get("bank_path"), seed=int(c.get("seed", 0)), total_env_steps=c["total_env_steps"],
         num_threads=c.get("num_threads", 1), init_from=c.get("init_from"), ckpt_path=c.get("ckpt_path"),
@@ -262,16 +265,16 @@ def check_teacher_predictor(settings: MatSettings) -> None:
             why = None if reads_same_median_and_upper(given, predictor_config(wants)) else why
         if why or pred is None:
             have = None if pred is None else pred["name"]
-            raise ConfigError(f"mat.imitation.teacher={teacher} reads predictor {wants!r} but this policy is trained "
-                              f"with {have!r}: give the same predictor (e.g. `mat=default predictor=qr_q`) or a teacher "
-                              f"made for {have!r}")
+            raise ConfigError(f"mat.imitation.teacher={teacher} reads predictor {wants!r} but this policy is "
+                              f"trained with {have!r}: give the same predictor (e.g. `mat=default predictor=qr_q`) "
+                              f"or a teacher made for {have!r}")
 
 
 def reads_same_median_and_upper(a, b) -> bool:
     """Two predictor configs of one kind and checkpoint whose bands share the median and the upper end."""
     band_a, band_b = (list(plain_config(x.get("band")) or []) for x in (a, b))
-    return (a.get("name") == b.get("name") and a.get("ckpt_path") == b.get("ckpt_path") and len(band_a) == len(band_b) == 3
-            and band_a[1:] == band_b[1:])
+    return (a.get("name") == b.get("name") and a.get("ckpt_path") == b.get("ckpt_path")
+            and len(band_a) == len(band_b) == 3 and band_a[1:] == band_b[1:])
 
 
 def trained_method(cfg: DictConfig) -> str:
@@ -293,7 +296,8 @@ def run_predictor_key(cfg: DictConfig) -> str | None:
         pass
     preds = cfg.get("predictors") or {}
     if key is None:
-        same = [k for k, v in preds.items() if v is not None and v.get("name") == pred.name and v.get("band") == pred.get("band")]
+        same = [k for k, v in preds.items()
+                if v is not None and v.get("name") == pred.name and v.get("band") == pred.get("band")]
         key = same[0] if same else str(pred.name)
     return key
 
@@ -367,5 +371,5 @@ def evaluation_config(run: RunSettings, methods: list[str], overrides: dict) -> 
         if key is not None and any((o or {}).get("predictor") == key for o in overrides.values()):
             if "predictors" not in ecfg:
                 ecfg.predictors = {}
-            ecfg.predictors[key] = run.predictor_config  # it may carry this run's FM checkpoint or command-line overrides
+            ecfg.predictors[key] = run.predictor_config  # may carry this run's FM checkpoint or command-line overrides
     return ecfg

@@ -35,7 +35,8 @@ def test_hetero_qr_recipe_composes_and_matches_slack_qr():
     assert teacher.quantile is None and c["net"]["token_q"] == 0.5 == head_band[1]
     assert list(c["net"]["token_band"]) == list(teacher.band) == [head_band[0], head_band[2]]
     # everything else is the same tokens on the FM band cloning Slack-FM-q
-    base = _resolved("predictor=fm", "mat.imitation.teacher=Slack-FM-q", "~mat.net.token_q", "~mat.net.token_band").recorded()
+    base = _resolved("predictor=fm", "mat.imitation.teacher=Slack-FM-q", "~mat.net.token_q",
+                     "~mat.net.token_band").recorded()
     strip = lambda d: {k: v for k, v in d.items() if k not in ("predictor", "imitation", "net")}
     assert strip(c) == strip(base)
     assert {k: v for k, v in c["net"].items() if not k.startswith("token_")} == base["net"]

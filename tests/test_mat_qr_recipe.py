@@ -33,7 +33,7 @@ def test_qr_recipe_is_band_with_the_head_and_its_rule():
     from mara.train_settings import mat_settings
     from mara.predictors.factory import predictor_config
 
-    qr = mat_settings(_compose("mat=default")).recorded()  # the `default` recipe (MARA-QR) on the default predictor qr_q
+    qr = mat_settings(_compose("mat=default")).recorded()  # the `default` recipe (MARA-QR) on the default qr_q
     band = mat_settings(_compose("experiment=band")).recorded()
     assert qr["predictor"]["name"] == "qr" and list(qr["predictor"]["band"]) == [0.05, 0.5, 0.9]
     assert qr["imitation"]["teacher"] == "Slack-QR-q"

@@ -76,8 +76,8 @@ def test_suite_settings_loads_and_sim():
     from mara.mat.suite import scaled_loads, setting_sim, suite_settings
     from mara.sim.settings import SimSettings
 
-    im = _suite_recipe([{"nodes": 14, "max_active": 20},
-                        {"nodes": 3, "max_active": 5, "node_speed": [2, 1, 1], "switch_cost": 2, "teacher": "Slack-QR"}]).imitation
+    im = _suite_recipe([{"nodes": 14, "max_active": 20}, {"nodes": 3, "max_active": 5, "node_speed": [2, 1, 1],
+                                                          "switch_cost": 2, "teacher": "Slack-QR"}]).imitation
     s = suite_settings(im, "Slack-QR-q")
     assert [x.teacher for x in s] == ["Slack-QR-q", "Slack-QR"] and s[1].node_speed == (2, 1, 1)
     assert im.recorded()["suite"][0] == {"nodes": 14, "max_active": 20}  # the checkpoint records the suite as given
@@ -142,7 +142,6 @@ def test_displace_placement_of_a_policy_is_slack_qr_displace():
 
 
 def test_suite_teachers_checked_against_the_policy_predictor():
-    from omegaconf import OmegaConf
 
     from mara.core.config import ConfigError
     from mara.predictors.factory import predictor_config
@@ -150,7 +149,7 @@ def test_suite_teachers_checked_against_the_policy_predictor():
 
     cfg = load_recipe("suite")
     cfg.predictor = predictor_config("qr_q")
-    check_teacher_predictor(mat_settings(cfg))  # Slack-QR-displace reads the head's median and upper end: the same under qr_q
+    check_teacher_predictor(mat_settings(cfg))  # Slack-QR-displace reads the head's median and upper end: as qr_q
     cfg.imitation.suite[0].teacher = "Slack-QR-q"
     cfg.predictor = predictor_config("qr")  # Slack-QR-q's 0.05 level is not in qr's band
     with pytest.raises(ConfigError, match="Slack-QR-q reads predictor 'qr_q'"):
@@ -267,7 +266,6 @@ def test_ppo_starts_from_a_given_policy_instead_of_the_imitation(tmp_path):
 
 
 def test_suite_rollout_or_validation_without_a_suite_is_a_config_error():
-    from omegaconf import OmegaConf
 
     from mara.core.config import ConfigError
     from mara.mat.train import validation_settings

@@ -112,7 +112,8 @@ def test_teacher_must_read_the_policy_predictor(tmp_path):
         check_teacher_predictor(mat_settings(_compose("predictor=qr")))  # the head, another band
     check_teacher_predictor(mat_settings(_compose()))
     check_teacher_predictor(mat_settings(_compose("experiment=band")))  # Slack-FM-q on the FM
-    check_teacher_predictor(mat_settings(_compose("experiment=band", "mat.imitation.teacher=Slack-Truth")))  # the privileged teacher reads the simulator
+    # the privileged teacher reads the simulator
+    check_teacher_predictor(mat_settings(_compose("experiment=band", "mat.imitation.teacher=Slack-Truth")))
     check_teacher_predictor(mat_settings(_compose("mat=paper", "predictor=fm")))  # no imitation
     # from the command line: refused before the predictor stage writes anything
     p = _run("-m", "mara.train", "predictor=fm", f"hydra.run.dir={tmp_path}/run")

@@ -122,7 +122,8 @@ def test_the_check_finds_a_key_read(tmp_path):
     """The scan is not blind: a dict-key read of a setting and a config import in a training module are found."""
     mod = tmp_path / "mara" / "mat" / "crept.py"
     mod.parent.mkdir(parents=True)
-    mod.write_text("from omegaconf import DictConfig\n\ndef f(c):\n    return c['sim']['n_nodes'] + c.get('dagger_rounds')\n")
+    mod.write_text("from omegaconf import DictConfig\n\n"
+                   "def f(c):\n    return c['sim']['n_nodes'] + c.get('dagger_rounds')\n")
     found = key_reads(mod, settings_keys(), tmp_path) + config_uses(mod, tmp_path)
     assert len(found) == 4, found  # 'sim', 'n_nodes', 'dagger_rounds' and the import
 
@@ -133,8 +134,8 @@ def test_the_entry_point_hands_its_config_on_unread():
     tree = ast.parse(ENTRY.read_text())
     passed = {id(a) for node in ast.walk(tree) if isinstance(node, ast.Call)
               for a in [*node.args, *(k.value for k in node.keywords)]}
-    reads = [node.lineno for node in ast.walk(tree)
-             if isinstance(node, ast.Name) and node.id == "cfg" and isinstance(node.ctx, ast.Load) and id(node) not in passed]
+    reads = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Name) and node.id == "cfg"
+             and isinstance(node.ctx, ast.Load) and id(node) not in passed]
     assert not reads, f"mara/train.py reads its config at lines {reads}"
     assert key_reads(ENTRY, settings_keys()) == []
 

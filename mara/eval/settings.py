@@ -13,7 +13,7 @@ Predictor and method configs stay configs: they are the predictors' and methods'
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
 from omegaconf import DictConfig, OmegaConf
 

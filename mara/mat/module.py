@@ -48,7 +48,8 @@ class MATModule(L.LightningModule):
         self.init_from = None if settings.ckpt_path else settings.init_from  # a resumed run has its weights
         self.save_hyperparameters(settings.recorded())
         self.automatic_optimization = False
-        self.policy = MATPolicy(n_slots=settings.sim.max_active, n_nodes=settings.sim.nodes, **recorded_net(settings.net))
+        self.policy = MATPolicy(n_slots=settings.sim.max_active, n_nodes=settings.sim.nodes,
+                                **recorded_net(settings.net))
         self.env: TrainingEnv | None = None  # built per rank in setup()
         self.fm_cache = None  # FlowSampleCache of this rank, shared by its training, imitation and validation envs
         self.generator: torch.Generator | None = None
@@ -75,7 +76,8 @@ class MATModule(L.LightningModule):
         if self._pending_env_state is not None:
             self._restore_env(self._pending_env_state)
         elif self.init_from and not getattr(self, "initialised", False):
-            self.policy.load_state_dict(policy_weights(read_policy_checkpoint(self.init_from)))  # instead of the imitation
+            # PPO from a trained policy's weights, instead of the imitation
+            self.policy.load_state_dict(policy_weights(read_policy_checkpoint(self.init_from)))
             self.initialised = True
         elif self.imitation is not None and self.imitation.enabled and not getattr(self, "imitation_report", None):
             self.imitation_report = self.warm_start(bank, predictor)

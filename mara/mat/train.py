@@ -79,7 +79,8 @@ def train_policy(settings: MatSettings, callbacks: list | None = None) -> dict:
     setup_logging()
     check_policy_files(settings)  # again here: a resumed stage finds its checkpoint only when it starts
     st = settings
-    out = Path(st.output_dir or f"outputs/mat/{st.predictor_name}_{st.reward}_seed{st.seed}_{time.strftime('%Y-%m-%d_%H-%M-%S')}")
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    out = Path(st.output_dir or f"outputs/mat/{st.predictor_name}_{st.reward}_seed{st.seed}_{stamp}")
     L.seed_everything(st.seed, workers=True, verbose=False)
     module = MATModule(st)
     tr = st.trainer

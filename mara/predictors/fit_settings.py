@@ -52,7 +52,8 @@ class FlowFitSettings:
         inf, band = pc.get("inference") or {}, pc.get("band") or {}
         return cls(net=dict(pc["net"]), data=dict(pc["data"]), train=FitSettings.from_config(pc["train"]),
                    n_samples=inf.get("n_samples", 8), n_steps=inf.get("n_steps", 4),
-                   coverage=float(band.get("coverage", 0.8)), obs_every=pc["data"].get("obs_every", 10), config=dict(pc))
+                   coverage=float(band.get("coverage", 0.8)), obs_every=pc["data"].get("obs_every", 10),
+                   config=dict(pc))
 
 
 @dataclass(frozen=True)

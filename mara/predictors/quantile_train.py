@@ -131,7 +131,8 @@ def settings_from_cli(argv: list[str]) -> tuple[HeadFitSettings, str | None, str
     base = OmegaConf.create({"seed": 0, "bank": {"path": None}, "paths": {"output_dir": "outputs/qr"},
                              "predictor": OmegaConf.load(conf_dir("predictor", "qr.yaml"))})
     plain = plain_config(OmegaConf.merge(base, OmegaConf.from_dotlist(argv)))
-    return HeadFitSettings.from_config(plain["predictor"]), plain["bank"]["path"], plain["paths"]["output_dir"], int(plain["seed"])
+    return (HeadFitSettings.from_config(plain["predictor"]), plain["bank"]["path"], plain["paths"]["output_dir"],
+            int(plain["seed"]))
 
 
 def _cli(argv: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""``train_predictor(settings) -> dict``: train the flow predictor with Lightning (DDP-capable), export a plain checkpoint.
+"""``train_predictor(settings) -> dict``: train the flow predictor with Lightning (DDP-capable), export a checkpoint.
 
 ``settings``: a ``PredictorTraining`` (mara/predictors/fit_settings.py) — the FM's fit settings, the bank (None: the
 shipped one), the seed, the Lightning trainer's arguments (max_epochs, devices, accelerator, ...) and the output
@@ -135,8 +135,9 @@ def settings_from_cli(argv: list[str]) -> PredictorTraining:
     for f in files:
         base = OmegaConf.merge(base, OmegaConf.load(f))
     plain = plain_config(OmegaConf.merge(base, OmegaConf.from_dotlist([a for a in argv if a not in files])))
-    return PredictorTraining(flow=FlowFitSettings.from_config(plain["predictor"]), output_dir=plain["paths"]["output_dir"],
-                             bank_path=plain["bank"]["path"], seed=int(plain["seed"]), trainer=plain["trainer"] or {})
+    return PredictorTraining(flow=FlowFitSettings.from_config(plain["predictor"]),
+                             output_dir=plain["paths"]["output_dir"], bank_path=plain["bank"]["path"],
+                             seed=int(plain["seed"]), trainer=plain["trainer"] or {})
 
 
 def _cli(argv: list[str]) -> None:

@@ -31,7 +31,8 @@ def node_options(sim) -> dict:
     speed = plain_config(sim.get("node_speed"))
     cost = sim.get("switch_cost", 0)
     try:
-        speed, cost = check_node_options(speed, 0 if cost is None else cost, int(sim.get("nodes", 7)), int(sim.get("obs_every", 10)))
+        speed, cost = check_node_options(speed, 0 if cost is None else cost, int(sim.get("nodes", 7)),
+                                         int(sim.get("obs_every", 10)))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     return {"node_speed": speed, "switch_cost": cost}
