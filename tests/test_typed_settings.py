@@ -158,3 +158,33 @@ def test_settings_are_frozen_and_recorded_as_before():
     assert settings.predictor is None  # the decision head trains elsewhere: nothing to train in the predictor stage
     fm = parse(cfg_for("train", ["experiment=smoke"]))
     assert fm.predictor.flow.data["train_examples"] == 256 and fm.predictor.flow.train.patience == 1
+
+
+@pytest.mark.parametrize("recipe", sorted(p.stem for p in (ROOT / "conf" / "mat").glob("*.yaml")))
+def test_every_bare_recipe_parses(recipe):
+    """A bare conf/mat recipe (the bench's and the tests') parses; its string predictor becomes ``{name}``."""
+    from mara.train_settings import load_recipe, mat_settings
+
+    settings = mat_settings(load_recipe(recipe))
+    assert settings.predictor is None or set(settings.predictor) == {"name"}
+    assert settings.recorded()["net"]["decoder"] in ("autoregressive", "plackett_luce")
+
+
+def test_an_unknown_recipe_setting_is_one_line():
+    from mara.core.config import ConfigError
+    from mara.train_settings import load_recipe, mat_settings
+
+    cfg = load_recipe("band")
+    cfg.ppo.learning_rate = 1e-3
+    with pytest.raises(ConfigError, match="mat.ppo: unknown setting learning_rate"):
+        mat_settings(cfg)
+
+
+def test_the_predictor_command_lines_parse_into_fit_settings():
+    from mara.predictors import quantile_train, train
+
+    flow = train.settings_from_cli(["seed=3", "predictor.train.patience=2", "paths.output_dir=/tmp/x"])
+    assert flow.seed == 3 and flow.flow.train.patience == 2 and flow.output_dir == "/tmp/x"
+    assert flow.flow.data["n_bins"] == flow.flow.net["n_bins"]  # interpolations resolved
+    head, bank, out, seed = quantile_train.settings_from_cli(["predictor.train.max_epochs=2"])
+    assert head.train.max_epochs == 2 and head.train.monitor == "val/pinball" and bank is None and seed == 0
