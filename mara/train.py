@@ -25,12 +25,22 @@ from mara.mat.train import check_policy_files, checkpoint_method, train_policy, 
 from mara.pipelines.paper import run_paper
 from mara.predictors.train import train_predictor
 from mara.preflight import preflight
-from mara.train_settings import RunSettings, TrainSettings, evaluation_config, parse, with_run_folder
+from mara.train_settings import (
+    RunSettings,
+    TrainSettings,
+    check_stage_and_reward,
+    evaluation_config,
+    parse,
+    with_run_folder,
+)
 
 
 def before_any_work(cfg: DictConfig) -> TrainSettings:
-    """The one check before any work: the config parsed into typed settings (every setting checked), then the shared
-    pre-flight of checkpoints, method overrides and folders. A mistake is one ``ConfigError`` line (exit 2)."""
+    """The one check before any work: the stage and reward names, the shared pre-flight (method names and overrides,
+    numbers, checkpoints, folders), then the config parsed into typed settings (every setting the stages read
+    checked) and the policy's checkpoints. A mistake is one ``ConfigError`` line (exit 2)."""
+    check_stage_and_reward(cfg)
+    preflight(cfg, "train")
     settings = parse(cfg)
     if settings.accelerator in ("gpu", "cuda"):
         import torch
@@ -40,7 +50,6 @@ def before_any_work(cfg: DictConfig) -> TrainSettings:
                               "use trainer=cpu")
     if settings.policy is not None and settings.runs("policy"):
         check_policy_files(settings.policy)
-    preflight(cfg, "train")
     return settings
 
 

@@ -78,14 +78,20 @@ class TrainSettings:
         return None if self.predictor_config is None else self.predictor_config.get("name")
 
 
-def parse(cfg: DictConfig) -> TrainSettings:
-    """The typed settings of a composed ``train`` config, every setting checked (one-line ``ConfigError``)."""
+def check_stage_and_reward(cfg: DictConfig) -> tuple[str, str]:
+    """``(stage, reward)``, each one of its names (one-line ``ConfigError`` otherwise)."""
     stage = cfg.get("stage", "all")
     if stage not in STAGES:
         raise ConfigError(f"stage must be one of {', '.join(STAGES)}, got {cfg.get('stage')!r}")
     reward = cfg.get("reward", "dense")
     if reward not in ("dense", "sparse"):
         raise ConfigError(f"reward must be 'dense' or 'sparse', got {cfg.reward!r}")
+    return stage, reward
+
+
+def parse(cfg: DictConfig) -> TrainSettings:
+    """The typed settings of a composed ``train`` config, every setting checked (one-line ``ConfigError``)."""
+    stage, reward = check_stage_and_reward(cfg)
     seed = check_number("seed", cfg.get("seed", 0), int)
     protocol_settings(cfg)  # sim.* and eval.*
     node_options(cfg.sim)  # node speeds / switch costs reach the policy stage (mat=hetero: v3 node features)

@@ -183,8 +183,8 @@ def test_an_unknown_recipe_setting_is_one_line():
 def test_the_predictor_command_lines_parse_into_fit_settings():
     from mara.predictors import quantile_train, train
 
-    flow = train.settings_from_cli(["seed=3", "predictor.train.patience=2", "paths.output_dir=/tmp/x"])
-    assert flow.seed == 3 and flow.flow.train.patience == 2 and flow.output_dir == "/tmp/x"
+    flow = train.settings_from_cli(["seed=3", "predictor.train.patience=2", "paths.output_dir=outputs/x"])
+    assert flow.seed == 3 and flow.flow.train.patience == 2 and flow.output_dir == "outputs/x"
     assert flow.flow.data["n_bins"] == flow.flow.net["n_bins"]  # interpolations resolved
     head, bank, out, seed = quantile_train.settings_from_cli(["predictor.train.max_epochs=2"])
     assert head.train.max_epochs == 2 and head.train.monitor == "val/pinball" and bank is None and seed == 0
