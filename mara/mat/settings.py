@@ -3,8 +3,8 @@
 ``MatSettings`` holds the recipe (conf/mat/*.yaml) with the pipeline's shared keys laid over it: the network, PPO,
 the rollout, the cluster (``SimSettings``, the evaluation's own), the training workload, the validation, the
 imitation warm start and the Lightning trainer. Every module of mara/mat reads these attributes; ``recorded()`` is
-what a policy checkpoint keeps of them (``hyper_parameters``), the same keys it always held, so shipped policies and
-new ones read alike.
+what a policy checkpoint keeps of them (``hyper_parameters``), the keys the shipped policies hold, so shipped and
+new policies read alike.
 """
 from __future__ import annotations
 
