@@ -34,14 +34,8 @@ from mara.eval.policy_fit import check_policy_fit, policy_facts
 from mara.eval.runner import check_number, node_options
 from mara.eval.settings import validate_sim_cfg
 from mara.mat.allocator import read_policy_checkpoint
-from mara.mat.train import (
-    check_init_from,
-    check_resume_checkpoint,
-    checkpoint_method,
-    resolve_config,
-    trained_method,
-    with_run_policy,
-)
+from mara.mat.train import check_init_from, check_resume_checkpoint, checkpoint_method, with_run_policy
+from mara.train_settings import mat_settings, trained_method
 from mara.predictors.fm import load_net
 from mara.predictors.protocol import WARMUP_OBS
 from mara.predictors.quantile_head import check_cold_band, load_heads
@@ -455,12 +449,12 @@ def check_stage_inputs(cfg: DictConfig) -> None:
         read_predictor_checkpoint(cfg.predictor, "predictor")
     if cfg.get("mat") is None or cfg.get("stage", "all") not in ("all", "policy"):
         return
-    c = resolve_config(cfg)
-    if c.get("ckpt_path"):
-        if not Path(str(c["ckpt_path"])).is_file():
-            raise ConfigError(f"ckpt_path={c['ckpt_path']}: no such MAT training checkpoint to resume from")
-        _named("ckpt_path", check_resume_checkpoint, c["ckpt_path"])
-    _named("mat.init_from", check_init_from, c)
+    settings = mat_settings(cfg)
+    if settings.ckpt_path:
+        if not Path(str(settings.ckpt_path)).is_file():
+            raise ConfigError(f"ckpt_path={settings.ckpt_path}: no such MAT training checkpoint to resume from")
+        _named("ckpt_path", check_resume_checkpoint, settings.ckpt_path)
+    _named("mat.init_from", check_init_from, settings)
 
 
 def _named(setting: str, check, *args) -> None:

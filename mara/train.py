@@ -1,190 +1,145 @@
 """``python -m mara.train``: the staged MARA pipeline (paper Algorithm 1) on the configured bank.
 
-Stages (``stage=all`` runs them in order):
-  ``predictor`` — train the flow-matching predictor (skipped for ``predictor=wls`` or a given
+The composed config is parsed once, before any work, into typed settings (mara/train_settings.py); the stages read
+only those. Stages (``stage=all`` runs them in order):
+  ``predictor`` — train the run's predictor where its kind trains here (the FM; skipped for other kinds or a given
                   ``predictor.ckpt_path``) → ``<run>/predictor/fm.ckpt``;
   ``policy``    — train the MAT allocator with PPO against the frozen predictor → ``<run>/policy/``;
   ``evaluate``  — evaluate the trained policy next to every baseline on identical episodes.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig
 
 from mara.core.cli import check_group_overrides, output_dir, run_cli
-from mara.core.config import ConfigError, load_method_cfg
-from mara.preflight import preflight
+from mara.core.config import ConfigError, is_learned, load_method_cfg
+from mara.core.rundir import run_folder, run_settled_stage
 from mara.core.runlog import log
-from mara.core.rundir import run_folder, run_stage
-from mara.eval.settings import check_number, node_options, protocol_settings
 from mara.evaluate import all_methods_failed, evaluate
-from mara.mat.train import (
-    check_teacher_predictor,
-    checkpoint_method,
-    resolve_config,
-    train_policy,
-    with_run_policy,
-)
+from mara.mat.train import check_policy_files, checkpoint_method, train_policy, with_run_policy
 from mara.pipelines.paper import run_paper
 from mara.predictors.train import train_predictor
-
-STAGES = ("all", "predictor", "policy", "evaluate")
-
-
-def _available(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
-
-
-def _stage_cfg(cfg: DictConfig, out: Path) -> DictConfig:
-    c = cfg.copy()
-    with open_dict(c):
-        c.paths.output_dir = str(out)
-    return c
+from mara.preflight import preflight
+from mara.train_settings import (
+    RunSettings,
+    TrainSettings,
+    check_stage_and_reward,
+    evaluation_config,
+    parse,
+    with_run_folder,
+)
 
 
-def _before_any_work(cfg: DictConfig) -> None:
-    """The stage and reward names, then the shared check of every setting, checkpoint and folder."""
-    if cfg.get("stage", "all") not in STAGES:
-        raise ConfigError(f"stage must be one of {', '.join(STAGES)}, got {cfg.get('stage')!r}")
-    if cfg.get("reward", "dense") not in ("dense", "sparse"):
-        raise ConfigError(f"reward must be 'dense' or 'sparse', got {cfg.reward!r}")
+def before_any_work(cfg: DictConfig) -> TrainSettings:
+    """The one check before any work: the stage and reward names, the shared pre-flight (method names and overrides,
+    numbers, checkpoints, folders), then the config parsed into typed settings (every setting the stages read
+    checked) and the policy's checkpoints. A mistake is one ``ConfigError`` line (exit 2)."""
+    check_stage_and_reward(cfg)
     preflight(cfg, "train")
-    check_run_config(cfg)
-
-
-@run_folder(stages=("predictor", "policy"), check=_before_any_work)  # one live run per folder; a rerun resumes
-def train(cfg: DictConfig) -> dict:
-    """Run the configured stages; returns a dict of what each stage produced."""
-    stage = cfg.get("stage", "all")
-    accelerator = str((cfg.get("trainer") or {}).get("accelerator", "cpu"))
-    if accelerator in ("gpu", "cuda"):
+    settings = parse(cfg)
+    if settings.accelerator in ("gpu", "cuda"):
         import torch
 
         if not torch.cuda.is_available():
-            raise ConfigError(f"trainer.accelerator={accelerator} (trainer=gpu) but torch sees no CUDA GPU; use trainer=cpu")
-    out = output_dir(cfg)
-    if cfg.get("experiment_kind") == "paper":
+            raise ConfigError(f"trainer.accelerator={settings.accelerator} (trainer=gpu) but torch sees no CUDA GPU; "
+                              "use trainer=cpu")
+    if settings.policy is not None and settings.runs("policy"):
+        check_policy_files(settings.policy)
+    return settings
 
-        return run_paper(cfg, out)
+
+def train(cfg: DictConfig) -> dict:
+    """The configured stages of ``cfg`` (parsed and checked once, before any work); a dict of what each produced."""
+    return _in_run_folder(cfg, before_any_work(cfg))
+
+
+@run_folder(stages=("predictor", "policy"))  # one live run per folder; a rerun resumes
+def _in_run_folder(cfg: DictConfig, settings: TrainSettings) -> dict:
+    if settings.paper:  # the paper's protocol: its own resumable job graph (mara/pipelines/paper.py)
+        return run_paper(cfg, output_dir(cfg))
+    return run_stages(with_run_folder(settings, cfg))
+
+
+def run_stages(run: RunSettings) -> dict:
+    """The recipe: predictor stage → policy stage → evaluation, each when the run's stage asks for it."""
+    settings, out = run.settings, Path(run.folder)
     result: dict = {"output_dir": str(out)}
-    run = lambda s: stage in ("all", s)  # noqa: E731
-    pred_name = cfg.predictor.get("name", "fm")
-    if stage in ("policy", "evaluate"):
-        _use_run_folder_checkpoints(cfg, out, stage)
-
-    if run("predictor") and pred_name == "fm" and not (stage == "all" and cfg.predictor.get("ckpt_path")):
-
-        result["predictor"] = run_stage(out / "predictor", train_predictor, _stage_cfg(cfg, out / "predictor"), "predictor")
-        ckpt = result["predictor"].get("fm_ckpt")
-        if ckpt:
-            with open_dict(cfg):
-                cfg.predictor.ckpt_path = ckpt
-                if "predictors" in cfg and "fm" in cfg.predictors:
-                    cfg.predictors.fm.ckpt_path = ckpt
-    elif run("predictor") and pred_name != "fm":  # the decision head does not read the FM: nothing to train first
-        log.info(f"predictor stage: nothing to train for predictor {pred_name!r} (its checkpoint is read as it is; "
-                 "the stage trains the FM, with predictor=fm)")
-
-    if run("policy"):
-        if not _available("mara.mat.train"):
-            raise ConfigError("the policy stage needs mara.mat (MAT-PPO), which this checkout does not have")
-
-        result["policy"] = run_stage(out / "policy", train_policy, _stage_cfg(cfg, out / "policy"), "policy",
-                                     resume_file="checkpoints/last.ckpt")
-
-    if run("evaluate"):
-
-        methods = []
-        overrides = OmegaConf.to_container(cfg.method_overrides, resolve=True) if cfg.get("method_overrides") else {}
-        policy_ckpt = (result.get("policy") or {}).get("best_ckpt") or cfg.get("policy_ckpt")
-        listed = list(cfg.methods)
-        trained = checkpoint_method(policy_ckpt) if policy_ckpt else None  # the policy this run evaluates
-        if trained:
-            listed = with_run_policy(listed, trained)
-        for m in listed:
-            if m.startswith("MARA"):
-                if not policy_ckpt and not overrides.get(m, {}).get("checkpoints"):
-                    log.warning(f"skipping {m} in the evaluation (no trained policy checkpoint)")
-                    continue
-                if policy_ckpt and m == trained:
-                    overrides.setdefault(m, {})["checkpoints"] = [{"train_seed": int(cfg.seed), "ckpt_path": str(policy_ckpt)}]
-                    overrides[m]["predictor"] = run_predictor_key(cfg)  # the policy runs on the predictor it was trained with
-                elif not overrides.get(m, {}).get("checkpoints"):
-                    log.warning(f"skipping {m} (this run's policy is {trained})")
-                    continue
-            methods.append(m)
-        ecfg = _stage_cfg(cfg, out / "evaluation")
-        with open_dict(ecfg):
-            ecfg.methods = methods
-            ecfg.method_overrides = overrides
-
-        res = evaluate(ecfg)
-        result["evaluation"] = {k: v for k, v in res.items() if k in ("summary", "paths", "timings")}
-        if all_methods_failed(res):
-            result["error"] = all_methods_failed(res)
+    if settings.runs("predictor"):
+        run, trained = predictor_stage(run)
+        if trained is not None:
+            result["predictor"] = trained
+    if settings.runs("policy"):
+        result["policy"] = policy_stage(run)
+    if settings.runs("evaluate"):
+        policy_ckpt = (result.get("policy") or {}).get("best_ckpt") or run.policy_ckpt
+        result.update(evaluation_stage(run, policy_ckpt))
     (out / "train_result.json").write_text(json.dumps(result, indent=1, default=str))
     return result
 
 
-def check_run_config(cfg: DictConfig) -> None:
-    """Every setting the later stages read, checked before any work starts (one-line ConfigError)."""
-    check_number("seed", cfg.get("seed", 0), int)
-    protocol_settings(cfg)  # sim.* and eval.*
-    node_options(cfg.sim)  # node speeds / switch costs reach the policy stage (mat=hetero: v3 node features)
-    for m in cfg.get("methods") or []:
-        load_method_cfg(m)
-    if cfg.get("mat") is not None and cfg.get("stage", "all") in ("all", "policy"):
-        check_teacher_predictor(resolve_config(cfg))  # mat=default needs predictor=qr_q: refused before the predictor stage
+def predictor_stage(run: RunSettings) -> tuple[RunSettings, dict | None]:
+    """Train the run's predictor when its kind trains here (the FM); later stages read the checkpoint it wrote."""
+    fit = run.settings.predictor
+    if fit is None:
+        log.info(f"predictor stage: nothing to train for predictor {run.settings.predictor_name!r} (its checkpoint is "
+                 "read as it is; the stage trains the FM, with predictor=fm)")
+        return run, None
+    folder = Path(run.folder) / "predictor"
+    fit = replace(fit, output_dir=str(folder))
+    result = run_settled_stage(folder, lambda _: train_predictor(fit), run.settings.record("predictor"), "predictor")
+    ckpt = result.get("fm_ckpt")
+    return (run.with_predictor_ckpt(ckpt) if ckpt else run), result
 
 
-def _use_run_folder_checkpoints(cfg: DictConfig, out: Path, stage: str) -> None:
-    """A later stage in an existing run folder uses that run's products: ``<run>/predictor/fm.ckpt`` (unless a
-    predictor checkpoint is given) and, for ``stage=evaluate``, ``<run>/policy/checkpoints/best.ckpt`` (unless
-    ``policy_ckpt`` is given)."""
-    fm = out / "predictor" / "fm.ckpt"
-    if fm.exists() and not cfg.predictor.get("ckpt_path"):
-        with open_dict(cfg):
-            if cfg.predictor.get("name", "fm") == "fm":
-                cfg.predictor.ckpt_path = str(fm)
-            if "predictors" in cfg and "fm" in cfg.predictors:
-                cfg.predictors.fm.ckpt_path = str(fm)
-        log.info(f"using this run's predictor {fm}")
-    best = out / "policy" / "checkpoints" / "best.ckpt"
-    if stage == "evaluate" and not cfg.get("policy_ckpt") and best.exists():
-        with open_dict(cfg):
-            cfg.policy_ckpt = str(best)
-        log.info(f"using this run's policy {best}")
+def policy_stage(run: RunSettings) -> dict:
+    """Train the MAT policy on the run's predictor; an earlier attempt's ``last.ckpt`` resumes."""
+    policy = run.policy
+    if policy is None:
+        raise ConfigError("the policy stage needs a MAT recipe (mat=...)")
+    folder = Path(run.folder) / "policy"
+    policy = replace(policy, output_dir=str(folder))
+    return run_settled_stage(folder, lambda resume: train_policy(policy if resume is None else policy.resumed(resume)),
+                             run.settings.record("policy"), "policy", resume_file="checkpoints/last.ckpt",
+                             resume_given=bool(policy.ckpt_path))
 
 
-def run_predictor_key(cfg: DictConfig) -> str | None:
-    """The ``predictors.<key>`` entry that is this run's training predictor, so the evaluation builds the policy's
-    predictor from the same config (``predictor=qr`` → ``qr``, not MARA-QR's default ``qr_q``). The run's predictor
-    config is copied into that entry (it may carry this run's FM checkpoint or command-line overrides)."""
-    pred = cfg.get("predictor")
-    if pred is None or pred.get("name") is None:
-        return None
-    key = None
-    try:
-        key = HydraConfig.get().runtime.choices.get("predictor")
-    except ValueError:  # called outside a Hydra run (tests, library use)
-        pass
-    preds = cfg.get("predictors") or {}
-    if key is None:
-        same = [k for k, v in preds.items() if v is not None and v.get("name") == pred.name and v.get("band") == pred.get("band")]
-        key = same[0] if same else str(pred.name)
-    with open_dict(cfg):
-        if "predictors" not in cfg:
-            cfg.predictors = {}
-        cfg.predictors[key] = pred.copy()
-    return key
+def evaluation_stage(run: RunSettings, policy_ckpt: str | None) -> dict:
+    """Every listed method on identical episodes, this run's policy (``policy_ckpt``) in place of the learned
+    method it was trained as, on the predictor it was trained with."""
+    trained = checkpoint_method(policy_ckpt) if policy_ckpt else None  # the policy this run evaluates
+    methods, overrides = evaluated_methods(run, trained, policy_ckpt)
+    res = evaluate(evaluation_config(run, methods, overrides))
+    out = {"evaluation": {k: v for k, v in res.items() if k in ("summary", "paths", "timings")}}
+    if all_methods_failed(res):
+        out["error"] = all_methods_failed(res)
+    return out
+
+
+def evaluated_methods(run: RunSettings, trained: str | None, policy_ckpt: str | None) -> tuple[list[str], dict]:
+    """(methods, method overrides) of the evaluation: a learned method runs this run's policy, or the checkpoints its
+    override gives; without either it is skipped with a note."""
+    overrides = {m: dict(v) for m, v in run.method_overrides.items()}
+    listed = with_run_policy(list(run.settings.methods), trained) if trained else list(run.settings.methods)
+    methods = []
+    for m in listed:
+        if is_learned(load_method_cfg(m)):
+            if not policy_ckpt and not overrides.get(m, {}).get("checkpoints"):
+                log.warning(f"skipping {m} in the evaluation (no trained policy checkpoint)")
+                continue
+            if policy_ckpt and m == trained:
+                own = {"train_seed": run.settings.seed, "ckpt_path": str(policy_ckpt)}
+                overrides.setdefault(m, {})["checkpoints"] = [own]
+                overrides[m]["predictor"] = run.predictor_key  # the policy runs on the predictor it was trained with
+            elif not overrides.get(m, {}).get("checkpoints"):
+                log.warning(f"skipping {m} (this run's policy is {trained})")
+                continue
+        methods.append(m)
+    return methods, overrides
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
@@ -200,7 +155,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 def main() -> None:
     """The command line: config-group choices are checked first (one line, exit 2), then Hydra composes."""
 
-    check_group_overrides(config_name="train", check=_before_any_work)  # a multirun: every job checked first
+    check_group_overrides(config_name="train", check=before_any_work)  # a multirun: every job checked first
     _hydra_main()
 
 

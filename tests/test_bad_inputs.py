@@ -404,12 +404,12 @@ def _stub_training(monkeypatch, calls: list, policy_file=None):
     if reached), the evaluation records the policy checkpoints it was given."""
     import shutil
 
-    def train_policy(cfg, callbacks=None):
+    def train_policy(settings, callbacks=None):
         assert policy_file is not None, "the finished policy stage was trained again"
-        best = Path(cfg.paths.output_dir) / "checkpoints" / "best.ckpt"
+        best = Path(settings.output_dir) / "checkpoints" / "best.ckpt"
         best.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(policy_file, best)
-        return {"best_ckpt": str(best), "output_dir": cfg.paths.output_dir, "last_ckpt": str(best.with_name("last.ckpt"))}
+        return {"best_ckpt": str(best), "output_dir": settings.output_dir, "last_ckpt": str(best.with_name("last.ckpt"))}
 
     def evaluate(cfg):
         calls.append({m: [c["ckpt_path"] for c in o.get("checkpoints") or []] for m, o in cfg.method_overrides.items()})

@@ -271,10 +271,10 @@ def test_speed_bound_by_hand():
 
 # ------------------------------------------------------------------------------------------ entry points
 def test_train_and_live_refuse_node_options_in_one_line():
-    from mara.train import check_run_config
+    from mara.train_settings import parse
     from tests.test_entrypoints import cfg_for
 
-    check_run_config(cfg_for("train", ["experiment=hetero"]))  # training MARA here is supported (tests/test_mat_hetero.py)
+    parse(cfg_for("train", ["experiment=hetero"]))  # training MARA here is supported (tests/test_mat_hetero.py)
     cfg = cfg_for("evaluate", ["experiment=hetero"])
     assert list(cfg.sim.node_speed) == [2, 2, 1, 1, 1, 1, 1] and cfg.sim.switch_cost == 2
     out = subprocess.run([sys.executable, "-m", "mara.evaluate", "methods=[FIFO]", "sim.node_speed=[2,1]"],

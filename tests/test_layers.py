@@ -21,8 +21,9 @@ LAYERS = (
     ("mara/mat/",),
     ("mara/eval/",),
     ("mara/report/",),
-    ("mara/pipelines/", "mara/train.py", "mara/evaluate.py", "mara/generate_curves.py", "mara/calibrate.py",
-     "mara/fidelity.py", "mara/readme_tables.py", "mara/ckpt_convert.py", "mara/preflight.py", "mara/live/", "mara/bench/"),
+    ("mara/pipelines/", "mara/train.py", "mara/train_settings.py", "mara/evaluate.py", "mara/generate_curves.py",
+     "mara/calibrate.py", "mara/fidelity.py", "mara/readme_tables.py", "mara/ckpt_convert.py", "mara/preflight.py",
+     "mara/live/", "mara/bench/"),
 )
 
 

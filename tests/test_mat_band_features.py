@@ -146,8 +146,9 @@ def test_truth_teacher_is_slack_truth_step_by_step():
 
 
 def test_validation_load_with_mixed_training_loads():
-    from mara.mat.train import validation_load
+    from mara.mat.settings import MatSettings, ValidationSettings, WorkloadSettings, validation_load
 
-    assert validation_load({"workload": {"load": 0.04}, "validation": {}}) == 0.04
-    assert validation_load({"workload": {"load": [0.04, 0.07, 0.05]}, "validation": {}}) == 0.07
-    assert validation_load({"workload": {"load": [0.04, 0.07]}, "validation": {"load": 0.06}}) == 0.06
+    assert validation_load(MatSettings(net={}, workload=WorkloadSettings(load=0.04))) == 0.04
+    assert validation_load(MatSettings(net={}, workload=WorkloadSettings(load=(0.04, 0.07, 0.05)))) == 0.07
+    assert validation_load(MatSettings(net={}, workload=WorkloadSettings(load=(0.04, 0.07)),
+                                       validation=ValidationSettings(load=0.06))) == 0.06

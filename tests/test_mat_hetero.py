@@ -132,20 +132,19 @@ def test_imitation_labels_are_picks_that_place_to_the_teacher_actions():
 
 
 def test_train_accepts_hetero_and_passes_the_nodes_to_the_policy_stage():
-    from mara.mat.train import resolve_config
-    from mara.train import check_run_config
+    from mara.train_settings import mat_settings, parse
     from tests.test_entrypoints import cfg_for
 
     cfg = cfg_for("train", ["experiment=hetero"])
-    check_run_config(cfg)
-    c = resolve_config(cfg)
+    parse(cfg)
+    c = mat_settings(cfg).recorded()  # what the policy checkpoint records
     assert c["sim"]["node_speed"] == [2, 2, 1, 1, 1, 1, 1] and c["sim"]["switch_cost"] == 2
     assert c["net"]["features"] == "v3" and c["imitation"]["suite"]  # the one MARA (mat=suite) on predictor qr_q
     assert c["predictor"]["name"] == "qr"
     assert "MARA-suite" in cfg.methods and "Clairvoyant" in cfg.methods
-    alone = resolve_config(cfg_for("train", ["experiment=hetero", "mat=hetero", "predictor=qr"]))
+    alone = mat_settings(cfg_for("train", ["experiment=hetero", "mat=hetero", "predictor=qr"])).recorded()
     assert alone["imitation"]["teacher"] == "Slack-QR" and alone["sim"]["node_speed"] == [2, 2, 1, 1, 1, 1, 1]
-    plain = resolve_config(cfg_for("train", []))
+    plain = mat_settings(cfg_for("train", [])).recorded()
     assert "node_speed" not in plain["sim"] and "switch_cost" not in plain["sim"]  # identical-node hparams unchanged
 
 
@@ -166,6 +165,7 @@ def test_value_warmup_head_only_leaves_the_policy_unchanged():
     action probabilities are unchanged); without it the shared encoder moves too, and so does the policy."""
     from mara.mat import ppo as ppo_step
     from mara.mat.nets import MATPolicy
+    from mara.mat.settings import PPOSettings
 
     def run(head_only: bool):
         torch.manual_seed(0)
@@ -177,8 +177,8 @@ def test_value_warmup_head_only_leaves_the_policy_unchanged():
                  "advantages": torch.randn(8), "returns": torch.full((8,), 5.0)}
         before = {k: p.detach().clone() for k, p in pol.named_parameters()}
         opt = torch.optim.Adam(pol.parameters(), lr=1e-2)
-        cfg = {"update_epochs": 2, "norm_adv": True, "clip_coef": 0.2, "vf_coef": 1.0, "ent_coef": 0.0,
-               "value_warmup_head_only": head_only}
+        cfg = PPOSettings(update_epochs=2, norm_adv=True, clip_coef=0.2, vf_coef=1.0, ent_coef=0.0,
+                          value_warmup_head_only=head_only)
         ppo_step.update(pol, opt, batch, cfg, 2, torch.Generator().manual_seed(2), lambda l: l.backward(), lambda: None,
                         value_only=True)
         moved = {k for k, p in pol.named_parameters() if not torch.equal(p, before[k])}

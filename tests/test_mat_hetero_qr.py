@@ -11,19 +11,20 @@ torch.set_num_threads(1)
 
 
 def _resolved(*overrides):
-    from mara.mat.train import resolve_config
+    from mara.train_settings import mat_settings
     from tests.test_entrypoints import cfg_for
 
-    return resolve_config(cfg_for("train", ["experiment=hetero", "mat=hetero", "predictor=qr", *overrides]))
+    return mat_settings(cfg_for("train", ["experiment=hetero", "mat=hetero", "predictor=qr", *overrides]))
 
 
 def test_hetero_qr_recipe_composes_and_matches_slack_qr():
     from mara.core.config import build_allocators, load_method_cfg
-    from mara.mat.train import check_teacher_predictor
+    from mara.train_settings import check_teacher_predictor
     from mara.predictors.factory import predictor_config
 
-    c = _resolved()  # mat=hetero on predictor qr: a policy for experiment=hetero's nodes alone
-    check_teacher_predictor(c)  # the teacher reads MAT's own predictor
+    settings = _resolved()  # mat=hetero on predictor qr: a policy for experiment=hetero's nodes alone
+    check_teacher_predictor(settings)  # the teacher reads MAT's own predictor
+    c = settings.recorded()
     assert c["predictor"]["name"] == "qr" and list(c["predictor"]["band"]) == [0.1, 0.5, 0.9]
     assert c["imitation"]["teacher"] == "Slack-QR"
     assert c["sim"]["node_speed"] == [2, 2, 1, 1, 1, 1, 1] and c["net"]["features"] == "v3"
@@ -34,7 +35,8 @@ def test_hetero_qr_recipe_composes_and_matches_slack_qr():
     assert teacher.quantile is None and c["net"]["token_q"] == 0.5 == head_band[1]
     assert list(c["net"]["token_band"]) == list(teacher.band) == [head_band[0], head_band[2]]
     # everything else is the same tokens on the FM band cloning Slack-FM-q
-    base = _resolved("predictor=fm", "mat.imitation.teacher=Slack-FM-q", "~mat.net.token_q", "~mat.net.token_band")
+    base = _resolved("predictor=fm", "mat.imitation.teacher=Slack-FM-q", "~mat.net.token_q",
+                     "~mat.net.token_band").recorded()
     strip = lambda d: {k: v for k, v in d.items() if k not in ("predictor", "imitation", "net")}
     assert strip(c) == strip(base)
     assert {k: v for k, v in c["net"].items() if not k.startswith("token_")} == base["net"]
@@ -43,7 +45,7 @@ def test_hetero_qr_recipe_composes_and_matches_slack_qr():
 
 def test_hetero_qr_with_the_fm_predictor_is_refused():
     from mara.core.config import ConfigError
-    from mara.mat.train import check_teacher_predictor
+    from mara.train_settings import check_teacher_predictor
 
     with pytest.raises(ConfigError):
         check_teacher_predictor(_resolved("predictor=fm"))

@@ -16,7 +16,8 @@ from mara.mat.imitation import (
     teacher_choices,
 )
 from mara.mat.nets import MATPolicy
-from mara.mat.train import load_recipe, train_policy
+from mara.mat.train import train_policy
+from mara.train_settings import load_recipe, mat_settings
 
 torch.set_num_threads(1)
 
@@ -92,7 +93,7 @@ def test_checkpoint_selection_reads_validation_roots_only(tmp_path, monkeypatch)
 
     monkeypatch.setattr(callback, "generate_episodes", spy("validation", callback.generate_episodes))
     monkeypatch.setattr(rollout, "generate_episodes", spy("training", rollout.generate_episodes))
-    r = train_policy(tiny_cfg(tmp_path))
+    r = train_policy(mat_settings(tiny_cfg(tmp_path)))
     assert sorted(set(seen["validation"])) == [1000, 1003]
     assert seen["training"] and not set(seen["training"]) & set(range(5))
     assert not set(seen["training"]) & {1000, 1003}
@@ -101,4 +102,4 @@ def test_checkpoint_selection_reads_validation_roots_only(tmp_path, monkeypatch)
     assert r["best_iteration"] == max(hist, key=lambda h: (h["val_success_rate"], -h["iteration"]))["iteration"]
     assert (Path(r["output_dir"]) / "checkpoints" / "imitation.json").exists()
     with pytest.raises(ValueError, match="overlap the evaluation roots"):
-        train_policy(tiny_cfg(tmp_path / "bad", **{"validation.roots": "[1000,3]"}))
+        train_policy(mat_settings(tiny_cfg(tmp_path / "bad", **{"validation.roots": "[1000,3]"})))

@@ -97,10 +97,11 @@ def test_shaped_rewards_sum_to_successes(policy):
 def test_minibatch_count_from_config():
     """``ppo.minibatch_size`` (samples of the nominal rollout) overrides ``ppo.n_minibatches``; same count on every rank."""
     from mara.mat.ppo import n_minibatches
+    from mara.mat.settings import PPOSettings, RolloutSettings
 
-    ro = {"n_episodes": 512, "n_steps": 32}
-    assert n_minibatches({"n_minibatches": 8}, ro) == 8
-    assert n_minibatches({"n_minibatches": 8, "minibatch_size": None}, ro) == 8
-    assert n_minibatches({"n_minibatches": 8, "minibatch_size": 4096}, ro) == 4
-    assert n_minibatches({"n_minibatches": 8, "minibatch_size": 5000}, ro) == 4  # ceil(16384 / 5000)
-    assert n_minibatches({"n_minibatches": 8, "minibatch_size": 10**6}, ro) == 1
+    ro = RolloutSettings(n_episodes=512, n_steps=32)
+    assert n_minibatches(PPOSettings(n_minibatches=8), ro) == 8
+    assert n_minibatches(PPOSettings(n_minibatches=8, minibatch_size=None), ro) == 8
+    assert n_minibatches(PPOSettings(n_minibatches=8, minibatch_size=4096), ro) == 4
+    assert n_minibatches(PPOSettings(n_minibatches=8, minibatch_size=5000), ro) == 4  # ceil(16384 / 5000)
+    assert n_minibatches(PPOSettings(n_minibatches=8, minibatch_size=10**6), ro) == 1

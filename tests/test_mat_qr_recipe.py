@@ -30,11 +30,11 @@ def _compose(*overrides):
 
 def test_qr_recipe_is_band_with_the_head_and_its_rule():
     from mara.core.config import build_allocators, load_method_cfg
-    from mara.mat.train import resolve_config
+    from mara.train_settings import mat_settings
     from mara.predictors.factory import predictor_config
 
-    qr = resolve_config(_compose("mat=default"))  # the `default` recipe (MARA-QR) on the default predictor qr_q
-    band = resolve_config(_compose("experiment=band"))
+    qr = mat_settings(_compose("mat=default")).recorded()  # the `default` recipe (MARA-QR) on the default qr_q
+    band = mat_settings(_compose("experiment=band")).recorded()
     assert qr["predictor"]["name"] == "qr" and list(qr["predictor"]["band"]) == [0.05, 0.5, 0.9]
     assert qr["imitation"]["teacher"] == "Slack-QR-q"
     teacher = build_allocators(load_method_cfg("Slack-QR-q"))[0][1]
@@ -49,7 +49,7 @@ def test_qr_recipe_is_band_with_the_head_and_its_rule():
     assert {k: v for k, v in qr["net"].items() if not k.startswith("token_")} == band["net"]
     assert {k: v for k, v in qr["imitation"].items() if k != "teacher"} == {k: v for k, v in band["imitation"].items() if k != "teacher"}
     # the FM recipes record no token options: their checkpoints and tokens are unchanged
-    assert "token_q" not in band["net"] and "token_q" not in resolve_config(_compose("mat=clone", "predictor=fm"))["net"]
+    assert "token_q" not in band["net"] and "token_q" not in mat_settings(_compose("mat=clone", "predictor=fm")).net
 
 
 def test_tokens_at_the_head_level_by_hand():
@@ -101,7 +101,8 @@ def test_tiny_training_on_the_head(tmp_path):
     import lightning as L
 
     from mara.mat.allocator import MATAllocator
-    from mara.mat.train import load_recipe, train_policy
+    from mara.mat.train import train_policy
+    from mara.train_settings import load_recipe, mat_settings
     from mara.predictors.quantile_head import QuantileHeadPredictor
 
     cfg = load_recipe("default")
@@ -120,7 +121,7 @@ def test_tiny_training_on_the_head(tmp_path):
         def on_train_start(self, trainer, pl_module):
             seen.update(cache=pl_module.fm_cache, predictor=pl_module.env.predictor, report=pl_module.imitation_report)
 
-    r = train_policy(cfg, callbacks=[Spy()])
+    r = train_policy(mat_settings(cfg), callbacks=[Spy()])
     assert seen["cache"] is None and isinstance(seen["predictor"], QuantileHeadPredictor)
     assert seen["predictor"].quantiles[0] == 0.05 and seen["report"]["rounds"][0]["states"] > 0
     alloc = MATAllocator(r["best_ckpt"])

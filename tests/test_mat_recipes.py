@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from mara.core.config import CONF_DIR
-from mara.mat.train import check_teacher_predictor, resolve_config
+from mara.train_settings import check_teacher_predictor, mat_settings
 
 REPO = Path(__file__).resolve().parents[1]
 # The composed `mat` config of each recipe, recorded from the recipe files that trained the shipped policies
@@ -53,7 +53,7 @@ def test_eight_recipes_each_variant_written_as_its_differences():
 def test_recipe_composes_to_the_recorded_values(recipe):
     cfg = _compose(f"mat={recipe}", f"predictor={RECIPES[recipe]}")
     assert _mat(cfg) == EXPECTED[recipe]
-    check_teacher_predictor(resolve_config(cfg))
+    check_teacher_predictor(mat_settings(cfg))
 
 
 @pytest.mark.parametrize("overrides, recipe, predictor", [
@@ -68,7 +68,7 @@ def test_recipe_composes_to_the_recorded_values(recipe):
     (("experiment=suite", "mat=suite_ppo"), "suite_ppo", "qr_q"),
 ])
 def test_the_commands_pair_each_recipe_with_its_predictor(overrides, recipe, predictor):
-    from mara.mat.train import trained_method as _trained_method
+    from mara.train_settings import trained_method as _trained_method
 
     cfg = _compose(*overrides)
     assert _mat(cfg) == EXPECTED[recipe]
@@ -76,15 +76,15 @@ def test_the_commands_pair_each_recipe_with_its_predictor(overrides, recipe, pre
              "suite_nodes": "MARA-nodes", "suite_ppo": "MARA-suite-ppo"}
     assert _trained_method(cfg) == names[recipe]  # the method the run evaluates its policy as
     assert OmegaConf.to_container(cfg.predictor) == OmegaConf.to_container(_compose(f"predictor={predictor}").predictor)
-    check_teacher_predictor(resolve_config(cfg))
+    check_teacher_predictor(mat_settings(cfg))
 
 
 def test_the_main_command_trains_the_one_mara_and_evaluates_every_rule():
     from mara.core.config import available_methods, load_method_cfg
-    from mara.mat.train import trained_method as _trained_method
+    from mara.train_settings import trained_method as _trained_method
 
     cfg = _compose()
-    c = resolve_config(cfg)
+    c = mat_settings(cfg).recorded()
     assert c["predictor"]["name"] == "qr" and list(c["predictor"]["band"]) == [0.05, 0.5, 0.9]
     assert c["imitation"]["teacher"] == "Slack-QR-q" and _trained_method(cfg) == "MARA-suite"
     assert c["imitation"]["suite"] and c["net"]["features"] == "v3"  # across clusters, reading which one it is in
@@ -122,7 +122,7 @@ def test_experiment_paper_trains_every_method_by_its_composed_recipe(tmp_path):
 ])
 def test_documented_overrides_compose(overrides, changed):
     cfg = _compose(*overrides)
-    check_teacher_predictor(resolve_config(cfg))
+    check_teacher_predictor(mat_settings(cfg))
     mat = _mat(cfg)
     for key, value in changed.items():
         got = mat[key]

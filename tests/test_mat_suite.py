@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from mara.core.config import ConfigError
 from mara.mat.nets import MATPolicy
 
 torch.set_num_threads(1)
@@ -60,20 +61,35 @@ def test_autoregressive_policy_refuses_other_sizes():
         pol.act(tok, present)
 
 
+def _suite_recipe(suite: list):
+    """The mat=suite recipe with ``suite`` as its imitation suite, parsed."""
+    from omegaconf import OmegaConf
+
+    from mara.train_settings import load_recipe, mat_settings
+
+    cfg = load_recipe("suite")
+    cfg.imitation.suite = OmegaConf.create(suite)
+    return mat_settings(cfg)
+
+
 def test_suite_settings_loads_and_sim():
     from mara.mat.suite import scaled_loads, setting_sim, suite_settings
+    from mara.sim.settings import SimSettings
 
-    s = suite_settings({"suite": [{"nodes": 14, "max_active": 20}, {"nodes": 3, "max_active": 5, "node_speed": [2, 1, 1],
-                                                                      "switch_cost": 2, "teacher": "Slack-QR"}]}, "Slack-QR-q")
-    assert [x["teacher"] for x in s] == ["Slack-QR-q", "Slack-QR"] and s[1]["node_speed"] == [2, 1, 1]
+    im = _suite_recipe([{"nodes": 14, "max_active": 20}, {"nodes": 3, "max_active": 5, "node_speed": [2, 1, 1],
+                                                          "switch_cost": 2, "teacher": "Slack-QR"}]).imitation
+    s = suite_settings(im, "Slack-QR-q")
+    assert [x.teacher for x in s] == ["Slack-QR-q", "Slack-QR"] and s[1].node_speed == (2, 1, 1)
+    assert im.recorded()["suite"][0] == {"nodes": 14, "max_active": 20}  # the checkpoint records the suite as given
     assert scaled_loads([0.04, 0.07], 14) == pytest.approx([0.08, 0.14]) and scaled_loads(0.5, 28) == [1.0]
-    sim = {"n_nodes": 7, "max_active": 10, "obs_every": 10, "node_speed": [2] * 7, "switch_cost": 1}
-    assert setting_sim(sim, s[0]) == {"n_nodes": 14, "max_active": 20, "obs_every": 10}
-    assert setting_sim(sim, s[1])["node_speed"] == [2, 1, 1] and setting_sim(sim, s[1])["switch_cost"] == 2
+    sim = SimSettings(nodes=7, max_active=10, obs_every=10, node_speed=(2,) * 7, switch_cost=1)
+    assert setting_sim(sim, s[0]).recorded() == {"n_nodes": 14, "max_active": 20, "obs_every": 10, "n_steps": 500,
+                                                 "beta": 0.1}
+    assert setting_sim(sim, s[1]).env_options() == {"node_speed": [2, 1, 1], "switch_cost": 2}
     for bad, why in (([{"nodes": 3}], "needs nodes and max_active"), ([{"nodes": 3, "max_active": 4, "speed": 1}], "got keys"),
                      ([{"nodes": 0, "max_active": 4}], ">= 1"), ([{"nodes": 3, "max_active": 4, "node_speed": [1]}], "1 entries for 3")):
-        with pytest.raises(ValueError, match=why):
-            suite_settings({"suite": bad}, "Slack-QR-q")
+        with pytest.raises(ConfigError, match=why):
+            _suite_recipe(bad)
 
 
 def test_clone_suite_learns_settings_of_different_sizes():
@@ -126,19 +142,18 @@ def test_displace_placement_of_a_policy_is_slack_qr_displace():
 
 
 def test_suite_teachers_checked_against_the_policy_predictor():
-    from omegaconf import OmegaConf
 
     from mara.core.config import ConfigError
-    from mara.mat.train import check_teacher_predictor, load_recipe
     from mara.predictors.factory import predictor_config
+    from mara.train_settings import check_teacher_predictor, load_recipe, mat_settings
 
-    c = OmegaConf.to_container(load_recipe("suite"), resolve=True)
-    c["predictor"] = predictor_config("qr_q")
-    check_teacher_predictor(c)  # Slack-QR-displace reads the head's median and upper end: the same under qr_q
-    c["imitation"]["suite"][0]["teacher"] = "Slack-QR-q"
-    c["predictor"] = predictor_config("qr")  # Slack-QR-q's 0.05 level is not in qr's band
+    cfg = load_recipe("suite")
+    cfg.predictor = predictor_config("qr_q")
+    check_teacher_predictor(mat_settings(cfg))  # Slack-QR-displace reads the head's median and upper end: as qr_q
+    cfg.imitation.suite[0].teacher = "Slack-QR-q"
+    cfg.predictor = predictor_config("qr")  # Slack-QR-q's 0.05 level is not in qr's band
     with pytest.raises(ConfigError, match="Slack-QR-q reads predictor 'qr_q'"):
-        check_teacher_predictor(c)
+        check_teacher_predictor(mat_settings(cfg))
 
 
 def train_tiny_suite(tmp_path, recipe: str, extra: tuple = (), callbacks=None, ckpt_path=None) -> dict:
@@ -146,7 +161,8 @@ def train_tiny_suite(tmp_path, recipe: str, extra: tuple = (), callbacks=None, c
     settings, one of them with unequal nodes and a switch cost; -> ``train_policy``'s summary."""
     from omegaconf import OmegaConf
 
-    from mara.mat.train import load_recipe, train_policy
+    from mara.mat.train import train_policy
+    from mara.train_settings import load_recipe, mat_settings
     from mara.predictors.factory import predictor_config
 
     cfg = load_recipe(recipe)
@@ -158,7 +174,7 @@ def train_tiny_suite(tmp_path, recipe: str, extra: tuple = (), callbacks=None, c
     cfg.ckpt_path = ckpt_path
     cfg.imitation.suite = [{"nodes": 2, "max_active": 4}, {"nodes": 3, "max_active": 5, "node_speed": [2, 1, 1],
                                                            "switch_cost": 1, "teacher": "Slack-QR-displace"}]
-    return train_policy(cfg, callbacks=callbacks)
+    return train_policy(mat_settings(cfg), callbacks=callbacks)
 
 
 def test_suite_policy_trains_and_is_admitted_at_any_size(tmp_path):
@@ -214,7 +230,7 @@ def test_ppo_steps_every_setting_in_turn_and_resumes(tmp_path):
 
         def on_train_batch_end(self, trainer, pl_module, *args):
             env = pl_module.env
-            self.seen.append((env.sim["n_nodes"], env.episode_stream.counter))
+            self.seen.append((env.n_nodes, env.episode_stream.counter))
 
     # 8 episodes × 32 steps = 256 env steps per iteration: 3 iterations, validated after each
     extra = ("total_env_steps=700", "ppo.value_warmup_iterations=1", "validation.every_n_iterations=1")
@@ -250,22 +266,22 @@ def test_ppo_starts_from_a_given_policy_instead_of_the_imitation(tmp_path):
 
 
 def test_suite_rollout_or_validation_without_a_suite_is_a_config_error():
-    from omegaconf import OmegaConf
 
     from mara.core.config import ConfigError
-    from mara.mat.train import load_recipe, validation_settings
+    from mara.mat.train import validation_settings
+    from mara.train_settings import load_recipe, mat_settings
 
-    c = OmegaConf.to_container(load_recipe("suite_ppo"), resolve=True)
-    sets = validation_settings(c)
-    assert [s["sim"]["n_nodes"] for s in sets] == [7, 2, 4, 10, 16, 7, 7, 7]
-    assert [round(s["load"], 4) for s in sets[:3]] == [0.06, round(0.06 * 2 / 7, 4), round(0.06 * 4 / 7, 4)]
-    assert sets[5]["sim"]["node_speed"] == [2, 2, 1, 1, 1, 1, 1] and sets[5]["sim"]["switch_cost"] == 2
-    c["imitation"]["suite"] = []
+    cfg = load_recipe("suite_ppo")
+    sets = validation_settings(mat_settings(cfg))
+    assert [s.sim.nodes for s in sets] == [7, 2, 4, 10, 16, 7, 7, 7]
+    assert [round(s.load, 4) for s in sets[:3]] == [0.06, round(0.06 * 2 / 7, 4), round(0.06 * 4 / 7, 4)]
+    assert sets[5].sim.env_options() == {"node_speed": [2, 2, 1, 1, 1, 1, 1], "switch_cost": 2}
+    cfg.imitation.suite = []
     with pytest.raises(ConfigError, match="mat.rollout.suite=true needs"):
-        validation_settings(c)
-    c["rollout"]["suite"] = False
+        mat_settings(cfg)
+    cfg.rollout.suite = False
     with pytest.raises(ConfigError, match="mat.validation.suite=true needs"):
-        validation_settings(c)
+        mat_settings(cfg)
 
 
 @pytest.mark.ddp

@@ -8,7 +8,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from mara.mat.train import CONF_DIR, load_recipe, train_policy
+from mara.core.config import CONF_DIR
+from mara.mat.train import train_policy
+from mara.train_settings import load_recipe, mat_settings
 
 torch.set_num_threads(1)
 
@@ -34,13 +36,13 @@ def _weights(path):
 
 
 def test_same_seed_same_result(tmp_path):
-    r1 = train_policy(tiny_cfg(tmp_path / "a"))
-    r2 = train_policy(tiny_cfg(tmp_path / "b"))
+    r1 = train_policy(mat_settings(tiny_cfg(tmp_path / "a")))
+    r2 = train_policy(mat_settings(tiny_cfg(tmp_path / "b")))
     assert r1["env_steps"] == r2["env_steps"] >= 256
     assert r1["val_success_rate"] == r2["val_success_rate"]
     w1, w2 = _weights(r1["last_ckpt"]), _weights(r2["last_ckpt"])
     assert all(torch.equal(w1[k], w2[k]) for k in w1)
-    r3 = train_policy(tiny_cfg(tmp_path / "c", seed=1))
+    r3 = train_policy(mat_settings(tiny_cfg(tmp_path / "c", seed=1)))
     w3 = _weights(r3["last_ckpt"])
     assert not all(torch.equal(w1[k], w3[k]) for k in w1)
 
@@ -49,9 +51,10 @@ def test_resume_continues_exactly(tmp_path):
     """Stop after 256 env steps, resume to 512: same weights as one uninterrupted run (env, RNG, optimiser restored).
     A constant lr keeps the two schedules comparable (the annealed lr depends on total_env_steps)."""
     const = {"ppo.anneal_lr": False}
-    full = train_policy(tiny_cfg(tmp_path / "full", total_env_steps=512, **const))
-    half = train_policy(tiny_cfg(tmp_path / "part", total_env_steps=256, **const))
-    resumed = train_policy(tiny_cfg(tmp_path / "part", total_env_steps=512, ckpt_path=half["last_ckpt"], **const))
+    full = train_policy(mat_settings(tiny_cfg(tmp_path / "full", total_env_steps=512, **const)))
+    half = train_policy(mat_settings(tiny_cfg(tmp_path / "part", total_env_steps=256, **const)))
+    resumed = train_policy(mat_settings(tiny_cfg(tmp_path / "part", total_env_steps=512, ckpt_path=half["last_ckpt"],
+                                                 **const)))
     assert resumed["env_steps"] == full["env_steps"]
     w_full, w_res = _weights(full["last_ckpt"]), _weights(resumed["last_ckpt"])
     assert all(torch.allclose(w_full[k], w_res[k], atol=1e-6) for k in w_full)
@@ -65,7 +68,7 @@ def test_checkpoint_is_an_allocator_and_method_configs_instantiate(tmp_path):
     from mara.sim.env import BatchedEnv, run_episodes
     from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
 
-    r = train_policy(tiny_cfg(tmp_path))
+    r = train_policy(mat_settings(tiny_cfg(tmp_path)))
     assert Path(r["best_ckpt"]).exists() and 0.0 <= r["val_success_rate"] <= 1.0
     for name, pred in (("MARA", "fm"), ("MARA-WLS", "wls"), ("MARA-sparse", "fm")):
         method = OmegaConf.load(CONF_DIR / "method" / f"{name}.yaml")
@@ -92,7 +95,7 @@ def test_training_beats_random_policy(tmp_path):
     cfg = tiny_cfg(tmp_path, total_env_steps=6000, **{"rollout.n_episodes": 16, "rollout.n_steps": 32, "net.idle_bias": 0.0,
                                                      "ppo.lr": 0.002, "ppo.update_epochs": 4, "validation.n_episodes": 6,
                                                      "bank_path": str(shipped_bank_path("parametric"))})
-    r = train_policy(cfg)
+    r = train_policy(mat_settings(cfg))
     bank = load_bank(shipped_bank_path("parametric"))
     ep = validation_episodes(bank, [1000], 6, n_steps=100, load=0.06)
     torch.manual_seed(0)
@@ -118,7 +121,7 @@ class _RanksAgreeOnSuite(_RanksAgree):
     """PPO across the suite under DDP: besides the above, every rank steps the same setting in each iteration."""
 
     def on_train_batch_end(self, trainer, pl_module, *args):
-        nodes = pl_module.all_gather(torch.tensor(pl_module.env.sim["n_nodes"]))
+        nodes = pl_module.all_gather(torch.tensor(pl_module.env.n_nodes))
         assert nodes.min() == nodes.max()  # one cluster per iteration on every rank
 
 
@@ -126,7 +129,7 @@ class _RanksAgreeOnSuite(_RanksAgree):
 def test_ddp_two_processes(tmp_path):
     cfg = tiny_cfg(tmp_path, **{"trainer.devices": 2, "trainer.strategy": "ddp_spawn", "total_env_steps": 512,
                                 "ppo.value_warmup_iterations": 1})  # value-only updates must still reach every parameter
-    r = train_policy(cfg, callbacks=[_RanksAgree()])
+    r = train_policy(mat_settings(cfg), callbacks=[_RanksAgree()])
     assert r["env_steps"] >= 512  # both ranks' steps count
     summary = json.loads((Path(r["output_dir"]) / "checkpoints" / "validation.json").read_text())
     assert summary["best_ckpt"] and Path(summary["best_ckpt"]).exists()

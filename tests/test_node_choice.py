@@ -13,6 +13,7 @@ import torch
 from mara.mat import node_choice
 from mara.mat.features import n_features, obs_to_tokens
 from mara.mat.nets import MATPolicy
+from mara.mat.settings import PPOSettings
 from tests.test_mat_hetero import _hetero_env, hetero_obs
 
 torch.set_num_threads(1)
@@ -181,7 +182,7 @@ def test_ppo_with_the_node_head_scores_what_it_sampled():
     lp, _, _ = pol.evaluate_nodes(batch["tokens"], batch["present"], batch["actions"], batch["pairs"], batch["nodes"],
                                   batch["order"])
     torch.testing.assert_close(lp, batch["logprobs"], atol=1e-4, rtol=1e-4)
-    cfg = {"update_epochs": 1, "norm_adv": True, "clip_coef": 0.2, "vf_coef": 1.0, "ent_coef": 0.0}
+    cfg = PPOSettings(update_epochs=1, norm_adv=True, clip_coef=0.2, vf_coef=1.0, ent_coef=0.0)
     opt = torch.optim.Adam(pol.parameters(), lr=1e-3)
     stats = ppo.update(pol, opt, batch, cfg, 2, torch.Generator().manual_seed(0), lambda loss: loss.backward(), lambda: None)
     assert len(stats["policy_loss"]) == 2

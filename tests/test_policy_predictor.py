@@ -4,6 +4,7 @@ predictor, or a teacher rule made for another predictor, is a one-line config er
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -103,16 +104,17 @@ def test_policy_given_another_predictor_stops_before_any_work(tmp_path):
 
 
 def test_teacher_must_read_the_policy_predictor(tmp_path):
-    from mara.mat.train import check_teacher_predictor, resolve_config
+    from mara.train_settings import check_teacher_predictor, mat_settings
 
     with pytest.raises(ConfigError, match="teacher=Slack-QR-q reads predictor 'qr_q'"):
-        check_teacher_predictor(resolve_config(_compose("predictor=fm")))  # the head's rule fed the FM band
+        check_teacher_predictor(mat_settings(_compose("predictor=fm")))  # the head's rule fed the FM band
     with pytest.raises(ConfigError, match="teacher=Slack-QR-q"):
-        check_teacher_predictor(resolve_config(_compose("predictor=qr")))  # the head, another band
-    check_teacher_predictor(resolve_config(_compose()))
-    check_teacher_predictor(resolve_config(_compose("experiment=band")))  # Slack-FM-q on the FM
-    check_teacher_predictor(resolve_config(_compose("experiment=band", "mat.imitation.teacher=Slack-Truth")))  # the privileged teacher reads the simulator
-    check_teacher_predictor(resolve_config(_compose("mat=paper", "predictor=fm")))  # no imitation
+        check_teacher_predictor(mat_settings(_compose("predictor=qr")))  # the head, another band
+    check_teacher_predictor(mat_settings(_compose()))
+    check_teacher_predictor(mat_settings(_compose("experiment=band")))  # Slack-FM-q on the FM
+    # the privileged teacher reads the simulator
+    check_teacher_predictor(mat_settings(_compose("experiment=band", "mat.imitation.teacher=Slack-Truth")))
+    check_teacher_predictor(mat_settings(_compose("mat=paper", "predictor=fm")))  # no imitation
     # from the command line: refused before the predictor stage writes anything
     p = _run("-m", "mara.train", "predictor=fm", f"hydra.run.dir={tmp_path}/run")
     assert p.returncode == 2, p.stderr[-2000:]
@@ -122,7 +124,7 @@ def test_teacher_must_read_the_policy_predictor(tmp_path):
 
 
 def test_training_with_the_head_is_named_mara_qr():
-    from mara.mat.train import trained_method as _trained_method
+    from mara.train_settings import trained_method as _trained_method
 
     assert _trained_method(_compose()) == "MARA-suite"  # the one MARA: on the head too
     assert _trained_method(_compose("mat=default")) == "MARA-QR"
@@ -132,12 +134,13 @@ def test_training_with_the_head_is_named_mara_qr():
 
 def test_teacher_check_on_a_bare_mat_config():
     """A bare conf/mat config names its predictor by string (`predictor: qr_q`): read from conf/predictor/."""
-    from mara.mat.train import check_teacher_predictor
+    from mara.mat.settings import ImitationSettings, MatSettings
+    from mara.train_settings import check_teacher_predictor
 
-    base = {"imitation": {"enabled": True, "teacher": "Slack-QR-q"}, "ckpt_path": None}
-    check_teacher_predictor(dict(base, predictor="qr_q"))
+    base = MatSettings(net={}, imitation=ImitationSettings(enabled=True, teacher="Slack-QR-q"))
+    check_teacher_predictor(replace(base, predictor={"name": "qr_q"}))
     with pytest.raises(ConfigError, match="trained with 'fm'"):
-        check_teacher_predictor(dict(base, predictor="fm"))
+        check_teacher_predictor(replace(base, predictor={"name": "fm"}))
 
 
 @pytest.mark.parametrize("experiment", [None, "hetero", "paper", "smoke"])
@@ -152,32 +155,36 @@ def test_every_listed_method_has_its_predictor_configured(experiment):
 
 
 def test_experiment_hetero_trains_the_one_mara_or_mara_qr_on_the_head():
-    from mara.mat.train import check_teacher_predictor, resolve_config
-    from mara.mat.train import trained_method as _trained_method
-    from mara.train import run_predictor_key
+    from mara.train_settings import check_teacher_predictor, mat_settings
+    from mara.train_settings import trained_method as _trained_method
+    from mara.train_settings import run_predictor_key
 
     one = _compose("experiment=hetero")  # the main command's recipe: no per-setting checkpoint
     assert _trained_method(one) == "MARA-suite" and run_predictor_key(one) == "qr_q"
     assert one.mat == _compose().mat and "MARA-suite" in one.methods
-    check_teacher_predictor(resolve_config(one))
+    check_teacher_predictor(mat_settings(one))
     cfg = _compose("experiment=hetero", "mat=hetero", "predictor=qr")  # a policy for these nodes alone
     assert cfg.predictor.name == "qr" and cfg.mat.imitation.teacher == "Slack-QR" and cfg.mat.net.features == "v3"
-    check_teacher_predictor(resolve_config(cfg))
+    check_teacher_predictor(mat_settings(cfg))
     assert _trained_method(cfg) == "MARA-QR"
-    assert run_predictor_key(cfg) == "qr" and cfg.predictors.qr == cfg.predictor
+    assert run_predictor_key(cfg) == "qr"
     old = _compose("experiment=hetero", "mat=hetero", "predictor=fm", "mat.imitation.teacher=Slack-FM-q", "~mat.net.token_q", "~mat.net.token_band")  # the FM-band variant stays runnable
-    check_teacher_predictor(resolve_config(old))
+    check_teacher_predictor(mat_settings(old))
     assert _trained_method(old) == "MARA" and run_predictor_key(old) == "fm"
     ev = cfg_for("evaluate", ["experiment=hetero"])  # mara.evaluate composes the same experiment
     assert "qr" in ev.predictors and list(ev.sim.node_speed) == [2, 2, 1, 1, 1, 1, 1]
 
 
-def test_run_predictor_key_carries_the_run_predictor():
+def test_run_predictor_key_carries_the_run_predictor(tmp_path):
     """A run's own predictor settings (a fresh FM checkpoint, a command-line override) reach its policy's evaluation."""
-    from mara.train import run_predictor_key
+    from mara.train_settings import RunSettings, evaluation_config, parse, run_predictor_key
 
-    cfg = _compose("predictor=qr_q", "predictor.ckpt_path=/my/head.ckpt")
-    assert run_predictor_key(cfg) == "qr_q" and cfg.predictors.qr_q.ckpt_path == "/my/head.ckpt"
+    cfg = _compose("predictor=qr_q", "predictor.ckpt_path=/my/head.ckpt", "stage=evaluate")
+    assert run_predictor_key(cfg) == "qr_q" and cfg.predictors.qr_q.ckpt_path is None
+    settings = parse(cfg)
+    run = RunSettings(settings, str(tmp_path), cfg, settings.predictor_config, settings.policy)
+    ecfg = evaluation_config(run, ["MARA-suite"], {"MARA-suite": {"predictor": settings.predictor_key}})
+    assert ecfg.predictors.qr_q.ckpt_path == "/my/head.ckpt" and ecfg.paths.output_dir == str(tmp_path / "evaluation")
 
 
 def test_train_evaluates_its_policy_with_its_predictor(tmp_path):
@@ -196,15 +203,15 @@ def test_train_evaluates_its_policy_with_its_predictor(tmp_path):
 def test_rules_on_any_predictor_stay_valid_teachers():
     """MARA-WLS imitates the slack rule on WLS estimates (paper protocol, `predictor=wls` in the README): allowed.
     Only the head's rules, which read its trained levels, are tied to their predictor."""
-    from mara.mat.train import check_teacher_predictor, resolve_config
+    from mara.train_settings import check_teacher_predictor, mat_settings
 
-    check_teacher_predictor(resolve_config(_compose("mat=band", "predictor=wls")))  # Slack-FM-q on WLS
-    check_teacher_predictor(resolve_config(_compose("mat=clone", "predictor=wls")))  # experiment=paper's MARA-WLS
-    check_teacher_predictor(resolve_config(_compose("mat=band", "predictor=qr_q")))  # Slack-FM-q on the head's band
+    check_teacher_predictor(mat_settings(_compose("mat=band", "predictor=wls")))  # Slack-FM-q on WLS
+    check_teacher_predictor(mat_settings(_compose("mat=clone", "predictor=wls")))  # experiment=paper's MARA-WLS
+    check_teacher_predictor(mat_settings(_compose("mat=band", "predictor=qr_q")))  # Slack-FM-q on the head's band
     with pytest.raises(ConfigError, match="teacher=Slack-QR-q"):
-        check_teacher_predictor(resolve_config(_compose("predictor=wls")))  # the default recipe
+        check_teacher_predictor(mat_settings(_compose("predictor=wls")))  # the default recipe
     with pytest.raises(ConfigError, match="teacher=Slack-QR-q"):
-        check_teacher_predictor(resolve_config(_compose("mat=default", "predictor=wls")))
+        check_teacher_predictor(mat_settings(_compose("mat=default", "predictor=wls")))
 
 
 @pytest.mark.parametrize("stem, method", [("mara_zoo_seed0", "MARA"), ("mara_qr_zoo_seed0", "MARA-QR"),

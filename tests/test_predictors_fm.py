@@ -13,6 +13,7 @@ from mara.predictors.data import CurveDataModule, observe, remaining_mae, true_r
 from mara.predictors.fm import FlowPredictor, default_ckpt_path, load_net
 from mara.predictors.module import FlowPredictorModule
 from mara.predictors.train import train_predictor
+from mara.train_settings import predictor_training
 
 torch.set_num_threads(1)
 FM_YAML = "conf/predictor/fm.yaml"
@@ -51,7 +52,7 @@ def test_training_on_tiny_bank_lowers_val_mae(tiny_bank_path, tmp_path):
     torch.manual_seed(0)
     untrained = FlowPredictorModule(OmegaConf.to_container(cfg.predictor.net), stats=dm.stats).predictor()
     mae_before = remaining_mae(untrained, bank, dm.val_q)
-    result = train_predictor(cfg)
+    result = train_predictor(predictor_training(cfg))
     net, blob = load_net(result["fm_ckpt"])
     mae_after = remaining_mae(FlowPredictor(net), bank, dm.val_q)
     assert mae_after < mae_before, (mae_before, mae_after)

@@ -29,7 +29,7 @@ from mara.mat import ppo as ppo_step
 from mara.mat.losses import gae
 from mara.mat.nets import MATPolicy
 from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout
-from mara.mat.train import load_recipe
+from mara.train_settings import load_recipe, mat_settings
 from mara.predictors.cache import FlowSampleCache
 from mara.predictors.data import observe
 from mara.predictors.factory import predictor_from
@@ -119,6 +119,7 @@ def mat_throughput(bank, predictor_name: str | None = "fm", iterations: int = 3,
     cfg.merge_with_dotlist(list(overrides or []))
     c = OmegaConf.to_container(cfg, resolve=True)
     ro, ppo, sim = c["rollout"], c["ppo"], c["sim"]
+    typed = mat_settings(cfg)  # what the PPO update reads
     predictor = predictor_from(predictor_name, bank.path)
     cache = FlowSampleCache(int(ro.get("fm_cache_entries", 100_000))) \
         if ro.get("fm_cache") and getattr(predictor, "supports_cache", False) else None
@@ -129,7 +130,7 @@ def mat_throughput(bank, predictor_name: str | None = "fm", iterations: int = 3,
     policy = MATPolicy(n_slots=sim["max_active"], n_nodes=sim["n_nodes"], **c["net"]).to(device)
     opt = torch.optim.Adam(policy.parameters(), lr=ppo["lr"], eps=1e-5)
     g = torch.Generator().manual_seed(0)
-    n_mb = ppo_step.n_minibatches(ppo, ro)
+    n_mb = ppo_step.n_minibatches(typed.ppo, typed.rollout)
     clip = lambda: torch.nn.utils.clip_grad_norm_(policy.parameters(), ppo["max_grad_norm"])  # noqa: E731
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     t_roll = t_all = 0.0
@@ -144,7 +145,7 @@ def mat_throughput(bank, predictor_name: str | None = "fm", iterations: int = 3,
         t1 = time.perf_counter()
         adv, ret = gae(buf.rewards, buf.values, buf.dones, buf.last_value, ppo["gamma"], ppo["gae_lambda"])
         batch = ppo_step.flatten(buf, adv, ret)
-        ppo_step.update(policy, opt, batch, ppo, n_mb, g, lambda loss: loss.backward(), clip)
+        ppo_step.update(policy, opt, batch, typed.ppo, n_mb, g, lambda loss: loss.backward(), clip)
         sync()
         t2 = time.perf_counter()
         if it >= warmup:

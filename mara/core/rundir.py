@@ -238,27 +238,45 @@ def run_stage(folder: Path, work, cfg: DictConfig, stage: str, resume_file: str 
     """``work(cfg)`` for the pipeline stage in ``folder``, unless it finished there with the same settings (then its
     recorded result, reused). An unfinished earlier attempt with ``resume_file`` (relative to ``folder``) on disk
     resumes from it (``cfg.ckpt_path``) unless a checkpoint is given."""
+
+    def with_resume(ckpt: str | None) -> dict:
+        if ckpt is None:
+            return work(cfg)
+        resumed = cfg.copy()
+        with open_dict(resumed):
+            resumed.ckpt_path = ckpt
+        return work(resumed)
+
+    return run_settled_stage(folder, with_resume, stage_settings(cfg, stage), stage, resume_file,
+                             resume_given=bool(cfg.get("ckpt_path")))
+
+
+def run_settled_stage(folder: Path, work, settings: dict, stage: str, resume_file: str | None = None,
+                      resume_given: bool = False) -> dict:
+    """``work(resume)`` for the pipeline stage in ``folder`` whose product depends on ``settings`` (the flat record
+    of ``stage_settings``), unless it finished there with the same settings (then its recorded result, reused).
+    ``resume``: ``folder/resume_file`` when an unfinished earlier attempt left it and no checkpoint is given
+    (``resume_given``), else None."""
     folder = Path(folder)
-    settings = _planned.get(str(folder.resolve())) or stage_settings(cfg, stage)
+    settings = _planned.get(str(folder.resolve())) or settings
     rec = _read_stage(folder)
     if rec is not None and rec.get("settings") == settings and rec.get("done"):
         result, used = recorded_result(folder, rec)
         log.info(f"resume: {stage} stage finished in this run folder, reused ({folder})"
                  + (f": {', '.join(used)}" if used else ""))
         return result
+    resume = None
     if rec is not None:  # an earlier attempt with these settings did not finish
         set_aside_events(folder)
         ckpt = folder / resume_file if resume_file else None
-        if ckpt is not None and ckpt.exists() and not cfg.get("ckpt_path"):
-            cfg = cfg.copy()
-            with open_dict(cfg):
-                cfg.ckpt_path = str(ckpt)
+        if ckpt is not None and ckpt.exists() and not resume_given:
+            resume = str(ckpt)
             log.info(f"resume: {stage} stage continues from {ckpt} (an earlier attempt stopped)")
         else:
             log.info(f"resume: {stage} stage of an earlier attempt did not finish; it runs again from the start")
     folder.mkdir(parents=True, exist_ok=True)
     _write_json(folder / STAGE_FILE, {"stage": stage, "settings": settings, "done": False})
-    result = work(cfg)
+    result = work(resume)
     stored, paths = relative_paths(result, folder)
     _write_json(folder / STAGE_FILE, {"stage": stage, "settings": settings, "done": True, "result": stored,
                                       "paths": paths})

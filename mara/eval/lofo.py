@@ -18,6 +18,7 @@ from mara.eval.prediction import build_queries, concat_queries, evaluate_predict
 from mara.eval.settings import LofoSettings, bank_at
 from mara.predictors.data import CurveDataModule
 from mara.predictors.factory import predictor_from
+from mara.predictors.fit_settings import FlowFitSettings
 from mara.predictors.train import compute_novelty, fit_flow
 
 
@@ -78,7 +79,8 @@ def run_lofo(bank: CurveBank, fm_cfg, wls_cfg, out_dir, families=None, test_spli
             others = [f for f in fams if f != held]
             trainer = {"max_epochs": int(max_epochs), "accelerator": "cpu", "devices": 1, "enable_progress_bar": False,
                        **(trainer_extra or {})}
-            res = fit_flow(bank, fm_cfg, OmegaConf.create(trainer), fold_dir, seed=seed, families=others)
+            res = fit_flow(bank, FlowFitSettings.from_config(OmegaConf.to_container(fm_cfg, resolve=True)), trainer,
+                           fold_dir, seed=seed, families=others)
             ckpt = Path(res["fm_ckpt"])
             training[held] = {k: res[k] for k in ("wall_s", "epochs", "seen_families", "band_offset") if k in res}
             if held in res["seen_families"]:

@@ -14,30 +14,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
 from mara.core.config import ConfigError, conf_dir, plain_config
 from mara.curves.bank import CurveBank, default_bank_path, load_bank, shipped_bank_path
-from mara.sim.env import check_node_options
+from mara.sim.settings import SimSettings, check_number, node_options, validate_sim_cfg  # noqa: F401  (re-exported)
 from mara.sim.workload import TaskSet
-
-
-def check_number(where: str, value, kind=float):
-    """``kind(value)``, or a one-line ConfigError naming the setting (``sim.loads=[0.04,abc]``)."""
-    if isinstance(value, bool) or value is None:
-        raise ConfigError(f"{where} must be a number, got {value!r}")
-    try:
-        out = kind(value)
-        finite = math.isfinite(float(value))
-    except (TypeError, ValueError, OverflowError):  # not a number, or an integer asked of NaN / infinity
-        raise ConfigError(f"{where} must be {'an integer' if kind is int else 'a number'}, got {value!r}") from None
-    if not finite:  # NaN passes every range comparison; infinity is no size
-        raise ConfigError(f"{where} must be a finite number, got {value!r}")
-    if kind is int and float(value) != out:
-        raise ConfigError(f"{where} must be an integer, got {value!r}")
-    return out
 
 
 def resolve_roots(roots) -> list[int]:
@@ -52,75 +36,6 @@ def resolve_roots(roots) -> list[int]:
         raise ConfigError("eval.roots=[] names nothing: give at least one value "
                           "(an integer n: roots 0..n-1, or a list of roots)")
     return [check_number("eval.roots", r, int) for r in roots]
-
-
-def node_options(sim) -> dict:
-    """``{node_speed, switch_cost}`` for ``BatchedEnv`` from a ``sim`` mapping (absent = identical nodes, free
-    preemption), checked: one-line ConfigError for a wrong length, a non-positive speed, a negative cost."""
-    speed = plain_config(sim.get("node_speed"))
-    cost = sim.get("switch_cost", 0)
-    try:
-        speed, cost = check_node_options(speed, 0 if cost is None else cost, int(sim.get("nodes", 7)), int(sim.get("obs_every", 10)))
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    return {"node_speed": speed, "switch_cost": cost}
-
-
-def validate_sim_cfg(sim) -> None:
-    """One-line errors for impossible simulator settings (non-numbers included)."""
-    loads = sim.loads
-    if isinstance(loads, (str, int, float)) or loads is None:
-        raise ConfigError(f"sim.loads must be a list of arrival probabilities, got {loads!r}")
-    if len(loads) == 0:
-        raise ConfigError("sim.loads must name at least one arrival probability")
-    for p in loads:
-        if not 0.0 <= check_number("sim.loads", p) <= 1.0:
-            raise ConfigError(f"sim.loads: arrival probability p must lie in [0, 1], got {p}")
-    for key in ("nodes", "max_active", "steps", "obs_every"):
-        if key in sim and check_number(f"sim.{key}", sim[key], int) < 1:
-            raise ConfigError(f"sim.{key} must be >= 1, got {sim[key]}")
-    if "beta" in sim:
-        check_number("sim.beta", sim.beta)
-    q = sim.get("queue_capacity")
-    if q is not None and check_number("sim.queue_capacity", q, int) < 0:
-        raise ConfigError(f"sim.queue_capacity must be null or >= 0, got {q}")
-    node_options(sim)
-
-
-@dataclass(frozen=True)
-class SimSettings:
-    """The simulator (``sim.*``): M nodes, K admission slots, T arrival steps, observation period, loads p,
-    waiting-queue bound Q (None: unbounded), node speeds (None: all 1) and switch cost, as configured."""
-
-    nodes: int = 7
-    max_active: int = 10
-    steps: int = 500
-    obs_every: int = 10
-    loads: tuple[float, ...] = (0.04, 0.05, 0.06, 0.07)
-    queue_capacity: int | None = None
-    node_speed: tuple | None = None
-    switch_cost: Any = 0
-
-    @classmethod
-    def from_cfg(cls, sim) -> "SimSettings":
-        """Checked settings of a ``sim`` config node (one-line ConfigError otherwise)."""
-        validate_sim_cfg(sim)
-        speed, q = plain_config(sim.get("node_speed")), sim.get("queue_capacity")
-        return cls(nodes=int(sim.nodes), max_active=int(sim.max_active), steps=int(sim.steps),
-                   obs_every=int(sim.get("obs_every", 10)), loads=tuple(float(x) for x in sim.loads),
-                   queue_capacity=None if q is None else int(q), node_speed=None if speed is None else tuple(speed),
-                   switch_cost=sim.get("switch_cost", 0))
-
-    def node_options(self) -> dict:
-        """``{node_speed [M] int64 or None, switch_cost int}`` as ``BatchedEnv`` takes them."""
-        return node_options({"node_speed": self.node_speed, "switch_cost": self.switch_cost, "nodes": self.nodes,
-                             "obs_every": self.obs_every})
-
-    @property
-    def hetero(self) -> bool:
-        """Heterogeneous node speeds or a switch cost (the shipped policies were trained without either)."""
-        opts = self.node_options()
-        return opts["node_speed"] is not None or opts["switch_cost"] > 0
 
 
 @dataclass(frozen=True)

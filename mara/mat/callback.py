@@ -22,10 +22,11 @@ from mara.allocators.lara import LARA
 from mara.allocators.rules import EDF, FIFO
 from mara.allocators.slack import SlackRule
 from mara.mat.allocator import PolicyAllocator
-from mara.mat.rollout import node_kwargs
+from mara.mat.settings import ValidationSetting
 from mara.predictors.factory import predictor_from
 from mara.predictors.val_metrics import rank_share
 from mara.sim.env import BatchedEnv, run_episodes
+from mara.sim.settings import SimSettings
 from mara.sim.workload import PAPER_TASK_SETS, EpisodeBatch, generate_episodes
 
 EVAL_ROOTS = range(0, 5)
@@ -48,12 +49,12 @@ def baseline_allocators() -> dict:
 
 
 class ValidationCallback(L.Callback):
-    def __init__(self, dirpath: str, roots, n_episodes: int, every_n_iterations: int, sim: dict, scale: float = 350.0,
-                 baselines: bool = True, task_set: str = "ID", load: float = 0.04, at_start: bool = False,
-                 settings: list[dict] | None = None) -> None:
-        # settings: [{"sim": <MAT sim keys>, "load": float}, ...] to validate on, each weighing the same; None: the
-        # training cluster ``sim`` at ``load``. The baselines run on the first one.
-        self.settings = list(settings) if settings else [{"sim": sim, "load": load}]
+    def __init__(self, dirpath: str, roots, n_episodes: int, every_n_iterations: int, sim: SimSettings,
+                 scale: float = 350.0, baselines: bool = True, task_set: str = "ID", load: float = 0.04,
+                 at_start: bool = False, settings: list[ValidationSetting] | None = None) -> None:
+        # settings: the clusters to validate on, each weighing the same; None: the training cluster ``sim`` at
+        # ``load``. The baselines run on the first one.
+        self.settings = list(settings) if settings else [ValidationSetting(sim, load)]
         self.at_start = at_start  # also validate (and checkpoint) the policy before the first PPO iteration (iteration 0)
         self.dirpath, self.roots, self.n_episodes = Path(dirpath), list(roots), n_episodes
         self.task_set = task_set
@@ -64,19 +65,19 @@ class ValidationCallback(L.Callback):
         self.success = MeanMetric().set_dtype(torch.float64)  # episodes' success rates, reduced over DDP ranks
 
     @staticmethod
-    def _env(pl_module, predictor, episodes, sim: dict, fm_cache=None):
+    def _env(pl_module, predictor, episodes, sim: SimSettings, fm_cache=None):
         """The validation env of ``episodes`` on cluster ``sim`` (the training nodes, or a setting's)."""
-        return BatchedEnv(episodes, pl_module.env.bank, n_nodes=sim["n_nodes"], max_active=sim["max_active"],
-                          obs_every=sim["obs_every"], predictor=predictor, fm_cache=fm_cache, **node_kwargs(sim))
+        return BatchedEnv(episodes, pl_module.env.bank, n_nodes=sim.nodes, max_active=sim.max_active,
+                          obs_every=sim.obs_every, predictor=predictor, fm_cache=fm_cache, **sim.env_options())
 
     def on_fit_start(self, trainer, pl_module) -> None:
 
         self.set_episodes = [validation_episodes(pl_module.env.bank, self.roots, self.n_episodes, self.task_set,
-                                                 st["load"], n_steps=st["sim"]["n_steps"]) for st in self.settings]
+                                                 st.load, n_steps=st.sim.steps) for st in self.settings]
         if self.with_baselines and not self.baselines:
             for name, (cls, pred_name) in baseline_allocators().items():
                 m = run_episodes(self._env(pl_module, predictor_from(pred_name, pl_module.env.bank.path),
-                                           self.set_episodes[0], self.settings[0]["sim"]), cls())
+                                           self.set_episodes[0], self.settings[0].sim), cls())
                 self.baselines[name] = float(np.mean(m["success_rate"]))
 
     def on_train_start(self, trainer, pl_module) -> None:
@@ -98,7 +99,7 @@ class ValidationCallback(L.Callback):
             share = rank_share(episodes.E, trainer.global_rank, trainer.world_size)  # this rank's episodes
             if len(share):
                 # the policy's own predictor: its FM cache (filled by training) serves the validation episodes too
-                env = self._env(pl_module, pl_module.env.predictor, episodes.take(share), st["sim"],
+                env = self._env(pl_module, pl_module.env.predictor, episodes.take(share), st.sim,
                                 getattr(pl_module, "fm_cache", None))
                 m = run_episodes(env, PolicyAllocator(pl_module.policy, True, self.scale))
                 self.success.to(pl_module.device).update(torch.as_tensor(m["success_rate"], dtype=torch.float64))

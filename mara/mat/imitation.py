@@ -32,6 +32,7 @@ from mara.mat.allocator import policy_env_actions
 from mara.mat.features import token_options
 from mara.mat.nets import MATPolicy
 from mara.mat.rollout import TrainingEnv
+from mara.mat.settings import ImitationSettings
 from mara.predictors.truth import true_remaining_batches
 
 
@@ -218,8 +219,9 @@ def node_agreement(policy: MATPolicy, data: dict, batch_size: int = 4096) -> flo
     return hits / max(len(data["actions"]), 1)
 
 
-def imitate(policy: MATPolicy, make_env, teacher, cfg: dict, seed: int = 0, scale: float = 350.0, log=print) -> dict:
-    """BC on teacher rollouts, then ``cfg['dagger_rounds']`` DAgger rounds; trains ``policy`` in place.
+def imitate(policy: MATPolicy, make_env, teacher, cfg: ImitationSettings, seed: int = 0, scale: float = 350.0,
+            log=print) -> dict:
+    """BC on teacher rollouts, then ``cfg.dagger_rounds`` DAgger rounds; trains ``policy`` in place.
 
     ``make_env(i)`` returns a fresh ``TrainingEnv`` on training episodes for round i. Returns a report with
     the per-round data size, loss and agreement on the round's data (training states) and on the next round's
@@ -227,13 +229,13 @@ def imitate(policy: MATPolicy, make_env, teacher, cfg: dict, seed: int = 0, scal
     """
     g = torch.Generator().manual_seed(seed)
     data, report, t0 = None, {"rounds": []}, time.time()
-    for r in range(1 + int(cfg["dagger_rounds"])):
-        new = collect_labelled_states(make_env(r), teacher, int(cfg["n_steps"]), None if r == 0 else policy, scale,
+    for r in range(1 + cfg.dagger_rounds):
+        new = collect_labelled_states(make_env(r), teacher, cfg.n_steps, None if r == 0 else policy, scale,
                                       getattr(policy, "features", "v1"), token_options(policy),
                                       getattr(policy, "node_head", False))
         held_out = agreement(policy, new) if r > 0 else None
         data = merge(data, new)
-        losses = clone(policy, data, int(cfg["epochs"]), float(cfg["lr"]), int(cfg["batch_size"]), g)
+        losses = clone(policy, data, cfg.epochs, float(cfg.lr), cfg.batch_size, g)
         rec = {"round": r, "states": len(data["actions"]), "new_states": len(new["actions"]), "loss": losses[-1],
                "agreement_train": agreement(policy, data), "agreement_new_before_training": held_out,
                "seconds": time.time() - t0}

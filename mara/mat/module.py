@@ -22,27 +22,34 @@ from mara.mat.allocator import policy_weights, read_policy_checkpoint
 from mara.mat.imitation import build_teacher, imitate
 from mara.mat.losses import explained_variance, gae
 from mara.mat.nets import MATPolicy
-from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout, node_kwargs
-from mara.mat.suite import imitate_suite, rollout_setting, scaled_loads, setting_sim, suite_settings
+from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout
+from mara.mat.settings import (
+    ImitationSettings,
+    MatSettings,
+    SuiteSetting,
+    recorded_net,
+    scaled_loads,
+    setting_sim,
+)
+from mara.mat.suite import imitate_suite, rollout_setting, suite_settings
 from mara.predictors.cache import FlowSampleCache
 from mara.predictors.factory import load_bank_and_predictor
-
-
-def recorded_net(net: dict) -> dict:
-    """``mat.net`` as a policy checkpoint records it: configs without a ``decoder`` are the paper's (autoregressive)."""
-    return {"decoder": "autoregressive", **net}
+from mara.sim.settings import SimSettings
 
 
 class MATModule(L.LightningModule):
-    def __init__(self, net: dict, ppo: dict, rollout: dict, sim: dict, workload: dict, reward: str = "dense",
-                 predictor: dict | None = None, bank_path: str | None = None, seed: int = 0,
-                 total_env_steps: int = 100_000, num_threads: int = 1, imitation: dict | None = None,
-                 init_from: str | None = None) -> None:
+    """The policy and its PPO training, from typed settings; ``hparams`` is ``settings.recorded()``, what the
+    checkpoint keeps."""
+
+    def __init__(self, settings: MatSettings) -> None:
         super().__init__()
-        net = recorded_net(net)
-        self.save_hyperparameters()
+        self.settings = settings
+        self.imitation = settings.module_imitation()  # a resumed run is past the imitation (keeps its suite)
+        self.init_from = None if settings.ckpt_path else settings.init_from  # a resumed run has its weights
+        self.save_hyperparameters(settings.recorded())
         self.automatic_optimization = False
-        self.policy = MATPolicy(n_slots=sim["max_active"], n_nodes=sim["n_nodes"], **net)
+        self.policy = MATPolicy(n_slots=settings.sim.max_active, n_nodes=settings.sim.nodes,
+                                **recorded_net(settings.net))
         self.env: TrainingEnv | None = None  # built per rank in setup()
         self.fm_cache = None  # FlowSampleCache of this rank, shared by its training, imitation and validation envs
         self.generator: torch.Generator | None = None
@@ -52,112 +59,113 @@ class MATModule(L.LightningModule):
     # ----------------------------------------------------------------- setup
     def setup(self, stage: str) -> None:
 
-        torch.set_num_threads(self.hparams.num_threads)
-        hp = self.hparams
-        bank, predictor = load_bank_and_predictor(hp.bank_path, hp.predictor)
+        st = self.settings
+        torch.set_num_threads(st.num_threads)
+        bank, predictor = load_bank_and_predictor(st.bank_path, st.predictor)
         rank, world = self.global_rank, self.trainer.world_size if self._trainer is not None else 1
         self.fm_cache = None
-        if hp.rollout.get("fm_cache", False) and getattr(predictor, "supports_cache", False):
-            self.fm_cache = FlowSampleCache(int(hp.rollout.get("fm_cache_entries", 100_000)))
-        if hp.rollout.get("suite"):  # one env per cluster PPO steps: every setting of the suite
+        if st.rollout.fm_cache and getattr(predictor, "supports_cache", False):
+            self.fm_cache = FlowSampleCache(int(st.rollout.fm_cache_entries))
+        if st.rollout.suite:  # one env per cluster PPO steps: every setting of the suite
             self.envs = self.suite_envs(bank, predictor, rank, world)
         else:  # the training cluster
-            self.envs = [self.training_env(bank, predictor, hp.sim, hp.workload["load"], hp.workload["train_root"] + hp.seed,
-                                           hp.rollout["n_episodes"], hp.rollout["stagger"], rank, world)]
+            self.envs = [self.training_env(bank, predictor, st.sim, st.workload.load, st.workload.train_root + st.seed,
+                                           st.rollout.n_episodes, st.rollout.stagger, rank, world)]
         self.env = self.envs[0]
-        self.generator = torch.Generator().manual_seed(hp.seed * 1000 + rank)
+        self.generator = torch.Generator().manual_seed(st.seed * 1000 + rank)
         if self._pending_env_state is not None:
             self._restore_env(self._pending_env_state)
-        elif hp.get("init_from") and not getattr(self, "initialised", False):
-            self.policy.load_state_dict(policy_weights(read_policy_checkpoint(hp.init_from)))  # instead of the imitation
+        elif self.init_from and not getattr(self, "initialised", False):
+            # PPO from a trained policy's weights, instead of the imitation
+            self.policy.load_state_dict(policy_weights(read_policy_checkpoint(self.init_from)))
             self.initialised = True
-        elif (hp.imitation or {}).get("enabled") and not getattr(self, "imitation_report", None):
+        elif self.imitation is not None and self.imitation.enabled and not getattr(self, "imitation_report", None):
             self.imitation_report = self.warm_start(bank, predictor)
 
     def warm_start(self, bank, predictor) -> dict:
         """Imitation warm start (``mat.imitation``): clone the teacher rule into the policy before PPO."""
 
-        hp, im = self.hparams, self.hparams.imitation
-        if im.get("suite"):
+        st, im = self.settings, self.imitation
+        if im.suite:
             return self.warm_start_suite(bank, predictor)
         # a rule teacher reads the estimates the simulator carries, i.e. MAT's own frozen predictor; Slack-Truth
         # (privileged DAgger teacher) labels states with the true remaining batches the simulator holds
-        teacher = build_teacher(im["teacher"])
+        teacher = build_teacher(im.teacher)
 
         def make_env(r: int) -> TrainingEnv:  # fresh training episodes per round (never evaluation/validation roots)
-            return self.imitation_env(bank, predictor, hp.sim, hp.workload["load"],
-                                      hp.workload["train_root"] + hp.seed + 7919 * (r + 1))
+            return self.imitation_env(bank, predictor, st.sim, st.workload.load,
+                                      st.workload.train_root + st.seed + 7919 * (r + 1))
 
-        return imitate(self.policy, make_env, teacher, im, seed=hp.seed, scale=hp.rollout["scale"],
+        return imitate(self.policy, make_env, teacher, im, seed=st.seed, scale=st.rollout.scale,
                        log=lambda s: print(s, flush=True))
 
     def warm_start_suite(self, bank, predictor) -> dict:
         """Imitation across the settings of ``mat.imitation.suite`` (mara/mat/suite.py): one network, each setting's
         own teacher, loads at the training loads' pressure per node."""
-        hp, im = self.hparams, self.hparams.imitation
-        settings = suite_settings(im, im["teacher"])
-        teachers = {name: build_teacher(name) for name in {s["teacher"] for s in settings}}
+        st, im = self.settings, self.imitation
+        settings = suite_settings(im, im.teacher)
+        teachers = {name: build_teacher(name) for name in {s.teacher for s in settings}}
 
-        def make_env(setting: dict, r: int) -> TrainingEnv:  # fresh training episodes per setting and round
-            sim = setting_sim(hp.sim, setting)
-            root = hp.workload["train_root"] + hp.seed + 7919 * (r + 1) + 104729 * (settings.index(setting) + 1)
-            return self.imitation_env(bank, predictor, sim, scaled_loads(hp.workload["load"], sim["n_nodes"]), root)
+        def make_env(setting: SuiteSetting, r: int) -> TrainingEnv:  # fresh training episodes per setting and round
+            sim = setting_sim(st.sim, setting)
+            root = st.workload.train_root + st.seed + 7919 * (r + 1) + 104729 * (settings.index(setting) + 1)
+            return self.imitation_env(bank, predictor, sim, scaled_loads(st.workload.load, sim.nodes), root)
 
-        return imitate_suite(self.policy, settings, make_env, teachers, im, seed=hp.seed, scale=hp.rollout["scale"],
+        return imitate_suite(self.policy, settings, make_env, teachers, im, seed=st.seed, scale=st.rollout.scale,
                              log=lambda s: print(s, flush=True))
 
     def suite_envs(self, bank, predictor, rank: int, world: int) -> list[TrainingEnv]:
         """The PPO training env of every suite setting (the rollout's episodes and groups; loads at the training
         loads' pressure per node), on training roots of their own (``train_root + seed + 104729·(i+1)``: the
         imitation rounds add ``7919·(round+1)`` to the same, so no episode block is shared)."""
-        hp = self.hparams
+        st = self.settings
         out = []
-        for i, setting in enumerate(suite_settings(hp.imitation or {}, "")):
-            sim = setting_sim(hp.sim, setting)
-            out.append(self.training_env(bank, predictor, sim, scaled_loads(hp.workload["load"], sim["n_nodes"]),
-                                         hp.workload["train_root"] + hp.seed + 104729 * (i + 1), hp.rollout["n_episodes"],
-                                         hp.rollout["stagger"], rank, world))
+        for i, setting in enumerate(suite_settings(self.imitation or ImitationSettings(), "")):
+            sim = setting_sim(st.sim, setting)
+            out.append(self.training_env(bank, predictor, sim, scaled_loads(st.workload.load, sim.nodes),
+                                         st.workload.train_root + st.seed + 104729 * (i + 1), st.rollout.n_episodes,
+                                         st.rollout.stagger, rank, world))
         return out
 
-    def imitation_env(self, bank, predictor, sim: dict, load, root: int) -> TrainingEnv:
+    def imitation_env(self, bank, predictor, sim: SimSettings, load, root: int) -> TrainingEnv:
         """A training env of ``mat.imitation``'s episodes (its ``n_episodes``, ``stagger``) on cluster ``sim`` at
         ``load`` from ``root``."""
-        im = self.hparams.imitation
-        return self.training_env(bank, predictor, sim, load, root, im["n_episodes"],
-                                 im.get("stagger", self.hparams.rollout["stagger"]))
+        im = self.imitation
+        stagger = self.settings.rollout.stagger if im.stagger is None else im.stagger
+        return self.training_env(bank, predictor, sim, load, root, im.n_episodes, stagger)
 
-    def training_env(self, bank, predictor, sim: dict, load, root: int, n_episodes: int, stagger: int,
+    def training_env(self, bank, predictor, sim: SimSettings, load, root: int, n_episodes: int, stagger: int,
                      rank: int = 0, world: int = 1) -> TrainingEnv:
         """A ``TrainingEnv`` of ``n_episodes`` on cluster ``sim`` at ``load`` from ``root`` (this rank's share of its
         episode blocks), in ``rollout.n_groups`` groups, sharing this rank's FM cache."""
-        hp = self.hparams
-        stream = EpisodeStream(bank, bank.family_params, hp.workload["task_set"], load, root, n_episodes, rank, world,
-                               n_steps=sim["n_steps"])
-        return TrainingEnv(stream, bank, predictor, hp.reward, sim["beta"], sim["n_nodes"], sim["max_active"],
-                           sim["obs_every"], hp.rollout["n_groups"], stagger, fm_cache=self.fm_cache, **node_kwargs(sim))
+        st = self.settings
+        stream = EpisodeStream(bank, bank.family_params, st.workload.task_set, load, root, n_episodes, rank, world,
+                               n_steps=sim.steps)
+        return TrainingEnv(stream, bank, predictor, st.reward, sim.beta, sim.nodes, sim.max_active,
+                           sim.obs_every, st.rollout.n_groups, stagger, fm_cache=self.fm_cache, **sim.env_options())
 
     def train_dataloader(self):
         return DataLoader([0], batch_size=None)  # one PPO iteration per epoch
 
     def configure_optimizers(self):
-        return torch.optim.Adam(self.policy.parameters(), lr=self.hparams.ppo["lr"], eps=1e-5)
+        return torch.optim.Adam(self.policy.parameters(), lr=self.settings.ppo.lr, eps=1e-5)
 
     # -------------------------------------------------------------- training
     def training_step(self, batch, batch_idx):
-        hp, ppo = self.hparams, self.hparams.ppo
+        st, ppo = self.settings, self.settings.ppo
         opt = self.optimizers()
-        if ppo["anneal_lr"]:  # linear decay to 0 over the env-step budget (CleanRL)
-            frac = max(1.0 - self.global_env_steps / hp.total_env_steps, 0.0)
+        if ppo.anneal_lr:  # linear decay to 0 over the env-step budget (CleanRL)
+            frac = max(1.0 - self.global_env_steps / st.total_env_steps, 0.0)
             for group in opt.optimizer.param_groups:
-                group["lr"] = frac * ppo["lr"]
+                group["lr"] = frac * ppo.lr
         self.env = self.envs[rollout_setting(self.current_epoch, len(self.envs))]  # this iteration's cluster
-        buf = collect_rollout(self.policy, self.env, hp.rollout["n_steps"], self.generator, hp.rollout["scale"])
-        advantages, returns = gae(buf.rewards, buf.values, buf.dones, buf.last_value, ppo["gamma"], ppo["gae_lambda"])
+        buf = collect_rollout(self.policy, self.env, st.rollout.n_steps, self.generator, st.rollout.scale)
+        advantages, returns = gae(buf.rewards, buf.values, buf.dones, buf.last_value, ppo.gamma, ppo.gae_lambda)
         batch = ppo_step.flatten(buf, advantages, returns)
-        value_only = self.current_epoch < ppo.get("value_warmup_iterations", 0)  # fit the value head to a cloned policy first
+        value_only = self.current_epoch < ppo.value_warmup_iterations  # fit the value head to a cloned policy first
         stats = ppo_step.update(
-            self.policy, opt, batch, ppo, ppo_step.n_minibatches(ppo, hp.rollout), self.generator, self.manual_backward,
-            lambda: self.clip_gradients(opt, gradient_clip_val=ppo["max_grad_norm"], gradient_clip_algorithm="norm"),
+            self.policy, opt, batch, ppo, ppo_step.n_minibatches(ppo, st.rollout), self.generator, self.manual_backward,
+            lambda: self.clip_gradients(opt, gradient_clip_val=ppo.max_grad_norm, gradient_clip_algorithm="norm"),
             value_only=value_only)
         self._log_iteration(stats, batch["values"], batch["returns"], int(buf.live.sum()))
 
@@ -177,11 +185,11 @@ class MATModule(L.LightningModule):
         if successes:  # episodes that finished on this rank during the rollout (rank 0's are what gets logged)
             self.log_dict({"rollout/success_rate": sum(successes) / len(successes), "rollout/return": sum(returns) / len(returns)},
                           on_step=False, on_epoch=True, batch_size=1, rank_zero_only=True)
-        if self.global_env_steps >= self.hparams.total_env_steps:
+        if self.global_env_steps >= self.settings.total_env_steps:
             self.trainer.should_stop = True
 
     def on_train_start(self) -> None:
-        if self.global_env_steps >= self.hparams.total_env_steps:  # resumed from the checkpoint of a finished training
+        if self.global_env_steps >= self.settings.total_env_steps:  # resumed from the checkpoint of a finished training
             self.trainer.should_stop = True
 
     # --------------------------------------------------------- checkpointing
@@ -218,5 +226,5 @@ class MATModule(L.LightningModule):
             for env, env_state in zip(self.envs, saved):
                 env.episode_stream.counter = int(env_state["counter"]) + env.n_groups
                 env.restart()
-            self.generator.manual_seed(self.hparams.seed * 1000 + self.global_rank + 7919 * state["stream_counter"])
+            self.generator.manual_seed(self.settings.seed * 1000 + self.global_rank + 7919 * state["stream_counter"])
         self._pending_env_state = None

@@ -33,13 +33,6 @@ def batch_load(load, counter: int) -> float:
     return loads[counter % len(loads)]
 
 
-def node_kwargs(sim) -> dict:
-    """``{node_speed, switch_cost}`` of the MAT ``sim`` settings for ``BatchedEnv`` / ``TrainingEnv``; {} on
-    the paper's identical nodes with free preemption (settings and checkpoints without the keys)."""
-    speed, cost = sim.get("node_speed"), int(sim.get("switch_cost") or 0)
-    return {} if speed is None and not cost else {"node_speed": None if speed is None else list(speed), "switch_cost": cost}
-
-
 class EpisodeStream:
     """Endless randomised training workloads: batch j of rank r uses episodes ((j·W + r)·E …) of one root."""
 
@@ -76,9 +69,10 @@ class TrainingEnv:
         self.episode_stream, self.bank, self.predictor = episode_stream, bank, predictor
         self.fm_cache = fm_cache  # a FlowSampleCache shared by every group (and by other envs on the same bank/predictor)
         self.reward, self.beta, self.n_groups = reward, beta, n_groups
-        self.sim = dict(n_nodes=n_nodes, max_active=max_active, obs_every=obs_every)
+        self.n_nodes = n_nodes
+        self.env_kwargs = dict(n_nodes=n_nodes, max_active=max_active, obs_every=obs_every)  # BatchedEnv arguments
         if node_speed is not None or switch_cost:  # heterogeneous nodes / switch costs (else the paper's nodes)
-            self.sim.update(node_speed=node_speed, switch_cost=switch_cost)
+            self.env_kwargs.update(node_speed=node_speed, switch_cost=switch_cost)
         self.env_steps = 0  # live steps of this rank
         self.finished_success: list[float] = []  # episodes completed since the last ``pop_finished``
         self.finished_return: list[float] = []
@@ -109,7 +103,7 @@ class TrainingEnv:
     def new_batch(self, g: int) -> None:
         episodes = self.episode_stream.next(self.episode_stream.E // self.n_groups)
         self.envs[g] = BatchedEnv(episodes, self.bank, predictor=self.predictor, beta=self.beta,
-                                  compute_reward=self.reward == "dense", fm_cache=self.fm_cache, **self.sim)
+                                  compute_reward=self.reward == "dense", fm_cache=self.fm_cache, **self.env_kwargs)
         self.group_obs[g] = self.envs[g].reset()
         self.ep_return[g] = np.zeros(episodes.E)
 
@@ -204,7 +198,7 @@ def collect_rollout(policy: MATPolicy, env: TrainingEnv, n_steps: int, generator
             pairs.append(pr), nodes.append(n)
         else:
             with torch.inference_mode():
-                a, logp, v = policy.act(tok, pres, generator=generator, n_nodes=env.sim["n_nodes"])
+                a, logp, v = policy.act(tok, pres, generator=generator, n_nodes=env.n_nodes)
             r, d, lv = env.step(env.place(to_env_actions(a, tok.shape[1]), policy.placement))  # picks -> nodes
         tokens.append(tok), present.append(pres), actions.append(a), logprobs.append(logp), values.append(v)
         rewards.append(torch.as_tensor(r, dtype=torch.float32, device=dev))

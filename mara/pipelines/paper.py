@@ -32,6 +32,7 @@ from mara.mat.train import train_policy
 from mara.predictors.train import train_predictor
 from mara.report.paper import write_report
 from mara.report.results import build_results, write_results
+from mara.train_settings import mat_settings, predictor_training
 
 # Single-thread CPU minutes of each kind of job (start order and ETA weights), measured on these 2 cores: a default
 # MAT training ≈ 6 min (341 s user time), Clairvoyant ≈ 13 min of CP-SAT over 720 episodes; the rest estimated.
@@ -87,7 +88,7 @@ def _fm_from(deps: dict, fm_ckpt: str | None) -> str | None:
 # ------------------------------------------------------------------------------------ jobs (worker side)
 def _predictor_job(cfg_yaml: str, *, deps: dict) -> dict:
 
-    r = train_predictor(OmegaConf.create(cfg_yaml))
+    r = train_predictor(predictor_training(OmegaConf.create(cfg_yaml)))
     return {"fm_ckpt": r.get("fm_ckpt"), "wall_s": r.get("wall_s"), "val_mae_fm": r.get("val/mae_fm")}
 
 
@@ -97,7 +98,7 @@ def _train_job(cfg_yaml: str, job: dict, fm_ckpt: str | None, *, deps: dict) -> 
     cfg = OmegaConf.create(cfg_yaml)
     if job["predictor"] == "fm":
         cfg = _with(cfg, **{"predictor.ckpt_path": _fm_from(deps, fm_ckpt) or cfg.predictor.get("ckpt_path")})
-    summary = train_policy(cfg)
+    summary = train_policy(mat_settings(cfg))
     best = Path(job["dir"]) / "checkpoints" / "best.ckpt"
     return {"method": job["method"], "seed": job["seed"], "best_ckpt": str(best) if best.exists() else summary.get("last_ckpt"),
             "val_success_rate": summary.get("val_success_rate")}  # wall_s: added by mara.core.jobs for every job

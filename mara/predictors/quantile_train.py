@@ -15,12 +15,12 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
-from omegaconf import OmegaConf
 from torch.utils.data import DataLoader, TensorDataset
 
-from mara.core.config import conf_dir
+from mara.core.config import conf_dir, plain_config
 from mara.curves.bank import default_bank_path, load_bank
 from mara.predictors.decision_data import decision_examples
+from mara.predictors.fit_settings import HeadFitSettings
 from mara.predictors.quantile import pinball_loss
 from mara.core.safe_load import load_checkpoint, plain_lightning_checkpoint
 from mara.predictors.quantile_head import QuantileNet, save_head
@@ -99,21 +99,21 @@ class QuantileHeadModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "epoch"}}
 
 
-def fit_quantile_head(bank, pc, out, seed: int = 0) -> dict:
+def fit_quantile_head(bank, fit: HeadFitSettings, out, seed: int = 0) -> dict:
     """Train on ``bank``'s fm_train curves, early-stop on fm_val pinball loss, export ``out/qr.ckpt``."""
-    tc, dc = pc.train, pc.data
+    tc = fit.train
     L.seed_everything(seed, workers=True)
-    torch.set_num_threads(int(tc.get("num_threads", 1)))
+    torch.set_num_threads(tc.num_threads)
     out = Path(out)
-    dm = DecisionDataModule(bank, seed=seed, train_examples=dc.train_examples, val_examples=dc.val_examples,
-                            batch_size=dc.batch_size, obs_every=dc.obs_every)
-    net_kw = OmegaConf.to_container(pc.net, resolve=True)
+    dm = DecisionDataModule(bank, seed=seed, train_examples=fit.train_examples, val_examples=fit.val_examples,
+                            batch_size=fit.batch_size, obs_every=fit.obs_every)
+    net_kw = dict(fit.net)
     module = QuantileHeadModule(net_kw, lr=tc.lr, weight_decay=tc.weight_decay, stats=dm.stats)
     ckpt_cb = ModelCheckpoint(dirpath=out / "checkpoints", monitor="val/pinball", mode="min", filename="qr-{epoch:03d}")
-    trainer = L.Trainer(max_epochs=int(tc.max_epochs), accelerator="cpu", devices=1, logger=False,
-                        callbacks=[ckpt_cb, EarlyStopping(monitor="val/pinball", mode="min", patience=int(tc.patience))],
+    trainer = L.Trainer(max_epochs=tc.max_epochs, accelerator="cpu", devices=1, logger=False,
+                        callbacks=[ckpt_cb, EarlyStopping(monitor="val/pinball", mode="min", patience=tc.patience)],
                         reload_dataloaders_every_n_epochs=1, enable_model_summary=False, enable_progress_bar=False,
-                        gradient_clip_val=float(tc.get("gradient_clip_val", 1.0)), default_root_dir=str(out))
+                        gradient_clip_val=float(tc.gradient_clip_val), default_root_dir=str(out))
     t0 = time.time()
     trainer.fit(module, datamodule=dm)
     module.load_state_dict(load_checkpoint(ckpt_cb.best_model_path, "decision-head training checkpoint")["state_dict"])
@@ -123,12 +123,21 @@ def fit_quantile_head(bank, pc, out, seed: int = 0) -> dict:
     return result
 
 
-def _cli(argv: list[str]) -> None:
+def settings_from_cli(argv: list[str]) -> tuple[HeadFitSettings, str | None, str, int]:
+    """The command line's (fit settings, bank path, output folder, seed): conf/predictor/qr.yaml under ``predictor``,
+    ``key=value`` over it."""
+    from omegaconf import OmegaConf
+
     base = OmegaConf.create({"seed": 0, "bank": {"path": None}, "paths": {"output_dir": "outputs/qr"},
                              "predictor": OmegaConf.load(conf_dir("predictor", "qr.yaml"))})
-    cfg = OmegaConf.merge(base, OmegaConf.from_dotlist(argv))
-    bank = load_bank(cfg.bank.path or default_bank_path())
-    print(fit_quantile_head(bank, cfg.predictor, cfg.paths.output_dir, seed=int(cfg.seed)))
+    plain = plain_config(OmegaConf.merge(base, OmegaConf.from_dotlist(argv)))
+    return (HeadFitSettings.from_config(plain["predictor"]), plain["bank"]["path"], plain["paths"]["output_dir"],
+            int(plain["seed"]))
+
+
+def _cli(argv: list[str]) -> None:
+    fit, bank_path, out, seed = settings_from_cli(argv)
+    print(fit_quantile_head(load_bank(bank_path or default_bank_path()), fit, out, seed=seed))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
-"""``train_predictor(cfg) -> dict``: train the flow predictor with Lightning (DDP-capable) and export a plain checkpoint.
+"""``train_predictor(settings) -> dict``: train the flow predictor with Lightning (DDP-capable), export a checkpoint.
 
-Config keys: ``bank.path`` (null → shipped bank), ``seed``, ``predictor`` (conf/predictor/fm.yaml),
-``trainer`` (Trainer kwargs: max_epochs, devices, accelerator, ...), ``paths.output_dir``.
-CLI (also what DDP re-launches): ``python -m mara.predictors.train [config.yaml] key=value ...``.
+``settings``: a ``PredictorTraining`` (mara/predictors/fit_settings.py) — the FM's fit settings, the bank (None: the
+shipped one), the seed, the Lightning trainer's arguments (max_epochs, devices, accelerator, ...) and the output
+folder, parsed once by the entry point. CLI: ``python -m mara.predictors.train [config.yaml] key=value ...``
+(keys ``bank.path``, ``seed``, ``predictor``, ``trainer``, ``paths.output_dir``, parsed by ``settings_from_cli``).
 """
 from __future__ import annotations
 
@@ -14,61 +15,48 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
-from omegaconf import DictConfig, OmegaConf
-
-from mara.core.config import conf_dir
+from mara.core.config import conf_dir, plain_config
 from mara.core.progress_callback import ProgressCallback
 from mara.core.runlog import log_hparams, setup_logging
 from mara.curves.bank import default_bank_path, load_bank
 from mara.predictors.data import CurveDataModule, observe, true_remaining
 from mara.core.safe_load import load_checkpoint
+from mara.predictors.fit_settings import FlowFitSettings, PredictorTraining, trainer_from_config
 from mara.predictors.fm import FlowPredictor, novelty_stats, save_checkpoint
 from mara.predictors.module import FlowPredictorModule
 from mara.predictors.uncertainty import conformal_offset
 
 
-def _trainer_kwargs(cfg_trainer) -> dict:
-    kw = dict(OmegaConf.to_container(cfg_trainer, resolve=True)) if cfg_trainer is not None else {}
-    kw.setdefault("accelerator", "cpu")
-    kw.setdefault("devices", 1)
-    devices = kw["devices"]
-    n = devices if isinstance(devices, int) else (len(devices) if isinstance(devices, (list, tuple)) else 1)
-    if n > 1 and "strategy" not in kw:
-        kw["strategy"] = "ddp"  # gloo on CPU
-    return kw
-
-
-def train_predictor(cfg: DictConfig) -> dict:
+def train_predictor(settings: PredictorTraining) -> dict:
     """Train FM on the bank's fm_train split, early-stop on val/fm_loss, export ``<output_dir>/fm.ckpt``."""
 
     setup_logging()
-    pc = cfg.predictor
-    bank = load_bank(cfg.get("bank", {}).get("path") or default_bank_path())
-    return fit_flow(bank, pc, cfg.get("trainer"), Path(cfg.paths.output_dir), seed=int(cfg.get("seed", 0)))
+    bank = load_bank(settings.bank_path or default_bank_path())
+    return fit_flow(bank, settings.flow, settings.trainer, Path(settings.output_dir), seed=settings.seed)
 
 
-def fit_flow(bank, pc, cfg_trainer, out: Path, seed: int = 0, families=None) -> dict:
+def fit_flow(bank, fit: FlowFitSettings, trainer: dict | None, out: Path, seed: int = 0, families=None) -> dict:
     """Train the flow net on ``bank``'s fm_train curves of ``families`` (None: all), validating on their fm_val
-    curves; calibrate the conformal band offset on those fm_val queries; export ``out/fm.ckpt``."""
+    curves; calibrate the conformal band offset on those fm_val queries; export ``out/fm.ckpt``. ``trainer``: the
+    Lightning Trainer's arguments."""
 
-    tc = pc.train
+    tc = fit.train
     L.seed_everything(seed, workers=True)
-    torch.set_num_threads(int(tc.get("num_threads", 1)))
+    torch.set_num_threads(tc.num_threads)
     out = Path(out)
-    dm = CurveDataModule(bank, seed=seed, families=families, **OmegaConf.to_container(pc.data, resolve=True))
-    net_kw = OmegaConf.to_container(pc.net, resolve=True)
+    dm = CurveDataModule(bank, seed=seed, families=families, **fit.data)
+    net_kw = dict(fit.net)
     module = FlowPredictorModule(net_kw, lr=tc.lr, weight_decay=tc.weight_decay, stats=dm.stats,
-                                 figure_every_n_epochs=tc.get("figure_every_n_epochs", 5),
-                                 obs_every=pc.data.get("obs_every", 10))
-    monitor = tc.get("monitor", "val/fm_loss")
+                                 figure_every_n_epochs=tc.figure_every_n_epochs, obs_every=fit.obs_every)
+    monitor = tc.monitor
     ckpt_cb = ModelCheckpoint(dirpath=out / "checkpoints", monitor=monitor, mode="min", save_last=True,
                               filename="fm-{epoch:03d}")
-    callbacks = [ckpt_cb, EarlyStopping(monitor=monitor, mode="min", patience=int(tc.patience)),
+    callbacks = [ckpt_cb, EarlyStopping(monitor=monitor, mode="min", patience=tc.patience),
                  ProgressCallback("predictor (FM)")]
     logger = TensorBoardLogger(str(out), name="tensorboard", default_hp_metric=False)
-    kw = _trainer_kwargs(cfg_trainer)
-    kw.setdefault("max_epochs", int(tc.get("max_epochs", 50)))  # the shipped checkpoint: 50 epochs (~8 min on 1 core)
-    kw.setdefault("gradient_clip_val", tc.get("gradient_clip_val", 1.0))
+    kw = trainer_from_config(trainer)
+    max_epochs = kw.setdefault("max_epochs", tc.max_epochs)  # the shipped checkpoint: 50 epochs (~8 min on 1 core)
+    kw.setdefault("gradient_clip_val", tc.gradient_clip_val)
     kw.setdefault("enable_model_summary", False)
     trainer = L.Trainer(callbacks=callbacks, logger=logger, default_root_dir=str(out),
                         reload_dataloaders_every_n_epochs=1, **kw)
@@ -85,13 +73,13 @@ def fit_flow(bank, pc, cfg_trainer, out: Path, seed: int = 0, families=None) -> 
         if best:
             state = load_checkpoint(best, "FM training checkpoint")["state_dict"]
             module.load_state_dict(state)
-        result.update(calibrate_band(module.net, pc, dm))
+        result.update(calibrate_band(module.net, fit, dm))
         novelty = {k: v.tolist() for k, v in compute_novelty(module.net, dm).items()}  # checkpoint only
         fm_path = save_checkpoint(module.net, net_kw, out / "fm.ckpt",
                                   extra={"bank": str(bank.path), "seed": seed, **result, "novelty": novelty})
         result["fm_ckpt"] = str(fm_path)
-        log_hparams(out / "tensorboard", {"predictor": OmegaConf.to_container(pc, resolve=True), "seed": seed,
-                                          "max_epochs": int(kw["max_epochs"])}, result)
+        log_hparams(out / "tensorboard", {"predictor": fit.config, "seed": seed,
+                                          "max_epochs": int(max_epochs)}, result)
     return result
 
 
@@ -121,23 +109,24 @@ def compute_novelty(net, dm, n_train: int = 4096) -> dict:
     return novelty_stats(ctx(ex, n_train), ctx(dm.val_set, len(dm.val_set.n_obs)))
 
 
-def calibrate_band(net, pc, dm) -> dict:
+def calibrate_band(net, fit: FlowFitSettings, dm) -> dict:
     """Split-conformal offset of the q10–q90 band on the validation queries (training families' fm_val only)."""
 
-    inf = pc.get("inference", {}) or {}
-    band = pc.get("band", {}) or {}
-    pred = FlowPredictor(net, n_samples=inf.get("n_samples", 8), n_steps=inf.get("n_steps", 4), band_offset=0.0)
+    pred = FlowPredictor(net, n_samples=fit.n_samples, n_steps=fit.n_steps, band_offset=0.0)
     rows, n_obs, eps = dm.val_q
-    k = pc.data.get("obs_every", 10)
+    k = fit.obs_every
     S, Lh = observe(dm.bank, rows, n_obs, k)
     truth, cap = true_remaining(dm.bank, rows, n_obs, eps, k)
     q = pred.predict_quantiles(S, Lh, n_obs, eps, cap, dm.bank.batch_size[rows], dm.bank.lr[rows])
-    cover = float(band.get("coverage", 0.8))
+    cover = fit.coverage
     off = conformal_offset(q[:, 0], q[:, -1], truth, cover)
     return {"band_offset": off, "band_coverage_target": cover, "band_n_calibration": int(len(rows))}
 
 
-def _cli(argv: list[str]) -> None:
+def settings_from_cli(argv: list[str]) -> PredictorTraining:
+    """The command line's settings: conf/predictor/fm.yaml under ``predictor``, YAML files and ``key=value`` over it."""
+    from omegaconf import OmegaConf
+
     base = OmegaConf.create({"seed": 0, "bank": {"path": None}, "trainer": {}, "paths": {"output_dir": "outputs/predictor"}})
     pred_yaml = conf_dir("predictor", "fm.yaml")
     if pred_yaml.exists():
@@ -145,8 +134,14 @@ def _cli(argv: list[str]) -> None:
     files = [a for a in argv if a.endswith(".yaml")]
     for f in files:
         base = OmegaConf.merge(base, OmegaConf.load(f))
-    cfg = OmegaConf.merge(base, OmegaConf.from_dotlist([a for a in argv if a not in files]))
-    result = train_predictor(cfg)
+    plain = plain_config(OmegaConf.merge(base, OmegaConf.from_dotlist([a for a in argv if a not in files])))
+    return PredictorTraining(flow=FlowFitSettings.from_config(plain["predictor"]),
+                             output_dir=plain["paths"]["output_dir"], bank_path=plain["bank"]["path"],
+                             seed=int(plain["seed"]), trainer=plain["trainer"] or {})
+
+
+def _cli(argv: list[str]) -> None:
+    result = train_predictor(settings_from_cli(argv))
     if "fm_ckpt" in result:
         print({k: v for k, v in result.items()})
 

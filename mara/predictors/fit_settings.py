@@ -1,0 +1,101 @@
+"""Typed settings of a predictor's training (the FM, the decision head), parsed once from its config.
+
+``FlowFitSettings.from_config`` / ``HeadFitSettings.from_config`` read a plain predictor config (conf/predictor/fm.yaml,
+qr.yaml: ``net``, ``data``, ``train``, ``inference``, ``band``) — the one reading of it; ``fit_flow`` and
+``fit_quantile_head`` take only these objects. ``PredictorTraining`` adds what the pipeline's predictor stage sets
+around it (bank, seed, Lightning trainer arguments, output folder).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """``predictor.train``: AdamW, early stopping on ``monitor``, epochs (when the trainer sets none), threads."""
+
+    lr: float
+    weight_decay: float
+    patience: int
+    max_epochs: int = 50
+    monitor: str = "val/fm_loss"
+    gradient_clip_val: float = 1.0
+    num_threads: int = 1
+    figure_every_n_epochs: int = 5
+
+    @classmethod
+    def from_config(cls, tc: Mapping, monitor: str = "val/fm_loss") -> "FitSettings":
+        return cls(lr=tc["lr"], weight_decay=tc["weight_decay"], patience=int(tc["patience"]),
+                   max_epochs=int(tc.get("max_epochs", 50)), monitor=tc.get("monitor", monitor),
+                   gradient_clip_val=tc.get("gradient_clip_val", 1.0), num_threads=int(tc.get("num_threads", 1)),
+                   figure_every_n_epochs=tc.get("figure_every_n_epochs", 5))
+
+
+@dataclass(frozen=True)
+class FlowFitSettings:
+    """The flow predictor's training: network and data-module arguments as configured, the fit, the sampler used to
+    calibrate the band (samples, Euler steps), the band's coverage target, and the whole config (recorded)."""
+
+    net: dict
+    data: dict
+    train: FitSettings
+    n_samples: int = 8
+    n_steps: int = 4
+    coverage: float = 0.8
+    obs_every: int = 10
+    config: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, pc: Mapping) -> "FlowFitSettings":
+        """From a plain (resolved) predictor config."""
+        inf, band = pc.get("inference") or {}, pc.get("band") or {}
+        return cls(net=dict(pc["net"]), data=dict(pc["data"]), train=FitSettings.from_config(pc["train"]),
+                   n_samples=inf.get("n_samples", 8), n_steps=inf.get("n_steps", 4),
+                   coverage=float(band.get("coverage", 0.8)), obs_every=pc["data"].get("obs_every", 10),
+                   config=dict(pc))
+
+
+@dataclass(frozen=True)
+class HeadFitSettings:
+    """The decision head's training: network arguments, examples per epoch / validation, batch size, observation
+    period and the fit."""
+
+    net: dict
+    train_examples: int
+    val_examples: int
+    batch_size: int
+    obs_every: int
+    train: FitSettings
+
+    @classmethod
+    def from_config(cls, pc: Mapping) -> "HeadFitSettings":
+        dc = pc["data"]
+        return cls(net=dict(pc["net"]), train_examples=dc["train_examples"], val_examples=dc["val_examples"],
+                   batch_size=dc["batch_size"], obs_every=dc["obs_every"],
+                   train=FitSettings.from_config(pc["train"], monitor="val/pinball"))
+
+
+def trainer_from_config(trainer: Mapping | None) -> dict:
+    """The Lightning Trainer's arguments as configured, with the defaults of a predictor's fit: CPU, one device, DDP
+    (gloo on CPU) for several devices."""
+    kw = dict(trainer or {})
+    kw.setdefault("accelerator", "cpu")
+    kw.setdefault("devices", 1)
+    devices = kw["devices"]
+    n = devices if isinstance(devices, int) else (len(devices) if isinstance(devices, (list, tuple)) else 1)
+    if n > 1 and "strategy" not in kw:
+        kw["strategy"] = "ddp"  # gloo on CPU
+    return kw
+
+
+@dataclass(frozen=True)
+class PredictorTraining:
+    """The predictor stage: what to fit, on which bank (None: the shipped one), the seed, the Lightning trainer's
+    arguments (accelerator, devices, max_epochs, ...) and the folder its checkpoint goes to."""
+
+    flow: FlowFitSettings
+    output_dir: str
+    bank_path: str | None = None
+    seed: int = 0
+    trainer: dict[str, Any] = field(default_factory=dict)

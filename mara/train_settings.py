@@ -1,0 +1,381 @@
+"""The one reading of ``python -m mara.train``'s composed config: typed settings and the checks before any work.
+
+``parse(cfg)`` turns the composed config (conf/train.yaml) into a frozen ``TrainSettings``: the stage, the predictor
+stage's fit (``PredictorTraining``, mara/predictors/fit_settings.py), the policy stage's ``MatSettings``
+(mara/mat/settings.py, the simulator's ``SimSettings`` shared with the evaluation) and the run-folder records of
+each stage. Every mistake it finds is one ``ConfigError`` line (exit 2, before any work): stage and reward names,
+seed, ``sim.*`` / ``eval.*``, node speeds, method names, the recipe's sections, suite settings, training roots
+and the imitation teacher's predictor. mara/mat, the predictors' training and mara/train.py read only these objects.
+
+``mat_settings`` also reads a bare conf/mat recipe (``load_recipe``), as the bench and the tests train from one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from mara.core.cli import output_dir
+from mara.core.config import ConfigError, conf_dir, load_method_cfg, plain_config
+from mara.core.runlog import log
+from mara.core.rundir import STAGE_SETTINGS, stage_settings
+from mara.eval.settings import check_number, node_options, protocol_settings
+from mara.mat.settings import (
+    ImitationSettings,
+    MatSettings,
+    PPOSettings,
+    RolloutSettings,
+    SuiteEntry,
+    TrainerSettings,
+    ValidationSettings,
+    WorkloadSettings,
+)
+from mara.mat.train import policy_method
+from mara.predictors.factory import predictor_config, trained_predictor_mismatch
+from mara.predictors.fit_settings import FlowFitSettings, PredictorTraining
+from mara.sim.env import check_node_options
+from mara.sim.settings import SimSettings
+
+STAGES = ("all", "predictor", "policy", "evaluate")
+EVAL_ROOTS = set(range(5))
+#: predictor kind → the fit settings of its training in the predictor stage (kinds absent here: nothing to train)
+TRAINABLE = {"fm": FlowFitSettings.from_config}
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """What one ``python -m mara.train`` run does. ``predictor``: the predictor stage's training (None: nothing to
+    train: the predictor's kind has no training here, or a checkpoint is given); ``policy``: the policy stage's
+    training (None: no MAT recipe); ``records``: each stage's settings as its run folder records them;
+    ``predictor_config``: the run's predictor config (plain)."""
+
+    stage: str = "all"
+    seed: int = 0
+    reward: str = "dense"
+    paper: bool = False
+    accelerator: str = "cpu"
+    predictor_config: dict | None = None
+    predictor: PredictorTraining | None = None
+    policy: MatSettings | None = None
+    methods: tuple[str, ...] = ()
+    method_overrides: dict = field(default_factory=dict)
+    policy_ckpt: str | None = None
+    predictor_key: str | None = None
+    records: dict = field(default_factory=dict)
+
+    def record(self, stage: str) -> dict:
+        """``stage``'s settings as its run folder records them."""
+        return self.records[stage]
+
+    def runs(self, stage: str) -> bool:
+        """Whether this run runs ``stage``."""
+        return self.stage in ("all", stage)
+
+    @property
+    def predictor_name(self) -> str | None:
+        return None if self.predictor_config is None else self.predictor_config.get("name")
+
+
+def check_stage_and_reward(cfg: DictConfig) -> tuple[str, str]:
+    """``(stage, reward)``, each one of its names (one-line ``ConfigError`` otherwise)."""
+    stage = cfg.get("stage", "all")
+    if stage not in STAGES:
+        raise ConfigError(f"stage must be one of {', '.join(STAGES)}, got {cfg.get('stage')!r}")
+    reward = cfg.get("reward", "dense")
+    if reward not in ("dense", "sparse"):
+        raise ConfigError(f"reward must be 'dense' or 'sparse', got {cfg.reward!r}")
+    return stage, reward
+
+
+def parse(cfg: DictConfig) -> TrainSettings:
+    """The typed settings of a composed ``train`` config, every setting checked (one-line ``ConfigError``)."""
+    stage, reward = check_stage_and_reward(cfg)
+    seed = check_number("seed", cfg.get("seed", 0), int)
+    protocol_settings(cfg)  # sim.* and eval.*
+    node_options(cfg.sim)  # node speeds / switch costs reach the policy stage (mat=hetero: v3 node features)
+    methods = tuple(cfg.get("methods") or ())
+    for m in methods:
+        load_method_cfg(m)
+    policy = None
+    if cfg.get("mat") is not None:
+        policy = mat_settings(cfg)
+        if stage in ("all", "policy"):
+            check_teacher_predictor(policy)  # mat=default needs predictor=qr_q: refused before the predictor stage
+    pred = plain_config(cfg.get("predictor"))
+    return TrainSettings(
+        stage=stage, seed=seed, reward=reward, paper=cfg.get("experiment_kind") == "paper",
+        accelerator=str((cfg.get("trainer") or {}).get("accelerator", "cpu")), predictor_config=pred,
+        predictor=_predictor_training(cfg, pred, stage), policy=policy, methods=methods,
+        method_overrides=plain_config(cfg.get("method_overrides")) or {}, policy_ckpt=cfg.get("policy_ckpt"),
+        predictor_key=run_predictor_key(cfg), records={name: stage_settings(cfg, name) for name in STAGE_SETTINGS})
+
+
+def _predictor_training(cfg: DictConfig, pred: dict | None, stage: str) -> PredictorTraining | None:
+    """The predictor stage's fit: the predictor's kind trains here and no checkpoint is given (``stage=predictor``
+    trains even then)."""
+    if pred is None or pred.get("name", "fm") not in TRAINABLE or (stage == "all" and pred.get("ckpt_path")):
+        return None
+    return PredictorTraining(flow=TRAINABLE[pred.get("name", "fm")](pred), output_dir="predictor",  # the run's, later
+                             bank_path=(cfg.get("bank") or {}).get("path"), seed=int(cfg.get("seed", 0)),
+                             trainer=plain_config(cfg.get("trainer")) or {})
+
+
+def predictor_training(cfg: DictConfig) -> PredictorTraining:
+    """The FM's training of a config with ``predictor``, ``bank.path``, ``seed``, ``trainer`` and ``paths.output_dir``
+    (a job of the paper's pipeline)."""
+    return PredictorTraining(flow=FlowFitSettings.from_config(plain_config(cfg.predictor)),
+                             output_dir=str(cfg.paths.output_dir), bank_path=(cfg.get("bank") or {}).get("path"),
+                             seed=int(cfg.get("seed", 0)), trainer=plain_config(cfg.get("trainer")) or {})
+
+
+# ------------------------------------------------------------------------------------------------- the MAT recipe
+def load_recipe(name: str) -> DictConfig:
+    """A bare conf/mat/<name>.yaml laid over the recipes its ``defaults`` list names (default → band → clone), as
+    Hydra composes it under ``mat=<name>``."""
+    cfg = OmegaConf.load(conf_dir("mat", f"{name}.yaml"))
+    base = OmegaConf.create()
+    for entry in cfg.pop("defaults", []) or []:
+        if entry != "_self_":
+            base = OmegaConf.merge(base, load_recipe(str(entry)))
+    return OmegaConf.merge(base, cfg)
+
+
+def merged_recipe(cfg: DictConfig) -> dict:
+    """The MAT recipe as a plain dict: ``cfg.mat`` with the pipeline's shared keys (``seed``, ``reward``,
+    ``ckpt_path``, ``predictor``, ``paths.output_dir``, ``sim``, ``bank.path``, ``trainer.accelerator/devices/
+    strategy``) laid over it when ``cfg`` is the full conf/train.yaml; a bare conf/mat recipe as it is."""
+    if "mat" not in cfg:
+        return OmegaConf.to_container(cfg, resolve=True)
+    c = OmegaConf.to_container(cfg.mat, resolve=True)
+    for key in ("seed", "reward", "ckpt_path"):
+        if cfg.get(key) is not None:
+            c[key] = cfg[key]
+    if cfg.get("predictor") is not None:
+        c["predictor"] = OmegaConf.to_container(cfg.predictor, resolve=True)
+    if cfg.get("paths") is not None and cfg.paths.get("output_dir"):
+        c["output_dir"] = cfg.paths.output_dir
+    if cfg.get("bank") is not None and cfg.bank.get("path"):
+        c["bank_path"] = cfg.bank.path
+    if cfg.get("sim") is not None:
+        for ours, theirs in (("n_nodes", "nodes"), ("max_active", "max_active"), ("n_steps", "steps"),
+                             ("obs_every", "obs_every"), ("beta", "beta")):
+            if cfg.sim.get(theirs) is not None:
+                c["sim"][ours] = cfg.sim[theirs]
+        speed, cost = plain_config(cfg.sim.get("node_speed")), cfg.sim.get("switch_cost") or 0
+        c["sim"]["node_speed"], c["sim"]["switch_cost"] = speed, cost
+    if cfg.get("trainer") is not None:
+        for key in ("accelerator", "devices", "strategy"):
+            if cfg.trainer.get(key) is not None:
+                c["trainer"][key] = cfg.trainer[key]
+    return c
+
+
+def _section(cls, where: str, given):
+    """``cls(**given)``, or one ConfigError line naming the keys ``cls`` does not have."""
+    given = dict(given or {})
+    unknown = sorted(set(given) - {f.name for f in fields(cls)})
+    if unknown:
+        raise ConfigError(f"{where}: unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
+    return cls(**given)
+
+
+def _suite_entry(i: int, s) -> SuiteEntry:
+    """One ``mat.imitation.suite`` entry, checked (one ConfigError line)."""
+    s = dict(s)
+    unknown = set(s) - {"nodes", "max_active", "node_speed", "switch_cost", "teacher"}
+    if unknown or "nodes" not in s or "max_active" not in s:
+        raise ConfigError(f"mat.imitation.suite[{i}] needs nodes and max_active (and optionally node_speed, "
+                          f"switch_cost, teacher); got keys {sorted(s)}")
+    m, k = int(s["nodes"]), int(s["max_active"])
+    if m < 1 or k < 1:
+        raise ConfigError(f"mat.imitation.suite[{i}]: nodes and max_active must be >= 1, got {m}, {k}")
+    speed = s.get("node_speed")
+    if speed is not None and len(speed) != m:
+        raise ConfigError(f"mat.imitation.suite[{i}]: node_speed has {len(speed)} entries for {m} nodes")
+    cost = s.get("switch_cost")
+    return SuiteEntry(m, k, None if speed is None else tuple(int(x) for x in speed),
+                      None if cost is None else int(cost), None if s.get("teacher") is None else str(s["teacher"]))
+
+
+def mat_settings(cfg: DictConfig) -> MatSettings:
+    """The typed, checked settings of the policy stage (full conf/train.yaml or a bare conf/mat recipe)."""
+    c = merged_recipe(cfg)
+    sim = c.get("sim") or {}
+    try:
+        speed, cost = check_node_options(sim.get("node_speed"), sim.get("switch_cost") or 0, int(sim["n_nodes"]),
+                                         int(sim["obs_every"]))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    sim_settings = SimSettings(nodes=int(sim["n_nodes"]), max_active=int(sim["max_active"]), steps=int(sim["n_steps"]),
+                               obs_every=int(sim["obs_every"]), beta=sim["beta"],
+                               node_speed=None if speed is None else tuple(int(x) for x in speed),
+                               switch_cost=int(cost))
+    im = dict(c.get("imitation") or {})
+    im["suite"] = tuple(_suite_entry(i, s) for i, s in enumerate(im.get("suite") or []))
+    wl = dict(c["workload"])
+    if not isinstance(wl.get("load", 0.04), (int, float)):
+        wl["load"] = tuple(wl["load"])
+    val = dict(c["validation"])
+    val["roots"] = tuple(val["roots"])
+    pred = c.get("predictor")
+    settings = MatSettings(
+        net=dict(c["net"]), sim=sim_settings, ppo=_section(PPOSettings, "mat.ppo", c["ppo"]),
+        rollout=_section(RolloutSettings, "mat.rollout", c["rollout"]),
+        workload=_section(WorkloadSettings, "mat.workload", wl),
+        validation=_section(ValidationSettings, "mat.validation", val),
+        imitation=_section(ImitationSettings, "mat.imitation", im),
+        trainer=_section(TrainerSettings, "mat.trainer", c["trainer"]),
+        reward=c.get("reward", "dense"), predictor={"name": pred} if isinstance(pred, str) else pred,
+        bank_path=c.get("bank_path"), seed=int(c.get("seed", 0)), total_env_steps=c["total_env_steps"],
+        num_threads=c.get("num_threads", 1), init_from=c.get("init_from"), ckpt_path=c.get("ckpt_path"),
+        output_dir=c.get("output_dir"), run_name=c.get("run_name"))
+    check_recipe(settings)
+    return settings
+
+
+def check_recipe(settings: MatSettings) -> None:
+    """The recipe's own consistency: a suite for ``rollout.suite`` / ``validation.suite``, training roots apart from
+    the evaluation and validation roots (one ConfigError line)."""
+    for key in ("rollout", "validation"):
+        if getattr(settings, key).suite and not settings.imitation.suite:
+            raise ConfigError(f"mat.{key}.suite=true needs the settings of mat.imitation.suite (recipe mat=suite_ppo)")
+    if settings.workload.train_root + settings.seed in EVAL_ROOTS | set(settings.validation.roots):
+        raise ConfigError("mat.workload.train_root + seed must differ from the evaluation (0–4) and validation roots")
+
+
+def check_teacher_predictor(settings: MatSettings) -> None:
+    """The imitation teacher reads MAT's own frozen predictor (by design: MARA-WLS imitates the slack rule on WLS
+    estimates). That is sound for rules defined on any predictor's median and band (Slack-FM, Slack-FM-q), not for
+    the decision head's rules, which read levels only the head was trained at (Slack-QR-q's 0.05 level, Slack-QR's
+    band): fed another predictor they would silently become another rule. So a teacher whose predictor is the head
+    (``qr`` kind) must be given that very predictor — or, for a rule that judges at the median (no ``quantile``:
+    Slack-QR, Slack-QR-displace), the same head with the same median and upper end, the only levels it reads.
+    One-line ConfigError otherwise. The privileged ``truth`` teacher (Slack-Truth) reads the simulator and is always
+    allowed. Every teacher of ``mat.imitation.suite`` is checked."""
+    im = settings.imitation
+    if not im.enabled or not im.teacher or settings.ckpt_path:
+        return
+    teachers = [str(im.teacher)] + [s.teacher for s in im.suite if s.teacher]
+    pred = settings.predictor
+    bare = pred is not None and set(pred) == {"name"}  # a bare recipe names its predictor: the group's file
+    given = predictor_config(pred["name"]) if bare else pred
+    for teacher in dict.fromkeys(teachers):
+        mcfg = load_method_cfg(teacher)
+        wants = mcfg.get("predictor")
+        if wants in (None, "truth") or predictor_config(wants).get("name") != "qr":
+            continue
+        why = trained_predictor_mismatch(given, wants)
+        if why and given is not None and (mcfg.get("allocator") or {}).get("quantile") is None:
+            why = None if reads_same_median_and_upper(given, predictor_config(wants)) else why
+        if why or pred is None:
+            have = None if pred is None else pred["name"]
+            raise ConfigError(f"mat.imitation.teacher={teacher} reads predictor {wants!r} but this policy is "
+                              f"trained with {have!r}: give the same predictor (e.g. `mat=default predictor=qr_q`) "
+                              f"or a teacher made for {have!r}")
+
+
+def reads_same_median_and_upper(a, b) -> bool:
+    """Two predictor configs of one kind and checkpoint whose bands share the median and the upper end."""
+    band_a, band_b = (list(plain_config(x.get("band")) or []) for x in (a, b))
+    return (a.get("name") == b.get("name") and a.get("ckpt_path") == b.get("ckpt_path")
+            and len(band_a) == len(band_b) == 3 and band_a[1:] == band_b[1:])
+
+
+def trained_method(cfg: DictConfig) -> str:
+    """The paper name of the policy a composed ``train`` config trains."""
+    mat = plain_config(cfg.get("mat")) or {}
+    return policy_method(cfg.get("reward", "dense"), cfg.predictor.get("name"), mat)
+
+
+def run_predictor_key(cfg: DictConfig) -> str | None:
+    """The ``predictors.<key>`` entry that is this run's training predictor, so the evaluation builds the policy's
+    predictor from the same config (``predictor=qr`` → ``qr``, not MARA-QR's default ``qr_q``)."""
+    pred = cfg.get("predictor")
+    if pred is None or pred.get("name") is None:
+        return None
+    key = None
+    try:
+        key = HydraConfig.get().runtime.choices.get("predictor")
+    except ValueError:  # called outside a Hydra run (tests, library use)
+        pass
+    preds = cfg.get("predictors") or {}
+    if key is None:
+        same = [k for k, v in preds.items()
+                if v is not None and v.get("name") == pred.name and v.get("band") == pred.get("band")]
+        key = same[0] if same else str(pred.name)
+    return key
+
+
+# ------------------------------------------------------------------------------------------ the run, stage by stage
+@dataclass(frozen=True)
+class RunSettings:
+    """The settings in one run folder, as the stages go: the predictor config and the policy's settings with the
+    checkpoints this folder holds or the predictor stage wrote; ``fm_ckpt``: the FM checkpoint every ``fm``
+    predictor of the evaluation reads (None: the configured one); ``composed``: the config handed on, as it is, to
+    the evaluation entry (``mara.evaluate``, which parses it itself)."""
+
+    settings: TrainSettings
+    folder: str
+    composed: DictConfig
+    predictor_config: dict | None = None
+    policy: MatSettings | None = None
+    policy_ckpt: str | None = None
+    fm_ckpt: str | None = None
+
+    @property
+    def method_overrides(self) -> dict:
+        return self.settings.method_overrides
+
+    @property
+    def predictor_key(self) -> str | None:
+        return self.settings.predictor_key
+
+    def with_predictor_ckpt(self, ckpt: str, own: bool = True) -> "RunSettings":
+        """The run reading the FM checkpoint ``ckpt``: as its own predictor's (``own``, an FM run) and as the
+        evaluation's ``fm``."""
+        if not own or self.predictor_config is None:
+            return replace(self, fm_ckpt=ckpt)
+        pred = {**self.predictor_config, "ckpt_path": ckpt}
+        policy = None if self.policy is None else replace(self.policy, predictor=pred)
+        return replace(self, predictor_config=pred, policy=policy, fm_ckpt=ckpt)
+
+
+def with_run_folder(settings: TrainSettings, cfg: DictConfig) -> RunSettings:
+    """The run in its folder: a later stage uses that folder's products — ``<run>/predictor/fm.ckpt`` (unless a
+    predictor checkpoint is given) and, for ``stage=evaluate``, ``<run>/policy/checkpoints/best.ckpt`` (unless
+    ``policy_ckpt`` is given)."""
+    out = output_dir(cfg)
+    run = RunSettings(settings, str(out), cfg, settings.predictor_config, settings.policy, settings.policy_ckpt)
+    if settings.stage not in ("policy", "evaluate"):
+        return run
+    fm = out / "predictor" / "fm.ckpt"
+    if fm.exists() and not (settings.predictor_config or {}).get("ckpt_path"):
+        run = run.with_predictor_ckpt(str(fm), own=settings.predictor_name == "fm")
+        log.info(f"using this run's predictor {fm}")
+    best = out / "policy" / "checkpoints" / "best.ckpt"
+    if settings.stage == "evaluate" and not settings.policy_ckpt and best.exists():
+        run = replace(run, policy_ckpt=str(best))
+        log.info(f"using this run's policy {best}")
+    return run
+
+
+def evaluation_config(run: RunSettings, methods: list[str], overrides: dict) -> DictConfig:
+    """The config of the run's evaluation stage: the composed one in ``<run>/evaluation`` with these methods and
+    overrides, the run's predictor config (and its FM checkpoint) where the evaluation builds predictors."""
+    ecfg = run.composed.copy()
+    with open_dict(ecfg):
+        ecfg.paths.output_dir = str(Path(run.folder) / "evaluation")
+        ecfg.methods = methods
+        ecfg.method_overrides = overrides
+        if run.predictor_config is not None:
+            ecfg.predictor = run.predictor_config
+        if run.fm_ckpt and "predictors" in ecfg and "fm" in ecfg.predictors:
+            ecfg.predictors.fm.ckpt_path = run.fm_ckpt
+        key = run.predictor_key
+        if key is not None and any((o or {}).get("predictor") == key for o in overrides.values()):
+            if "predictors" not in ecfg:
+                ecfg.predictors = {}
+            ecfg.predictors[key] = run.predictor_config  # may carry this run's FM checkpoint or command-line overrides
+    return ecfg
