@@ -28,7 +28,14 @@ from mara.peers.elasticflow import (
     ensure_venv,
     run_peer,
 )
-from mara.peers.record import DEFAULT_RECORD, case_entry, load_record, needs_run, put_result, save_record
+from mara.peers.record import (
+    DEFAULT_RECORD,
+    case_entry,
+    load_record,
+    needs_run,
+    put_result,
+    save_record,
+)
 
 
 def _fail(msg: str) -> None:

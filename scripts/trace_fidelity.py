@@ -29,8 +29,21 @@ from mara.peers.elasticflow import (
     ensure_venv,
     run_peer,
 )
-from mara.peers.record import DEFAULT_RECORD, case_entry, load_record, machine, put_result, save_record
-from mara.peers.side_by_side import compare_row, job_ids, markdown_table, ours_available, run_ours
+from mara.peers.record import (
+    DEFAULT_RECORD,
+    case_entry,
+    load_record,
+    machine,
+    put_result,
+    save_record,
+)
+from mara.peers.side_by_side import (
+    compare_row,
+    job_ids,
+    markdown_table,
+    ours_available,
+    run_ours,
+)
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "fidelity" / "trace_fidelity"
 
@@ -69,7 +82,8 @@ def main(argv=None) -> None:
     rows = []
     for case in cases:
         path = ensure_case_file(case, python, args.peer_root)
-        n_jobs = sum(1 for _ in open(path)) - 1
+        with open(path) as f:
+            n_jobs = sum(1 for _ in f) - 1
         entry = case_entry(record, case, sha256(path), n_jobs)
         ids = job_ids(path)
         for method in methods:

@@ -20,7 +20,12 @@ from mara.peers.elasticflow import (
     scan_log,
 )
 from mara.peers.record import case_entry, needs_run, put_result
-from mara.peers.side_by_side import compare_row, markdown_table, per_job_agreement, read_ours
+from mara.peers.side_by_side import (
+    compare_row,
+    markdown_table,
+    per_job_agreement,
+    read_ours,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,11 +73,11 @@ def test_first_by_submission_is_stable_and_keeps_columns(tmp_path):
     src, dst = tmp_path / "t.csv", tmp_path / "o.csv"
     src.write_text("job_id,submission_time,num_gpu\na,30,1\nb,10,2\nc,30,4\nd,20,8\n")
     assert first_by_submission(src, dst, 3) == 3
-    rows = list(csv.DictReader(open(dst)))
+    rows = list(csv.DictReader(dst.read_text().splitlines()))
     assert [r["job_id"] for r in rows] == ["b", "d", "a"]
     assert list(rows[0]) == ["job_id", "submission_time", "num_gpu"]
     assert first_by_submission(src, dst, None) == 4
-    assert [r["job_id"] for r in csv.DictReader(open(dst))] == ["b", "d", "a", "c"]
+    assert [r["job_id"] for r in csv.DictReader(dst.read_text().splitlines())] == ["b", "d", "a", "c"]
 
 
 def test_cases_are_named_once_and_pair_clusters_as_the_peer_does():
@@ -134,7 +139,7 @@ def test_side_by_side_row_and_table():
 def test_scripts_refuse_bad_input_with_one_line():
     for script, args in (("peer_elasticflow.py", ["--method", "Bogus"]), ("trace_fidelity.py", ["--case", "nope"])):
         out = subprocess.run([sys.executable, str(ROOT / "scripts" / script), *args], capture_output=True, text=True,
-                             cwd=ROOT)
+                             cwd=ROOT, check=False)
         assert out.returncode == 2, out.stderr
         assert out.stderr.count("\n") == 1 and out.stderr.startswith("error:")
 

@@ -3,10 +3,14 @@ in this run under a time limit (said as such when it is reached), beside our rep
 checkout has it, and the speed-up (target: ours at least 20 times faster)."""
 from __future__ import annotations
 
-from typing import Optional
-
 from mara.peers.cases import CORE_METHODS, case_named, ensure_case_file
-from mara.peers.elasticflow import DEFAULT_PEER_ROOT, DEFAULT_VENV, PeerUnavailable, ensure_venv, run_peer
+from mara.peers.elasticflow import (
+    DEFAULT_PEER_ROOT,
+    DEFAULT_VENV,
+    PeerUnavailable,
+    ensure_venv,
+    run_peer,
+)
 from mara.peers.side_by_side import run_ours
 
 #: the default: a trace the peer finishes for both methods in minutes on two cores
@@ -40,7 +44,7 @@ def peer_rows(cases=DEFAULT_CASES, methods=CORE_METHODS, time_limit_s: float = 3
     return rows
 
 
-def _fmt_s(seconds: Optional[float], status: str, limit: float) -> str:
+def _fmt_s(seconds: float | None, status: str, limit: float) -> str:
     if status == "timeout":
         return f"> {limit:.0f} (limit)"
     return "-" if seconds is None or status != "ok" else f"{seconds:.2f}"

@@ -14,7 +14,6 @@ import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 from mara.peers.elasticflow import REPO_ROOT, check_peer_root, peer_copy
 
@@ -40,7 +39,7 @@ class Case:
     cluster: str
     source: str
     itp: str = ""
-    first: Optional[int] = None
+    first: int | None = None
     args: tuple = ()
     methods: tuple = CORE_METHODS
     limits: dict = field(default_factory=dict)  # method -> seconds, where the peer is known to be slow
@@ -56,7 +55,7 @@ class Case:
         return f"ITP cluster{self.itp}, {what}, {self.cluster}"
 
 
-def _itp(num: str, first: Optional[int], methods=CORE_METHODS, limits=None) -> Case:
+def _itp(num: str, first: int | None, methods=CORE_METHODS, limits=None) -> Case:
     name = f"cluster{num}" + (f"_first{first}" if first else "")
     return Case(name, ITP_CLUSTER_SPEC[num], "itp", itp=num, first=first, methods=methods, limits=limits or {})
 
@@ -104,7 +103,7 @@ def itp_trace(num: str, archive: Path = ITP_ARCHIVE, into: Path = ITP_DIR) -> Pa
     return path
 
 
-def first_by_submission(src: Path, dst: Path, n: Optional[int]) -> int:
+def first_by_submission(src: Path, dst: Path, n: int | None) -> int:
     """Write the first ``n`` rows of ``src`` by submission time (stable; all rows if n is None) to ``dst``."""
     with open(src, newline="") as f:
         reader = csv.DictReader(f)
@@ -127,12 +126,12 @@ def generate_with_peer(args: tuple, dst: Path, python: Path, peer_root: Path) ->
         peer_copy(peer_root, Path(tmp))
         gen = Path(tmp) / "trace_generator"
         out = subprocess.run([str(python), "generate_trace.py", *args, f"--output_file={dst.resolve()}"], cwd=gen,
-                             capture_output=True, text=True)
+                             capture_output=True, text=True, check=False)
         if out.returncode != 0 or not dst.is_file():
             raise RuntimeError(f"the peer's trace generator failed: {out.stderr.strip()[-300:]}")
 
 
-def ensure_case_file(case: Case, python: Optional[Path] = None, peer_root: Optional[Path] = None) -> Path:
+def ensure_case_file(case: Case, python: Path | None = None, peer_root: Path | None = None) -> Path:
     """The case's trace file, made on first use (a generated case needs the peer's environment)."""
     if case.path.is_file():
         return case.path

@@ -22,9 +22,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: the peer's artifact folder as ``../shared`` lays it out beside the repository
@@ -50,8 +50,8 @@ class PeerLog:
 
     refused: set = field(default_factory=set)
     late: set = field(default_factory=set)
-    accepted: Optional[int] = None
-    declined: Optional[int] = None
+    accepted: int | None = None
+    declined: int | None = None
 
 
 @dataclass
@@ -62,11 +62,11 @@ class PeerResult:
     schedule: str
     status: str
     seconds: float
-    limit_s: Optional[float]
-    ratio: Optional[float] = None
-    accepted: Optional[int] = None
-    declined: Optional[int] = None
-    deadline_met: Optional[list] = None  # per trace row: 1 / 0, None for best-effort rows
+    limit_s: float | None
+    ratio: float | None = None
+    accepted: int | None = None
+    declined: int | None = None
+    deadline_met: list | None = None  # per trace row: 1 / 0, None for best-effort rows
     error: str = ""
 
     def as_record(self) -> dict:
@@ -156,7 +156,7 @@ def _venv_python(venv: Path) -> Path:
 
 def _imports_ok(python: Path) -> bool:
     probe = "import cvxpy, grpc, google.protobuf, psutil, numpy"
-    return python.is_file() and subprocess.run([str(python), "-c", probe], capture_output=True).returncode == 0
+    return python.is_file() and subprocess.run([str(python), "-c", probe], capture_output=True, check=False).returncode == 0
 
 
 def ensure_venv(venv: Path = DEFAULT_VENV, install: bool = True) -> Path:
@@ -168,11 +168,11 @@ def ensure_venv(venv: Path = DEFAULT_VENV, install: bool = True) -> Path:
     if not install:
         raise PeerUnavailable(f"no peer environment at {venv} (make it with scripts/peer_elasticflow.py --setup)")
     venv.parent.mkdir(parents=True, exist_ok=True)
-    made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
+    made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, check=False)
     if made.returncode != 0:
         raise PeerUnavailable(f"cannot make a virtual environment at {venv}: {made.stderr.strip()[-200:]}")
     pip = subprocess.run([str(python), "-m", "pip", "install", "-q", *PEER_REQUIREMENTS], capture_output=True,
-                         text=True)
+                         text=True, check=False)
     if pip.returncode != 0 or not _imports_ok(python):
         tail = (pip.stderr or pip.stdout).strip().splitlines()[-1:] or ["imports fail after install"]
         raise PeerUnavailable(f"cannot install the peer's packages ({' '.join(PEER_REQUIREMENTS)}): {tail[0][:200]}")
@@ -189,12 +189,17 @@ def peer_copy(peer_root: Path, into: Path) -> Path:
 
 
 # ------------------------------------------------------------------------------------------------ running it
-def _lowered(nice: int):
-    return (lambda: os.nice(nice)) if nice and hasattr(os, "nice") else None
+def _lower_priority(pid: int, nice: int) -> None:
+    """Run the peer below interactive work (the reference machine is shared)."""
+    if nice and hasattr(os, "setpriority"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, pid, os.getpriority(os.PRIO_PROCESS, pid) + nice)
+        except OSError:  # the process may already have ended
+            pass
 
 
 def run_peer(trace: Path, cluster: str, method: str, *, python: Path, peer_root: Path = DEFAULT_PEER_ROOT,
-             slot: int = DEFAULT_SLOT, time_limit_s: Optional[float] = None, nice: int = 10) -> PeerResult:
+             slot: int = DEFAULT_SLOT, time_limit_s: float | None = None, nice: int = 10) -> PeerResult:
     """Run the peer's simulator once on ``trace`` with ``cluster`` (e.g. ``n64g8``) and ``method`` (our name).
 
     The wall time counts the peer's process alone (start-up included, the copy of its folder not). Past
@@ -217,7 +222,8 @@ def run_peer(trace: Path, cluster: str, method: str, *, python: Path, peer_root:
         with open(err_path, "w") as err:
             t0 = time.perf_counter()
             proc = subprocess.Popen(cmd, cwd=sched, stdout=subprocess.PIPE, stderr=err, text=True,
-                                    errors="replace", preexec_fn=_lowered(nice))
+                                    errors="replace")
+            _lower_priority(proc.pid, nice)
             killed = threading.Event()
 
             def _kill():

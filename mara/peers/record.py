@@ -12,7 +12,6 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import Optional
 
 from mara.peers.cases import Case, sha256
 from mara.peers.elasticflow import REPO_ROOT, PeerResult
@@ -69,7 +68,7 @@ def case_entry(record: dict, case: Case, file_sha: str, n_jobs: int) -> dict:
     return entry
 
 
-def needs_run(entry: dict, method: str, limit_s: Optional[float]) -> bool:
+def needs_run(entry: dict, method: str, limit_s: float | None) -> bool:
     """Whether ``method`` on this case still has to run: no result, a failure, or a timeout under a shorter limit."""
     prev = entry["results"].get(method)
     if prev is None or prev["status"] == "failed":

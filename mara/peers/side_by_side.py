@@ -18,7 +18,6 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 from mara.peers.elasticflow import REPO_ROOT
 
@@ -32,8 +31,8 @@ class OurRun:
 
     method: str
     status: str  # ok | unavailable | failed
-    seconds: Optional[float] = None
-    ratio: Optional[float] = None
+    seconds: float | None = None
+    ratio: float | None = None
     n_rows: int = 0
     n_windows: int = 0
     met_by_job: dict = field(default_factory=dict)
@@ -79,7 +78,7 @@ def read_ours(results_json: Path, method: str) -> OurRun:
     return run
 
 
-def run_ours(trace: Path, cluster: str, method: str, time_limit_s: Optional[float] = None,
+def run_ours(trace: Path, cluster: str, method: str, time_limit_s: float | None = None,
              extra: tuple = ()) -> OurRun:
     """Run our trace replay for one method on ``trace`` (a fresh process; its wall seconds include start-up)."""
     ok, why = ours_available()
@@ -90,7 +89,8 @@ def run_ours(trace: Path, cluster: str, method: str, time_limit_s: Optional[floa
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
         t0 = time.perf_counter()
         try:
-            out = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=time_limit_s, env=env)
+            out = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=time_limit_s, env=env,
+                                 check=False)
         except subprocess.TimeoutExpired:
             return OurRun(method, "timeout", seconds=time.perf_counter() - t0, error=f"over {time_limit_s:g} s")
         seconds = time.perf_counter() - t0
@@ -109,7 +109,7 @@ def job_ids(trace: Path) -> list:
         return [str(r["job_id"]) for r in csv.DictReader(f)]
 
 
-def per_job_agreement(peer_missed_rows: list, jobs_counted: int, ids: list, ours: dict) -> Optional[tuple]:
+def per_job_agreement(peer_missed_rows: list, jobs_counted: int, ids: list, ours: dict) -> tuple | None:
     """(jobs where both say the same, jobs compared) over jobs both sides report, or None when either lacks them."""
     if not ours or jobs_counted is None:
         return None
