@@ -4,7 +4,7 @@
     python scripts/peer_elasticflow.py --case fig10 --method EDF --force
     python scripts/peer_elasticflow.py --trace my.csv --cluster n64g8 --method ElasticFlow --time-limit 600
     python scripts/peer_elasticflow.py --setup              # only make the peer's environment
-    python scripts/peer_elasticflow.py --list               # the cases and what is recorded
+    python scripts/peer_elasticflow.py --list               # the cases, and what is recorded as a table
 
 Results of the cases go to docs/fidelity/trace_peer.json (ratio, seconds, date, machine, command, the trace rows
 that missed); a case/method already recorded for the same file is skipped unless --force. The peer runs under
@@ -32,6 +32,7 @@ from mara.peers.record import (
     DEFAULT_RECORD,
     case_entry,
     load_record,
+    markdown,
     needs_run,
     put_result,
     save_record,
@@ -89,11 +90,9 @@ def main(argv=None) -> None:
     ap.add_argument("--list", action="store_true", help="list the cases and what is recorded")
     args = ap.parse_args(argv)
     if args.list:
-        rec = load_record(args.record)["cases"]
         for c in CASES:
             print(f"{c.name:<20}{c.describe()}")
-            for r in rec.get(c.name, {}).get("results", {}).values():
-                print("  " + _line("", r))
+        print("\n" + markdown(load_record(args.record)))
         return
     for m in args.method or ():
         if m not in SCHEDULES:

@@ -89,3 +89,18 @@ def put_result(entry: dict, result: PeerResult, command: str) -> dict:
 def file_matches(entry: dict, path: Path) -> bool:
     """Whether the recorded results belong to this very file."""
     return Path(path).is_file() and entry.get("sha256") == sha256(path)
+
+
+def markdown(record: dict) -> str:
+    """The recorded results as a markdown table (case, what it is, method, ratio, seconds, status, date)."""
+    lines = ["| case | trace and cluster | method | peer ratio | peer seconds | date |", "|---|---|---|---|---|---|"]
+    for name, entry in record["cases"].items():
+        for method, r in entry["results"].items():
+            ratio = "-" if r.get("ratio") is None else f"{r['ratio']:.3f}"
+            secs = f"{r['seconds']:.1f}"
+            if r["status"] == "timeout":
+                ratio, secs = "did not finish", f"> {r['limit_s']:.0f} (limit)"
+            elif r["status"] != "ok":
+                ratio = r["status"]
+            lines.append(f"| {name} | {entry['what']} | {method} | {ratio} | {secs} | {r['date'][:10]} |")
+    return "\n".join(lines)
