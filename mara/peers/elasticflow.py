@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -56,7 +57,8 @@ class PeerLog:
 
 @dataclass
 class PeerResult:
-    """One run of the peer: status ``ok`` | ``timeout`` | ``failed``; ratio from its final_result.csv."""
+    """One run of the peer: status ``ok`` | ``timeout`` | ``failed``; ratio from its final_result.csv; wall and CPU
+    seconds of its process."""
 
     method: str
     schedule: str
@@ -64,6 +66,7 @@ class PeerResult:
     seconds: float
     limit_s: float | None
     ratio: float | None = None
+    cpu_seconds: float | None = None  # user + system CPU of the peer's process: robust to a busy machine
     accepted: int | None = None
     declined: int | None = None
     deadline_met: list | None = None  # per trace row: 1 / 0, None for best-effort rows
@@ -189,6 +192,12 @@ def peer_copy(peer_root: Path, into: Path) -> Path:
 
 
 # ------------------------------------------------------------------------------------------------ running it
+def children_cpu_seconds() -> float:
+    """User + system CPU seconds of this process's finished children so far (differences time one child)."""
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
+
+
 def _lower_priority(pid: int, nice: int) -> None:
     """Run the peer below interactive work (the reference machine is shared)."""
     if nice and hasattr(os, "setpriority"):
@@ -202,7 +211,7 @@ def run_peer(trace: Path, cluster: str, method: str, *, python: Path, peer_root:
              slot: int = DEFAULT_SLOT, time_limit_s: float | None = None, nice: int = 10) -> PeerResult:
     """Run the peer's simulator once on ``trace`` with ``cluster`` (e.g. ``n64g8``) and ``method`` (our name).
 
-    The wall time counts the peer's process alone (start-up included, the copy of its folder not). Past
+    The wall and CPU times count the peer's process alone (start-up included, the copy of its folder not). Past
     ``time_limit_s`` the process is killed and the result says ``timeout``."""
     schedule = SCHEDULES[method]
     trace = Path(trace).resolve()
@@ -220,7 +229,7 @@ def run_peer(trace: Path, cluster: str, method: str, *, python: Path, peer_root:
                "--gpu_type=A100"]
         err_path = Path(tmp) / "stderr.txt"
         with open(err_path, "w") as err:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), children_cpu_seconds()
             proc = subprocess.Popen(cmd, cwd=sched, stdout=subprocess.PIPE, stderr=err, text=True,
                                     errors="replace")
             _lower_priority(proc.pid, nice)
@@ -239,9 +248,9 @@ def run_peer(trace: Path, cluster: str, method: str, *, python: Path, peer_root:
             finally:
                 if timer:
                     timer.cancel()
-            seconds = time.perf_counter() - t0
-        result = PeerResult(method, schedule, "ok", round(seconds, 2), time_limit_s, accepted=log.accepted,
-                            declined=log.declined)
+            seconds, cpu = time.perf_counter() - t0, children_cpu_seconds() - c0
+        result = PeerResult(method, schedule, "ok", round(seconds, 2), time_limit_s, cpu_seconds=round(cpu, 2),
+                            accepted=log.accepted, declined=log.declined)
         if killed.is_set():
             result.status = "timeout"
             return result

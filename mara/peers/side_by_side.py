@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mara.peers.elasticflow import REPO_ROOT
+from mara.peers.elasticflow import REPO_ROOT, children_cpu_seconds
 
 #: our trace experiment's config; without it ours is "not available" and only the peer's column is printed
 OUR_EXPERIMENT = REPO_ROOT / "conf" / "experiment" / "trace.yaml"
@@ -32,6 +32,7 @@ class OurRun:
     method: str
     status: str  # ok | unavailable | failed
     seconds: float | None = None
+    cpu_seconds: float | None = None
     ratio: float | None = None
     n_rows: int = 0
     n_windows: int = 0
@@ -87,19 +88,19 @@ def run_ours(trace: Path, cluster: str, method: str, time_limit_s: float | None 
     with tempfile.TemporaryDirectory(prefix="mara-ours-") as tmp:
         cmd = ours_command(trace, cluster, method, Path(tmp) / "run", extra)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), children_cpu_seconds()
         try:
             out = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=time_limit_s, env=env,
                                  check=False)
         except subprocess.TimeoutExpired:
             return OurRun(method, "timeout", seconds=time.perf_counter() - t0, error=f"over {time_limit_s:g} s")
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, children_cpu_seconds() - c0
         found = sorted(Path(tmp).rglob("results.json"))
         if out.returncode != 0 or not found:
             tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or [f"exit status {out.returncode}"]
             return OurRun(method, "failed", seconds=seconds, error=tail[0][:300])
         run = read_ours(found[0], method)
-        run.seconds = seconds
+        run.seconds, run.cpu_seconds = seconds, cpu
         return run
 
 
@@ -123,14 +124,17 @@ def per_job_agreement(peer_missed_rows: list, jobs_counted: int, ids: list, ours
 def compare_row(case: str, method: str, peer: dict, ours: OurRun, ids: list) -> dict:
     """One line of the side-by-side table (peer: a recorded result; ours: our run)."""
     row = {"case": case, "method": method, "peer_status": peer.get("status"), "peer_ratio": peer.get("ratio"),
-           "peer_seconds": peer.get("seconds"), "peer_limit_s": peer.get("limit_s"), "ours_status": ours.status,
-           "our_ratio": ours.ratio, "our_seconds": ours.seconds, "our_windows": ours.n_windows}
+           "peer_seconds": peer.get("seconds"), "peer_cpu_seconds": peer.get("cpu_seconds"), "peer_limit_s": peer.get("limit_s"), "ours_status": ours.status,
+           "our_ratio": ours.ratio, "our_seconds": ours.seconds,
+           "our_cpu_seconds": ours.cpu_seconds, "our_windows": ours.n_windows}
     if peer.get("ratio") is not None and ours.ratio is not None:
         row["difference"] = ours.ratio - peer["ratio"]
     if peer.get("seconds") and ours.seconds:
         # a peer run cut by its limit gives a lower bound on the speed-up
         row["speedup"] = peer["seconds"] / ours.seconds
         row["speedup_is_lower_bound"] = peer.get("status") == "timeout"
+    if peer.get("cpu_seconds") and ours.cpu_seconds:
+        row["cpu_speedup"] = peer["cpu_seconds"] / ours.cpu_seconds
     agree = per_job_agreement(peer.get("missed_rows", []), peer.get("jobs_counted"), ids, ours.met_by_job)
     if agree:
         row["jobs_agree"], row["jobs_compared"] = agree
@@ -144,9 +148,10 @@ def _f(v, fmt: str, none: str = "-") -> str:
 
 
 def markdown_table(rows: list) -> str:
-    """The side-by-side table as markdown."""
-    head = ("| case | method | peer ratio | our ratio | difference | jobs agreeing | peer s | our s | speed-up |\n"
-            "|---|---|---|---|---|---|---|---|---|")
+    """The side-by-side table as markdown (seconds are wall seconds of each side's process, start-up included; the
+    CPU speed-up compares their user + system CPU seconds, which a busy machine distorts less)."""
+    head = ("| case | method | peer ratio | our ratio | difference | jobs agreeing | peer s | our s | speed-up "
+            "| CPU speed-up |\n|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         peer = _f(r["peer_ratio"], ".3f", r.get("peer_status") or "-")
@@ -159,5 +164,5 @@ def markdown_table(rows: list) -> str:
             speed = f"> {speed}"
         ours = _f(r["our_ratio"], ".3f", r["ours_status"])
         lines.append(f"| {r['case']} | {r['method']} | {peer} | {ours} | {_f(r.get('difference'), '+.3f')} | "
-                     f"{agree} | {peer_s} | {_f(r['our_seconds'], '.1f')} | {speed} |")
+                     f"{agree} | {peer_s} | {_f(r['our_seconds'], '.1f')} | {speed} | {_f(r.get('cpu_speedup'), '.1f')} |")
     return "\n".join(lines)
