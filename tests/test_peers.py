@@ -137,9 +137,10 @@ def test_side_by_side_row_and_table():
 
 
 def test_scripts_refuse_bad_input_with_one_line():
-    for script, args in (("peer_elasticflow.py", ["--method", "Bogus"]), ("trace_fidelity.py", ["--case", "nope"])):
-        out = subprocess.run([sys.executable, str(ROOT / "scripts" / script), *args], capture_output=True, text=True,
-                             cwd=ROOT, check=False)
+    commands = (["scripts/peer_elasticflow.py", "--method", "Bogus"], ["scripts/trace_fidelity.py", "--case", "nope"],
+                ["-m", "mara.bench", "--peer", "--peer-case", "nope"])
+    for args in commands:
+        out = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, check=False)
         assert out.returncode == 2, out.stderr
         assert out.stderr.count("\n") == 1 and out.stderr.startswith("error:")
 
