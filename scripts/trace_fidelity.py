@@ -38,6 +38,7 @@ from mara.peers.record import (
     save_record,
 )
 from mara.peers.side_by_side import (
+    WHOLE_FILE,
     compare_row,
     job_ids,
     markdown_table,
@@ -59,7 +60,8 @@ def main(argv=None) -> None:
     ap.add_argument("--method", action="append", help="EDF or ElasticFlow (repeatable; default: both)")
     ap.add_argument("--recorded", action="store_true", help="use the peer's recorded results instead of running it")
     ap.add_argument("--time-limit", type=float, default=900.0, help="seconds per run of either side (default 900)")
-    ap.add_argument("--ours-override", action="append", default=[], help="extra override for our command")
+    ap.add_argument("--ours-override", action="append", default=None,
+                    help=f"override for our command, replacing the default {' '.join(WHOLE_FILE)} (repeatable)")
     ap.add_argument("--out", type=Path, default=OUT, help="table path without suffix (.md and .json are written)")
     ap.add_argument("--record", type=Path, default=DEFAULT_RECORD, help="the peer's results file")
     ap.add_argument("--peer-root", type=Path, default=DEFAULT_PEER_ROOT)
@@ -97,7 +99,8 @@ def main(argv=None) -> None:
                 peer = put_result(entry, res, f"python scripts/peer_elasticflow.py --case {case.name} "
                                               f"--method {method} --time-limit {limit:g}")
                 save_record(record, args.record)
-            ours = run_ours(path, case.cluster, method, args.time_limit, tuple(args.ours_override))
+            ours = run_ours(path, case.cluster, method, args.time_limit,
+                            WHOLE_FILE if args.ours_override is None else tuple(args.ours_override))
             row = compare_row(case.name, method, peer, ours, ids)
             rows.append(row)
             print(markdown_table([row]).splitlines()[-1], flush=True)

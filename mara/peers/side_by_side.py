@@ -23,6 +23,8 @@ from mara.peers.elasticflow import REPO_ROOT, children_cpu_seconds
 
 #: our trace experiment's config; without it ours is "not available" and only the peer's column is printed
 OUR_EXPERIMENT = REPO_ROOT / "conf" / "experiment" / "trace.yaml"
+#: the whole file as one window, every job scored, as the peer replays it (no window length, no warm-up)
+WHOLE_FILE = ("trace.window_s=null",)
 
 
 @dataclass
@@ -47,8 +49,8 @@ def ours_available() -> tuple:
     return True, ""
 
 
-def ours_command(trace: Path, cluster: str, method: str, run_dir: Path, extra: tuple = ()) -> list:
-    """The command line of our trace replay for one method, its outputs in ``run_dir``."""
+def ours_command(trace: Path, cluster: str, method: str, run_dir: Path, extra: tuple = WHOLE_FILE) -> list:
+    """The command line of our trace replay for one method over the whole file, its outputs in ``run_dir``."""
     return [sys.executable, "-m", "mara.evaluate", "experiment=trace", f"trace.path={Path(trace).resolve()}",
             f"trace.cluster={cluster}", f"methods=[{method}]", f"hydra.run.dir={run_dir}", *extra]
 
@@ -80,7 +82,7 @@ def read_ours(results_json: Path, method: str) -> OurRun:
 
 
 def run_ours(trace: Path, cluster: str, method: str, time_limit_s: float | None = None,
-             extra: tuple = ()) -> OurRun:
+             extra: tuple = WHOLE_FILE) -> OurRun:
     """Run our trace replay for one method on ``trace`` (a fresh process; its wall seconds include start-up)."""
     ok, why = ours_available()
     if not ok:
