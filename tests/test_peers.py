@@ -170,3 +170,19 @@ def test_peer_runs_a_tiny_trace_and_its_outcomes_are_read(tmp_path, method):
     assert 0 < res.cpu_seconds and 0 < res.seconds
     assert res.ratio == pytest.approx(2 / 3)
     assert res.deadline_met == [0, 1, 1]
+
+
+def test_bench_rows_say_a_time_limit_and_a_lower_bound(capsys):
+    from mara.peers.bench import print_peer_rows
+
+    print_peer_rows([
+        {"case": "c", "method": "EDF", "peer_seconds": 12.0, "peer_status": "ok", "limit_s": 300, "peer_ratio": 0.4,
+         "our_status": "ok", "our_seconds": 0.5, "our_ratio": 0.41, "speedup": 24.0},
+        {"case": "c", "method": "ElasticFlow", "peer_seconds": 300.2, "peer_status": "timeout", "limit_s": 300,
+         "peer_ratio": None, "our_status": "unavailable", "our_seconds": None, "our_ratio": None, "speedup": None},
+        {"error": "no peer environment"},
+    ])
+    out = capsys.readouterr().out.splitlines()
+    assert "12.00" in out[0] and "ratio 0.4" in out[0] and "0.50" in out[1] and "24.0" in out[2] and ">= 20" in out[2]
+    assert "> 300 (limit)" in out[3] and "unavailable" in out[4]
+    assert "unavailable" in out[-1] and "no peer environment" in out[-1]

@@ -63,7 +63,7 @@ def print_peer_rows(rows: list, width: int = 44) -> None:
             label = f"ours {r['method']} on {r['case']} (s)"
             ours = _fmt_s(r["our_seconds"], r["our_status"], 0) if r["our_status"] == "ok" else r["our_status"]
             print(f"{label:<{width}}{ours:>16}")
-        if "speedup" in r:
+        if r.get("speedup"):
             bound = ">= " if r["peer_status"] == "timeout" else ""
             print(f"{'  speed-up, peer / ours (same run)':<{width}}{bound + format(r['speedup'], '.1f'):>16}  "
                   f">= {SPEEDUP_TARGET:.0f}")
