@@ -34,6 +34,9 @@ DEFAULT_PEER_ROOT = REPO_ROOT.parent / "shared" / "peers" / "elasticflow" / "Ela
 DEFAULT_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mara" / "peer-venv"
 #: what its README asks for; protobuf above 3.20 breaks its generated gRPC stubs
 PEER_REQUIREMENTS = ("cvxpy", "grpcio", "protobuf<3.21", "psutil", "numpy")
+#: Themis's convex program asks cvxpy for the ECOS solver, which cvxpy no longer bundles; EDF and ElasticFlow run
+#: without it, so it is installed when it can be and never required
+OPTIONAL_REQUIREMENTS = ("ecos",)
 #: our method name -> the peer's ``--schedule``; Tiresias is its ``dlas-gpu`` (discretised two-dimensional LAS)
 SCHEDULES = {"EDF": "edf", "ElasticFlow": "ef-accessctrl", "Gandiva": "gandiva", "Tiresias": "dlas-gpu",
              "Themis": "themis"}
@@ -157,9 +160,14 @@ def _venv_python(venv: Path) -> Path:
     return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
-def _imports_ok(python: Path) -> bool:
-    probe = "import cvxpy, grpc, google.protobuf, psutil, numpy"
+def _imports_ok(python: Path, probe: str = "import cvxpy, grpc, google.protobuf, psutil, numpy") -> bool:
     return python.is_file() and subprocess.run([str(python), "-c", probe], capture_output=True, check=False).returncode == 0
+
+
+def _add_optional(python: Path) -> None:
+    if not _imports_ok(python, "import " + ", ".join(OPTIONAL_REQUIREMENTS)):
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *OPTIONAL_REQUIREMENTS], capture_output=True,
+                       check=False)
 
 
 def ensure_venv(venv: Path = DEFAULT_VENV, install: bool = True) -> Path:
@@ -167,6 +175,8 @@ def ensure_venv(venv: Path = DEFAULT_VENV, install: bool = True) -> Path:
     venv = Path(venv)
     python = _venv_python(venv)
     if _imports_ok(python):
+        if install:
+            _add_optional(python)
         return python
     if not install:
         raise PeerUnavailable(f"no peer environment at {venv} (make it with scripts/peer_elasticflow.py --setup)")
@@ -179,6 +189,7 @@ def ensure_venv(venv: Path = DEFAULT_VENV, install: bool = True) -> Path:
     if pip.returncode != 0 or not _imports_ok(python):
         tail = (pip.stderr or pip.stdout).strip().splitlines()[-1:] or ["imports fail after install"]
         raise PeerUnavailable(f"cannot install the peer's packages ({' '.join(PEER_REQUIREMENTS)}): {tail[0][:200]}")
+    _add_optional(python)
     return python
 
 
