@@ -92,15 +92,16 @@ def file_matches(entry: dict, path: Path) -> bool:
 
 
 def markdown(record: dict) -> str:
-    """The recorded results as a markdown table (case, what it is, method, ratio, seconds, status, date)."""
-    lines = ["| case | trace and cluster | method | peer ratio | peer seconds | date |", "|---|---|---|---|---|---|"]
+    """The recorded results as a markdown table (case, trace and cluster, method, ratio, wall and CPU seconds)."""
+    lines = ["| case | trace and cluster | method | peer ratio | wall s | CPU s |", "|---|---|---|---|---|---|"]
     for name, entry in record["cases"].items():
         for method, r in entry["results"].items():
             ratio = "-" if r.get("ratio") is None else f"{r['ratio']:.3f}"
-            secs = f"{r['seconds']:.1f}"
+            wall = f"{r['seconds']:.1f}"
             if r["status"] == "timeout":
-                ratio, secs = "did not finish", f"> {r['limit_s']:.0f} (limit)"
+                ratio, wall = "did not finish", f"> {r['limit_s']:.0f} (limit)"
             elif r["status"] != "ok":
                 ratio = r["status"]
-            lines.append(f"| {name} | {entry['what']} | {method} | {ratio} | {secs} | {r['date'][:10]} |")
+            cpu = "-" if r.get("cpu_seconds") is None else f"{r['cpu_seconds']:.1f}"
+            lines.append(f"| {name} | {entry['what']} | {method} | {ratio} | {wall} | {cpu} |")
     return "\n".join(lines)
