@@ -11,7 +11,9 @@ headline figures of the run. ``--clairvoyant`` adds the Clairvoyant
 bound over the p = 0.04 protocol (target < 10 minutes). Predictor latency is part of the prediction
 benchmark (``python -m mara.evaluate experiment=prediction``); ``--predictors`` times the shipped FM checkpoints
 (paper v1 and v3) interleaved in one process on the ID Table-1 prefixes (target ≤ 0.25 ms/prefix,
-batched, one thread), so a loaded machine inflates both alike.
+batched, one thread), so a loaded machine inflates both alike. ``--peer`` times only the ElasticFlow authors'
+simulator on trace cases (EDF and ElasticFlow, each run under ``--peer-limit`` seconds, said as such when reached)
+beside our replay of the same file and the speed-up (target ≥ 20×; mara/peers/bench.py).
 """
 from __future__ import annotations
 
@@ -160,6 +162,32 @@ def mat_throughput(bank, predictor_name: str | None = "fm", iterations: int = 3,
     return out
 
 
+def _peer_bench(args) -> None:
+    """The peer simulator's rows (mara/peers/bench.py), optionally written to --json."""
+    import sys
+
+    from mara.peers.bench import DEFAULT_CASES, peer_rows, print_peer_rows
+    from mara.peers.cases import case_named
+
+    try:
+        for name in args.peer_case or ():
+            case_named(name)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    print(f"{'benchmark':<44}{'value':>16}  target")
+    rows = peer_rows(tuple(args.peer_case or DEFAULT_CASES), time_limit_s=args.peer_limit)
+    print_peer_rows(rows)
+    if args.json:
+        import json
+        from pathlib import Path
+
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"peer": rows, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")},
+                                              indent=1))
+        print(f"wrote {args.json}")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description="MARA benchmarks (simulator and protocol speed)")
     ap.add_argument("--bank", default=None, help="bank path or shipped name (default: the shipped default bank)")
@@ -174,8 +202,16 @@ def main(argv=None) -> None:
     ap.add_argument("--recipe", default="band", help="MAT recipe for the MAT figures (conf/mat/<recipe>.yaml; band: the FM recipe)")
     ap.add_argument("--device", default="cpu", help="device of the MAT policy (cpu | cuda); the simulator runs on the CPU")
     ap.add_argument("--mat-iterations", type=int, default=None, help="timed PPO iterations (default 3; 1 with --quick)")
+    ap.add_argument("--peer", action="store_true",
+                    help="only time the ElasticFlow authors' simulator on trace cases, beside our replay (mara/peers)")
+    ap.add_argument("--peer-case", action="append", default=None, help="trace case for --peer (repeatable; "
+                    "default cluster01_first300; cases: scripts/peer_elasticflow.py --list)")
+    ap.add_argument("--peer-limit", type=float, default=300.0, help="seconds per peer run under --peer (default 300)")
     args = ap.parse_args(argv)
     record: dict = {}
+    if args.peer:
+        _peer_bench(args)
+        return
     bank = load_bank(shipped_bank_path(args.bank) if args.bank else default_bank_path())
     print(f"bank: {bank.path} ({len(bank)} curves)")
     print(f"{'benchmark':<44}{'value':>16}  target")

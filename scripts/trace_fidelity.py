@@ -1,0 +1,122 @@
+"""The peer's simulator and ours side by side on the fidelity cases: same file, same run, same machine.
+
+    python scripts/trace_fidelity.py                         # every case, EDF and ElasticFlow
+    python scripts/trace_fidelity.py --case fig10 --case cluster01_first300
+    python scripts/trace_fidelity.py --recorded              # the peer's recorded numbers, not a fresh run
+
+Prints case, method, peer ratio, our ratio, difference, jobs on which both agree, peer seconds, our seconds and the
+speed-up, and writes the table to docs/fidelity/trace_fidelity.md and .json. Ours is
+``python -m mara.evaluate experiment=trace trace.path=<csv> trace.cluster=<spec> 'methods=[<method>]'``; where it
+is not available yet the table says so and still gives the peer's column. Fresh peer results also refresh
+docs/fidelity/trace_peer.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from mara.peers.cases import CASES, CORE_METHODS, case_named, ensure_case_file, sha256
+from mara.peers.elasticflow import (
+    DEFAULT_PEER_ROOT,
+    DEFAULT_SLOT,
+    DEFAULT_VENV,
+    SCHEDULES,
+    PeerUnavailable,
+    check_peer_root,
+    ensure_venv,
+    run_peer,
+)
+from mara.peers.record import (
+    DEFAULT_RECORD,
+    case_entry,
+    load_record,
+    machine,
+    put_result,
+    save_record,
+)
+from mara.peers.side_by_side import (
+    WHOLE_FILE,
+    compare_row,
+    job_ids,
+    markdown_table,
+    ours_available,
+    run_ours,
+)
+
+OUT = Path(__file__).resolve().parents[1] / "docs" / "fidelity" / "trace_fidelity"
+
+
+def _fail(msg: str) -> None:
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--case", action="append", help="a fidelity case (repeatable; default: all)")
+    ap.add_argument("--method", action="append", help="EDF or ElasticFlow (repeatable; default: both)")
+    ap.add_argument("--recorded", action="store_true", help="use the peer's recorded results instead of running it")
+    ap.add_argument("--time-limit", type=float, default=900.0, help="seconds per run of either side (default 900)")
+    ap.add_argument("--ours-override", action="append", default=None,
+                    help=f"override for our command, replacing the default {' '.join(WHOLE_FILE)} (repeatable)")
+    ap.add_argument("--out", type=Path, default=OUT, help="table path without suffix (.md and .json are written)")
+    ap.add_argument("--record", type=Path, default=DEFAULT_RECORD, help="the peer's results file")
+    ap.add_argument("--peer-root", type=Path, default=DEFAULT_PEER_ROOT)
+    ap.add_argument("--venv", type=Path, default=DEFAULT_VENV)
+    args = ap.parse_args(argv)
+    methods = args.method or list(CORE_METHODS)
+    for m in methods:
+        if m not in SCHEDULES:
+            _fail(f"unknown method {m!r}; the peer runs {', '.join(SCHEDULES)}")
+    try:
+        cases = [case_named(n) for n in args.case] if args.case else list(CASES)
+        check_peer_root(args.peer_root)
+        python = ensure_venv(args.venv)
+    except (ValueError, PeerUnavailable) as exc:
+        _fail(str(exc))
+    ok, why = ours_available()
+    if not ok:
+        print(f"ours: {why}; the peer's column only")
+    record = load_record(args.record)
+    rows = []
+    for case in cases:
+        path = ensure_case_file(case, python, args.peer_root)
+        with open(path) as f:
+            n_jobs = sum(1 for _ in f) - 1
+        entry = case_entry(record, case, sha256(path), n_jobs)
+        ids = job_ids(path)
+        for method in methods:
+            if method not in case.methods:
+                continue
+            limit = case.limits.get(method, args.time_limit)
+            peer = entry["results"].get(method) if args.recorded else None
+            if peer is None:
+                res = run_peer(path, case.cluster, method, python=python, peer_root=args.peer_root,
+                               slot=DEFAULT_SLOT, time_limit_s=limit)
+                peer = put_result(entry, res, f"python scripts/peer_elasticflow.py --case {case.name} "
+                                              f"--method {method} --time-limit {limit:g}")
+                save_record(record, args.record)
+            ours = run_ours(path, case.cluster, method, args.time_limit,
+                            WHOLE_FILE if args.ours_override is None else tuple(args.ours_override))
+            row = compare_row(case.name, method, peer, ours, ids)
+            rows.append(row)
+            print(markdown_table([row]).splitlines()[-1], flush=True)
+    table = markdown_table(rows)
+    print("\n" + table)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    peer_note = "recorded (docs/fidelity/trace_peer.json)" if args.recorded else "run in this same run"
+    args.out.with_suffix(".md").write_text(
+        f"Peer (ElasticFlow authors' simulator) and ours on the same trace files; {when}, {machine()}; peer "
+        f"{peer_note}. Command: `python scripts/trace_fidelity.py{' --recorded' if args.recorded else ''}`.\n\n"
+        + table + "\n")
+    args.out.with_suffix(".json").write_text(json.dumps({"date": when, "machine": machine(), "peer": peer_note,
+                                                         "rows": rows}, indent=1) + "\n")
+    print(f"wrote {args.out.with_suffix('.md')} and .json")
+
+
+if __name__ == "__main__":
+    main()
