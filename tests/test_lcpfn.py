@@ -184,7 +184,7 @@ def test_predictor_through_the_factory(zoo_bank, tiny_ckpt):
     from mara.predictors.queries import build_queries, query_inputs
 
     rec, _, _ = tiny_ckpt
-    cfg = OmegaConf.merge(predictor_config("lcpfn"), {"ckpt_path": rec["ckpt"]})
+    cfg = OmegaConf.merge(predictor_config("lcpfn"), {"ckpt_path": rec["ckpt"], "memo_entries": 100_000})
     p = predictor_from(cfg, zoo_bank.path)
     q = build_queries(zoo_bank, ["CNN_Cifar10"], "fm_val", zoo_bank.family_params, n_ranks=2)
     args = query_inputs(zoo_bank, q)
@@ -192,6 +192,11 @@ def test_predictor_through_the_factory(zoo_bank, tiny_ckpt):
     assert band.shape == (len(q["rows"]), 3)
     assert (np.diff(band, axis=1) >= 0).all() and (band >= 0).all() and (band <= q["cap"][:, None]).all()
     assert np.array_equal(p.predict_remaining(*args), band[:, 1])
+    # the memo of network outputs: a repeated prefix, alone or in another batch, gets the same band as when computed
+    fresh = predictor_from(cfg, zoo_bank.path)
+    idx = np.arange(len(q["rows"]))[::-3]
+    assert np.array_equal(fresh.predict_quantiles(*(np.asarray(a)[idx] for a in args)), band[idx])
+    assert np.array_equal(p.predict_quantiles(*args), band) and 0 < len(p._memo) <= len(q["rows"])
     cold = list(args)
     cold[2] = np.full(len(q["rows"]), 3)
     assert (p.predict_quantiles(*cold) == q["cap"][:, None]).all()

@@ -105,7 +105,7 @@ class LCPFNPredictor:
             path = finetuned_ckpt_path(bank_path)
         net, _ = load_lcpfn(path)
         return cls(net, band=tuple(cfg.get("band", (0.1, 0.5, 0.9))), min_obs=int(cfg.get("min_obs", 4)),
-                   query_every=int(cfg.get("query_every", 10)))
+                   query_every=int(cfg.get("query_every", 10)), memo_entries=int(cfg.get("memo_entries", 20_000)))
 
     def crossing_probability(self, S, L, lengths, eps, cap_remaining, batch_size) -> np.ndarray:
         """[B, Q] P(crossed ε by the k-th query time, k = 1..Q, every ``query_every`` batches) for warm prefixes."""
@@ -124,8 +124,9 @@ class LCPFNPredictor:
         stored as float16 per observed prefix (the memo: a prefix's logits do not depend on ε; a bounded LRU map)."""
         lengths = valid.sum(axis=1)
         keys = [hash((t[i, :lengths[i]].tobytes(), y[i, :lengths[i]].tobytes(), int(n_q[i]))) for i in range(len(t))]
-        miss = [i for i, k in enumerate(keys) if k not in self._memo]
-        f = lambda a: torch.from_numpy(np.ascontiguousarray(a)).float()  # noqa: E731
+        got = {k: self._memo[k] for k in keys if k in self._memo}
+        miss = [i for i, k in enumerate(keys) if k not in got]
+        f = lambda a: torch.from_numpy(np.ascontiguousarray(a)).float()
         for c in range(0, len(miss), self.chunk):
             idx = np.asarray(miss[c:c + self.chunk])
             Q = int(n_q[idx].max())
@@ -135,14 +136,16 @@ class LCPFNPredictor:
             with torch.inference_mode():
                 out = self.net(f(t[idx, :H]), f(y[idx, :H]), torch.from_numpy(valid[idx, :H]), f(t_q)).half()
             for j, i in enumerate(idx):
-                self._memo[keys[i]] = out[j, : n_q[i]].clone()
-                if len(self._memo) > self.memo_entries:
-                    self._memo.popitem(last=False)
+                got[keys[i]] = out[j, : n_q[i]].clone()
+        for k in keys:  # most recently used last; the oldest leave past memo_entries (0: no memo)
+            self._memo[k] = got[k]
+            self._memo.move_to_end(k)
+        while len(self._memo) > self.memo_entries:
+            self._memo.popitem(last=False)
         Q = int(n_q.max())
         rows = []
         for k in keys:
-            self._memo.move_to_end(k)
-            lg = self._memo[k]
+            lg = got[k]
             rows.append(torch.cat([lg, lg[-1:].expand(Q - len(lg), -1)]) if len(lg) < Q else lg)
         return torch.stack(rows).float()
 
