@@ -35,6 +35,7 @@ from mara.mat.train import load_recipe
 from mara.predictors.cache import FlowSampleCache
 from mara.predictors.data import observe
 from mara.predictors.factory import predictor_from
+from mara.predictors.protocol import predict_band
 from mara.sim.env import BatchedEnv
 from mara.sim.workload import PAPER_TASK_SETS, EpisodeBatch, generate_episodes
 
@@ -113,8 +114,6 @@ def predictor_ms_per_decision(bank, names=DECISION_PREDICTORS, repeats: int = 5)
     """{name: (ms for one prefix, ms per prefix for 64)}: best-of-``repeats`` ``predict_band`` calls on ID fm_val
     Table-1 prefixes (interleaved, one thread), as the simulator asks at a decision refreshing 1 or 64 tasks."""
     import torch
-
-    from mara.predictors.protocol import predict_band
 
     torch.set_num_threads(1)
     q = build_queries(bank, [f for f in ID_FAMILIES if len(bank.rows(f, "fm_val"))], "fm_val", bank.family_params)

@@ -29,6 +29,15 @@ from mara.predictors.lcpfn_net import PFNTransformer, prior_borders
 from mara.predictors.lcpfn_prior import sample_curves
 
 
+def _rel(path) -> str:
+    """``path`` relative to the repository when under it (records of shipped checkpoints hold no machine paths)."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        return Path(path).resolve().relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def _lr(step: int, total: int, lr: float, warmup: int) -> float:
     """Linear warm-up, then cosine decay to 5 % of ``lr``."""
     if step < warmup:
@@ -120,7 +129,8 @@ def finetune(pc, bank, init, out, seed: int = 0) -> dict:
 
     rec = _loop(net, lambda rng: bank_batch(bank, train_rows, int(tc.batch_size), rng, ctx_range=ctx), tc, Path(out),
                 seed, evaluate)
-    rec.update(stage="finetune", seed=seed, init=str(init), bank=str(bank.path), prior=meta.get("extra", {}))
+    rec.update(stage="finetune", seed=seed, init=_rel(init), bank=_rel(bank.path),
+               prior=meta.get("extra", {}))
     rec["ckpt"] = str(save_lcpfn(net, meta["hparams"], Path(out) / "lcpfn.ckpt", rec))
     return rec
 
