@@ -39,12 +39,13 @@ class _Net(PFNTransformer):
         super().__init__(torch.linspace(0.0, 1.0, int(n_buckets) + 1), d_model, n_layers, n_heads, d_ff)
 
 
-def save_lcpfn(net: PFNTransformer, hparams: Mapping, path, extra: Mapping | None = None) -> Path:
-    """Weights and hyper-parameters (tensors and plain values only) of an LC-PFN."""
+def save_lcpfn(net: PFNTransformer, hparams: Mapping, path, extra: Mapping | None = None, recipe: str | None = None):
+    """Weights, hyper-parameters and the command that trained them (tensors and plain values only) of an LC-PFN."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"kind": "lcpfn", "state_dict": {k: v.detach().clone() for k, v in net.state_dict().items()},
-                "hparams": plain_config(dict(hparams)), "extra": plain_config(dict(extra or {}))}, path)
+                "hparams": plain_config(dict(hparams)), "extra": plain_config(dict(extra or {})),
+                "recipe": recipe}, path)
     return path
 
 

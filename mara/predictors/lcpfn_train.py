@@ -105,7 +105,8 @@ def train_prior(pc, out, seed: int = 0) -> dict:
     grid = tuple(tc.get("grid", (60, 72)))
     rec = _loop(net, lambda rng: prior_batch(int(tc.batch_size), rng, grid), tc, Path(out), seed)
     rec.update(stage="prior", seed=seed, n_params=sum(p.numel() for p in net.parameters()))
-    rec["ckpt"] = str(save_lcpfn(net, plain_config(nc), Path(out) / "lcpfn.ckpt", rec))
+    rec["ckpt"] = str(save_lcpfn(net, plain_config(nc), Path(out) / "lcpfn.ckpt", rec,
+                                 f"python -m mara.predictors.lcpfn_train stage=prior seed={seed}"))
     return rec
 
 
@@ -131,7 +132,8 @@ def finetune(pc, bank, init, out, seed: int = 0) -> dict:
                 seed, evaluate)
     rec.update(stage="finetune", seed=seed, init=_rel(init), bank=_rel(bank.path),
                prior=meta.get("extra", {}))
-    rec["ckpt"] = str(save_lcpfn(net, meta["hparams"], Path(out) / "lcpfn.ckpt", rec))
+    rec["ckpt"] = str(save_lcpfn(net, meta["hparams"], Path(out) / "lcpfn.ckpt", rec,
+                                 f"python -m mara.predictors.lcpfn_train stage=finetune init={_rel(init)} seed={seed}"))
     return rec
 
 
