@@ -390,14 +390,16 @@ def read_policy(path) -> dict:
 
 
 PREDICTOR_LOADERS = {"fm": ("mara.predictors.fm", "load_net", "an FM predictor checkpoint"),
-                     "qr": ("mara.predictors.quantile_head", "load_heads", "a decision-head checkpoint")}
+                     "qr": ("mara.predictors.quantile_head", "load_heads", "a decision-head checkpoint"),
+                     "lcpfn": ("mara.predictors.lcpfn", "load_lcpfn", "an LC-PFN checkpoint")}
+SHIPPED_CKPT_NAMES = {"lcpfn": ("prior", "finetuned")}  # ckpt_path values that name a shipped checkpoint, not a file
 
 
 def read_predictor_checkpoint(spec, where: str) -> None:
     """A predictor config's explicit ``ckpt_path`` loads with that predictor's own loader: one-line ConfigError."""
     path = spec.get("ckpt_path") if spec is not None and hasattr(spec, "get") else None
     name = spec.get("name") if path else None
-    if not path or name not in PREDICTOR_LOADERS:
+    if not path or name not in PREDICTOR_LOADERS or str(path) in SHIPPED_CKPT_NAMES.get(name, ()):
         return
     if not Path(str(path)).is_file():
         raise ConfigError(f"{where}.ckpt_path: predictor checkpoint {path} not found")

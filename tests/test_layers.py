@@ -23,7 +23,7 @@ LAYERS = (
     ("mara/report/",),
     ("mara/pipelines/", "mara/train.py", "mara/train_settings.py", "mara/evaluate.py", "mara/generate_curves.py",
      "mara/calibrate.py", "mara/fidelity.py", "mara/readme_tables.py", "mara/ckpt_convert.py", "mara/preflight.py",
-     "mara/live/", "mara/bench/"),
+     "mara/live/", "mara/bench/", "mara/peers/"),
 )
 
 

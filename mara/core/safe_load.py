@@ -19,7 +19,8 @@ import torch
 from mara.core.config import ConfigError, plain_config
 
 #: the ``kind`` field of a checkpoint the package writes: what it holds (a policy file is a Lightning checkpoint)
-KINDS = {"policy": "a MAT policy checkpoint", "fm": "an FM predictor checkpoint", "qr": "a decision-head (qr) checkpoint"}
+KINDS = {"policy": "a MAT policy checkpoint", "fm": "an FM predictor checkpoint", "qr": "a decision-head (qr) checkpoint",
+         "lcpfn": "an LC-PFN checkpoint"}
 
 
 _ZIP_MAGIC = b"PK\x03\x04"

@@ -1,6 +1,6 @@
 """The one place that turns a predictor name or config into a predictor.
 
-A spec is ``None`` (no estimates), a name (``fm`` / ``fm_cal`` / ``wls`` / ``qr`` / ``truth``: ``conf/predictor/<name>.yaml``, or the
+A spec is ``None`` (no estimates), a name (``fm`` / ``fm_cal`` / ``wls`` / ``qr`` / ``lcpfn`` / ``truth``: ``conf/predictor/<name>.yaml``, or the
 run's own ``predictors.<name>`` where the caller passes them), or a config mapping with ``name`` — Hydra-composed from
 the same ``conf/predictor/`` group (``predictor=...``, ``predictors.fm....`` overrides), or just ``{name: ...}``, which
 reads the group's file. Any predictor config may set ``first_obs`` (1–4, default 4): the observation from which the
@@ -15,6 +15,7 @@ from mara.core.config import ConfigError, conf_dir, plain_config
 from mara.curves.bank import CurveBank, default_bank_path, load_bank
 from mara.predictors.calibrated import CalibratedFlowPredictor
 from mara.predictors.fm import FlowPredictor
+from mara.predictors.lcpfn import LCPFNPredictor
 from mara.predictors.protocol import WARMUP_OBS, RemainingPredictor, check_first_obs
 from mara.predictors.quantile_head import QuantileHeadPredictor
 from mara.predictors.truth import TruthPredictor
@@ -37,12 +38,16 @@ def _qr(cfg, bank_path=None):
     return QuantileHeadPredictor.from_config(cfg, bank_path)
 
 
+def _lcpfn(cfg, bank_path=None):
+    return LCPFNPredictor.from_config(cfg, bank_path)
+
+
 def _truth(cfg, bank_path=None):
     return TruthPredictor.from_config(cfg)
 
 
 #: predictor name → its constructor from a config (``bank_path`` picks the shipped checkpoint trained on that bank)
-PREDICTORS = {"wls": _wls, "fm": _fm, "fm_cal": _fm_cal, "qr": _qr, "truth": _truth}
+PREDICTORS = {"wls": _wls, "fm": _fm, "fm_cal": _fm_cal, "qr": _qr, "lcpfn": _lcpfn, "truth": _truth}
 
 
 def predictor_config(name: str) -> DictConfig:

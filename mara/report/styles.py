@@ -42,6 +42,7 @@ _RULES = {
     "Plan-QR-arrivals": ("#db7093", "*"),  # pale violet red
     "Slack-QR-q-cold": ("#00a86b", "p"),  # jade
     "Slack-QR-q-cal": ("#7cfc00", "h"),   # lawn green
+    "Slack-LCPFN": ("#ff1493", "D"),      # deep pink
 }
 _BOUNDS = {
     "Clairvoyant": ("#000000", "."),   # black
