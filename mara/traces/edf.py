@@ -19,6 +19,7 @@ class TraceEDF:
     """EDF over a trace's jobs (state ``[J]`` arrays shared with the simulator)."""
 
     name = "EDF"
+    caps = "table"  # GPU cap per job: its largest measured level (at most its batch size)
 
     def reset(self, state: JobState) -> None:
         self.s = state

@@ -33,6 +33,7 @@ class TraceElasticFlow:
     """ElasticFlow over a trace's jobs (state ``[J]`` arrays shared with the simulator)."""
 
     name = "ElasticFlow"
+    caps = "elasticflow"  # GPU cap per job: ElasticFlow's per-model caps
 
     def __init__(self, overhead: bool = True):
         self.overhead = overhead
