@@ -173,7 +173,24 @@ def main(argv=None) -> None:
     ap.add_argument("--recipe", default="band", help="MAT recipe for the MAT figures (conf/mat/<recipe>.yaml; band: the FM recipe)")
     ap.add_argument("--device", default="cpu", help="device of the MAT policy (cpu | cuda); the simulator runs on the CPU")
     ap.add_argument("--mat-iterations", type=int, default=None, help="timed PPO iterations (default 3; 1 with --quick)")
+    ap.add_argument("--traces", nargs="*", default=None, metavar="CSV:CLUSTER",
+                    help="only the trace-replay rows: EDF and ElasticFlow on each CSV:n<nodes>g<gpus> (none given: the "
+                         "shipped sample on n64g8), and decision time per slot on 64 ... 1,024 GPUs")
+    ap.add_argument("--trace-limit", type=float, default=600.0, help="seconds a trace replay may run before it is "
+                                                                     "reported as over the limit")
     args = ap.parse_args(argv)
+    if args.traces is not None:
+        from mara.bench.traces import parse_traces, trace_rows
+
+        print(f"{'benchmark':<44}{'value':>16}")
+        rec = trace_rows(parse_traces(args.traces), time_limit=args.trace_limit)
+        if args.json:
+            import json
+            from pathlib import Path
+
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(rec, indent=1))
+        return
     record: dict = {}
     bank = load_bank(shipped_bank_path(args.bank) if args.bank else default_bank_path())
     print(f"bank: {bank.path} ({len(bank)} curves)")

@@ -19,6 +19,7 @@ At each decision, with ``now`` the grid origin (plan times are rounded up to slo
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 
 import numpy as np
 
@@ -35,8 +36,9 @@ class TraceElasticFlow:
     name = "ElasticFlow"
     caps = "elasticflow"  # GPU cap per job: ElasticFlow's per-model caps
 
-    def __init__(self, overhead: bool = True):
+    def __init__(self, overhead: bool = True, exact_marginals: bool = True):
         self.overhead = overhead
+        self.exact_marginals = exact_marginals
 
     def reset(self, state: JobState) -> None:
         self.s = state
@@ -65,10 +67,13 @@ class TraceElasticFlow:
         s, slot = self.s, self.s.slot
         ddl = int(s.ddl[j])
         a = align(now, ddl, slot)
-        bps = prof.breakpoints(start, a) if a > start else []
-        if not bps or bps[0] != start:
-            bps = [start] + bps
-        fr = [prof.at(b) for b in bps]
+        lo, hi = bisect_left(prof.times, start), bisect_left(prof.times, a) if a > start else None
+        if hi is None or hi <= lo:
+            bps, fr = [start], [prof.at(start)]
+        else:
+            bps, fr = prof.times[lo:hi], prof.free[lo:hi]
+            if bps[0] != start:
+                bps, fr = [start] + bps, [prof.at(start)] + fr
         ends = bps[1:] + [max(a, start)]
         durs = [max(min(e, ddl) - b, 0) if e == a else e - b for b, e in zip(bps, ends)]
         prev = 0
@@ -205,27 +210,41 @@ class TraceElasticFlow:
         return None if replan == NEVER else replan
 
     def _boost(self, live, plans, prof: FreeProfile, now: int) -> None:
-        """Hand the GPUs free now to jobs, one level step at a time, largest GPU-time growth per GPU first."""
+        """Hand the GPUs free now to jobs, one level step at a time, largest GPU-time growth per GPU first.
+
+        With ``exact_marginals`` every job's trial plan is recomputed after each step (ElasticFlow's own loop);
+        otherwise only the grown job's is, the others keep their last value (much faster on busy clusters)."""
         cur = {int(j): (plans[j][1][0] if plans[j][0][0] == now else 0) for j in live}
         spare = prof.at(now)
-        order = live[np.argsort(self.s.ddl[live], kind="stable")]
+        order = [int(j) for j in live[np.argsort(self.s.ddl[live], kind="stable")]]
+        cache: dict = {}
         while spare > 0:
             best, best_val, best_trial = None, -BIG, None
             for j in order:
-                j = int(j)
                 g = cur[j]
                 nxt = next((lv for lv in self.levels[j] if lv > g), None)
                 if nxt is None or nxt - g > spare:
                     continue
-                trial_prof = prof.copy()
-                self._reserve(trial_prof, plans[j], sign=+1)
-                trial = self._trial(j, trial_prof, now, nxt)
-                val = BIG if g == 0 else (self._gpu_time(trial) - self._gpu_time(plans[j])) / (nxt - g)
+                if j not in cache or self.exact_marginals:
+                    trial_prof = prof.copy()
+                    self._reserve(trial_prof, plans[j], sign=+1)
+                    trial = self._trial(j, trial_prof, now, nxt)
+                    val = BIG if g == 0 else (self._gpu_time(trial) - self._gpu_time(plans[j])) / (nxt - g)
+                    cache[j] = (val, trial)
+                val = cache[j][0]
                 if best is None or val > best_val:
-                    best, best_val, best_trial = j, val, (trial, trial_prof)
+                    best, best_val = j, val
             if best is None:
                 break
-            trial, trial_prof = best_trial
+            trial = cache.pop(best)[1]
+            if not self.exact_marginals:  # the cached trial was planned on an older profile: plan it on this one
+                g, nxt = cur[best], next(lv for lv in self.levels[best] if lv > cur[best])
+                trial_prof = prof.copy()
+                self._reserve(trial_prof, plans[best], sign=+1)
+                trial = self._trial(best, trial_prof, now, nxt)
+            else:
+                trial_prof = prof.copy()
+                self._reserve(trial_prof, plans[best], sign=+1)
             self._reserve(trial_prof, trial)
             prof.times, prof.free = trial_prof.times, trial_prof.free
             spare -= trial[1][0] - cur[best]
