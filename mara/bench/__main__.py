@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from mara.allocators.rules import EDF, FIFO
+from mara.bench.traces import parse_traces, trace_rows
 from mara.bounds.clairvoyant_k import clairvoyant_k_batch
 from mara.curves.bank import default_bank_path, load_bank, shipped_bank_path
 from mara.curves.families import ID_FAMILIES
@@ -130,7 +131,7 @@ def mat_throughput(bank, predictor_name: str | None = "fm", iterations: int = 3,
     opt = torch.optim.Adam(policy.parameters(), lr=ppo["lr"], eps=1e-5)
     g = torch.Generator().manual_seed(0)
     n_mb = ppo_step.n_minibatches(ppo, ro)
-    clip = lambda: torch.nn.utils.clip_grad_norm_(policy.parameters(), ppo["max_grad_norm"])  # noqa: E731
+    clip = lambda: torch.nn.utils.clip_grad_norm_(policy.parameters(), ppo["max_grad_norm"])
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     t_roll = t_all = 0.0
     steps = 0
@@ -180,8 +181,6 @@ def main(argv=None) -> None:
                                                                      "reported as over the limit")
     args = ap.parse_args(argv)
     if args.traces is not None:
-        from mara.bench.traces import parse_traces, trace_rows
-
         print(f"{'benchmark':<44}{'value':>16}")
         rec = trace_rows(parse_traces(args.traces), time_limit=args.trace_limit)
         if args.json:

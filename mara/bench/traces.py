@@ -5,7 +5,6 @@ import time
 
 import numpy as np
 
-
 from mara.core.config import load_method_cfg
 from mara.traces.replay import JobState, replay
 from mara.traces.run import build_scheduler, size_class

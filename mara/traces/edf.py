@@ -51,4 +51,3 @@ class TraceEDF:
         s.status[start] = RUNNING
         s.started[start] = now
         s.end_event[off] = NEVER  # preempted: its end moves to when it runs again
-        return None

@@ -219,7 +219,7 @@ class TraceElasticFlow:
         order = [int(j) for j in live[np.argsort(self.s.ddl[live], kind="stable")]]
         cache: dict = {}
         while spare > 0:
-            best, best_val, best_trial = None, -BIG, None
+            best, best_val = None, -BIG
             for j in order:
                 g = cur[j]
                 nxt = next((lv for lv in self.levels[j] if lv > g), None)

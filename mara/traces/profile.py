@@ -7,13 +7,13 @@ from bisect import bisect_left, bisect_right
 class FreeProfile:
     """Free GPUs ``free[k]`` over ``[times[k], times[k+1])``; the last value holds for ever."""
 
-    __slots__ = ("times", "free")
+    __slots__ = ("free", "times")
 
     def __init__(self, now: int, n: int):
         self.times = [now]
         self.free = [n]
 
-    def copy(self) -> "FreeProfile":
+    def copy(self) -> FreeProfile:
         p = FreeProfile.__new__(FreeProfile)
         p.times, p.free = list(self.times), list(self.free)
         return p

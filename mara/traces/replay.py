@@ -89,7 +89,6 @@ def replay(state: JobState, policy, size_class: np.ndarray, n_classes: int, time
     """Run ``policy`` over the jobs of ``state`` to the end; ``size_class [J]`` bins GPUs for the occupancy trace."""
     import time as _time
 
-    J = len(state.submit)
     arrival_times = np.unique(state.submit)
     ai = 0  # next arrival batch
     t = int(arrival_times[0])
@@ -139,7 +138,7 @@ def replay(state: JobState, policy, size_class: np.ndarray, n_classes: int, time
             idle = 0
             first = min(times)
             nxt = t + state.slot if (first - t <= state.slot and len(times) >= 2) else first
-            nxt = max(int(math.ceil(nxt)), t + 1)
+            nxt = max(math.ceil(nxt), t + 1)
         dt = nxt - t
         state.gpu_seconds += state.gpus * dt
         t = nxt

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from mara.core.files import write_text_atomic
-from mara.traces.run import SIZE_CLASSES
+from mara.traces.schema import SIZE_CLASSES
 
 
 def _mean_se(x) -> tuple[float, float]:

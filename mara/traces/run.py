@@ -14,16 +14,27 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig
 
-from mara.core.config import ConfigError, load_method_cfg, plain_config
-from mara.traces.schema import SHIPPED_SAMPLE, Cluster, Trace, Window, load_trace, make_windows, parse_cluster, window_jobs
+from mara.core.config import (
+    ConfigError,
+    available_methods,
+    load_method_cfg,
+    plain_config,
+)
+from mara.traces.replay import JobState, replay
+from mara.traces.report import write_trace_results
+from mara.traces.schema import (
+    SHIPPED_SAMPLE,
+    SIZE_CLASSES,
+    Cluster,
+    Trace,
+    Window,
+    load_trace,
+    make_windows,
+    parse_cluster,
+    size_class,
+    window_jobs,
+)
 from mara.traces.throughput import job_speeds, known_models
-
-SIZE_CLASSES = ("1", "2-4", "5-15", "16+")  # GPUs the trace asks for: 1, 2-4, 8 (5-15), >= 16
-
-
-def size_class(num_gpu: np.ndarray) -> np.ndarray:
-    """``[J]`` index into SIZE_CLASSES."""
-    return np.digitize(num_gpu, [2, 5, 16]).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -81,8 +92,6 @@ def trace_methods(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
     if not methods:
         raise ConfigError("methods is empty: name at least one trace scheduler, e.g. 'methods=[EDF,ElasticFlow]'")
     out, usable = [], []
-    from mara.core.config import available_methods
-
     for m in available_methods():
         try:
             if load_method_cfg(m).get("trace_scheduler"):
@@ -119,8 +128,6 @@ def build_scheduler(spec: DictConfig, overhead: bool):
 
 def replay_window(trace: Trace, w: Window, ts: TraceSettings, spec: DictConfig):
     """Replay one window under one scheduler: (jobs replayed, scored mask, Replay, wall seconds)."""
-    from mara.traces.replay import JobState, replay
-
     jobs, scored = window_jobs(trace, w, ts.first_jobs)
     sched = build_scheduler(spec, ts.overhead)
     tput, max_level = job_speeds(jobs, sched.caps, ts.cluster.gpus, rigid=ts.rigid)
@@ -151,8 +158,6 @@ def job_rows(method: str, w: Window, jobs: Trace, scored: np.ndarray, rep) -> li
 
 def run_trace(cfg: DictConfig, out: Path, log=print) -> dict:
     """The trace experiment: every method on every window; writes results.json / results.md / figure / TensorBoard."""
-    from mara.traces.report import write_trace_results
-
     ts, trace, methods, windows = check_trace_run(cfg)
     log(f"trace {ts.path}: {trace.n_jobs} jobs ({trace.schema} schema), cluster {ts.cluster.name} ({ts.cluster.gpus} GPUs), "
         f"{len(windows)} {ts.split} window(s), methods {', '.join(m for m, _ in methods)}")

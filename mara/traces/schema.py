@@ -26,6 +26,14 @@ SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "traces"
 SHIPPED_SAMPLE = SHIPPED_DIR / "itp_cluster01_first300.csv"
 
 
+SIZE_CLASSES = ("1", "2-4", "5-15", "16+")  # GPUs a job asks for: 1, 2-4, 8 (5-15), >= 16
+
+
+def size_class(num_gpu: np.ndarray) -> np.ndarray:
+    """``[J]`` index into SIZE_CLASSES."""
+    return np.digitize(num_gpu, [2, 5, 16]).astype(np.int64)
+
+
 class TraceError(ConfigError):
     """A trace that cannot be replayed (missing column, bad value, too many GPUs, empty): one line, exit 2."""
 
@@ -73,7 +81,7 @@ class Trace:
     def n_jobs(self) -> int:
         return len(self.submit)
 
-    def take(self, idx) -> "Trace":
+    def take(self, idx) -> Trace:
         """The jobs at ``idx`` (an index array or slice), same schema."""
         return Trace(self.path, self.schema, *(getattr(self, f)[idx] for f in _ARRAYS))
 
