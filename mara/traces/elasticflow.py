@@ -107,7 +107,7 @@ class TraceElasticFlow:
             done = durs[k] * sp
             if k >= p and done >= rem:
                 left = math.ceil(rem / sp)
-                return starts, gpus, bps[k] + left, bps[k] + align(0, left, slot), True
+                return starts, gpus, bps[k] + left, bps[k] + align(0, left, slot), bps[k] + left <= self.s.ddl[j]
             rem -= done
         g = gpus[-1] or (self.levels[j][-1] if self.levels[j] else 0)
         gpus[-1] = g
