@@ -6,7 +6,8 @@ the next event falls within (t, t + slot] and at least two events are queued, th
 t + slot and takes every event up to then; a farther event is decided at its own time (no global grid, no idle
 slots stepped through). At a decision:
   1. running jobs progress over the elapsed time at their measured speed, less the set-up overhead charged to them
-     at the previous decision (never past their planned finish); a job that ran out of iterations early ends now;
+     at the previous decision (never past their planned finish); a job that ran out of iterations early, or whose
+     planned finish has passed, ends now;
   2. jobs whose end event has come leave and free their GPUs; a job met its deadline when its finish is <= deadline;
   3. the policy sees the arrivals, may decline them (admission control), and sets every admitted job's GPU count
      (0 = waiting or preempted; a level 1, 2, 4, ... of the job's measured table), planned finish, end event,
@@ -174,4 +175,6 @@ def _progress(state: JobState, now: int, dt: int) -> np.ndarray:
         state.end_event[e] = now
     state.iter_left[j] -= it
     state.overhead[j] = 0.0
+    passed = j[state.finish[j] <= now]  # planned finish already behind: the job leaves now, whatever set-up cost
+    state.end_event[passed] = np.minimum(state.end_event[passed], now)  # is still owed (no job runs for ever)
     return j[early] if early.any() else np.empty(0, dtype=np.int64)

@@ -21,6 +21,8 @@ from mara.core.config import ConfigError
 
 RAW_COLUMNS = ("job_id", "submission_time", "duration", "num_gpu")
 ELASTIC_COLUMNS = RAW_COLUMNS + ("num_iteration", "model_name", "deadline", "batch_size")
+#: column names of ElasticFlow's trace generator, read as the ITP names
+ALIASES = {"submit_time": "submission_time", "iteration": "num_iteration", "ddl": "deadline"}
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "traces"
 #: the sample shipped in the package (first 300 jobs of ITP cluster 01, MIT licence beside it)
 SHIPPED_SAMPLE = SHIPPED_DIR / "itp_cluster01_first300.csv"
@@ -111,7 +113,9 @@ def load_trace(path, cluster: Cluster | None = None, deadline_factor: float = 1.
         raise TraceError(f"trace.path={where}: no such file")
     with open(p, newline="") as fh:
         reader = csv.DictReader(fh)
-        header = [h.strip() for h in (reader.fieldnames or [])]
+        header = [ALIASES.get(h.strip(), h.strip()) for h in (reader.fieldnames or [])]
+        if len(set(header)) < len(header):
+            raise TraceError(f"{where}: a column is named twice (or under both its name and its alias): {header}")
         reader.fieldnames = header
         rows = list(reader)
     if not header:
@@ -126,6 +130,11 @@ def load_trace(path, cluster: Cluster | None = None, deadline_factor: float = 1.
                          f"needs all of {', '.join(ELASTIC_COLUMNS[len(RAW_COLUMNS):])})")
     if not rows:
         raise TraceError(f"{where}: no jobs (the file has a header only)")
+    if "best_effort" in header:
+        be = _int_column(rows, "best_effort", where)
+        if be.any():
+            raise TraceError(f"{where}: row {int(np.argmax(be)) + 2}: best-effort jobs (no deadline) are not replayed; "
+                             f"drop them or set best_effort=0")
     submit = _int_column(rows, "submission_time", where)
     duration = _int_column(rows, "duration", where)
     num_gpu = _int_column(rows, "num_gpu", where)
