@@ -31,9 +31,10 @@ def replay_once(path, cluster: str, method: str, first_jobs=None, time_limit=Non
             "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)), "jobs": tr.n_jobs}
 
 
-def trace_rows(traces, methods=("EDF", "ElasticFlow"), sizes=(8, 16, 32, 64, 128), time_limit=600.0) -> dict:
+def trace_rows(traces, methods=("EDF", "ElasticFlow"), sizes=(8, 16, 32, 64, 128), time_limit=600.0,
+               sweep_jobs: int = 100) -> dict:
     """Print and return the trace rows: ``traces`` = [(path, cluster)]; ``sizes``: nodes of 8 GPUs for the
-    decision-time sweep on the shipped sample."""
+    decision-time sweep on the first ``sweep_jobs`` jobs of the shipped sample."""
     rec: dict = {"replay": [], "decision_ms": []}
     for path, cluster in traces:
         for m in methods:
@@ -45,14 +46,14 @@ def trace_rows(traces, methods=("EDF", "ElasticFlow"), sizes=(8, 16, 32, 64, 128
             print(f"{f'trace replay {m}, {str(path).split(chr(47))[-1]} {cluster} (s)':<44}{val:>16}{extra}")
     for n in sizes:
         for m in methods:
-            r = replay_once(SHIPPED_SAMPLE, f"n{n}g8", m, time_limit=time_limit)
+            r = replay_once(SHIPPED_SAMPLE, f"n{n}g8", m, first_jobs=sweep_jobs, time_limit=time_limit)
             r.update(cluster=f"n{n}g8", gpus=8 * n, method=m)
             rec["decision_ms"].append(r)
             if r.get("timed_out"):
                 print(f"{f'decision ms {m}, {8 * n} GPUs (p50/p99)':<44}{'time limit':>16}")
             else:
                 print(f"{f'decision ms {m}, {8 * n} GPUs (p50/p99)':<44}{r['p50_ms']:>8.2f}/{r['p99_ms']:<7.2f}"
-                      f"  shipped sample, {r['decisions']} decisions")
+                      f"  {sweep_jobs} sample jobs, {r['decisions']} decisions")
     return rec
 
 
