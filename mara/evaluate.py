@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from mara.core.cli import check_group_overrides, output_dir, run_cli
 from mara.core.config import (
+    CONF_DIR,
     ConfigError,
     check_method_cfg,
     is_learned,
@@ -41,10 +42,10 @@ def _before_any_work(cfg: DictConfig) -> None:
     if cfg.get("experiment_kind") == "trace":  # job traces: the trace file, cluster, windows and schedulers
         check_trace_run(cfg)
         return
-    preflight(cfg, "evaluate")
     for m in cfg.get("methods") or ():
-        if load_method_cfg(m).get("trace_only"):
+        if isinstance(m, str) and (CONF_DIR / "method" / f"{m}.yaml").exists() and load_method_cfg(m).get("trace_only"):
             raise ConfigError(f"method {m!r} schedules job traces only: run it with experiment=trace (docs/traces.md)")
+    preflight(cfg, "evaluate")
 
 
 @run_folder(check=_before_any_work)  # one live run per folder; fresh=true sets the folder's earlier results aside

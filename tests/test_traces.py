@@ -128,6 +128,13 @@ def test_a_method_without_a_trace_scheduler_is_refused_before_any_work():
         check_trace_run(_cfg(cluster="64x8"))
 
 
+def test_a_trace_only_method_is_refused_outside_the_trace_experiment():
+    from mara.evaluate import _before_any_work
+
+    with pytest.raises(Exception, match="schedules job traces only: run it with experiment=trace"):
+        _before_any_work(OmegaConf.create({"methods": ["FIFO", "ElasticFlow"]}))
+
+
 def _run(args, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, "-m", "mara.evaluate", "experiment=trace", f"paths.output_dir={tmp_path / 'run'}",

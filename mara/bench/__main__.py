@@ -179,10 +179,12 @@ def main(argv=None) -> None:
                          "shipped sample on n64g8), and decision time per slot on 64 ... 1,024 GPUs")
     ap.add_argument("--trace-limit", type=float, default=600.0, help="seconds a trace replay may run before it is "
                                                                      "reported as over the limit")
+    ap.add_argument("--trace-sweep", type=int, nargs="*", default=[8, 16, 32, 64, 128], metavar="NODES",
+                    help="cluster sizes (nodes of 8 GPUs) of the decision-time sweep; none: skip it")
     args = ap.parse_args(argv)
     if args.traces is not None:
         print(f"{'benchmark':<44}{'value':>16}")
-        rec = trace_rows(parse_traces(args.traces), time_limit=args.trace_limit)
+        rec = trace_rows(parse_traces(args.traces), sizes=tuple(args.trace_sweep), time_limit=args.trace_limit)
         if args.json:
             import json
             from pathlib import Path
