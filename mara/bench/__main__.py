@@ -181,10 +181,12 @@ def main(argv=None) -> None:
                                                                      "reported as over the limit")
     ap.add_argument("--trace-sweep", type=int, nargs="*", default=[8, 16, 32, 64, 128], metavar="NODES",
                     help="cluster sizes (nodes of 8 GPUs) of the decision-time sweep; none: skip it")
+    ap.add_argument("--trace-methods", nargs="+", default=["EDF", "ElasticFlow"], help="trace schedulers timed")
     args = ap.parse_args(argv)
     if args.traces is not None:
         print(f"{'benchmark':<44}{'value':>16}")
-        rec = trace_rows(parse_traces(args.traces), sizes=tuple(args.trace_sweep), time_limit=args.trace_limit)
+        rec = trace_rows(parse_traces(args.traces), methods=tuple(args.trace_methods), sizes=tuple(args.trace_sweep),
+                         time_limit=args.trace_limit)
         if args.json:
             import json
             from pathlib import Path
