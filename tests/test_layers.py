@@ -16,7 +16,7 @@ LAYERS = (
     ("tasks_zoo/",),
     ("mara/curves/",),
     ("mara/predictors/",),
-    ("mara/sim/",),
+    ("mara/sim/", "mara/traces/"),
     ("mara/allocators/", "mara/bounds/"),
     ("mara/mat/",),
     ("mara/eval/",),

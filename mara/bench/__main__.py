@@ -25,6 +25,7 @@ import time
 import numpy as np
 
 from mara.allocators.rules import EDF, FIFO
+from mara.bench.traces import parse_traces, trace_rows
 from mara.bounds.clairvoyant_k import clairvoyant_k_batch
 from mara.curves.bank import default_bank_path, load_bank, shipped_bank_path
 from mara.curves.families import ID_FAMILIES
@@ -237,7 +238,26 @@ def main(argv=None) -> None:
     ap.add_argument("--peer-case", action="append", default=None, help="trace case for --peer (repeatable; "
                     "default cluster01_first300; cases: scripts/peer_elasticflow.py --list)")
     ap.add_argument("--peer-limit", type=float, default=300.0, help="seconds per peer run under --peer (default 300)")
+    ap.add_argument("--traces", nargs="*", default=None, metavar="CSV:CLUSTER",
+                    help="only the trace-replay rows: EDF and ElasticFlow on each CSV:n<nodes>g<gpus> (none given: the "
+                         "shipped sample on n64g8), and decision time per slot on 64 ... 1,024 GPUs")
+    ap.add_argument("--trace-limit", type=float, default=600.0, help="seconds a trace replay may run before it is "
+                                                                     "reported as over the limit")
+    ap.add_argument("--trace-sweep", type=int, nargs="*", default=[8, 16, 32, 64, 128], metavar="NODES",
+                    help="cluster sizes (nodes of 8 GPUs) of the decision-time sweep; none: skip it")
+    ap.add_argument("--trace-methods", nargs="+", default=["EDF", "ElasticFlow"], help="trace schedulers timed")
     args = ap.parse_args(argv)
+    if args.traces is not None:
+        print(f"{'benchmark':<44}{'value':>16}")
+        rec = trace_rows(parse_traces(args.traces), methods=tuple(args.trace_methods), sizes=tuple(args.trace_sweep),
+                         time_limit=args.trace_limit)
+        if args.json:
+            import json
+            from pathlib import Path
+
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(rec, indent=1))
+        return
     record: dict = {}
     if args.peer:
         _peer_bench(args)
