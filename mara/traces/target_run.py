@@ -1,0 +1,142 @@
+"""``trace.jobs=target_loss``: trace jobs that stop at a target loss, under schedulers told different counts.
+
+Each method's config says which count its trace scheduler plans on (``trace_count``):
+  * ``declared``: the user's declared count (mara/traces/target_loss.py). The job runs until it reaches its target
+    (it stops and succeeds) or until its declared count is spent — then it stops short of its target and misses,
+    as a training job told to run that many iterations does. Reaching the target is an event of the simulator, as a
+    job's end is, so its GPUs go back at once.
+  * ``true``: the true count (the scheduler as its paper runs it).
+  * ``none``: the scheduler reads no count for its decisions (EDF: deadline order); the job runs to its target.
+The true count is never in the view of a ``declared`` scheduler: its ``iter_left`` is the declared count less the
+iterations done.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig
+
+from mara.core.config import ConfigError, load_method_cfg, plain_config
+from mara.curves.bank import default_bank_path, load_bank
+from mara.traces.replay import RUNNING, JobState, replay
+from mara.traces.report import write_trace_results
+from mara.traces.run import build_scheduler, check_trace_run, job_rows
+from mara.traces.schema import SIZE_CLASSES, size_class, window_jobs
+from mara.traces.target_loss import MODEL_FAMILY, target_loss_jobs
+from mara.traces.throughput import LEVELS, job_speeds
+
+COUNTS = ("declared", "true", "none")
+
+
+def method_counts(cfg: DictConfig) -> dict[str, str]:
+    """``{method: trace_count}`` of ``methods``; a method that does not say which count it plans on is refused."""
+    out = {}
+    for m in cfg.get("methods") or []:
+        c = load_method_cfg(m).get("trace_count")
+        if c not in COUNTS:
+            raise ConfigError(f"method {m!r} has no trace_count ({' | '.join(COUNTS)}): it cannot run target-loss "
+                              f"jobs (trace.jobs=target_loss)")
+        out[m] = c
+    return out
+
+
+def check_target_loss_run(cfg: DictConfig, trace) -> dict[str, str]:
+    """What a target-loss run needs beyond a trace run's checks: an elasticflow-schema trace with mapped models."""
+    if trace.schema != "elasticflow":
+        raise ConfigError(f"trace.jobs=target_loss needs the elasticflow schema (model, num_iteration): {trace.path} "
+                          f"is {trace.schema}")
+    unknown = sorted(set(map(str, trace.model)) - set(MODEL_FAMILY))
+    if unknown:
+        raise ConfigError(f"trace.jobs=target_loss: model(s) {', '.join(unknown)} have no curve family "
+                          f"(known: {', '.join(MODEL_FAMILY)})")
+    return method_counts(cfg)
+
+
+class DeclaredCount:
+    """A trace scheduler that sees each job's declared count, not its true one (wraps any trace scheduler)."""
+
+    def __init__(self, inner, declared: np.ndarray):
+        self.inner, self.declared = inner, np.asarray(declared, dtype=np.float64)
+        self.name, self.caps = inner.name, inner.caps
+
+    def reset(self, state: JobState) -> None:
+        self.state = state
+        self.work = state.iter_left.copy()  # iterations the job will run: to its target or its declared count
+        self.view = copy.copy(state)  # shares every array the scheduler writes; its own iter_left
+        self.view.iter_left = self.declared.copy()
+        self.inner.reset(self.view)
+
+    def decide(self, now: int, arrivals: np.ndarray):
+        s = self.state
+        self.view.iter_left[:] = self.declared - (self.work - s.iter_left)
+        nxt = self.inner.decide(now, arrivals)
+        run = np.flatnonzero((s.status == RUNNING) & (s.gpus > 0))
+        if run.size:  # the next job to reach its target (or spend its count) is an event
+            sp = s.tput[run, LEVELS.searchsorted(s.gpus[run])]
+            t = now + s.overhead[run] + np.ceil(np.maximum(s.iter_left[run], 0.0) / sp)
+            t = t[t > now]
+            if t.size:
+                nxt = float(t.min()) if nxt is None else min(nxt, float(t.min()))
+        return nxt
+
+
+def replay_target_window(trace, w, ts, spec, count: str, bank, seed: int):
+    """Replay one window of target-loss jobs under one scheduler: (jobs, scored, Replay, wall s, TargetLossJobs)."""
+    import time
+
+    jobs, scored = window_jobs(trace, w, ts.first_jobs)
+    tl = target_loss_jobs(jobs.job_id, jobs.model, jobs.iterations, bank, seed)
+    sched = build_scheduler(spec, ts.overhead)
+    work = jobs.iterations.astype(np.float64).copy()
+    if count == "declared":
+        work = np.minimum(work, tl.declared)
+        sched = DeclaredCount(sched, tl.declared)
+    tput, max_level = job_speeds(jobs, sched.caps, ts.cluster.gpus, rigid=ts.rigid)
+    state = JobState(jobs.submit, jobs.deadline, tput, max_level, work, ts.cluster.gpus, slot=ts.slot)
+    t0 = time.perf_counter()
+    rep = replay(state, sched, size_class(jobs.num_gpu), len(SIZE_CLASSES), time_limit=ts.time_limit_s)
+    secs = time.perf_counter() - t0
+    if count == "declared":
+        rep.met = rep.met & (tl.declared >= tl.true)  # a job stopped at its declared count never reached its target
+    return jobs, scored, rep, secs, tl
+
+
+def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
+    """Every method on target-loss jobs of every window; results as a trace run's, plus each job's counts."""
+    ts, trace, methods, windows = check_trace_run(cfg)
+    counts = check_target_loss_run(cfg, trace)
+    seed = int((plain_config(cfg.get("trace")) or {}).get("target_seed", 0))
+    bank = load_bank(default_bank_path())
+    log(f"target-loss jobs of {ts.path}: cluster {ts.cluster.name}, {len(windows)} {ts.split} window(s), methods "
+        + ", ".join(f"{m} ({counts[m]} count)" for m, _ in methods))
+    rows, timings, windows_info, occupancy = [], {}, [], {}
+    for name, spec in methods:
+        timings[name] = 0.0
+        for w in windows:
+            jobs, scored, rep, secs, tl = replay_target_window(trace, w, ts, spec, counts[name], bank, seed)
+            timings[name] += secs
+            new = job_rows(name, w, jobs, scored, rep)
+            for r, j in zip(new, np.flatnonzero(scored)):
+                r.update(true_iterations=float(tl.true[j]), declared_iterations=float(tl.declared[j]),
+                         target_loss=float(tl.target[j]), family=str(tl.family[j]))
+            rows.extend(new)
+            span = max(float(np.nanmax(np.r_[rep.occupancy_t, jobs.submit])) - float(jobs.submit.min()), 1.0)
+            windows_info.append({
+                "method": name, "window": w.index, "jobs": int(scored.sum()), "replay_s": secs,
+                "decisions": rep.n_decisions, "decision_ms_p50": float(np.percentile(rep.decision_s, 50) * 1e3),
+                "decision_ms_p99": float(np.percentile(rep.decision_s, 99) * 1e3),
+                "gpu_utilisation": float(rep.gpu_seconds.sum() / (ts.cluster.gpus * span)),
+            })
+            if w is windows[0]:
+                occupancy[name] = (rep.occupancy_t - rep.occupancy_t[0], rep.occupancy)
+            short = float((tl.declared[scored] < tl.true[scored]).mean())
+            log(f"{name} window {w.index}: met {rep.met[scored].mean():.3f} of {int(scored.sum())} jobs in {secs:.1f} s"
+                f" (declared count short of the true one: {short:.3f} of jobs)")
+    protocol = {"trace": ts.path, "schema": trace.schema, "cluster": ts.cluster.name, "gpus": ts.cluster.gpus,
+                "slot_s": ts.slot, "first_jobs": ts.first_jobs, "window_s": ts.window_s, "warmup_s": ts.warmup_s,
+                "split": ts.split, "windows": [w.__dict__ for w in windows], "rigid": ts.rigid, "overhead": ts.overhead,
+                "jobs": "target_loss", "target_seed": seed, "bank": str(bank.path), "counts": counts}
+    return write_trace_results(rows, windows_info, occupancy, protocol, timings, out,
+                               tensorboard=bool((cfg.get("eval") or {}).get("tensorboard", True)))
