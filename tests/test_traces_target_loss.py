@@ -87,6 +87,14 @@ def test_declared_count_is_the_past_runs_ninety_percent_count_scaled_to_the_job(
         assert tl.declared[j] == math.ceil(tl.true[j] / tl.x_star[j] * q)
 
 
+def test_a_lower_declared_share_declares_less_on_the_same_jobs(bank):
+    tr = load_trace(SHIPPED_SAMPLE).take(slice(0, 30))
+    hi = target_loss_jobs(tr.job_id, tr.model, tr.iterations, bank, seed=0, q=0.9)
+    lo = target_loss_jobs(tr.job_id, tr.model, tr.iterations, bank, seed=0, q=0.5)
+    assert (lo.row == hi.row).all() and (lo.target == hi.target).all()  # the jobs do not depend on what users declare
+    assert (lo.declared <= hi.declared).all() and (lo.declared < hi.declared).any()
+
+
 def test_the_true_count_is_not_in_anything_a_declared_count_scheduler_sees_but_the_loss_prefix(bank):
     # two jobs of one model with one target, one scale of iterations per batch, hence one declared count, that draw
     # two pool curves reaching the target at different batches: their true counts differ, nothing else does.
@@ -154,6 +162,7 @@ def _run(args, tmp_path):
 @pytest.mark.parametrize("args, needle", [
     (["trace.jobs=targets"], "trace.jobs must be iterations or target_loss"),
     (["trace.jobs=target_loss", "trace.target_seed=-1"], "trace.target_seed must be an integer >= 0"),
+    (["trace.jobs=target_loss", "trace.declare_quantile=1.5"], "trace.declare_quantile must be a number in (0, 1]"),
     (["trace.jobs=target_loss", "trace.path=mara/data/traces/itp_cluster01_first300_raw.csv"],
      "needs the elasticflow schema"),
 ])

@@ -97,7 +97,7 @@ def job_rng(seed: int, job_id: str) -> np.random.Generator:
     return np.random.default_rng([int(seed), zlib.crc32(str(job_id).encode())])
 
 
-def draw_job(bank: CurveBank, family: str, n_true: float, rng: np.random.Generator) -> tuple[int, float, float]:
+def draw_job(bank: CurveBank, family: str, rng: np.random.Generator) -> tuple[int, float, float]:
     """(bank row, target, x_star) of one job: a target in the family's range, a pool curve that reaches it after its
     first batch (drawn among those that do)."""
     base = float((bank.family_params or {})[family]["eps"])
@@ -115,17 +115,18 @@ def draw_job(bank: CurveBank, family: str, n_true: float, rng: np.random.Generat
     raise ValueError(f"curve bank {bank.path}: no {JOB_SPLIT} curve of {family} reaches its targets")
 
 
-def target_loss_jobs(job_id, model, n_true, bank: CurveBank, seed: int = 0) -> TargetLossJobs:
-    """Curves, targets and declared counts of jobs ``[J]`` (ids, trace model names, true iteration counts)."""
+def target_loss_jobs(job_id, model, n_true, bank: CurveBank, seed: int = 0, q: float = DECLARE_QUANTILE) -> TargetLossJobs:
+    """Curves, targets and declared counts of jobs ``[J]`` (ids, trace model names, true iteration counts); ``q``:
+    the share of past runs a declared count covers."""
     J = len(job_id)
     fam = np.array([MODEL_FAMILY[str(m)] for m in model], dtype=object)
     row, target, x_star, declared = np.zeros(J, dtype=np.int64), np.zeros(J), np.zeros(J), np.zeros(J)
     n_true = np.asarray(n_true, dtype=np.float64)
     for j in range(J):
-        r, eps, x = draw_job(bank, fam[j], n_true[j], job_rng(seed, job_id[j]))
+        r, _, x = draw_job(bank, fam[j], job_rng(seed, job_id[j]))
         row[j], x_star[j] = r, x
         # the target is the stretched curve's own value at N, so the crossing lands on iteration N to the last bit
         target[j] = float(stretched_loss(bank.L[r], x, n_true[j], n_true[j]))
-        declared[j] = math.ceil(n_true[j] / x * declared_batches(bank, fam[j], target[j]))
+        declared[j] = math.ceil(n_true[j] / x * declared_batches(bank, fam[j], target[j], q))
     return TargetLossJobs(family=fam.astype(str), row=row, target=target, x_star=x_star, scale=n_true / x_star,
                           true=n_true.copy(), declared=declared)

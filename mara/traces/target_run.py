@@ -51,6 +51,9 @@ def check_target_loss_run(cfg: DictConfig, trace) -> dict[str, str]:
     if unknown:
         raise ConfigError(f"trace.jobs=target_loss: model(s) {', '.join(unknown)} have no curve family "
                           f"(known: {', '.join(MODEL_FAMILY)})")
+    q = (plain_config(cfg.get("trace")) or {}).get("declare_quantile", 0.9)
+    if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q <= 1:
+        raise ConfigError(f"trace.declare_quantile must be a number in (0, 1], got {q!r}")
     return method_counts(cfg)
 
 
@@ -82,12 +85,12 @@ class DeclaredCount:
         return nxt
 
 
-def replay_target_window(trace, w, ts, spec, count: str, bank, seed: int):
+def replay_target_window(trace, w, ts, spec, count: str, bank, seed: int, q: float):
     """Replay one window of target-loss jobs under one scheduler: (jobs, scored, Replay, wall s, TargetLossJobs)."""
     import time
 
     jobs, scored = window_jobs(trace, w, ts.first_jobs)
-    tl = target_loss_jobs(jobs.job_id, jobs.model, jobs.iterations, bank, seed)
+    tl = target_loss_jobs(jobs.job_id, jobs.model, jobs.iterations, bank, seed, q)
     sched = build_scheduler(spec, ts.overhead)
     work = jobs.iterations.astype(np.float64).copy()
     if count == "declared":
@@ -107,7 +110,7 @@ def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
     """Every method on target-loss jobs of every window; results as a trace run's, plus each job's counts."""
     ts, trace, methods, windows = check_trace_run(cfg)
     counts = check_target_loss_run(cfg, trace)
-    seed = int((plain_config(cfg.get("trace")) or {}).get("target_seed", 0))
+    seed, q = ts.target_seed, float((plain_config(cfg.get("trace")) or {}).get("declare_quantile", 0.9))
     bank = load_bank(default_bank_path())
     log(f"target-loss jobs of {ts.path}: cluster {ts.cluster.name}, {len(windows)} {ts.split} window(s), methods "
         + ", ".join(f"{m} ({counts[m]} count)" for m, _ in methods))
@@ -115,7 +118,7 @@ def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
     for name, spec in methods:
         timings[name] = 0.0
         for w in windows:
-            jobs, scored, rep, secs, tl = replay_target_window(trace, w, ts, spec, counts[name], bank, seed)
+            jobs, scored, rep, secs, tl = replay_target_window(trace, w, ts, spec, counts[name], bank, seed, q)
             timings[name] += secs
             new = job_rows(name, w, jobs, scored, rep)
             for r, j in zip(new, np.flatnonzero(scored)):
@@ -137,6 +140,6 @@ def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
     protocol = {"trace": ts.path, "schema": trace.schema, "cluster": ts.cluster.name, "gpus": ts.cluster.gpus,
                 "slot_s": ts.slot, "first_jobs": ts.first_jobs, "window_s": ts.window_s, "warmup_s": ts.warmup_s,
                 "split": ts.split, "windows": [w.__dict__ for w in windows], "rigid": ts.rigid, "overhead": ts.overhead,
-                "jobs": "target_loss", "target_seed": seed, "bank": str(bank.path), "counts": counts}
+                "jobs": "target_loss", "target_seed": seed, "declare_quantile": q, "bank": str(bank.path), "counts": counts}
     return write_trace_results(rows, windows_info, occupancy, protocol, timings, out,
                                tensorboard=bool((cfg.get("eval") or {}).get("tensorboard", True)))
