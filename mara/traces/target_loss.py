@@ -86,6 +86,13 @@ class TargetLossJobs:
     scale: np.ndarray  # float: iterations per bank batch, s = true / x_star
     true: np.ndarray  # float: true iterations to the target (the trace's num_iteration)
     declared: np.ndarray  # float: the user's declared count
+    past_batches: np.ndarray  # float: batches by which the declared share of past runs reach the target
+
+    @property
+    def seen_scale(self) -> np.ndarray:
+        """Iterations per bank batch as a scheduler can read it: declared count / past runs' count (s up to the
+        declared count's rounding)."""
+        return self.declared / self.past_batches
 
     def loss(self, bank: CurveBank, j: int, k) -> np.ndarray:
         """Observed loss of job j after ``k`` iterations."""
@@ -121,12 +128,14 @@ def target_loss_jobs(job_id, model, n_true, bank: CurveBank, seed: int = 0, q: f
     J = len(job_id)
     fam = np.array([MODEL_FAMILY[str(m)] for m in model], dtype=object)
     row, target, x_star, declared = np.zeros(J, dtype=np.int64), np.zeros(J), np.zeros(J), np.zeros(J)
+    past = np.zeros(J)
     n_true = np.asarray(n_true, dtype=np.float64)
     for j in range(J):
         r, _, x = draw_job(bank, fam[j], job_rng(seed, job_id[j]))
         row[j], x_star[j] = r, x
         # the target is the stretched curve's own value at N, so the crossing lands on iteration N to the last bit
         target[j] = float(stretched_loss(bank.L[r], x, n_true[j], n_true[j]))
-        declared[j] = math.ceil(n_true[j] / x * declared_batches(bank, fam[j], target[j], q))
+        past[j] = declared_batches(bank, fam[j], target[j], q)
+        declared[j] = math.ceil(n_true[j] / x * past[j])
     return TargetLossJobs(family=fam.astype(str), row=row, target=target, x_star=x_star, scale=n_true / x_star,
-                          true=n_true.copy(), declared=declared)
+                          true=n_true.copy(), declared=declared, past_batches=past)

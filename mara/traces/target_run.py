@@ -7,6 +7,10 @@ Each method's config says which count its trace scheduler plans on (``trace_coun
     job's end is, so its GPUs go back at once.
   * ``true``: the true count (the scheduler as its paper runs it).
   * ``none``: the scheduler reads no count for its decisions (EDF: deadline order); the job runs to its target.
+  * ``predicted``: the remaining iterations a predictor (``trace_predictor``) estimates from the job's loss prefix, at
+    a band level (``trace_band``: lo | median | hi), and before it has ``min_obs`` observations the count by which a
+    share ``trace_prior_quantile`` of the model's past runs reach the target. The job runs to its target; the
+    simulator, not the plan, says when it gets there (an estimate that runs short is re-planned, never a success).
 The true count is never in the view of a ``declared`` scheduler: its ``iter_left`` is the declared count less the
 iterations done.
 """
@@ -20,24 +24,36 @@ from omegaconf import DictConfig
 
 from mara.core.config import ConfigError, load_method_cfg, plain_config
 from mara.curves.bank import default_bank_path, load_bank
-from mara.traces.replay import RUNNING, JobState, replay
+from mara.traces.replay import NEVER, PENDING, RUNNING, JobState, replay
 from mara.traces.report import write_trace_results
 from mara.traces.run import build_scheduler, check_trace_run, job_rows
 from mara.traces.schema import SIZE_CLASSES, size_class, window_jobs
-from mara.traces.target_loss import MODEL_FAMILY, target_loss_jobs
+from mara.traces.target_loss import MODEL_FAMILY, declared_batches, target_loss_jobs
 from mara.traces.throughput import LEVELS, job_speeds
 
-COUNTS = ("declared", "true", "none")
+COUNTS = ("declared", "true", "none", "predicted")
+BANDS = {"lo": 0, "median": 1, "hi": 2}
 
 
 def method_counts(cfg: DictConfig) -> dict[str, str]:
     """``{method: trace_count}`` of ``methods``; a method that does not say which count it plans on is refused."""
     out = {}
+    over = plain_config(cfg.get("method_overrides")) or {}
     for m in cfg.get("methods") or []:
-        c = load_method_cfg(m).get("trace_count")
+        mc = load_method_cfg(m, over.get(m))
+        c = mc.get("trace_count")
         if c not in COUNTS:
             raise ConfigError(f"method {m!r} has no trace_count ({' | '.join(COUNTS)}): it cannot run target-loss "
                               f"jobs (trace.jobs=target_loss)")
+        if c == "predicted":
+            if mc.get("trace_band") not in BANDS:
+                raise ConfigError(f"method {m!r}: trace_band must be one of {', '.join(BANDS)}, got "
+                                  f"{mc.get('trace_band')!r}")
+            pq_ = mc.get("trace_prior_quantile")
+            if isinstance(pq_, bool) or not isinstance(pq_, (int, float)) or not 0 < pq_ <= 1:
+                raise ConfigError(f"method {m!r}: trace_prior_quantile must be a number in (0, 1], got {pq_!r}")
+            if mc.get("trace_predictor") not in ("qr", "wls"):
+                raise ConfigError(f"method {m!r}: trace_predictor must be qr or wls, got {mc.get('trace_predictor')!r}")
         out[m] = c
     return out
 
@@ -85,7 +101,67 @@ class DeclaredCount:
         return nxt
 
 
-def replay_target_window(trace, w, ts, spec, count: str, bank, seed: int, q: float):
+class PredictedCount:
+    """A trace scheduler that sees each job's remaining iterations as a predictor estimates them from its loss prefix
+    (wraps any trace scheduler); the simulator ends a job when it reaches its target."""
+
+    def __init__(self, inner, tl, bank, predictor, band: int, prior: np.ndarray):
+        self.inner, self.tl, self.bank, self.predictor, self.band = inner, tl, bank, predictor, band
+        self.prior = np.asarray(prior, dtype=np.float64)  # count before the prefix says anything
+        self.name, self.caps = inner.name, inner.caps
+        self.min_obs = int(getattr(predictor, "min_obs", 4))
+        self.cache: dict = {}  # (job, batches seen) -> remaining batches
+
+    def reset(self, state: JobState) -> None:
+        self.state = state
+        self.work = state.iter_left.copy()
+        self.view = copy.copy(state)
+        self.view.iter_left = self.prior.copy()
+        self.inner.reset(self.view)
+
+    def _estimates(self, jobs: np.ndarray, done: np.ndarray) -> np.ndarray:
+        """Remaining iterations of ``jobs`` from their prefixes (``done`` iterations each)."""
+        tl, bank = self.tl, self.bank
+        scale = tl.seen_scale[jobs]
+        seen = np.floor(done / scale).astype(np.int64)  # bank batches observed
+        est = np.maximum(self.prior[jobs] - done, 1.0)
+        warm = np.flatnonzero(seen >= self.min_obs)
+        need = [i for i in warm if (int(jobs[i]), int(seen[i])) not in self.cache]
+        if need:
+            rows, n = tl.row[jobs[need]], seen[need]
+            H = int(n.max())
+            S, L = bank.S[rows, :H].copy(), bank.L[rows, :H].copy()
+            pad = np.arange(H)[None, :] >= n[:, None]
+            S[pad], L[pad] = np.nan, np.nan
+            cap = (bank.lengths[rows] - n).astype(np.float64)
+            q = self.predictor.predict_quantiles(S, L, n, tl.target[jobs[need]], cap, bank.batch_size[rows],
+                                                 bank.lr[rows], family=tl.family[jobs[need]])
+            for i, b in zip(need, q[:, self.band]):
+                self.cache[(int(jobs[i]), int(seen[i]))] = float(b)
+        for i in warm:
+            est[i] = max(self.cache[(int(jobs[i]), int(seen[i]))] * scale[i], 1.0)
+        return est
+
+    def decide(self, now: int, arrivals: np.ndarray):
+        s = self.state
+        live = np.flatnonzero((s.status == PENDING) | (s.status == RUNNING))
+        if live.size:
+            self.view.iter_left[live] = self._estimates(live, self.work[live] - s.iter_left[live])
+        nxt = self.inner.decide(now, arrivals)
+        live = np.flatnonzero((s.status == PENDING) | (s.status == RUNNING))
+        s.finish[live] = NEVER  # the simulator finds the finish when the job reaches its target
+        s.end_event[live] = NEVER
+        run = live[s.gpus[live] > 0]
+        if run.size:
+            sp = s.tput[run, LEVELS.searchsorted(s.gpus[run])]
+            t = now + s.overhead[run] + np.ceil(np.maximum(s.iter_left[run], 0.0) / sp)
+            t = t[t > now]
+            if t.size:
+                nxt = float(t.min()) if nxt is None else min(nxt, float(t.min()))
+        return nxt
+
+
+def replay_target_window(trace, w, ts, spec, count: str, bank, seed: int, q: float, mc=None, predictor=None):
     """Replay one window of target-loss jobs under one scheduler: (jobs, scored, Replay, wall s, TargetLossJobs)."""
     import time
 
@@ -96,6 +172,10 @@ def replay_target_window(trace, w, ts, spec, count: str, bank, seed: int, q: flo
     if count == "declared":
         work = np.minimum(work, tl.declared)
         sched = DeclaredCount(sched, tl.declared)
+    elif count == "predicted":
+        prior = tl.declared / tl.past_batches * np.array(
+            [declared_batches(bank, f, e, float(mc.trace_prior_quantile)) for f, e in zip(tl.family, tl.target)])
+        sched = PredictedCount(sched, tl, bank, predictor, BANDS[mc.trace_band], np.ceil(prior))
     tput, max_level = job_speeds(jobs, sched.caps, ts.cluster.gpus, rigid=ts.rigid)
     state = JobState(jobs.submit, jobs.deadline, tput, max_level, work, ts.cluster.gpus, slot=ts.slot)
     t0 = time.perf_counter()
@@ -115,10 +195,17 @@ def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
     log(f"target-loss jobs of {ts.path}: cluster {ts.cluster.name}, {len(windows)} {ts.split} window(s), methods "
         + ", ".join(f"{m} ({counts[m]} count)" for m, _ in methods))
     rows, timings, windows_info, occupancy = [], {}, [], {}
+    over = plain_config(cfg.get("method_overrides")) or {}
     for name, spec in methods:
         timings[name] = 0.0
+        mc, predictor = load_method_cfg(name, over.get(name)), None
+        if counts[name] == "predicted":
+            from mara.predictors.factory import predictor_from
+
+            predictor = predictor_from(str(mc.trace_predictor), bank.path)
         for w in windows:
-            jobs, scored, rep, secs, tl = replay_target_window(trace, w, ts, spec, counts[name], bank, seed, q)
+            jobs, scored, rep, secs, tl = replay_target_window(trace, w, ts, spec, counts[name], bank, seed, q, mc,
+                                                               predictor)
             timings[name] += secs
             new = job_rows(name, w, jobs, scored, rep)
             for r, j in zip(new, np.flatnonzero(scored)):
