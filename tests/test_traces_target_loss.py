@@ -25,7 +25,8 @@ from mara.traces.target_loss import (
     stretched_loss,
     target_loss_jobs,
 )
-from mara.traces.target_run import DeclaredCount
+from mara.traces.target_loss import TargetLossJobs
+from mara.traces.target_run import DeclaredCount, PredictedCount
 from mara.traces.throughput import LEVELS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,6 +154,29 @@ def test_a_job_stops_at_its_target_before_its_declared_count_and_its_gpu_is_free
     assert rep.finish.tolist() == [600.0, 900.0] and rep.started.tolist() == [0.0, 600.0]
 
 
+class _ShortSighted:
+    """A predictor that always says one batch is left."""
+
+    min_obs = 4
+
+    def predict_quantiles(self, S, L, lengths, eps, cap, batch_size, lr, family=None):
+        return np.ones((len(lengths), 3))
+
+
+@pytest.mark.parametrize("deadline, met", [(2000, True), (500, False)])
+def test_an_estimate_that_runs_short_is_replanned_never_a_success(bank, deadline, met):
+    # one GPU, 1 it/s, true 600 iterations, 10 iterations per bank batch; the prior says 100 iterations, then the
+    # predictor says 10 more at every look. ElasticFlow's plans end early again and again; the job still ends when
+    # it reaches its target, at 600, and meets a deadline of 2000, not one of 500.
+    row = bank.rows("CNN_Cifar10", JOB_SPLIT)[0]
+    tl = TargetLossJobs(family=np.array(["CNN_Cifar10"]), row=np.array([row]), target=np.array([1.8]),
+                        x_star=np.array([60.0]), scale=np.array([10.0]), true=np.array([600.0]),
+                        declared=np.array([1000.0]), past_batches=np.array([100.0]))
+    sched = PredictedCount(TraceElasticFlow(overhead=False), tl, bank, _ShortSighted(), 1, np.array([100.0]))
+    rep = replay(_one_gpu_state([600], [deadline]), sched, np.zeros(1, dtype=np.int64), 1)
+    assert rep.finish.tolist() == [600.0] and rep.met.tolist() == [met]
+
+
 def _run(args, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, "-m", "mara.evaluate", "experiment=trace", f"paths.output_dir={tmp_path / 'run'}",
@@ -163,6 +187,8 @@ def _run(args, tmp_path):
     (["trace.jobs=targets"], "trace.jobs must be iterations or target_loss"),
     (["trace.jobs=target_loss", "trace.target_seed=-1"], "trace.target_seed must be an integer >= 0"),
     (["trace.jobs=target_loss", "trace.declare_quantile=1.5"], "trace.declare_quantile must be a number in (0, 1]"),
+    (["trace.jobs=target_loss", "methods=[ElasticFlow-predicted]", "+method_overrides.ElasticFlow-predicted.trace_band=mid"],
+     "trace_band must be one of lo, median, hi"),
     (["trace.jobs=target_loss", "trace.path=mara/data/traces/itp_cluster01_first300_raw.csv"],
      "needs the elasticflow schema"),
 ])

@@ -196,6 +196,7 @@ def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
         + ", ".join(f"{m} ({counts[m]} count)" for m, _ in methods))
     rows, timings, windows_info, occupancy = [], {}, [], {}
     over = plain_config(cfg.get("method_overrides")) or {}
+    planned_on = {}
     for name, spec in methods:
         timings[name] = 0.0
         mc, predictor = load_method_cfg(name, over.get(name)), None
@@ -203,6 +204,8 @@ def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
             from mara.predictors.factory import predictor_from
 
             predictor = predictor_from(str(mc.trace_predictor), bank.path)
+            planned_on[name] = {"predictor": str(mc.trace_predictor), "band": str(mc.trace_band),
+                                "prior_quantile": float(mc.trace_prior_quantile)}
         for w in windows:
             jobs, scored, rep, secs, tl = replay_target_window(trace, w, ts, spec, counts[name], bank, seed, q, mc,
                                                                predictor)
@@ -227,6 +230,7 @@ def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
     protocol = {"trace": ts.path, "schema": trace.schema, "cluster": ts.cluster.name, "gpus": ts.cluster.gpus,
                 "slot_s": ts.slot, "first_jobs": ts.first_jobs, "window_s": ts.window_s, "warmup_s": ts.warmup_s,
                 "split": ts.split, "windows": [w.__dict__ for w in windows], "rigid": ts.rigid, "overhead": ts.overhead,
-                "jobs": "target_loss", "target_seed": seed, "declare_quantile": q, "bank": str(bank.path), "counts": counts}
+                "jobs": "target_loss", "target_seed": seed, "declare_quantile": q, "bank": str(bank.path), "counts": counts,
+                "predicted": planned_on}
     return write_trace_results(rows, windows_info, occupancy, protocol, timings, out,
                                tensorboard=bool((cfg.get("eval") or {}).get("tensorboard", True)))
