@@ -19,13 +19,13 @@ from mara.traces.schema import SHIPPED_SAMPLE, load_trace
 from mara.traces.target_loss import (
     JOB_SPLIT,
     PAST_SPLIT,
+    TargetLossJobs,
     crossing_positions,
     declared_batches,
     quantile_count,
     stretched_loss,
     target_loss_jobs,
 )
-from mara.traces.target_loss import TargetLossJobs
 from mara.traces.target_run import DeclaredCount, PredictedCount
 from mara.traces.throughput import LEVELS
 
