@@ -1,0 +1,59 @@
+"""Why ElasticFlow on declared counts misses, from a target-loss run that has ElasticFlow and ElasticFlow-true.
+
+    python scripts/target_loss_breakdown.py <run folder> <trace csv> [<run folder> <trace csv> ...]
+
+Prints, over the run's jobs (first ``trace.first_jobs`` of the trace; the run must use trace.first_jobs): each
+method's deadline-met ratio, the declared/true count ratio, the share of jobs whose declared count cannot meet the
+deadline even alone on the empty cluster (ElasticFlow's own minimum plan), the share declined, and the paired
+counts of jobs met by one ElasticFlow and not the other.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+from mara.traces.elasticflow import TraceElasticFlow
+from mara.traces.profile import FreeProfile
+from mara.traces.replay import JobState
+from mara.traces.schema import load_trace, parse_cluster
+from mara.traces.throughput import job_speeds
+
+
+def breakdown(run: str, csv: str) -> None:
+    with open(f"{run}/results.json") as fh:
+        res = json.load(fh)
+    proto = res["protocol"]
+    gpus = parse_cluster(proto["cluster"]).gpus
+    by: dict = {}
+    for r in res["rows"]:
+        by.setdefault(r["method"], {})[r["job_id"]] = r
+    tr = load_trace(csv).take(slice(0, int(proto["first_jobs"])))
+    ids = [str(i) for i in tr.job_id]
+    ef = by["ElasticFlow"]
+    decl = np.array([ef[i]["declared_iterations"] for i in ids])
+    true = np.array([ef[i]["true_iterations"] for i in ids])
+    tput, ml = job_speeds(tr, TraceElasticFlow.caps, gpus)
+    alone = TraceElasticFlow()
+    alone.reset(JobState(tr.submit, tr.deadline, tput, ml, decl.copy(), gpus))
+    bad = np.array([not alone.min_plan(j, FreeProfile(int(t), gpus), int(t), int(t), float(decl[j]))[4]
+                    for j, t in enumerate(tr.submit)])
+    declined = np.array([ef[i]["declined"] for i in ids], bool)
+    met = {m: np.array([by[m][i]["deadline_met"] for i in ids]) for m in by}
+    print(run, {m: round(float(v.mean()), 3) for m, v in met.items()})
+    print(f"  declared/true median {np.median(decl / true):.2f}; declared short {np.mean(decl < true):.3f}; "
+          f"infeasible alone on the declared count {bad.mean():.3f}; declined {declined.mean():.3f} "
+          f"(of them infeasible alone {bad[declined].mean():.3f})")
+    if "ElasticFlow-true" in met:
+        a, b = met["ElasticFlow-true"], met["ElasticFlow"]
+        print(f"  met by ElasticFlow-true, not ElasticFlow: {np.mean((a == 1) & (b == 0)):.3f}; "
+              f"the reverse: {np.mean((a == 0) & (b == 1)):.3f}")
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if not args or len(args) % 2:
+        sys.exit("usage: python scripts/target_loss_breakdown.py <run folder> <trace csv> [...]")
+    for run, csv in zip(args[::2], args[1::2]):
+        breakdown(run, csv)
