@@ -36,7 +36,7 @@ class TraceElasticFlow:
     name = "ElasticFlow"
     caps = "elasticflow"  # GPU cap per job: ElasticFlow's per-model caps
 
-    def __init__(self, overhead: bool = True, exact_marginals: bool = True):
+    def __init__(self, overhead: bool = True, exact_marginals: bool = False):
         self.overhead = overhead
         self.exact_marginals = exact_marginals
 
