@@ -42,6 +42,9 @@ _RULES = {
     "Plan-QR-arrivals": ("#db7093", "*"),  # pale violet red
     "Slack-QR-q-cold": ("#00a86b", "p"),  # jade
     "Slack-QR-q-cal": ("#7cfc00", "h"),   # lawn green
+    "ElasticFlow": ("#2e8b57", "v"),      # sea green (job traces)
+    "ElasticFlow-true": ("#191970", "v"),  # midnight blue (target-loss jobs, told the true count)
+    "ElasticFlow-predicted": ("#ff1493", "v"),  # deep pink (target-loss jobs, planned on the estimate)
 }
 _BOUNDS = {
     "Clairvoyant": ("#000000", "."),   # black
