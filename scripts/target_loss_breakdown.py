@@ -45,6 +45,10 @@ def breakdown(run: str, csv: str) -> None:
     declined = np.array([ef[i]["declined"] for i in ids], bool)
     met = {m: np.array([by[m][i]["deadline_met"] for i in ids]) for m in by}
     print(run, {m: round(float(v.mean()), 3) for m, v in met.items()})
+    fam = np.array([ef[i]["family"] for i in ids])
+    ratio = decl / true
+    print("  declared/true at 10/25/50/75/90 %: " + " / ".join(f"{v:.2f}" for v in np.percentile(ratio, [10, 25, 50, 75, 90]))
+          + "; median by family: " + ", ".join(f"{f} {np.median(ratio[fam == f]):.2f}" for f in sorted(set(fam))))
     print(f"  declared/true median {np.median(decl / true):.2f}; declared short {np.mean(decl < true):.3f}; "
           f"infeasible alone on the declared count {bad.mean():.3f}; declined {declined.mean():.3f} "
           f"(of them infeasible alone {bad[declined].mean():.3f})")
