@@ -33,14 +33,14 @@ from mara.eval.settings import bank_at, from_cfg
 from mara.mat.allocator import read_policy_meta
 from mara.preflight import preflight
 from mara.report.results import build_results, write_results
-from mara.traces.run import check_trace_run, run_trace
+from mara.traces.experiment import check_trace_experiment, run_trace_experiment
 
 
 def _before_any_work(cfg: DictConfig) -> None:
     if cfg.get("experiment_kind") == "paper":
         raise ConfigError("experiment=paper trains as well as evaluates: run it as python -m mara.train experiment=paper")
     if cfg.get("experiment_kind") == "trace":  # job traces: the trace file, cluster, windows and schedulers
-        check_trace_run(cfg)
+        check_trace_experiment(cfg)
         return
     for m in cfg.get("methods") or ():
         if isinstance(m, str) and (CONF_DIR / "method" / f"{m}.yaml").exists() and load_method_cfg(m).get("trace_only"):
@@ -61,7 +61,7 @@ def evaluate(cfg: DictConfig) -> dict:
     setup_logging()
     out = output_dir(cfg)
     if cfg.get("experiment_kind") == "trace":
-        res = run_trace(cfg, out, log=log.info)
+        res = run_trace_experiment(cfg, out, log=log.info)
         print(Path(res["paths"]["md"]).read_text())
         log.info(f"wrote {res['paths']['json']} and {res['paths']['md']}")
         return res

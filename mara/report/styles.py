@@ -43,6 +43,9 @@ _RULES = {
     "Slack-QR-q-cold": ("#00a86b", "p"),  # jade
     "Slack-QR-q-cal": ("#7cfc00", "h"),   # lawn green
     "Slack-LCPFN": ("#ff1493", "D"),      # deep pink
+    "ElasticFlow": ("#2e8b57", "v"),      # sea green (job traces)
+    "ElasticFlow-true": ("#191970", "v"),  # midnight blue (target-loss jobs, told the true count)
+    "ElasticFlow-predicted": ("#ff8c00", "v"),  # dark orange (target-loss jobs, planned on the estimate)
 }
 _BOUNDS = {
     "Clairvoyant": ("#000000", "."),   # black

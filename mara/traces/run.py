@@ -54,6 +54,8 @@ class TraceSettings:
     rigid: bool = False
     overhead: bool = True
     time_limit_s: float | None = None
+    jobs: str = "iterations"  # iterations: schedulers told num_iteration | target_loss: jobs stop at a target loss
+    target_seed: int = 0
 
 
 def _int(where, v, lo, allow_none=False):
@@ -74,6 +76,9 @@ def trace_settings(cfg: DictConfig) -> TraceSettings:
     factor = tc.get("deadline_factor", 1.5)
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0:
         raise ConfigError(f"trace.deadline_factor must be a number > 0, got {factor!r}")
+    jobs = tc.get("jobs", "iterations")
+    if jobs not in ("iterations", "target_loss"):
+        raise ConfigError(f"trace.jobs must be iterations or target_loss, got {jobs!r}")
     tl = tc.get("time_limit_s")
     if tl is not None and (isinstance(tl, bool) or not isinstance(tl, (int, float)) or tl <= 0):
         raise ConfigError(f"trace.time_limit_s must be a number > 0 or null, got {tl!r}")
@@ -83,7 +88,8 @@ def trace_settings(cfg: DictConfig) -> TraceSettings:
         window_s=_int("trace.window_s", tc.get("window_s"), 1, True), warmup_s=_int("trace.warmup_s", tc.get("warmup_s", 0), 0),
         windows=_int("trace.windows", tc.get("windows", 1), 1), val_windows=_int("trace.val_windows", tc.get("val_windows", 0), 0),
         split=split, deadline_factor=float(factor), rigid=bool(tc.get("rigid", False)),
-        overhead=bool(tc.get("overhead", True)), time_limit_s=None if tl is None else float(tl))
+        overhead=bool(tc.get("overhead", True)), time_limit_s=None if tl is None else float(tl),
+        jobs=jobs, target_seed=_int("trace.target_seed", tc.get("target_seed", 0), 0))
 
 
 def trace_methods(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
