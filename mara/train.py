@@ -1,8 +1,10 @@
 """``python -m mara.train``: the staged MARA pipeline (paper Algorithm 1) on the configured bank.
 
 Stages (``stage=all`` runs them in order):
-  ``predictor`` — train the flow-matching predictor (skipped for ``predictor=wls`` or a given
-                  ``predictor.ckpt_path``) → ``<run>/predictor/fm.ckpt``;
+  ``predictor`` — train the run's predictor with its kind's trainer (``registry.trainer`` of its conf/predictor
+                  YAML) when its kind says ``pipeline: true`` (the FM) or ``predictor_stage=train`` (any kind with a trainer);
+                  skipped for ``predictor_stage=skip``, a given ``predictor.ckpt_path`` or a kind with nothing to
+                  train (``wls``) → ``<run>/predictor/<kind>.ckpt``;
   ``policy``    — train the MAT allocator with PPO against the frozen predictor → ``<run>/policy/``;
   ``evaluate``  — evaluate the trained policy next to every baseline on identical episodes.
 """
@@ -17,6 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mara.core.cli import check_group_overrides, output_dir, run_cli
+from mara.core import registry
 from mara.core.config import ConfigError, load_method_cfg
 from mara.preflight import preflight
 from mara.core.runlog import log
@@ -31,9 +34,9 @@ from mara.mat.train import (
     with_run_policy,
 )
 from mara.pipelines.paper import run_paper
-from mara.predictors.train import train_predictor
 
 STAGES = ("all", "predictor", "policy", "evaluate")
+PREDICTOR_STAGE = ("auto", "train", "skip")  # what the predictor stage does with the run's predictor
 
 
 def _available(module: str) -> bool:
@@ -54,6 +57,8 @@ def _before_any_work(cfg: DictConfig) -> None:
     """The stage and reward names, then the shared check of every setting, checkpoint and folder."""
     if cfg.get("stage", "all") not in STAGES:
         raise ConfigError(f"stage must be one of {', '.join(STAGES)}, got {cfg.get('stage')!r}")
+    if cfg.get("predictor_stage", "auto") not in PREDICTOR_STAGE:
+        raise ConfigError(f"predictor_stage must be one of {', '.join(PREDICTOR_STAGE)}, got {cfg.predictor_stage!r}")
     if cfg.get("reward", "dense") not in ("dense", "sparse"):
         raise ConfigError(f"reward must be 'dense' or 'sparse', got {cfg.reward!r}")
     preflight(cfg, "train")
@@ -80,18 +85,20 @@ def train(cfg: DictConfig) -> dict:
     if stage in ("policy", "evaluate"):
         _use_run_folder_checkpoints(cfg, out, stage)
 
-    if run("predictor") and pred_name == "fm" and not (stage == "all" and cfg.predictor.get("ckpt_path")):
-
-        result["predictor"] = run_stage(out / "predictor", train_predictor, _stage_cfg(cfg, out / "predictor"), "predictor")
-        ckpt = result["predictor"].get("fm_ckpt")
-        if ckpt:
-            with open_dict(cfg):
-                cfg.predictor.ckpt_path = ckpt
-                if "predictors" in cfg and "fm" in cfg.predictors:
-                    cfg.predictors.fm.ckpt_path = ckpt
-    elif run("predictor") and pred_name != "fm":  # the decision head does not read the FM: nothing to train first
+    kind = registry.predictor_entry(str(pred_name), missing_ok=True)
+    mode = cfg.get("predictor_stage", "auto")  # auto: the kind's pipeline flag; train: any kind with a trainer
+    trains = kind is not None and kind.trainer and (mode == "train" or (mode == "auto" and kind.pipeline))
+    if run("predictor") and trains and not (stage == "all" and cfg.predictor.get("ckpt_path")):
+        # the kind's own trainer (registry.trainer in its conf/predictor YAML) writes <run>/predictor/<kind>.ckpt
+        trainer = registry.import_object(kind.trainer)
+        result["predictor"] = run_stage(out / "predictor", trainer, _stage_cfg(cfg, out / "predictor"), "predictor")
+        ckpt = out / "predictor" / f"{kind.name}.ckpt"
+        if ckpt.exists():
+            _use_predictor_checkpoint(cfg, kind.name, ckpt, run_predictor=True)
+    elif run("predictor"):  # the decision head does not read the FM: nothing to train first
         log.info(f"predictor stage: nothing to train for predictor {pred_name!r} (its checkpoint is read as it is; "
-                 "the stage trains the FM, with predictor=fm)")
+                 "the stage trains a predictor whose registry says pipeline: true; predictor_stage=train trains any "
+                 "predictor with a trainer)")
 
     if run("policy"):
         if not _available("mara.mat.train"):
@@ -110,7 +117,7 @@ def train(cfg: DictConfig) -> dict:
         if trained:
             listed = with_run_policy(listed, trained)
         for m in listed:
-            if m.startswith("MARA"):
+            if registry.method(m).learned:
                 if not policy_ckpt and not overrides.get(m, {}).get("checkpoints"):
                     log.warning(f"skipping {m} in the evaluation (no trained policy checkpoint)")
                     continue
@@ -145,18 +152,27 @@ def check_run_config(cfg: DictConfig) -> None:
         check_teacher_predictor(resolve_config(cfg))  # mat=default needs predictor=qr_q: refused before the predictor stage
 
 
+def _use_predictor_checkpoint(cfg: DictConfig, kind: str, ckpt: Path, run_predictor: bool) -> None:
+    """Point the run's predictors of ``kind`` (``predictors.<key>`` with that ``name``) at ``ckpt``, and the run's
+    training predictor too when ``run_predictor`` and it is of that kind."""
+    with open_dict(cfg):
+        if run_predictor and cfg.predictor.get("name") == kind:
+            cfg.predictor.ckpt_path = str(ckpt)
+        for spec in (cfg.get("predictors") or {}).values():
+            if spec is not None and spec.get("name") == kind:
+                spec.ckpt_path = str(ckpt)
+
+
 def _use_run_folder_checkpoints(cfg: DictConfig, out: Path, stage: str) -> None:
-    """A later stage in an existing run folder uses that run's products: ``<run>/predictor/fm.ckpt`` (unless a
+    """A later stage in an existing run folder uses that run's products: ``<run>/predictor/<kind>.ckpt`` (unless a
     predictor checkpoint is given) and, for ``stage=evaluate``, ``<run>/policy/checkpoints/best.ckpt`` (unless
     ``policy_ckpt`` is given)."""
-    fm = out / "predictor" / "fm.ckpt"
-    if fm.exists() and not cfg.predictor.get("ckpt_path"):
-        with open_dict(cfg):
-            if cfg.predictor.get("name", "fm") == "fm":
-                cfg.predictor.ckpt_path = str(fm)
-            if "predictors" in cfg and "fm" in cfg.predictors:
-                cfg.predictors.fm.ckpt_path = str(fm)
-        log.info(f"using this run's predictor {fm}")
+    if not cfg.predictor.get("ckpt_path"):
+        for kind in registry.predictor_kinds():
+            trained = out / "predictor" / f"{kind}.ckpt"
+            if trained.exists():
+                _use_predictor_checkpoint(cfg, kind, trained, run_predictor=True)
+                log.info(f"using this run's predictor {trained}")
     best = out / "policy" / "checkpoints" / "best.ckpt"
     if stage == "evaluate" and not cfg.get("policy_ckpt") and best.exists():
         with open_dict(cfg):

@@ -10,50 +10,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
-CONF_DIR = PACKAGE_DIR.parent / "conf"
-SHIPPED_BANKS_DIR = PACKAGE_DIR / "data" / "banks"
-
-
-def conf_dir(*parts: str) -> Path:
-    """The Hydra config folder ``conf/`` (beside the package), or a path inside it: ``conf_dir("predictor", "fm.yaml")``.
-    Every module finds ``conf/`` through this function."""
-    return CONF_DIR.joinpath(*parts)
-
-
-class ConfigError(ValueError):
-    """A configuration mistake, reported as one line by the entry points."""
+from mara.core import registry
+from mara.core.paths import CONF_DIR, PACKAGE_DIR, SHIPPED_BANKS_DIR, ConfigError, conf_dir  # noqa: F401  (re-exported)
 
 
 def available_methods() -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / "method").glob("*.yaml"))
+    """Every registered method (``conf/method/``, its ``experiments/`` folder, and ``MARA_CONF_PATH``'s)."""
+    return sorted(registry.method_files())
 
 
 def compose_method(name: str) -> DictConfig:
-    """``conf/method/<name>.yaml`` composed by Hydra, so ``defaults: [BASE, _self_]`` starts it from another method
-    (``LARA-best`` from ``LARA``). Inside an entry point Hydra is already initialised on ``conf/``; elsewhere
-    (tests, job workers, notebooks) a temporary initialisation on ``conf_dir()`` is used."""
-    try:
-        if GlobalHydra.instance().is_initialized():
-            composed = compose(config_name=f"method/{name}")
-        else:
-            with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-                composed = compose(config_name=f"method/{name}")
-    except Exception as exc:  # a broken defaults entry, a YAML error: one line naming the method
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"method {name!r}: cannot compose conf/method/{name}.yaml: {first}") from None
-    return OmegaConf.create(OmegaConf.to_container(composed.method))  # a plain, open config (overrides may add keys)
+    """A method's YAML laid over the methods its ``defaults: [BASE, _self_]`` names (``LARA-best`` from ``LARA``):
+    a plain, open config (overrides may add keys), interpolations unresolved (mara/core/registry.py)."""
+    return OmegaConf.create(OmegaConf.to_container(registry.method_yaml(name)))
 
 
 def load_method_cfg(name: str, overrides: DictConfig | dict | None = None) -> DictConfig:
     """The method config for ``name`` (exact file stem), merged with per-method ``overrides``."""
-    path = CONF_DIR / "method" / f"{name}.yaml"
-    if not path.exists():
-        raise ConfigError(f"unknown method {name!r}; available: {', '.join(available_methods())}")
     cfg = compose_method(name)
     if overrides:
         cfg = OmegaConf.merge(cfg, overrides)
@@ -62,7 +37,9 @@ def load_method_cfg(name: str, overrides: DictConfig | dict | None = None) -> Di
     return cfg
 
 
-PRIVILEGED_PREDICTORS = ("truth", "truth_cold")  # bounds: read the task's own curve (mara/predictors/truth.py)
+def privileged_predictors() -> tuple[str, ...]:
+    """Predictors that read the task's own curve (``registry.privileged``): bounds, refused to learned policies."""
+    return registry.privileged_predictors()
 
 
 def is_learned(cfg: DictConfig) -> bool:
@@ -74,7 +51,7 @@ def is_learned(cfg: DictConfig) -> bool:
 def check_predictor_allowed(cfg: DictConfig) -> None:
     """A learned policy may never be evaluated with a privileged (bound-only) predictor: one-line ConfigError."""
     pred = cfg.get("predictor")
-    if pred in PRIVILEGED_PREDICTORS and is_learned(cfg):
+    if pred in privileged_predictors() and is_learned(cfg):
         raise ConfigError(f"method {cfg.name!r}: predictor {pred!r} is a perfect-prediction bound (it reads the task's "
                           f"own curve) and is refused to learned policies at evaluation time; use fm or wls")
 

@@ -123,6 +123,15 @@ def fit_quantile_head(bank, pc, out, seed: int = 0) -> dict:
     return result
 
 
+def train_head(cfg) -> dict:
+    """``mara.train``'s predictor stage for the decision head: ``cfg.predictor`` (any variant of kind ``qr``: its
+    ``net``/``data``/``train`` settings default to conf/predictor/qr.yaml's) trained on ``cfg.bank``, exported to
+    ``<paths.output_dir>/qr.ckpt``."""
+    pc = OmegaConf.merge(OmegaConf.load(conf_dir("predictor", "qr.yaml")), cfg.predictor)
+    bank = load_bank(cfg.get("bank", {}).get("path") or default_bank_path())
+    return fit_quantile_head(bank, pc, cfg.paths.output_dir, seed=int(cfg.get("seed", 0)))
+
+
 def _cli(argv: list[str]) -> None:
     base = OmegaConf.create({"seed": 0, "bank": {"path": None}, "paths": {"output_dir": "outputs/qr"},
                              "predictor": OmegaConf.load(conf_dir("predictor", "qr.yaml"))})

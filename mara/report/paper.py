@@ -15,7 +15,7 @@ from mara.core.files import write_text_atomic
 from mara.eval.metrics import summarize
 from mara.report import paper_numbers as P
 from mara.report.decomposition import decomposition_markdown, gap_decomposition
-from mara.report.results import PAPER_ORDER
+from mara.report.results import method_order
 from mara.report.sections import shown_path
 from mara.report.styles import method_style
 
@@ -23,8 +23,8 @@ DASH = "–"
 
 
 def _ordered(methods) -> list[str]:
-    known = [m for m in PAPER_ORDER if m in methods]
-    return known + sorted(m for m in methods if m not in PAPER_ORDER)
+    order = method_order()
+    return [m for m in order if m in methods] + sorted(m for m in methods if m not in order)
 
 
 def _cell(c) -> dict | None:
@@ -340,7 +340,7 @@ def report_markdown(rep: dict) -> str:
         L += ["Average success (%) over the three task sets at every load, and in the stress scenario:", "", *_by_load_md(rep), ""]
     if rep.get("mara_minus"):
         L += ["## MARA against every other method at p = 0.04", "", *_minus_md(rep), ""]
-    L += decomposition_markdown(rep.get("decomposition") or {}, PAPER_ORDER)
+    L += decomposition_markdown(rep.get("decomposition") or {}, method_order())
     if rep.get("clairvoyant"):
         c = rep["clairvoyant"]
         L += [f"Clairvoyant: {c['n_optimal']}/{c['n_episodes']} episodes solved to proven optimality (others: CP-SAT's proven upper bound), "
@@ -384,7 +384,7 @@ def readme_markdown(rep: dict, page: str = "docs/results.md") -> str:
         L += ["", "**Every method at every load (Figure 4) and in the stress scenario (Table 3)** — average success (%)", "", *_by_load_md(rep)]
     if rep.get("mara_minus"):
         L += ["", "**MARA minus each method at p = 0.04**, per-episode differences on identical episodes", "", *_minus_md(rep)]
-    dec = decomposition_markdown(rep.get("decomposition") or {}, PAPER_ORDER)
+    dec = decomposition_markdown(rep.get("decomposition") or {}, method_order())
     if dec:
         L += ["", *[f"**{ln[3:]}**" if ln.startswith("## ") else ln for ln in dec]]
     L += ["", "**Stress test (Table 3)**", "", "| Method | ours | paper | Δ |", "|---|---:|---:|---:|"]
