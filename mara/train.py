@@ -154,10 +154,15 @@ def check_run_config(cfg: DictConfig) -> None:
 
 def _use_predictor_checkpoint(cfg: DictConfig, kind: str, ckpt: Path, run_predictor: bool) -> None:
     """Point the run's predictors of ``kind`` (``predictors.<key>`` with that ``name``) at ``ckpt``, and the run's
-    training predictor too when ``run_predictor`` and it is of that kind."""
+    training predictor too when ``run_predictor`` and it is of that kind (then it is ``predictors.<kind>`` as well
+    where the run lists none of that name: the methods that name the kind read this run's checkpoint)."""
     with open_dict(cfg):
         if run_predictor and cfg.predictor.get("name") == kind:
             cfg.predictor.ckpt_path = str(ckpt)
+            if "predictors" not in cfg:
+                cfg.predictors = {}
+            if kind not in cfg.predictors:
+                cfg.predictors[kind] = cfg.predictor.copy()
         for spec in (cfg.get("predictors") or {}).values():
             if spec is not None and spec.get("name") == kind:
                 spec.ckpt_path = str(ckpt)

@@ -1,6 +1,7 @@
-"""The MAT recipes (conf/mat/): eight, each composing to the values that made its shipped or stored numbers; the
-experiments (and conf/train.yaml for the default) pair each recipe with its predictor; the documented overrides
-for the variants that are not recipes compose and pass the teacher check."""
+"""The MAT recipes: five in conf/mat/ (the product), three in conf/experiments/mat/ (variants kept apart, selected the
+same way), each composing to the values that made its shipped or stored numbers; the experiments (and
+conf/train.yaml for the default) pair each recipe with its predictor; the documented overrides for the variants that
+are not recipes compose and pass the teacher check."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from mara.core import registry
 from mara.core.config import CONF_DIR
 from mara.mat.train import check_teacher_predictor, resolve_config
 
@@ -35,7 +37,10 @@ def _mat(cfg) -> dict:
 
 
 def test_eight_recipes_each_variant_written_as_its_differences():
-    files = {p.stem: yaml.safe_load(p.read_text()) for p in (CONF_DIR / "mat").glob("*.yaml")}
+    product = {p.stem for p in (CONF_DIR / "mat").glob("*.yaml")}
+    assert product == {"clone", "band", "default", "paper", "suite"}  # the recipes that made a shipped checkpoint
+    files = {p.stem: yaml.safe_load(p.read_text()) for d in (CONF_DIR, CONF_DIR / "experiments")
+             for p in (d / "mat").glob("*.yaml")}
     assert set(files) == set(RECIPES) == set(EXPECTED)
     roots = [name for name, body in files.items() if "defaults" not in body]
     assert roots == ["clone"]  # every other recipe starts from another and lists only what it changes
@@ -80,7 +85,7 @@ def test_the_commands_pair_each_recipe_with_its_predictor(overrides, recipe, pre
 
 
 def test_the_main_command_trains_the_one_mara_and_evaluates_every_rule():
-    from mara.core.config import available_methods, load_method_cfg
+    from mara.core.config import available_methods
     from mara.mat.train import trained_method as _trained_method
 
     cfg = _compose()
@@ -88,12 +93,13 @@ def test_the_main_command_trains_the_one_mara_and_evaluates_every_rule():
     assert c["predictor"]["name"] == "qr" and list(c["predictor"]["band"]) == [0.05, 0.5, 0.9]
     assert c["imitation"]["teacher"] == "Slack-QR-q" and _trained_method(cfg) == "MARA-suite"
     assert c["imitation"]["suite"] and c["net"]["features"] == "v3"  # across clusters, reading which one it is in
-    # every rule and bound; the placement variants act only on unequal nodes (on identical ones they are their rule);
-    # the cold-estimate and recalibrated-head variants are opt-in readings whose gain on validation roots was within
-    # noise (docs/allocators.md, docs/predictor.md); the selection bound (-chosen) repeats the Clairvoyant's solve
-    rules = {m for m in available_methods()
-             if not m.startswith(("MARA", "Plan-")) and not m.endswith(("-best", "-displace", "-cold", "-cal", "-chosen"))}
+    # the registry's train list: every product rule and bound but the placement variant (it acts only on unequal
+    # nodes; on identical ones it is its rule), and MARA's place for the run's own policy; no experiment
+    assert list(cfg.methods) == registry.default_methods("train") and cfg.methods[0] == "MARA"
+    product = {m for m in available_methods() if not registry.method(m).experiment}
+    rules = {m for m in product if not registry.method(m).learned} - {"Slack-QR-displace"}
     assert rules | {"MARA"} == set(cfg.methods)
+    assert not [m for m in registry.methods().values() if m.experiment and m.lists]
 
 
 def test_experiment_paper_trains_every_method_by_its_composed_recipe(tmp_path):

@@ -8,7 +8,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from mara.mat.train import CONF_DIR, load_recipe, train_policy
+from mara.core.config import load_method_cfg
+from mara.mat.train import load_recipe, train_policy
 
 torch.set_num_threads(1)
 
@@ -68,7 +69,7 @@ def test_checkpoint_is_an_allocator_and_method_configs_instantiate(tmp_path):
     r = train_policy(tiny_cfg(tmp_path))
     assert Path(r["best_ckpt"]).exists() and 0.0 <= r["val_success_rate"] <= 1.0
     for name, pred in (("MARA", "fm"), ("MARA-WLS", "wls"), ("MARA-sparse", "fm")):
-        method = OmegaConf.load(CONF_DIR / "method" / f"{name}.yaml")
+        method = load_method_cfg(name)
         assert method.name == name and method.kind == "policy" and method.predictor == pred
         method.ckpt_path = r["best_ckpt"]
         alloc = hydra.utils.instantiate(method.allocator)

@@ -1,7 +1,7 @@
 """The registry: every method and every predictor kind, each registered once, in its own YAML.
 
-A method is ``conf/method/<NAME>.yaml`` (or ``conf/method/experiments/<NAME>.yaml`` for a variant that lost to a
-simpler method: still runnable by name, in no default list). Besides the settings the runner builds it from, the file
+A method is ``conf/method/<NAME>.yaml`` (or ``conf/experiments/method/<NAME>.yaml`` for a variant kept apart from
+the product: still runnable by name, in no default list). Besides the settings the runner builds it from, the file
 says how the rest of the package treats it:
 
 - ``kind``: ``policy`` (acts in the simulator) or ``bound`` (computed from the episodes by ``compute``, a function
@@ -53,9 +53,16 @@ REGISTRATION = ("bound", "compute", "report", "lists", "teacher", "validation_ba
 
 
 def conf_dirs() -> list[Path]:
-    """The config folders, searched in order: ``MARA_CONF_PATH``'s, then the package's ``conf/``."""
+    """The config folders, searched in order: ``MARA_CONF_PATH``'s, the package's ``conf/``, then its experiments
+    (``conf/experiments/``: the same groups, ``method/`` and ``mat/``, for the variants kept apart)."""
     extra = [Path(p) for p in os.environ.get("MARA_CONF_PATH", "").split(os.pathsep) if p]
-    return [*extra, CONF_DIR]
+    return [*extra, CONF_DIR, CONF_DIR / EXPERIMENTS]
+
+
+def search_path() -> list[str]:
+    """Hydra's ``hydra.searchpath`` (``${mara.searchpath:}`` in the entry points' configs): every config folder
+    but ``conf/`` itself, so ``mat=suite_ppo`` finds ``conf/experiments/mat/suite_ppo.yaml``."""
+    return [f"file://{Path(p).resolve()}" for p in conf_dirs() if Path(p).resolve() != CONF_DIR.resolve()]
 
 
 def find_conf(*parts: str) -> Path | None:
@@ -78,13 +85,11 @@ def import_object(path: str):
 
 # ------------------------------------------------------------------------------------------------------ methods
 def method_files() -> dict[str, Path]:
-    """{method name: its YAML}: ``method/*.yaml`` and ``method/experiments/*.yaml`` of every config folder (the
-    first folder that has a name wins)."""
+    """{method name: its YAML}: ``method/*.yaml`` of every config folder (the first folder that has a name wins)."""
     found: dict[str, Path] = {}
     for folder in conf_dirs():
-        for sub in ("", EXPERIMENTS):
-            for path in sorted((folder / "method" / sub).glob("*.yaml")):
-                found.setdefault(path.stem, path)
+        for path in sorted((folder / "method").glob("*.yaml")):
+            found.setdefault(path.stem, path)
     return found
 
 
@@ -163,7 +168,7 @@ def _entry(name: str) -> Method:
         name=name, kind=kind, learned=_is_learned(cfg), bound=bound, colour=report.get("colour"),
         marker=report.get("marker"), order=None if report.get("order") is None else float(report.order), lists=lists,
         teacher=bool(cfg.get("teacher", False)), validation_baseline=bool(cfg.get("validation_baseline", False)),
-        experiment=path.parent.name == EXPERIMENTS,
+        experiment=path.parent.parent.resolve() == (CONF_DIR / EXPERIMENTS).resolve(),
         trained_rank=None if trained is None else float(trained.get("rank", 0)),
         trained_when={} if trained is None else dict(OmegaConf.to_container(trained.when) if trained.get("when") else {}),
         compute=cfg.get("compute"),
@@ -328,6 +333,9 @@ def method_list_resolver(which: str) -> list[str]:
 
 
 def register_resolvers() -> None:
-    """Register ``mara.methods`` with OmegaConf (once): the configs' default method lists read the registry."""
+    """Register ``mara.methods`` (the configs' default method lists read the registry) and ``mara.searchpath`` (the
+    experiments folder and ``MARA_CONF_PATH``'s on Hydra's search path) with OmegaConf, once."""
     if not OmegaConf.has_resolver("mara.methods"):
         OmegaConf.register_new_resolver("mara.methods", method_list_resolver)
+    if not OmegaConf.has_resolver("mara.searchpath"):
+        OmegaConf.register_new_resolver("mara.searchpath", search_path)

@@ -68,7 +68,7 @@ def resolve_config(cfg: DictConfig) -> dict:
 def load_recipe(name: str) -> DictConfig:
     """A bare conf/mat/<name>.yaml laid over the recipes its ``defaults`` list names (default → band → clone), as
     Hydra composes it under ``mat=<name>``."""
-    cfg = OmegaConf.load(CONF_DIR / "mat" / f"{name}.yaml")
+    cfg = OmegaConf.load(registry.find_conf("mat", f"{name}.yaml") or CONF_DIR / "mat" / f"{name}.yaml")
     base = OmegaConf.create()
     for entry in cfg.pop("defaults", []) or []:
         if entry != "_self_":
