@@ -18,12 +18,11 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mara.core.cli import check_group_overrides, output_dir, run_cli
 from mara.core import registry
+from mara.core.cli import check_group_overrides, output_dir, run_cli
 from mara.core.config import ConfigError, load_method_cfg
-from mara.preflight import preflight
-from mara.core.runlog import log
 from mara.core.rundir import run_folder, run_stage
+from mara.core.runlog import log
 from mara.eval.settings import check_number, node_options, protocol_settings
 from mara.evaluate import all_methods_failed, evaluate
 from mara.mat.train import (
@@ -34,6 +33,7 @@ from mara.mat.train import (
     with_run_policy,
 )
 from mara.pipelines.paper import run_paper
+from mara.preflight import preflight
 
 STAGES = ("all", "predictor", "policy", "evaluate")
 PREDICTOR_STAGE = ("auto", "train", "skip")  # what the predictor stage does with the run's predictor

@@ -13,7 +13,6 @@ expert's action. Frames: grayscale 210x160 resized (area) to 84x84, stacks of th
 from __future__ import annotations
 
 import os
-
 from pathlib import Path
 
 import numpy as np

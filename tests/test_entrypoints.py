@@ -192,22 +192,16 @@ def test_train_smoke_pipeline(tmp_path, small_bank):
     assert not res["skipped"] and not res["failed"]
 
 
-def test_method_configs_are_composed_by_hydra(tmp_path):
-    """conf/method/*: a method starting from another (defaults: [BASE, _self_]) is BASE with its own keys on top,
-    composed by Hydra; a broken defaults entry is one line naming the method."""
+def test_method_configs_start_from_their_defaults(tmp_path, monkeypatch):
+    """A method starting from another (defaults: [BASE, _self_]) is BASE with its own keys on top; a broken defaults
+    entry is one line naming the method."""
     base, best = load_method_cfg("LARA"), load_method_cfg("LARA-best")
     assert best.allocator._target_ == base.allocator._target_ and best.name == "LARA-best"
     assert best.allocator.cold_reserve == 0 and base.allocator.cold_reserve != 0
-    from mara.core import config
-
     bad = tmp_path / "conf"
     (bad / "method").mkdir(parents=True)
     (bad / "method" / "Broken.yaml").write_text("defaults:\n  - NoSuchBase\n  - _self_\nname: Broken\nkind: policy\n")
-    old = config.CONF_DIR
-    try:
-        config.CONF_DIR = bad
-        with pytest.raises(ConfigError, match=r"method 'Broken': cannot compose") as err:
-            load_method_cfg("Broken")
-        assert "\n" not in str(err.value)
-    finally:
-        config.CONF_DIR = old
+    monkeypatch.setenv("MARA_CONF_PATH", str(bad))
+    with pytest.raises(ConfigError, match=r"method 'Broken': cannot compose") as err:
+        load_method_cfg("Broken")
+    assert "\n" not in str(err.value)

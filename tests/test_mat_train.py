@@ -6,7 +6,6 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from mara.core.config import load_method_cfg
 from mara.mat.train import load_recipe, train_policy

@@ -110,6 +110,8 @@ def method_yaml(name: str):
         if entry == "_self_":
             merged = OmegaConf.merge(merged, own)
         elif isinstance(entry, str):  # the base's settings, not its registration: each file registers itself
+            if entry.rsplit("/", 1)[-1] not in method_files():
+                raise ConfigError(f"method {name!r}: cannot compose {path}: its defaults name no method {entry!r}")
             base = method_yaml(entry.rsplit("/", 1)[-1])
             merged = OmegaConf.merge(merged, {k: v for k, v in base.items() if k not in REGISTRATION})
         else:

@@ -19,6 +19,7 @@ import torch
 from mara.core import registry
 from mara.core.config import ConfigError, plain_config
 
+
 def checkpoint_kinds() -> dict[str, str]:
     """{the ``kind`` field of a checkpoint the package writes: what it holds}: the MAT policy (a Lightning checkpoint)
     and every registered predictor's (``registry.checkpoint`` in its conf/predictor YAML)."""

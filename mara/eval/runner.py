@@ -21,8 +21,8 @@ from mara.core.config import (
     load_method_cfg,
 )
 from mara.core.registry import import_object
-from mara.eval.policy_fit import check_policy_fit
 from mara.curves.bank import BankError, CurveBank
+from mara.eval.policy_fit import check_policy_fit
 from mara.eval.settings import (  # noqa: F401  (check_number, node_options, load_bank_from_cfg: for preflight, train, live)
     EvalProtocol,
     SimSettings,

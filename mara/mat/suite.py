@@ -30,6 +30,7 @@ from mara.mat.imitation import (
     collect_labelled_states,
     merge,
     node_agreement,
+    round_line,
 )
 from mara.mat.nets import MATPolicy
 
@@ -121,6 +122,6 @@ def imitate_suite(policy: MATPolicy, settings: list[dict], make_env, teachers: d
                "node_agreement_train": [node_agreement(policy, d) for d in data],
                "seconds": time.time() - t0}
         report["rounds"].append(rec)
-        log(f"suite imitation round {r}: {rec}")
+        log(round_line("suite imitation", rec, 1 + int(cfg["dagger_rounds"])))
     report["agreement_train"] = report["rounds"][-1]["agreement_train"]
     return report

@@ -19,10 +19,10 @@ from omegaconf import OmegaConf
 from torch.utils.data import DataLoader, TensorDataset
 
 from mara.core.config import conf_dir
+from mara.core.safe_load import load_checkpoint, plain_lightning_checkpoint
 from mara.curves.bank import default_bank_path, load_bank
 from mara.predictors.decision_data import decision_examples
 from mara.predictors.quantile import pinball_loss
-from mara.core.safe_load import load_checkpoint, plain_lightning_checkpoint
 from mara.predictors.quantile_head import QuantileNet, save_head
 
 

@@ -192,7 +192,7 @@ def checkpoints_section(run: Path) -> str | None:
             if not path.exists():
                 continue
             x = load_checkpoint(path, "FM checkpoint", mmap=True).get("extra", {})
-            f = lambda k, fmt: format(x[k], fmt) if isinstance(x.get(k), (int, float)) else "–"  # noqa: E731
+            f = lambda k, fmt, x=x: format(x[k], fmt) if isinstance(x.get(k), (int, float)) else "–"  # noqa: E731
             lines.append(f"| `{label.split(' ', 1)[0]}` {label.split(' ', 1)[1]} | `{cmd}` | {x.get('epochs', '–')} | "
                          f"{f('val/fm_loss', '.3f')} | {f('val/mae_fm', '.1f')} / {f('val/mae_wls', '.1f')} | "
                          f"{f('band_offset', '.3f')} | {f('wall_s', '.0f')} |")

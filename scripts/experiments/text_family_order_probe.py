@@ -9,7 +9,7 @@ decay, no scheduler, mean-reduced CE, full batches of 4 or 8) under two data ord
 
 and prints the cumulative-average loss L(s) at the budget range ends (312, 345) and at the cap (690).
 
-    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python scripts/text_family_order_probe.py --data-root ../shared/data
+    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python scripts/experiments/text_family_order_probe.py --data-root ../shared/data
     ... --orders file --job-recipes 8 --steps 345 --calibrate   # the generator's recipes, ε calibrated on them
 """
 from __future__ import annotations

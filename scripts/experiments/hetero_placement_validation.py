@@ -1,7 +1,7 @@
 """The validation-root check behind Slack's fastest-node steps (mara/allocators/slack.py) and the shared placement
 (mara/allocators/placement.py) on heterogeneous nodes.
 
-    python scripts/hetero_placement_validation.py
+    python scripts/experiments/hetero_placement_validation.py
 
 Validation roots 100-101 (never the evaluation roots 0-4), 4 episodes per task set, p = 0.04 and 0.07, WLS
 estimates, speeds [2,2,1,1,1,1,1], switch cost 0 and 2. Prints mean success (%) and the switches paid.

@@ -1,9 +1,9 @@
 """Success, switches and decision time of rule methods on the same episodes, with ms per episode-decision for the
 placement search (``PlanRule.timing``): for choosing options on validation roots and timing the planners.
 
-    python scripts/plan_timing.py METHOD[,METHOD...] [overrides ...]
+    python scripts/experiments/plan_timing.py METHOD[,METHOD...] [overrides ...]
 
-e.g. ``python scripts/plan_timing.py Slack-QR,Slack-QR-displace,Plan-QR experiment=hetero
+e.g. ``python scripts/experiments/plan_timing.py Slack-QR,Slack-QR-displace,Plan-QR experiment=hetero
 'eval.roots=[100,101]' 'sim.loads=[0.05]'``. Each method runs with its own predictor; the first is the
 baseline of the paired differences (± standard error over episodes).
 """
@@ -53,5 +53,5 @@ def main(methods: list[str], overrides: list[str]) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
-        sys.exit("usage: python scripts/plan_timing.py METHOD[,METHOD...] [overrides ...]")
+        sys.exit("usage: python scripts/experiments/plan_timing.py METHOD[,METHOD...] [overrides ...]")
     main(sys.argv[1].split(","), sys.argv[2:])

@@ -1,7 +1,7 @@
 """Which tasks the Clairvoyant's best schedule completes that the least-slack rule with perfect estimates does not,
 and the other way round, on `experiment=hetero`'s nodes (speeds [2,2,1,1,1,1,1], switch cost 2):
 
-    python scripts/selection_diagnosis.py [--load 0.06] [--root 1000] [--episodes 6] [--time-limit 10]
+    python scripts/experiments/selection_diagnosis.py [--load 0.06] [--root 1000] [--episodes 6] [--time-limit 10]
 
 Per task set: the Clairvoyant's best schedule found and proven bound (switch costs relaxed), Slack-Truth-displace's
 successes with switch costs, and per group of tasks (both complete them / only the Clairvoyant / only the rule /

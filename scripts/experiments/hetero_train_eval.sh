@@ -2,7 +2,7 @@
 # Train MARA on heterogeneous nodes (experiment=hetero: speeds [2,2,1,1,1,1,1], switch cost 2, recipe
 # mat=hetero) for several seeds in parallel, then evaluate the policies next to every rule and bound on identical
 # episodes (evaluation roots 0-4, loads 0.04-0.07). Run from the repo root:
-#   OUT=outputs/hetero_mara SEEDS="0 1 2" THREADS=1 bash scripts/hetero_train_eval.sh
+#   OUT=outputs/hetero_mara SEEDS="0 1 2" THREADS=1 bash scripts/experiments/hetero_train_eval.sh
 # RECIPE / PREDICTOR / METHOD: the MAT recipe, its predictor and the method name its policies are evaluated as
 #   (default mat=hetero on predictor qr = experiment=hetero's, evaluated as MARA-QR with predictor qr; the same tokens
 #   on the FM band cloning Slack-FM-q: PREDICTOR=fm METHOD=MARA

@@ -7,7 +7,7 @@ curves the simulator and the prediction benchmark draw from.
 - Decision head (``qr_cal`` / ``qr_q_cal``): the share of truths at or below each band level, raw and shifted
   (``level_shift.py``, per observation-count bin), and the head's q10–q90 coverage.
 
-    python scripts/cal_curves_cv.py [--cal-bank mara/data/banks/zoo_cal.parquet]
+    python scripts/experiments/cal_curves_cv.py [--cal-bank mara/data/banks/zoo_cal.parquet]
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The held-out-family check behind fm_cal's rule for families it never saw: per rule and observation bins, the
 coverage of the calibrated band on each family when that family's offsets are left out (the shipped FM).
 
-    python scripts/fm_cal_heldout.py
+    python scripts/experiments/fm_cal_heldout.py
 """
 from __future__ import annotations
 
