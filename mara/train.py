@@ -2,9 +2,9 @@
 
 Stages (``stage=all`` runs them in order):
   ``predictor`` — train the run's predictor with its kind's trainer (``registry.trainer`` of its conf/predictor
-                  YAML) when its kind says ``pipeline: true`` (the FM) or ``predictor_stage=train`` (any kind with a trainer);
-                  skipped for ``predictor_stage=skip``, a given ``predictor.ckpt_path`` or a kind with nothing to
-                  train (``wls``) → ``<run>/predictor/<kind>.ckpt``;
+                  YAML) when its kind says ``pipeline: true`` (the FM) or ``predictor_stage=train`` (any kind with
+                  a trainer); skipped for ``predictor_stage=skip``, a given ``predictor.ckpt_path`` or a kind with
+                  nothing to train (``wls``) → ``<run>/predictor/<kind>.ckpt``;
   ``policy``    — train the MAT allocator with PPO against the frozen predictor → ``<run>/policy/``;
   ``evaluate``  — evaluate the trained policy next to every baseline on identical episodes.
 """

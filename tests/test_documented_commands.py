@@ -23,7 +23,8 @@ HYDRA = {"mara.train": "train", "mara.evaluate": "evaluate", "mara.live": "live"
          "mara.fidelity": "fidelity", "mara.generate_curves": "generate_curves"}
 #: stand-ins for the pages' placeholders, applied in order
 STAND_INS = [
-    (r"mat=<recipe>", "mat=band"), (r"<[^>]*>", "/tmp/doc_placeholder"), (r"\bRUN\b|\bOUT\b|\bDIR\b", "/tmp/doc_placeholder"),
+    (r"mat=<recipe>", "mat=band"), (r"<[^>]*>", "outputs/doc_placeholder"),
+    (r"\bRUN\b|\bOUT\b|\bDIR\b", "outputs/doc_placeholder"),
     (r"sim\.node_speed=\[…\]", "sim.node_speed=[2,2,1,1,1,1,1]"), (r"=…", "=2"), (r"(nodes[=:] ?)M\b", r"\g<1>7"),
     (r"(max_active[=:] ?)K\b", r"\g<1>10"), (r"=S\b", "=0"), (r"=Q\b", "=10"), (r"\[overrides\]|\[--[^\]]*\]", ""),
     (r"(^|\s)(…|\.\.\.)(?=\s|$)", " "), (r"&&.*", ""),
@@ -36,8 +37,8 @@ def documented_commands() -> list[tuple[str, str]]:
     for page in PAGES:
         text = page.read_text()
         spans = re.findall(r"`(python -m mara[^`]*)`", text)
-        spans += [ln.strip() for block in re.findall(r"```(?:bash|sh)?\n(.*?)```", text, flags=re.S)
-                  for ln in block.splitlines() if ln.strip().startswith("python -m mara")]
+        blocks = [b.replace("\\\n", " ") for b in re.findall(r"```(?:bash|sh)?\n(.*?)```", text, flags=re.S)]
+        spans += [ln.strip() for block in blocks for ln in block.splitlines() if ln.strip().startswith("python -m mara")]
         for span in spans:
             command = " ".join(span.split())
             for pattern, value in STAND_INS:

@@ -1,24 +1,20 @@
 """Entry points end to end on tiny configs; every config composes; config mistakes give one line."""
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from mara.core.config import CONF_DIR, ConfigError, available_methods, load_method_cfg
 from mara.curves.bank import BankError, write_bank
 from mara.evaluate import evaluate
+from tests.conftest import compose_config, run_python
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def cfg_for(name="evaluate", overrides=()):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(name, overrides=list(overrides))
+    return compose_config(name, *overrides)
 
 
 def tiny(tmp_path, bank_path, *extra, name="evaluate"):
@@ -123,9 +119,7 @@ def test_bank_without_calibration(tmp_path, linear_bank):
         evaluate(tiny(tmp_path, linear_bank.path, "methods=[FIFO]"))
 
 
-def _run(*args, cwd=REPO):
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+_run = run_python
 
 
 def test_cli_evaluate_and_train_run(tmp_path, small_bank):

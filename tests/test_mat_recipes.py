@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from mara.core import registry
 from mara.core.config import CONF_DIR
 from mara.mat.train import check_teacher_predictor, resolve_config
+from tests.conftest import compose_config
 
 REPO = Path(__file__).resolve().parents[1]
 # The composed `mat` config of each recipe, recorded from the recipe files that trained the shipped policies
@@ -28,8 +28,7 @@ RECIPES = {"default": "qr_q", "band": "fm", "clone": "fm", "paper": "fm", "heter
 
 
 def _compose(*overrides):
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        return compose("train", overrides=list(overrides))
+    return compose_config("train", *overrides)
 
 
 def _mat(cfg) -> dict:
@@ -145,7 +144,8 @@ def test_the_allocators_page_says_when_to_use_each_recipe():
 
 
 def test_predictor_stage_of_the_main_command_trains_nothing_for_the_head(tmp_path):
-    """The decision head does not read the FM: with the default predictor the predictor stage says so and writes nothing."""
+    """The decision head does not read the FM: with the default predictor the predictor stage says so and writes
+    nothing."""
     from tests.test_entrypoints import _run
 
     p = _run("-m", "mara.train", "stage=predictor", f"hydra.run.dir={tmp_path}/run")

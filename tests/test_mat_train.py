@@ -80,9 +80,10 @@ def test_checkpoint_is_an_allocator_and_method_configs_instantiate(tmp_path):
 
 
 def test_training_beats_random_policy(tmp_path):
-    """Small scenario (3 nodes, ≤ 5 tasks; FIFO ≈ 0.55, random ≈ 0.28 on these episodes) from a uniformly random start (idle as likely as any task):
-    a few PPO iterations on the dense reward must beat the untrained policy sampled at random.
-    The scenario is pinned to the shipped parametric bank, so the test does not move when the default bank changes."""
+    """Small scenario (3 nodes, ≤ 5 tasks; FIFO ≈ 0.55, random ≈ 0.28 on these episodes) from a uniformly random
+    start (idle as likely as any task): a few PPO iterations on the dense reward must beat the untrained policy
+    sampled at random. The scenario is pinned to the shipped parametric bank, so the test does not move when the
+    default bank changes."""
     from mara.curves.bank import load_bank, shipped_bank_path
     from mara.mat.allocator import PolicyAllocator
     from mara.mat.callback import validation_episodes

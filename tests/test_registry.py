@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from omegaconf import OmegaConf
 from mara.core import registry
 from mara.core.config import CONF_DIR, ConfigError, available_methods, load_method_cfg
 from mara.mat.train import policy_method
+from tests.conftest import run_python
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -81,8 +80,8 @@ class ShareOfCap:
     @classmethod
     def from_config(cls, cfg, bank_path=None):
         if not cfg.get("ckpt_path"):
-            raise ConfigError("predictor throw has no checkpoint: train it (mara.train stage=predictor predictor=throw)")
-        return cls(load(cfg.ckpt_path)["share"])
+            raise ConfigError("predictor throw has no checkpoint: train it (mara.train stage=predictor
+        predictor=throw)") return cls(load(cfg.ckpt_path)["share"])
 '''
 
 PREDICTOR_TRAINER = '''
@@ -126,9 +125,7 @@ def throwaway(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _run(*args):
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+_run = run_python
 
 
 def test_a_throwaway_rule_and_predictor_run_end_to_end(throwaway, small_bank):

@@ -15,8 +15,9 @@ futures. The futures are the same for every candidate (common random numbers): p
 ``z`` gives the remaining batches ``band_sample(lo, median, hi, z)`` (the split log-normal of
 ``slack.band_quantile``); cold tasks (no estimate yet) need their generation cap's remainder, as the rule reads it.
 With ``displace`` the rule's own placement (the first candidate, and the rollouts' placement) includes the displacement
-move (``displace_at`` as in ``SlackRule``). The current placement wins ties (a swap must gain more than ``min_gain`` expected successes): a search that breaks
-ties towards finishing sooner makes tasks trade nodes back and forth and pays the switch cost for nothing.
+move (``displace_at`` as in ``SlackRule``). The current placement wins ties (a swap must gain more than
+``min_gain`` expected successes): a search that breaks ties towards finishing sooner makes tasks trade nodes back
+and forth and pays the switch cost for nothing.
 
 With ``arrivals`` the rollouts also admit the tasks that would join meanwhile (``TaskProfiles``): the queued ones,
 then new ones at the episode's arrival rate so far, each a profile of a task this episode has already shown (steps to
@@ -189,9 +190,10 @@ class TaskProfiles:
                                      float(obs.pred_remaining_hi[e, k]) + done))
 
     def sample(self, obs: Observation, eps: np.ndarray, S: int, horizon: int, rng, band) -> dict:
-        """Joining tasks for each episode of ``eps`` and future: ``{step, need, est, budget, cap}`` each [len(eps), S, A].
-        The queued tasks join at step 0; then one joins at each step with probability (tasks arrived so far) / (t + 1).
-        Their demand is counted from their arrival (``need`` = a draw from the profile's band, ``est`` its median)."""
+        """Joining tasks for each episode of ``eps`` and future: ``{step, need, est, budget, cap}`` each [len(eps),
+        S, A]. The queued tasks join at step 0; then one joins at each step with probability (tasks arrived so far)
+        / (t + 1). Their demand is counted from their arrival (``need`` = a draw from the profile's band, ``est``
+        its median)."""
         A = int(obs.n_queued[eps].max()) + horizon
         out = {"step": np.full((len(eps), S, A), 10**9, np.int64), "need": np.ones((len(eps), S, A), np.int64),
                "est": np.ones((len(eps), S, A)), "budget": np.zeros((len(eps), S, A), np.int64),

@@ -1,10 +1,11 @@
-"""Shared configuration: where ``conf/`` is (``conf_dir``), the one-line ``ConfigError``, and the method registry —
-``conf/method/<NAME>.yaml`` resolved by name, and the objects they build.
+"""Method configs and the objects they build: ``load_method_cfg`` (a method's YAML, found by the registry,
+mara/core/registry.py), its allocator(s), the shipped policies; ``conf_dir`` and ``ConfigError`` re-exported from
+mara/core/paths.py.
 
 A method config has ``name``, ``kind`` (``policy`` acts in the simulator; ``bound`` is computed from
-the episode), ``predictor`` (``null|wls|fm``: the simulator's remaining-demand predictor) and, for
-policies, ``allocator`` (a Hydra ``_target_`` spec). ``checkpoints: [{train_seed, ckpt_path}, ...]``
-evaluates one allocator per training seed (learned policies).
+the episode by ``compute``), ``predictor`` (a conf/predictor name: the simulator's remaining-demand predictor) and,
+for policies, ``allocator`` (a Hydra ``_target_`` spec), besides its registration (the registry's docstring).
+``checkpoints: [{train_seed, ckpt_path}, ...]`` evaluates one allocator per training seed (learned policies).
 """
 from __future__ import annotations
 
@@ -116,7 +117,8 @@ def build_allocators(cfg: DictConfig) -> list[tuple[int | None, object]]:
 
 
 def plain_config(obj):
-    """OmegaConf containers (anywhere inside ``obj``) as plain dicts/lists, resolved: hyper-parameters that load as data."""
+    """OmegaConf containers (anywhere inside ``obj``) as plain dicts/lists, resolved: hyper-parameters that load as
+    data."""
     if OmegaConf.is_config(obj):
         return OmegaConf.to_container(obj, resolve=True)
     if isinstance(obj, dict):

@@ -9,8 +9,8 @@ SHIPPED_BANKS_DIR = PACKAGE_DIR / "data" / "banks"
 
 
 def conf_dir(*parts: str) -> Path:
-    """The Hydra config folder ``conf/`` (beside the package), or a path inside it: ``conf_dir("predictor", "fm.yaml")``.
-    Every module finds ``conf/`` through this function."""
+    """The Hydra config folder ``conf/`` (beside the package), or a path inside it: ``conf_dir("predictor",
+    "fm.yaml")``. Every module finds ``conf/`` through this function."""
     return CONF_DIR.joinpath(*parts)
 
 

@@ -79,7 +79,8 @@ def results_markdown(res: dict, title: str = "Evaluation") -> str:
         lines += ["## Operational diagnostics (all loads and task sets)", "", "| Method | Util. (%) | Queue full (%) | Waiting | Ready |", "|---|---|---|---|---|"]
         for m in diag_methods:
             d = diag[m]
-            lines.append(f"| {m} | {_fmt(d['utilization'])} | {_fmt(d['queue_full'])} | {_fmt(d['waiting'])} | {_fmt(d['ready'])} |")
+            lines.append(f"| {m} | {_fmt(d['utilization'])} | {_fmt(d['queue_full'])} | {_fmt(d['waiting'])} | "
+                         f"{_fmt(d['ready'])} |")
         lines.append("")
     if res.get("timings"):
         lines += ["## Wall time (s)", "", "| Method | seconds |", "|---|---|"]

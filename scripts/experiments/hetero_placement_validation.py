@@ -44,7 +44,8 @@ def main() -> None:
                                  ("Slack-WLS (unit steps)", SlackUnitSteps, WLSPredictor),
                                  ("Slack-WLS (fastest-node steps)", slack.SlackRule, WLSPredictor)):
             m = run_episodes(BatchedEnv(ep, bank, predictor=pred and pred(), node_speed=speed, switch_cost=cost), make())
-            print(f"switch_cost {cost}  {name:32s} {100 * np.mean(m['success_rate']):6.2f} %  switches {int(m['switches'].sum())}")
+            print(f"switch_cost {cost}  {name:32s} {100 * np.mean(m['success_rate']):6.2f} %  switches "
+                  f"{int(m['switches'].sum())}")
 
 
 if __name__ == "__main__":

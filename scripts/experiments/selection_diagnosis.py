@@ -52,7 +52,8 @@ def main() -> None:
         env = BatchedEnv(ep, bank, predictor=TruthPredictor(), node_speed=SPEED, switch_cost=COST)
         served = served_batches(env, SlackRule(name="Slack-Truth-displace", displace=True))
         ok = (env.status == TaskStatus.SUCCEEDED) & ep.valid
-        print(f"{ts}: Clairvoyant best found {sum(r.successes for r in res)}, proven bound {sum(r.upper_bound for r in res)}, "
+        print(f"{ts}: Clairvoyant best found {sum(r.successes for r in res)}, proven bound "
+              f"{sum(r.upper_bound for r in res)}, "
               f"Slack-Truth-displace {int(ok.sum())} tasks")
         need, budget = ep.need.astype(float), (ep.deadline - ep.arrival).astype(float)
         alone = ep.valid & (need <= max(SPEED) * budget)
@@ -61,7 +62,8 @@ def main() -> None:
         for name, g in groups.items():
             if g.any():
                 print(f"  {name:30s} {int(g.sum()):4d} tasks · median demand {np.median(need[g]):5.0f} · budget "
-                      f"{np.median(budget[g]):4.0f} · demand/budget {np.median(need[g] / np.maximum(budget[g], 1)):.2f} · "
+                      f"{np.median(budget[g]):4.0f} · demand/budget "
+                      f"{np.median(need[g] / np.maximum(budget[g], 1)):.2f} · "
                       f"served by the rule {np.median(served[g]):4.0f}")
 
 
