@@ -3,6 +3,7 @@ composes its overrides into the entry point's config (nothing runs), and every m
 
 Placeholders in the pages (``<run>``, ``DIR``, ``seed=S``, ``sim.nodes=M``, ``…``) are given stand-in values first.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -19,15 +20,28 @@ from mara.core.config import CONF_DIR, available_methods
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "tasks_zoo" / "README.md"]
 #: entry point module -> its Hydra primary config (the others take their own arguments)
-HYDRA = {"mara.train": "train", "mara.evaluate": "evaluate", "mara.live": "live", "mara.calibrate": "calibrate",
-         "mara.fidelity": "fidelity", "mara.generate_curves": "generate_curves"}
+HYDRA = {
+    "mara.train": "train",
+    "mara.evaluate": "evaluate",
+    "mara.live": "live",
+    "mara.calibrate": "calibrate",
+    "mara.fidelity": "fidelity",
+    "mara.generate_curves": "generate_curves",
+}
 #: stand-ins for the pages' placeholders, applied in order
 STAND_INS = [
-    (r"mat=<recipe>", "mat=band"), (r"<[^>]*>", "outputs/doc_placeholder"),
+    (r"mat=<recipe>", "mat=band"),
+    (r"<[^>]*>", "outputs/doc_placeholder"),
     (r"\bRUN\b|\bOUT\b|\bDIR\b", "outputs/doc_placeholder"),
-    (r"sim\.node_speed=\[…\]", "sim.node_speed=[2,2,1,1,1,1,1]"), (r"=…", "=2"), (r"(nodes[=:] ?)M\b", r"\g<1>7"),
-    (r"(max_active[=:] ?)K\b", r"\g<1>10"), (r"=S\b", "=0"), (r"=Q\b", "=10"), (r"\[overrides\]|\[--[^\]]*\]", ""),
-    (r"(^|\s)(…|\.\.\.)(?=\s|$)", " "), (r"&&.*", ""),
+    (r"sim\.node_speed=\[…\]", "sim.node_speed=[2,2,1,1,1,1,1]"),
+    (r"=…", "=2"),
+    (r"(nodes[=:] ?)M\b", r"\g<1>7"),
+    (r"(max_active[=:] ?)K\b", r"\g<1>10"),
+    (r"=S\b", "=0"),
+    (r"=Q\b", "=10"),
+    (r"\[overrides\]|\[--[^\]]*\]", ""),
+    (r"(^|\s)(…|\.\.\.)(?=\s|$)", " "),
+    (r"&&.*", ""),
 ]
 
 
@@ -38,7 +52,9 @@ def documented_commands() -> list[tuple[str, str]]:
         text = page.read_text()
         spans = re.findall(r"`(python -m mara[^`]*)`", text)
         blocks = [b.replace("\\\n", " ") for b in re.findall(r"```(?:bash|sh)?\n(.*?)```", text, flags=re.S)]
-        spans += [ln.strip() for block in blocks for ln in block.splitlines() if ln.strip().startswith("python -m mara")]
+        spans += [
+            ln.strip() for block in blocks for ln in block.splitlines() if ln.strip().startswith("python -m mara")
+        ]
         for span in spans:
             command = " ".join(span.split())
             for pattern, value in STAND_INS:
@@ -63,7 +79,9 @@ def test_documented_command_composes(page, command):
         return
     argv = [w for w in words[3:] if "=" in w or w in ("-m", "--multirun")]
     assert unknown_group_option(argv) is None, f"{page}: {command}"
-    assert composition_error(HYDRA[module], argv) is None, f"{page}: {command}: {composition_error(HYDRA[module], argv)}"
+    assert composition_error(HYDRA[module], argv) is None, (
+        f"{page}: {command}: {composition_error(HYDRA[module], argv)}"
+    )
     overrides = [w if "," not in w or "=[" in w or "={" in w else w.split(",")[0] for w in argv if w not in ("-m",)]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(HYDRA[module], overrides=overrides)

@@ -6,6 +6,7 @@ folder, points ``MARA_CONF_PATH`` and ``PYTHONPATH`` at it, and runs the entry p
 stage trains the predictor, its evaluation runs the rule on it beside FIFO and Oracle, and the figure draws the rule
 in its registered style. Nothing else in the package is touched.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,7 +46,7 @@ class FewestLeft:
         return place(obs, *self.choose(obs))
 '''
 
-RULE_YAML = '''
+RULE_YAML = """
 name: Throwaway
 kind: policy
 predictor: throw
@@ -54,7 +55,7 @@ allocator:
 report: {colour: "#123456", marker: "v", order: 205}
 lists: [evaluate]
 teacher: true
-'''
+"""
 
 PREDICTOR_MODULE = '''
 """A throwaway predictor: a learned share of the remaining generation cap."""
@@ -98,7 +99,7 @@ def train(cfg):
     return {"share": float(cfg.predictor.share)}
 '''
 
-PREDICTOR_YAML = '''
+PREDICTOR_YAML = """
 name: throw
 ckpt_path: null
 share: 0.5
@@ -107,16 +108,20 @@ registry:
   checkpoint: {kind: throw, loader: throwaway_predictor.load, holds: a throwaway predictor checkpoint}
   trainer: throwaway_train.train
   pipeline: true
-'''
+"""
 
 
 @pytest.fixture
 def throwaway(tmp_path, monkeypatch):
     """The five files, in a folder on ``MARA_CONF_PATH`` and ``sys.path`` (and the subprocesses' ``PYTHONPATH``)."""
     code, conf = tmp_path / "code", tmp_path / "conf"
-    for path, text in ((code / "throwaway_rule.py", RULE_MODULE), (conf / "method" / "Throwaway.yaml", RULE_YAML),
-                       (code / "throwaway_predictor.py", PREDICTOR_MODULE), (code / "throwaway_train.py", PREDICTOR_TRAINER),
-                       (conf / "predictor" / "throw.yaml", PREDICTOR_YAML)):
+    for path, text in (
+        (code / "throwaway_rule.py", RULE_MODULE),
+        (conf / "method" / "Throwaway.yaml", RULE_YAML),
+        (code / "throwaway_predictor.py", PREDICTOR_MODULE),
+        (code / "throwaway_train.py", PREDICTOR_TRAINER),
+        (conf / "predictor" / "throw.yaml", PREDICTOR_YAML),
+    ):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text).lstrip())
     monkeypatch.setenv("MARA_CONF_PATH", str(conf))
@@ -137,8 +142,15 @@ def test_a_throwaway_rule_and_predictor_run_end_to_end(throwaway, small_bank):
     assert listed == ["MARA-suite", "Slack-QR-q", "FIFO", "Throwaway", "EDF", "Oracle", "Clairvoyant"]  # order 205
 
     run = throwaway / "run"
-    common = [f"bank.path={small_bank.path}", "eval.roots=1", "eval.episodes=1", "sim.loads=[0.04]",
-              "eval.tensorboard=false", "predictor=throw", f"hydra.run.dir={run}"]
+    common = [
+        f"bank.path={small_bank.path}",
+        "eval.roots=1",
+        "eval.episodes=1",
+        "sim.loads=[0.04]",
+        "eval.tensorboard=false",
+        "predictor=throw",
+        f"hydra.run.dir={run}",
+    ]
     p = _run("-m", "mara.train", "stage=evaluate", "methods=[Throwaway]", *common)
     assert p.returncode == 1 and "predictor throw has no checkpoint" in p.stderr  # untrained: the method fails
     p = _run("-m", "mara.train", "stage=predictor", *common)

@@ -4,6 +4,7 @@
 ``EpisodeBatch``, ``sim`` the run's simulator settings (``nodes``, ``max_active``, ``hetero``, ``node_options()``),
 ``progress(fraction)`` called as episodes are done (or None).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -55,8 +56,10 @@ def clairvoyant_results(name: str, mcfg, ep, sim, progress=None) -> list:
         kwargs["max_active"] = sim.max_active
     if sim.hetero:  # heterogeneous nodes: speeds exact (with K), switch costs relaxed (a bound when > 0)
         kwargs["node_speed"] = sim.node_options()["node_speed"]
-    jobs = [(with_k, ep.arrival[e:e + 1], ep.deadline[e:e + 1], ep.need[e:e + 1], ep.n_tasks[e:e + 1], kwargs)
-            for e in range(ep.E)]
+    jobs = [
+        (with_k, ep.arrival[e : e + 1], ep.deadline[e : e + 1], ep.need[e : e + 1], ep.n_tasks[e : e + 1], kwargs)
+        for e in range(ep.E)
+    ]
     return map_episodes(_clairvoyant_one, jobs, workers, progress)  # one episode a job: a long solve still reports
 
 

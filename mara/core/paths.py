@@ -1,4 +1,5 @@
 """Where the package's configs and shipped data are, and the one-line ``ConfigError`` every layer raises."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -30,6 +30,7 @@ variants of a kind (``qr_q``: ``name: qr`` at other band levels).
 ``MARA_CONF_PATH`` (folders separated by ``os.pathsep``) adds config folders searched before ``conf/``: a method or a
 predictor can live outside the package (the registry test adds a throwaway rule and predictor that way).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -143,7 +144,9 @@ class Method:
 
 def _is_learned(cfg) -> bool:
     target = str((cfg.get("allocator") or {}).get("_target_", ""))
-    return cfg.get("kind") == "policy" and ("ckpt_path" in cfg or "checkpoints" in cfg or target.startswith("mara.mat."))
+    return cfg.get("kind") == "policy" and (
+        "ckpt_path" in cfg or "checkpoints" in cfg or target.startswith("mara.mat.")
+    )
 
 
 def _entry(name: str) -> Method:
@@ -160,19 +163,29 @@ def _entry(name: str) -> Method:
     privileged = isinstance(pred, str) and getattr(predictor_entry(pred, missing_ok=True), "privileged", False)
     bound = kind == "bound" or bool(cfg.get("bound", False))
     if privileged and not bound:
-        raise ConfigError(f"method {name!r}: predictor {pred!r} reads the task's own curve, so the method is a bound: "
-                          f"say bound: true")
+        raise ConfigError(
+            f"method {name!r}: predictor {pred!r} reads the task's own curve, so the method is a bound: say bound: true"
+        )
     if kind == "bound" and not cfg.get("compute"):
         raise ConfigError(f"method {name!r}: a bound names the function that computes it (compute: module.function)")
     trained = cfg.get("trained_as")
     path = method_files()[name]
     return Method(
-        name=name, kind=kind, learned=_is_learned(cfg), bound=bound, colour=report.get("colour"),
-        marker=report.get("marker"), order=None if report.get("order") is None else float(report.order), lists=lists,
-        teacher=bool(cfg.get("teacher", False)), validation_baseline=bool(cfg.get("validation_baseline", False)),
+        name=name,
+        kind=kind,
+        learned=_is_learned(cfg),
+        bound=bound,
+        colour=report.get("colour"),
+        marker=report.get("marker"),
+        order=None if report.get("order") is None else float(report.order),
+        lists=lists,
+        teacher=bool(cfg.get("teacher", False)),
+        validation_baseline=bool(cfg.get("validation_baseline", False)),
         experiment=path.parent.parent.resolve() == (CONF_DIR / EXPERIMENTS).resolve(),
         trained_rank=None if trained is None else float(trained.get("rank", 0)),
-        trained_when={} if trained is None else dict(OmegaConf.to_container(trained.when) if trained.get("when") else {}),
+        trained_when={}
+        if trained is None
+        else dict(OmegaConf.to_container(trained.when) if trained.get("when") else {}),
         compute=cfg.get("compute"),
     )
 
@@ -249,7 +262,9 @@ def _dotted(record: dict, key: str):
 def trained_method(record: dict) -> str:
     """The name of the learned method a policy trained so is: ``record`` holds ``reward``, ``predictor`` (the kind's
     name) and the MAT recipe's keys; the matching ``trained_as`` of lowest rank wins. ConfigError if none matches."""
-    ranked = sorted((m for m in methods().values() if m.trained_rank is not None), key=lambda m: (m.trained_rank, m.name))
+    ranked = sorted(
+        (m for m in methods().values() if m.trained_rank is not None), key=lambda m: (m.trained_rank, m.name)
+    )
     for m in ranked:
         if all(_matches(want, _dotted(record, key)) for key, want in m.trained_when.items()):
             return m.name
@@ -285,10 +300,16 @@ def _kind(path: str, mtime: int) -> PredictorKind | None:
     if not reg.get("builder"):
         raise ConfigError(f"predictor {cfg.name!r}: registry.builder (a class with from_config) is required ({path})")
     ck = reg.get("checkpoint") or {}
-    return PredictorKind(name=str(cfg.name), builder=str(reg.builder), checkpoint_kind=ck.get("kind"),
-                         checkpoint_loader=ck.get("loader"), checkpoint_holds=ck.get("holds"),
-                         trainer=reg.get("trainer"), pipeline=bool(reg.get("pipeline", False)),
-                         privileged=bool(reg.get("privileged", False)))
+    return PredictorKind(
+        name=str(cfg.name),
+        builder=str(reg.builder),
+        checkpoint_kind=ck.get("kind"),
+        checkpoint_loader=ck.get("loader"),
+        checkpoint_holds=ck.get("holds"),
+        trainer=reg.get("trainer"),
+        pipeline=bool(reg.get("pipeline", False)),
+        privileged=bool(reg.get("privileged", False)),
+    )
 
 
 def predictor_entry(name: str, missing_ok: bool = False) -> PredictorKind | None:
@@ -301,16 +322,21 @@ def predictor_entry(name: str, missing_ok: bool = False) -> PredictorKind | None
         if kind and kind != name:
             entry = predictor_entry(str(kind), missing_ok=True)
     if entry is None and not missing_ok:
-        raise ConfigError(f"predictor kind {name!r} is not registered (a conf/predictor/<kind>.yaml with a registry "
-                          f"block); known: {', '.join(predictor_kinds())}")
+        raise ConfigError(
+            f"predictor kind {name!r} is not registered (a conf/predictor/<kind>.yaml with a registry "
+            f"block); known: {', '.join(predictor_kinds())}"
+        )
     return entry
 
 
 def predictor_kinds() -> list[str]:
     """The names of every registered predictor kind."""
     names = sorted({p.stem for folder in conf_dirs() for p in (folder / "predictor").glob("*.yaml")})
-    return [n for n in names if predictor_entry(n, missing_ok=True) is not None
-            and predictor_entry(n, missing_ok=True).name == n]
+    return [
+        n
+        for n in names
+        if predictor_entry(n, missing_ok=True) is not None and predictor_entry(n, missing_ok=True).name == n
+    ]
 
 
 def privileged_predictors() -> tuple[str, ...]:
