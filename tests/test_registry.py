@@ -81,8 +81,8 @@ class ShareOfCap:
     @classmethod
     def from_config(cls, cfg, bank_path=None):
         if not cfg.get("ckpt_path"):
-            raise ConfigError("predictor throw has no checkpoint: train it (mara.train stage=predictor
-        predictor=throw)") return cls(load(cfg.ckpt_path)["share"])
+            raise ConfigError("predictor throw has no checkpoint: train it (mara.train stage=predictor)")
+        return cls(load(cfg.ckpt_path)["share"])
 '''
 
 PREDICTOR_TRAINER = '''
