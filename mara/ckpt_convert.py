@@ -44,6 +44,9 @@ SHIPPED_RECIPES = {
     "fm_zoo_v3.ckpt": "python -m mara.train stage=predictor trainer.max_epochs=40",
     "fm_parametric.ckpt": "python -m mara.train stage=predictor bank=parametric predictor.net.feature_set=v1",
     "qr_zoo.ckpt": "python -m mara.predictors.quantile_train",
+    "lcpfn_prior.ckpt": "python -m mara.predictors.lcpfn_train stage=prior",
+    "lcpfn_zoo.ckpt": "python -m mara.predictors.lcpfn_train stage=finetune init=<lcpfn_prior.ckpt> "
+                      "predictor.finetune.steps=1200 predictor.finetune.save_every=100 (kept: step 1000)",
     "mara_live.ckpt": _LIVE,
 }
 
@@ -72,6 +75,8 @@ def _old_training_state(blob: torch.Tensor):
 
 
 def _kind(ckpt: dict) -> str:
+    if ckpt.get("kind") == "lcpfn":  # LC-PFN files are written with their kind (and recipe) from the start
+        return "lcpfn"
     if "hyper_parameters" in ckpt:
         return "policy"
     if "members" in ckpt or isinstance(ckpt.get("hparams"), dict) and "levels" in ckpt["hparams"]:

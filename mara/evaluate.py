@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from mara.core.cli import check_group_overrides, output_dir, run_cli
 from mara.core.config import (
+    CONF_DIR,
     ConfigError,
     check_method_cfg,
     is_learned,
@@ -32,11 +33,18 @@ from mara.eval.settings import bank_at, from_cfg
 from mara.mat.allocator import read_policy_meta
 from mara.preflight import preflight
 from mara.report.results import build_results, write_results
+from mara.traces.run import check_trace_run, run_trace
 
 
 def _before_any_work(cfg: DictConfig) -> None:
     if cfg.get("experiment_kind") == "paper":
         raise ConfigError("experiment=paper trains as well as evaluates: run it as python -m mara.train experiment=paper")
+    if cfg.get("experiment_kind") == "trace":  # job traces: the trace file, cluster, windows and schedulers
+        check_trace_run(cfg)
+        return
+    for m in cfg.get("methods") or ():
+        if isinstance(m, str) and (CONF_DIR / "method" / f"{m}.yaml").exists() and load_method_cfg(m).get("trace_only"):
+            raise ConfigError(f"method {m!r} schedules job traces only: run it with experiment=trace (docs/traces.md)")
     preflight(cfg, "evaluate")
 
 
@@ -52,6 +60,11 @@ def evaluate(cfg: DictConfig) -> dict:
 
     setup_logging()
     out = output_dir(cfg)
+    if cfg.get("experiment_kind") == "trace":
+        res = run_trace(cfg, out, log=log.info)
+        print(Path(res["paths"]["md"]).read_text())
+        log.info(f"wrote {res['paths']['json']} and {res['paths']['md']}")
+        return res
     settings = from_cfg(cfg)  # the one reading of the config: every step below gets only the settings it uses
     if settings.kind == "prediction":
 

@@ -398,12 +398,15 @@ def read_policy(path) -> dict:
     return dict(ckpt, path=str(path))
 
 
+SHIPPED_CKPT_NAMES = {"lcpfn": ("prior", "finetuned")}  # ckpt_path values that name a shipped checkpoint, not a file
+
+
 def read_predictor_checkpoint(spec, where: str) -> None:
     """A predictor config's explicit ``ckpt_path`` loads with that predictor's own loader (``registry.checkpoint``
     of its kind): one-line ConfigError."""
     path = spec.get("ckpt_path") if spec is not None and hasattr(spec, "get") else None
     entry = predictor_entry(str(spec.get("name")), missing_ok=True) if path else None
-    if not path or entry is None or not entry.checkpoint_loader:
+    if not path or entry is None or not entry.checkpoint_loader or str(path) in SHIPPED_CKPT_NAMES.get(entry.name, ()):
         return
     if not Path(str(path)).is_file():
         raise ConfigError(f"{where}.ckpt_path: predictor checkpoint {path} not found")

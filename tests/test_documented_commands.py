@@ -31,6 +31,7 @@ HYDRA = {
 #: stand-ins for the pages' placeholders, applied in order
 STAND_INS = [
     (r"mat=<recipe>", "mat=band"),
+    (r"methods=\[<method>\]", "methods=[EDF]"),
     (r"<[^>]*>", "outputs/doc_placeholder"),
     (r"\bRUN\b|\bOUT\b|\bDIR\b", "outputs/doc_placeholder"),
     (r"sim\.node_speed=\[…\]", "sim.node_speed=[2,2,1,1,1,1,1]"),

@@ -16,14 +16,14 @@ LAYERS = (
     ("tasks_zoo/",),
     ("mara/curves/",),
     ("mara/predictors/",),
-    ("mara/sim/",),
+    ("mara/sim/", "mara/traces/"),
     ("mara/allocators/", "mara/bounds/"),
     ("mara/mat/",),
     ("mara/eval/",),
     ("mara/report/",),
     ("mara/pipelines/", "mara/train.py", "mara/train_settings.py", "mara/evaluate.py", "mara/generate_curves.py",
      "mara/calibrate.py", "mara/fidelity.py", "mara/readme_tables.py", "mara/ckpt_convert.py", "mara/preflight.py",
-     "mara/live/", "mara/bench/"),
+     "mara/live/", "mara/bench/", "mara/peers/"),
 )
 
 

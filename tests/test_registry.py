@@ -220,3 +220,25 @@ def test_bounds_are_computed_by_the_function_their_yaml_names():
     for name in ("Oracle", "Clairvoyant"):
         cfg = load_method_cfg(name)
         assert cfg.kind == "bound" and callable(registry.import_object(cfg.compute))
+
+
+def test_a_kind_with_registered_settings_trains_on_its_typed_settings(small_bank, tmp_path):
+    """``predictor=qr_q predictor_stage=train``: the parse gives the head's ``HeadFitSettings`` (a variant's missing
+    sections from qr.yaml) and the stage's call of the registered trainer writes ``<folder>/qr.ckpt``."""
+    from dataclasses import replace
+
+    from mara.predictors.fit_settings import HeadFitSettings
+    from mara.predictors.quantile_head import load_heads
+    from mara.predictors.stage import run_trainer
+    from mara.train_settings import parse
+    from tests.conftest import compose_config
+
+    overrides = ["predictor=qr_q", "predictor_stage=train", f"bank.path={small_bank.path}"]
+    training = parse(compose_config("train", *overrides)).predictor
+    assert training.kind == "qr" and isinstance(training.fit, HeadFitSettings) and training.fit.net["levels"]
+    assert parse(compose_config("train", *overrides[:1])).predictor is None  # auto: the head says pipeline: false
+    fit = replace(training.fit, train_examples=64, val_examples=32, batch_size=32,
+                  train=replace(training.fit.train, max_epochs=1))
+    result = run_trainer(replace(training, fit=fit, output_dir=str(tmp_path / "predictor")))
+    assert (tmp_path / "predictor" / "qr.ckpt").is_file() and result["epochs"] >= 0
+    load_heads(str(tmp_path / "predictor" / "qr.ckpt"))

@@ -13,7 +13,9 @@ benchmark (``python -m mara.evaluate experiment=prediction``); ``--predictors`` 
 (paper v1 and v3) interleaved in one process on the ID Table-1 prefixes (target ≤ 0.25 ms/prefix,
 batched, one thread), so a loaded machine inflates both alike. ``--peer`` times only the ElasticFlow authors'
 simulator on trace cases (EDF and ElasticFlow, each run under ``--peer-limit`` seconds, said as such when reached)
-beside our replay of the same file and the speed-up (target ≥ 20×; mara/peers/bench.py).
+beside our replay of the same file and the speed-up (target ≥ 20×; mara/peers/bench.py). ``--decision-ms`` times
+every predictor's band (``predict_band``, what the simulator asks at a decision) on the same prefixes: ms for a
+decision that refreshes one task, and ms per prefix when a decision refreshes 64 (one thread, interleaved).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import time
 import numpy as np
 
 from mara.allocators.rules import EDF, FIFO
+from mara.bench.traces import parse_traces, trace_rows
 from mara.bounds.clairvoyant_k import clairvoyant_k_batch
 from mara.curves.bank import default_bank_path, load_bank, shipped_bank_path
 from mara.curves.families import ID_FAMILIES
@@ -31,10 +34,13 @@ from mara.mat import ppo as ppo_step
 from mara.mat.losses import gae
 from mara.mat.nets import MATPolicy
 from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout
+from mara.peers.bench import DEFAULT_CASES, peer_rows, print_peer_rows
+from mara.peers.cases import case_named
 from mara.train_settings import load_recipe, mat_settings
 from mara.predictors.cache import FlowSampleCache
 from mara.predictors.data import observe
 from mara.predictors.factory import predictor_from
+from mara.predictors.protocol import predict_band
 from mara.sim.env import BatchedEnv
 from mara.sim.workload import PAPER_TASK_SETS, EpisodeBatch, generate_episodes
 
@@ -107,6 +113,32 @@ def predictor_ms_per_prefix(bank, variants=(None, "v3"), repeats: int = 7) -> tu
     return {k: 1e3 * v / len(q["rows"]) for k, v in best.items()}, len(q["rows"])
 
 
+DECISION_PREDICTORS = ("wls", "fm", "fm_cal", "qr", "qr_cal", "lcpfn", "lcpfn_ft")
+
+
+def predictor_ms_per_decision(bank, names=DECISION_PREDICTORS, repeats: int = 5) -> dict:
+    """{name: (ms for one prefix, ms per prefix for 64)}: best-of-``repeats`` ``predict_band`` calls on ID fm_val
+    Table-1 prefixes (interleaved, one thread), as the simulator asks at a decision refreshing 1 or 64 tasks."""
+    import torch
+
+    torch.set_num_threads(1)
+    q = build_queries(bank, [f for f in ID_FAMILIES if len(bank.rows(f, "fm_val"))], "fm_val", bank.family_params)
+    S, L = observe(bank, q["rows"], q["n_obs"])
+    full = (S, L, q["n_obs"], q["eps"], q["cap"], bank.batch_size[q["rows"]], bank.lr[q["rows"]])
+    fam = bank.family[q["rows"]]
+    preds = {n: predictor_from(n, bank.path) for n in names}
+    best = {(n, k): np.inf for n in names for k in (1, 64)}
+    for r in range(repeats):
+        for k in (1, 64):
+            idx = np.random.default_rng([r, k]).choice(len(q["rows"]), size=min(k, len(q["rows"])), replace=False)
+            args = tuple(np.asarray(a)[idx] for a in full)
+            for n, p in preds.items():
+                t0 = time.perf_counter()
+                predict_band(p, *args, family=fam[idx])
+                best[(n, k)] = min(best[(n, k)], (time.perf_counter() - t0) / len(idx))
+    return {n: (1e3 * best[(n, 1)], 1e3 * best[(n, 64)]) for n in names}
+
+
 def mat_throughput(bank, predictor_name: str | None = "fm", iterations: int = 3, threads: int = 1, recipe: str = "band",
                    overrides: list[str] | None = None, device: str = "cpu", warmup: int = 1) -> dict:
     """MAT env-steps/s of a training recipe (conf/mat/<recipe>.yaml, default: band, the FM recipe) on ``device``:
@@ -167,9 +199,6 @@ def _peer_bench(args) -> None:
     """The peer simulator's rows (mara/peers/bench.py), optionally written to --json."""
     import sys
 
-    from mara.peers.bench import DEFAULT_CASES, peer_rows, print_peer_rows
-    from mara.peers.cases import case_named
-
     try:
         for name in args.peer_case or ():
             case_named(name)
@@ -196,6 +225,8 @@ def main(argv=None) -> None:
     ap.add_argument("--clairvoyant", action="store_true", help="also time Clairvoyant over the p=0.04 protocol")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test of the benchmark itself)")
     ap.add_argument("--predictors", action="store_true", help="only time the shipped FM checkpoints (v1, v3)")
+    ap.add_argument("--decision-ms", action="store_true",
+                    help="only time every predictor's band per decision (1 and 64 refreshed tasks)")
     ap.add_argument("--no-mat", action="store_true", help="skip the MAT rollout/training throughput")
     ap.add_argument("--json", default=None, metavar="FILE",
                     help="also write {sim_env_steps_per_s, mat_rollout_env_steps_per_s, mat_ppo_env_steps_per_s, ...} "
@@ -208,7 +239,26 @@ def main(argv=None) -> None:
     ap.add_argument("--peer-case", action="append", default=None, help="trace case for --peer (repeatable; "
                     "default cluster01_first300; cases: scripts/peer_elasticflow.py --list)")
     ap.add_argument("--peer-limit", type=float, default=300.0, help="seconds per peer run under --peer (default 300)")
+    ap.add_argument("--traces", nargs="*", default=None, metavar="CSV:CLUSTER",
+                    help="only the trace-replay rows: EDF and ElasticFlow on each CSV:n<nodes>g<gpus> (none given: the "
+                         "shipped sample on n64g8), and decision time per slot on 64 ... 1,024 GPUs")
+    ap.add_argument("--trace-limit", type=float, default=600.0, help="seconds a trace replay may run before it is "
+                                                                     "reported as over the limit")
+    ap.add_argument("--trace-sweep", type=int, nargs="*", default=[8, 16, 32, 64, 128], metavar="NODES",
+                    help="cluster sizes (nodes of 8 GPUs) of the decision-time sweep; none: skip it")
+    ap.add_argument("--trace-methods", nargs="+", default=["EDF", "ElasticFlow"], help="trace schedulers timed")
     args = ap.parse_args(argv)
+    if args.traces is not None:
+        print(f"{'benchmark':<44}{'value':>16}")
+        rec = trace_rows(parse_traces(args.traces), methods=tuple(args.trace_methods), sizes=tuple(args.trace_sweep),
+                         time_limit=args.trace_limit)
+        if args.json:
+            import json
+            from pathlib import Path
+
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(rec, indent=1))
+        return
     record: dict = {}
     if args.peer:
         _peer_bench(args)
@@ -220,6 +270,10 @@ def main(argv=None) -> None:
         ms, n = predictor_ms_per_prefix(bank)
         for k, v in ms.items():
             print(f"{f'FM {k} ms/prefix, {n} ID prefixes batched':<44}{v:>16.4f}  <= 0.25")
+        return
+    if args.decision_ms:
+        for n, (one, many) in predictor_ms_per_decision(bank).items():
+            print(f"{f'{n} band ms: 1 task / per task of 64':<44}{one:>8.3f} / {many:.4f}")
         return
     sizes = (1, 8) if args.quick else (1, 64, 1024)
     for E in sizes:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from mara.core.files import write_text_atomic
+from mara.core.rundir import recorded_result, relative_paths
 from mara.core.runlog import Progress, fmt_seconds, log, setup_logging
 
 MARKER = "DONE.json"
@@ -43,7 +44,6 @@ PATHS_KEY = "_paths"  # the keys of a marker's result that are files of the job'
 def done_info(folder: Path) -> dict | None:
     """The result a finished job left in ``folder`` (None when it has not finished), its files resolved inside
     ``folder`` (a moved or copied run uses its own); a recorded file outside the folder is one ConfigError line."""
-    from mara.core.rundir import recorded_result
 
     p = Path(folder) / MARKER
     if not p.exists():
@@ -55,7 +55,6 @@ def done_info(folder: Path) -> dict | None:
 
 def mark_done(folder: Path, info: dict) -> None:
     """Write ``folder``'s marker: the job's result, the files of the folder it names stored relative to it."""
-    from mara.core.rundir import relative_paths
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

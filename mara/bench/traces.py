@@ -1,0 +1,71 @@
+"""Trace-replay benchmark rows: replay seconds per scheduler per trace, decision time per slot against cluster size."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from mara.core.config import load_method_cfg
+from mara.traces.replay import JobState, replay
+from mara.traces.run import build_scheduler, size_class
+from mara.traces.schema import SHIPPED_SAMPLE, load_trace, parse_cluster
+from mara.traces.throughput import job_speeds, known_models
+
+
+def replay_once(path, cluster: str, method: str, first_jobs=None, time_limit=None) -> dict:
+    """One replay of ``method`` on a trace: {seconds, met, decisions, p50/p99 ms per decision}, or a time-out note."""
+    cl = parse_cluster(cluster)
+    tr = load_trace(path, cl, known_models=known_models())
+    if first_jobs:
+        tr = tr.take(slice(0, int(first_jobs)))
+    sched = build_scheduler(load_method_cfg(method).trace_scheduler, True)
+    tput, ml = job_speeds(tr, sched.caps, cl.gpus)
+    st = JobState(tr.submit, tr.deadline, tput, ml, tr.iterations.copy(), cl.gpus)
+    t0 = time.perf_counter()
+    try:
+        rep = replay(st, sched, size_class(tr.num_gpu), 4, time_limit=time_limit)
+    except TimeoutError:
+        return {"seconds": time.perf_counter() - t0, "timed_out": True}
+    ms = rep.decision_s * 1e3
+    return {"seconds": time.perf_counter() - t0, "met": float(rep.met.mean()), "decisions": rep.n_decisions,
+            "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)), "jobs": tr.n_jobs}
+
+
+def trace_rows(traces, methods=("EDF", "ElasticFlow"), sizes=(8, 16, 32, 64, 128), time_limit=600.0,
+               sweep_jobs: int = 100) -> dict:
+    """Print and return the trace rows: ``traces`` = [(path, cluster)]; ``sizes``: nodes of 8 GPUs for the
+    decision-time sweep on the first ``sweep_jobs`` jobs of the shipped sample."""
+    rec: dict = {"replay": [], "decision_ms": []}
+    for path, cluster in traces:
+        for m in methods:
+            r = replay_once(path, cluster, m, time_limit=time_limit)
+            r.update(trace=str(path), cluster=cluster, method=m)
+            rec["replay"].append(r)
+            val = f"> {time_limit:.0f} (limit)" if r.get("timed_out") else f"{r['seconds']:.2f}"
+            extra = "" if r.get("timed_out") else f"  met {r['met']:.3f}, {r['decisions']} decisions"
+            print(f"{f'trace replay {m}, {str(path).split(chr(47))[-1]} {cluster} (s)':<44}{val:>16}{extra}")
+    for n in sizes:
+        for m in methods:
+            r = replay_once(SHIPPED_SAMPLE, f"n{n}g8", m, first_jobs=sweep_jobs, time_limit=time_limit)
+            r.update(cluster=f"n{n}g8", gpus=8 * n, method=m)
+            rec["decision_ms"].append(r)
+            if r.get("timed_out"):
+                print(f"{f'decision ms {m}, {8 * n} GPUs (p50/p99)':<44}{'time limit':>16}")
+            else:
+                print(f"{f'decision ms {m}, {8 * n} GPUs (p50/p99)':<44}{r['p50_ms']:>8.2f}/{r['p99_ms']:<7.2f}"
+                      f"  {sweep_jobs} sample jobs, {r['decisions']} decisions")
+    return rec
+
+
+def parse_traces(specs) -> list:
+    """``["path:n64g8", ...]`` → [(path, cluster)]; none: the shipped sample on n64g8."""
+    if not specs:
+        return [(str(SHIPPED_SAMPLE), "n64g8")]
+    out = []
+    for s in specs:
+        path, _, cl = str(s).rpartition(":")
+        out.append((path, cl) if path else (cl, "n64g8"))
+    return out
+
+
+

@@ -1,0 +1,272 @@
+"""ElasticFlow (Gu et al., ASPLOS 2023): admission control, minimum satisfactory shares, leftover GPUs by marginal
+GPU time, written from the paper and from what its authors' simulator does when run (docs/traces.md).
+
+At each decision, with ``now`` the grid origin (plan times are rounded up to slots of ``slot`` s from ``now``):
+  * **Minimum satisfactory share** of a job on a free-GPU profile: the smallest level q whose latest-start plan meets
+    the deadline. Periods are the profile's breakpoints up to the aligned deadline; scanning them backwards, each
+    gives min(q, the largest level that fits its free GPUs) (the last one counts only up to the real deadline); the
+    plan starts in the latest period from which the iterations left fit, and runs one level lower before it. The
+    job's GPUs are reserved until its finish rounded up to the grid. A job no level can save takes what fits.
+  * **Admission**: when jobs arrive, every live job and every arrival gets a minimum plan in deadline order from an
+    empty profile; if any plan misses its deadline, all arrivals of the decision are declined (they never run).
+  * **Leftover GPUs**: live jobs get minimum plans again; the GPUs free now go, one level step at a time, to the job
+    whose plan's GPU time grows most per added GPU (a job with none first), re-planned after each step.
+  * **Set-up overhead** every decision for every job with GPUs: ``base`` s (7 on >= 256 GPUs, else 2), plus
+    2 (log2 g + 1) s on the job's first start; charged to its next progress and delaying its end event, not its
+    finish. A job ends at its finish rounded up to the grid plus that overhead; it met its deadline when its planned
+    finish is <= its deadline.
+"""
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+
+import numpy as np
+
+from mara.traces.profile import FreeProfile
+from mara.traces.replay import DECLINED, NEVER, PENDING, RUNNING, JobState, align
+from mara.traces.throughput import LEVELS
+
+BIG = float("inf")
+
+
+class TraceElasticFlow:
+    """ElasticFlow over a trace's jobs (state ``[J]`` arrays shared with the simulator)."""
+
+    name = "ElasticFlow"
+    caps = "elasticflow"  # GPU cap per job: ElasticFlow's per-model caps
+
+    def __init__(self, overhead: bool = True, exact_marginals: bool = False):
+        self.overhead = overhead
+        self.exact_marginals = exact_marginals
+
+    def reset(self, state: JobState) -> None:
+        self.s = state
+        J = len(state.submit)
+        self.plans: list = [None] * J  # (starts, gpus, end) per live job
+        self.levels = [[int(g) for g, sp in zip(LEVELS, state.tput[j]) if sp > 0 and g <= state.n_gpus]
+                       for j in range(J)]
+        self.top = [lv[-1] if lv else 0 for lv in self.levels]
+        self.speeds = [{int(g): float(sp) for g, sp in zip(LEVELS, state.tput[j]) if sp > 0} for j in range(J)]
+        self.real_end = np.full(J, NEVER)
+        self.started_once = np.zeros(J, dtype=bool)
+        self.base = 7 if state.n_gpus >= 256 else 2
+
+    # ------------------------------------------------------------------------------------------------ plans
+    def _fit(self, j: int, free: int) -> int:
+        """The largest level of job j that fits ``free`` GPUs (0 if none); a job's levels are 1, 2, 4, ... top."""
+        if free < 1:
+            return 0
+        return min(1 << (int(free).bit_length() - 1), self.top[j])
+
+    def _sp(self, j: int, g: int) -> float:
+        return self.speeds[j][g]
+
+    def min_plan(self, j: int, prof: FreeProfile, now: int, start: int, it: float):
+        """Minimum satisfactory plan of job j from ``start``: (starts, gpus, real_end, end, feasible)."""
+        s, slot = self.s, self.s.slot
+        ddl = int(s.ddl[j])
+        a = align(now, ddl, slot)
+        lo, hi = bisect_left(prof.times, start), bisect_left(prof.times, a) if a > start else None
+        if hi is None or hi <= lo:
+            bps, fr = [start], [prof.at(start)]
+        else:
+            bps, fr = prof.times[lo:hi], prof.free[lo:hi]
+            if bps[0] != start:
+                bps, fr = [start] + bps, [prof.at(start)] + fr
+        ends = bps[1:] + [max(a, start)]
+        durs = [max(min(e, ddl) - b, 0) if e == a else e - b for b, e in zip(bps, ends)]
+        prev = 0
+        for q in self.levels[j]:
+            acc, p = 0.0, None
+            for k in range(len(bps) - 1, -1, -1):
+                g = min(q, self._fit(j, fr[k]))
+                if g == 0:
+                    continue
+                acc += durs[k] * self._sp(j, g)
+                if acc >= it:
+                    p = k
+                    break
+            if p is not None:
+                return self._walk(j, bps, fr, durs, p, q, prev, it, now)
+            prev = q
+        return self._fallback(j, prof, now, start, it)
+
+    def _walk(self, j, bps, fr, durs, p, q, prev, it, now):
+        """Run the plan forward: ``prev`` level before period p, q from it; where the iterations run out."""
+        slot = self.s.slot
+        starts, gpus = [], []
+        rem = it
+        for k in range(len(bps)):
+            g = min(q if k >= p else prev, self._fit(j, fr[k]))
+            starts.append(bps[k])
+            gpus.append(g)
+            if g == 0:
+                continue
+            sp = self._sp(j, g)
+            done = durs[k] * sp
+            if k >= p and done >= rem:
+                left = math.ceil(rem / sp)
+                return starts, gpus, bps[k] + left, bps[k] + align(0, left, slot), bps[k] + left <= self.s.ddl[j]
+            rem -= done
+        g = gpus[-1] or (self.levels[j][-1] if self.levels[j] else 0)
+        gpus[-1] = g
+        left = math.ceil(rem / self._sp(j, g)) if g else 0
+        return starts, gpus, starts[-1] + left, starts[-1] + align(0, left, slot), False
+
+    def _fallback(self, j, prof: FreeProfile, now, start, it):
+        """No level meets the deadline: what fits at each breakpoint, the job's largest level after the last one."""
+        slot, ddl = self.s.slot, int(self.s.ddl[j])
+        bps = [b for b in prof.times if b >= start]
+        if not bps or bps[0] != start:
+            bps = [start] + bps
+        starts, gpus, rem = [], [], it
+        top = self.levels[j][-1] if self.levels[j] else 0
+        for k, b in enumerate(bps):
+            last = k == len(bps) - 1
+            g = self._fit(j, prof.at(b)) if not last else max(self._fit(j, prof.at(b)), top)
+            starts.append(b)
+            gpus.append(g)
+            if g == 0:
+                continue
+            sp = self._sp(j, g)
+            if last or (bps[k + 1] - b) * sp >= rem:
+                left = math.ceil(rem / sp)
+                end = b + align(0, left, slot)
+                real = b + left
+                return starts, gpus, real, end, real <= ddl
+            rem -= (bps[k + 1] - b) * sp
+        return starts, gpus, NEVER, NEVER, False
+
+    def _reserve(self, prof: FreeProfile, plan, sign=-1):
+        starts, gpus, _, end, _ = plan
+        if end < NEVER:
+            prof.add_plan(starts, gpus, end, sign)
+            prof.merge()
+
+    @staticmethod
+    def _gpu_time(plan) -> float:
+        starts, gpus, _, end, _ = plan
+        tot = 0.0
+        for i, (st, g) in enumerate(zip(starts, gpus)):
+            e = starts[i + 1] if i + 1 < len(starts) else end
+            tot += g * (min(e, end) - st)
+        return tot
+
+    def _iters(self, j: int) -> float:
+        return max(float(self.s.iter_left[j]), 1e-6)
+
+    def plan_all(self, jobs, now: int):
+        """Minimum plans of ``jobs`` in deadline order on an empty profile: (profile, {job: plan}, all feasible)."""
+        s = self.s
+        prof = FreeProfile(now, s.n_gpus)
+        plans, ok = {}, True
+        for j in jobs[np.argsort(s.ddl[jobs], kind="stable")]:
+            pl = self.min_plan(int(j), prof, now, now, self._iters(j))
+            self._reserve(prof, pl)
+            plans[int(j)] = pl
+            ok &= pl[4]
+        return prof, plans, ok
+
+    # ---------------------------------------------------------------------------------------------- decide
+    def decide(self, now: int, arrivals: np.ndarray):
+        s = self.s
+        live = np.flatnonzero((s.status == PENDING) | (s.status == RUNNING))
+        if arrivals.size:
+            _, _, ok = self.plan_all(np.concatenate([live, arrivals]), now)
+            if ok:
+                s.status[arrivals] = PENDING
+                live = np.concatenate([live, arrivals])
+            else:
+                s.status[arrivals] = DECLINED
+        if live.size == 0:
+            return None
+        prof, plans, _ = self.plan_all(live, now)
+        self._boost(live, plans, prof, now)
+        replan = NEVER
+        for j in live:
+            starts, gpus, real, end, _ = plans[j]
+            g = gpus[0] if starts[0] == now else 0
+            s.gpus[j] = g
+            self.plans[j] = plans[j]
+            self.real_end[j] = real
+            later = [t for t, g0, g1 in zip(starts[1:], gpus, gpus[1:]) if t > now and g1 != g0]
+            if later:
+                replan = min(replan, later[0])
+            if g > 0:
+                oh = 0.0
+                if self.overhead:
+                    oh = self.base + (0 if self.started_once[j] else 2 * (math.log2(g) + 1))
+                self.started_once[j] = True
+                s.overhead[j] = oh
+                s.finish[j] = real
+                s.end_event[j] = end + oh
+                if s.status[j] == PENDING:
+                    s.status[j] = RUNNING
+                    s.started[j] = now
+            else:
+                s.finish[j] = real
+                s.end_event[j] = NEVER if s.status[j] != RUNNING else end
+        return None if replan == NEVER else replan
+
+    def _boost(self, live, plans, prof: FreeProfile, now: int) -> None:
+        """Hand the GPUs free now to jobs, one level step at a time, largest GPU-time growth per GPU first.
+
+        With ``exact_marginals`` every job's trial plan is recomputed after each step (ElasticFlow's own loop);
+        otherwise only the grown job's is, the others keep their last value (much faster on busy clusters)."""
+        cur = {int(j): (plans[j][1][0] if plans[j][0][0] == now else 0) for j in live}
+        spare = prof.at(now)
+        order = [int(j) for j in live[np.argsort(self.s.ddl[live], kind="stable")]]
+        cache: dict = {}
+        while spare > 0:
+            best, best_val = None, -BIG
+            for j in order:
+                g = cur[j]
+                nxt = next((lv for lv in self.levels[j] if lv > g), None)
+                if nxt is None or nxt - g > spare:
+                    continue
+                if j not in cache or self.exact_marginals:
+                    trial_prof = prof.copy()
+                    self._reserve(trial_prof, plans[j], sign=+1)
+                    trial = self._trial(j, trial_prof, now, nxt)
+                    val = BIG if g == 0 else (self._gpu_time(trial) - self._gpu_time(plans[j])) / (nxt - g)
+                    cache[j] = (val, trial)
+                val = cache[j][0]
+                if best is None or val > best_val:
+                    best, best_val = j, val
+            if best is None:
+                break
+            trial = cache.pop(best)[1]
+            if not self.exact_marginals:  # the cached trial was planned on an older profile: plan it on this one
+                g, nxt = cur[best], next(lv for lv in self.levels[best] if lv > cur[best])
+                trial_prof = prof.copy()
+                self._reserve(trial_prof, plans[best], sign=+1)
+                trial = self._trial(best, trial_prof, now, nxt)
+            else:
+                trial_prof = prof.copy()
+                self._reserve(trial_prof, plans[best], sign=+1)
+            self._reserve(trial_prof, trial)
+            prof.times, prof.free = trial_prof.times, trial_prof.free
+            spare -= trial[1][0] - cur[best]
+            cur[best] = trial[1][0]
+            plans[best] = trial
+
+    def _trial(self, j: int, prof: FreeProfile, now: int, g: int):
+        """Job j at ``g`` GPUs until the profile's next breakpoint (or its aligned deadline), then its minimum plan."""
+        slot, ddl = self.s.slot, int(self.s.ddl[j])
+        a = align(now, ddl, slot)
+        nb = [t for t in prof.times if t > now]
+        nxt = nb[0] if nb else a
+        sp = self._sp(j, g)
+        it = self._iters(j)
+        left = math.ceil(it / sp)
+        end = now + align(0, left, slot)
+        if nxt >= end and ddl >= now + left:
+            return [now], [g], now + left, end, True
+        dur = (ddl - now) if nxt == a else (nxt - now)
+        rest = it - max(dur, 0) * sp
+        if rest <= 0:
+            return [now], [g], now + left, end, now + left <= ddl
+        tail = self.min_plan(j, prof, now, nxt, rest)
+        starts, gpus, real, end2, ok = tail
+        return [now] + list(starts), [g] + list(gpus), real, end2, ok

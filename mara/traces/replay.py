@@ -1,0 +1,180 @@
+"""The event-driven trace simulator: jobs of a trace replayed on N GPUs under one scheduling policy.
+
+Time is integer seconds of trace time. A *decision* happens at events (a batch of arrivals, a job's end, a policy's
+own re-plan time), never more often than one scheduling slot (``slot`` s, default 60): after a decision at t, when
+the next event falls within (t, t + slot] and at least two events are queued, the next decision is at exactly
+t + slot and takes every event up to then; a farther event is decided at its own time (no global grid, no idle
+slots stepped through). At a decision:
+  1. running jobs progress over the elapsed time at their measured speed, less the set-up overhead charged to them
+     at the previous decision (never past their planned finish); a job that ran out of iterations early, or whose
+     planned finish has passed, ends now;
+  2. jobs whose end event has come leave and free their GPUs; a job met its deadline when its finish is <= deadline;
+  3. the policy sees the arrivals, may decline them (admission control), and sets every admitted job's GPU count
+     (0 = waiting or preempted; a level 1, 2, 4, ... of the job's measured table), planned finish, end event,
+     re-plan time and set-up overhead.
+GPUs are a pool of N = nodes × GPUs per node; placement on nodes does not change speed (as in ElasticFlow's
+simulator, where jobs may span nodes and placement only decides which set-up costs are cached).
+
+Arrays are ``[J]`` over the jobs replayed (sorted by submission time).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mara.traces.throughput import LEVELS
+
+FUTURE, PENDING, RUNNING, DONE, DECLINED = 0, 1, 2, 3, 4
+NEVER = math.inf
+
+
+@dataclass
+class JobState:
+    """What the simulator and the policy share, ``[J]`` arrays."""
+
+    submit: np.ndarray  # int64
+    ddl: np.ndarray  # int64 absolute deadline
+    tput: np.ndarray  # [J, L] iters/s per level (0: not allowed)
+    max_level: np.ndarray  # [J] index into LEVELS
+    iter_left: np.ndarray  # float64
+    n_gpus: int
+    slot: int = 60
+    status: np.ndarray = field(default=None)
+    gpus: np.ndarray = field(default=None)  # current GPU count
+    end_event: np.ndarray = field(default=None)  # float: time of the job's end event (NEVER: none)
+    finish: np.ndarray = field(default=None)  # float: the finish the deadline test reads
+    overhead: np.ndarray = field(default=None)  # set-up seconds charged to the next progress step
+    started: np.ndarray = field(default=None)  # float: first time with GPUs (NaN: never)
+    ended: np.ndarray = field(default=None)  # float: time the job left (NaN: not yet)
+    gpu_seconds: np.ndarray = field(default=None)
+
+    def __post_init__(self):
+        J = len(self.submit)
+        self.status = np.zeros(J, dtype=np.int8)
+        self.gpus = np.zeros(J, dtype=np.int64)
+        self.end_event = np.full(J, NEVER)
+        self.finish = np.full(J, NEVER)
+        self.overhead = np.zeros(J)
+        self.started = np.full(J, np.nan)
+        self.ended = np.full(J, np.nan)
+        self.gpu_seconds = np.zeros(J)
+
+    def speed(self, j: int, g: int) -> float:
+        """Iterations per second of job j on g GPUs (g a level)."""
+        return float(self.tput[j, int(LEVELS.searchsorted(g))]) if g > 0 else 0.0
+
+
+@dataclass
+class Replay:
+    """The outcome of one replay: per-job arrays and the occupancy trace."""
+
+    met: np.ndarray  # [J] bool deadline met
+    declined: np.ndarray  # [J] bool
+    finish: np.ndarray  # [J] float finish time (NaN: declined / never finished)
+    started: np.ndarray  # [J] float first start (NaN: never)
+    gpu_seconds: np.ndarray  # [J]
+    occupancy_t: np.ndarray  # [D] decision times
+    occupancy: np.ndarray  # [D, J] is too big: [D, C] GPUs in use per size class after each decision
+    decision_s: np.ndarray  # [D] wall seconds per decision
+    n_decisions: int
+
+
+def align(now: int, t, slot: int):
+    """``t`` rounded up to the slot grid that starts at ``now``."""
+    return now + -(-(t - now) // slot) * slot
+
+
+def replay(state: JobState, policy, size_class: np.ndarray, n_classes: int, time_limit: float | None = None) -> Replay:
+    """Run ``policy`` over the jobs of ``state`` to the end; ``size_class [J]`` bins GPUs for the occupancy trace."""
+    import time as _time
+
+    arrival_times = np.unique(state.submit)
+    ai = 0  # next arrival batch
+    t = int(arrival_times[0])
+    dt = 0
+    policy.reset(state)
+    occ_t, occ, dec_s = [], [], []
+    idle = 0
+    wall0 = _time.perf_counter()
+    while True:
+        w0 = _time.perf_counter()
+        ending = _progress(state, t, dt)
+        run = state.status == RUNNING
+        ends = np.flatnonzero(run & (state.end_event <= t))
+        if ends.size:
+            state.status[ends] = DONE
+            state.ended[ends] = t
+            state.gpus[ends] = 0
+            state.end_event[ends] = NEVER
+        del ending
+        new = []
+        while ai < len(arrival_times) and arrival_times[ai] <= t:
+            ai += 1
+        if ai:
+            cand = np.flatnonzero((state.status == FUTURE) & (state.submit <= t))
+            new = cand
+        replan_at = policy.decide(t, np.asarray(new, dtype=np.int64))
+        dec_s.append(_time.perf_counter() - w0)
+        occ_t.append(t)
+        occ.append(np.bincount(size_class, weights=state.gpus, minlength=n_classes))
+        # next decision
+        run = state.status == RUNNING
+        ev = state.end_event[run & (state.end_event < NEVER)]
+        times = set()
+        if ai < len(arrival_times):
+            times.update(arrival_times[ai:ai + 2].tolist())
+        if ev.size:
+            times.update(np.unique(ev)[:2].tolist())
+        if replan_at is not None and replan_at > t:
+            times.add(replan_at)
+        if not times:
+            waiting = np.flatnonzero((state.status == PENDING) | (state.status == RUNNING))
+            if waiting.size == 0 or idle > 2:
+                break  # nothing left, or jobs that can never run (the cluster is too small for them)
+            idle += 1
+            nxt = t + state.slot
+        else:
+            idle = 0
+            first = min(times)
+            nxt = t + state.slot if (first - t <= state.slot and len(times) >= 2) else first
+            nxt = max(math.ceil(nxt), t + 1)
+        dt = nxt - t
+        state.gpu_seconds += state.gpus * dt
+        t = nxt
+        if time_limit is not None and _time.perf_counter() - wall0 > time_limit:
+            raise TimeoutError(f"replay passed its time limit of {time_limit:.0f} s at trace time {t}")
+    met = (state.status == DONE) & (state.finish <= state.ddl)
+    fin = np.where(state.status == DONE, state.finish, np.nan)
+    return Replay(met=met, declined=state.status == DECLINED, finish=fin, started=state.started.copy(),
+                  gpu_seconds=state.gpu_seconds.copy(), occupancy_t=np.asarray(occ_t),
+                  occupancy=np.asarray(occ).reshape(len(occ_t), n_classes), decision_s=np.asarray(dec_s),
+                  n_decisions=len(occ_t))
+
+
+def _progress(state: JobState, now: int, dt: int) -> np.ndarray:
+    """Advance running jobs by ``dt`` seconds ending at ``now``; jobs that ran out early get their end event now."""
+    if dt <= 0:
+        return np.empty(0, dtype=np.int64)
+    j = np.flatnonzero((state.status == RUNNING) & (state.gpus > 0))
+    if j.size == 0:
+        return j
+    lvl = LEVELS.searchsorted(state.gpus[j])
+    sp = state.tput[j, lvl]
+    run = np.full(j.size, float(dt))
+    cap = state.finish[j]
+    late = now > cap
+    run[late] -= now - cap[late]
+    run = np.where(run < state.overhead[j], 0.0, run - state.overhead[j])
+    it = run * sp
+    early = (state.iter_left[j] <= it) & (state.end_event[j] > now) & (sp > 0)
+    if early.any():
+        e = j[early]
+        state.finish[e] = now - dt + np.ceil(state.iter_left[e] / sp[early])
+        state.end_event[e] = now
+    state.iter_left[j] -= it
+    state.overhead[j] = 0.0
+    passed = j[state.finish[j] <= now]  # planned finish already behind: the job leaves now, whatever set-up cost
+    state.end_event[passed] = np.minimum(state.end_event[passed], now)  # is still owed (no job runs for ever)
+    return j[early] if early.any() else np.empty(0, dtype=np.int64)

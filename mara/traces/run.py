@@ -1,0 +1,187 @@
+"""``python -m mara.evaluate experiment=trace``: every trace scheduler on identical jobs of a trace's windows.
+
+Settings (``trace.*``, conf/experiment/trace.yaml): the CSV, the cluster spec, the scheduling slot, the windows (or
+the first N jobs), the deadline factor of raw traces, rigid or elastic jobs. Every method sees the same jobs; the
+results are one row per method × window × job (``deadline_met`` 0/1) in ``results.json``, and ``results.md`` with
+the operator's tables (docs/traces.md).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig
+
+from mara.core.config import (
+    ConfigError,
+    available_methods,
+    load_method_cfg,
+    plain_config,
+)
+from mara.traces.replay import JobState, replay
+from mara.traces.report import write_trace_results
+from mara.traces.schema import (
+    SHIPPED_SAMPLE,
+    SIZE_CLASSES,
+    Cluster,
+    Trace,
+    Window,
+    load_trace,
+    make_windows,
+    parse_cluster,
+    size_class,
+    window_jobs,
+)
+from mara.traces.throughput import job_speeds, known_models
+
+
+@dataclass(frozen=True)
+class TraceSettings:
+    """``trace.*`` checked: what a trace run replays and how."""
+
+    path: str
+    cluster: Cluster
+    slot: int = 60
+    first_jobs: int | None = None
+    window_s: int | None = None
+    warmup_s: int = 0
+    windows: int = 1
+    val_windows: int = 0
+    split: str = "eval"
+    deadline_factor: float = 1.5
+    rigid: bool = False
+    overhead: bool = True
+    time_limit_s: float | None = None
+
+
+def _int(where, v, lo, allow_none=False):
+    if v is None and allow_none:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or int(v) < lo:
+        raise ConfigError(f"{where} must be an integer >= {lo}{' or null' if allow_none else ''}, got {v!r}")
+    return int(v)
+
+
+def trace_settings(cfg: DictConfig) -> TraceSettings:
+    """The checked ``trace.*`` settings (one-line ConfigError)."""
+    tc = plain_config(cfg.get("trace")) or {}
+    path = tc.get("path") or str(SHIPPED_SAMPLE)
+    split = tc.get("split", "eval")
+    if split not in ("eval", "val"):
+        raise ConfigError(f"trace.split must be eval or val, got {split!r}")
+    factor = tc.get("deadline_factor", 1.5)
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0:
+        raise ConfigError(f"trace.deadline_factor must be a number > 0, got {factor!r}")
+    tl = tc.get("time_limit_s")
+    if tl is not None and (isinstance(tl, bool) or not isinstance(tl, (int, float)) or tl <= 0):
+        raise ConfigError(f"trace.time_limit_s must be a number > 0 or null, got {tl!r}")
+    return TraceSettings(
+        path=str(path), cluster=parse_cluster(tc.get("cluster", "n64g8")), slot=_int("trace.slot", tc.get("slot", 60), 1),
+        first_jobs=_int("trace.first_jobs", tc.get("first_jobs"), 1, True),
+        window_s=_int("trace.window_s", tc.get("window_s"), 1, True), warmup_s=_int("trace.warmup_s", tc.get("warmup_s", 0), 0),
+        windows=_int("trace.windows", tc.get("windows", 1), 1), val_windows=_int("trace.val_windows", tc.get("val_windows", 0), 0),
+        split=split, deadline_factor=float(factor), rigid=bool(tc.get("rigid", False)),
+        overhead=bool(tc.get("overhead", True)), time_limit_s=None if tl is None else float(tl))
+
+
+def trace_methods(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
+    """``[(name, trace scheduler config)]`` of ``methods``; a method without a trace scheduler is a ConfigError."""
+    methods = list(cfg.get("methods") or [])
+    if not methods:
+        raise ConfigError("methods is empty: name at least one trace scheduler, e.g. 'methods=[EDF,ElasticFlow]'")
+    out, usable = [], []
+    for m in available_methods():
+        try:
+            if load_method_cfg(m).get("trace_scheduler"):
+                usable.append(m)
+        except Exception:  # a method config that does not compose is reported when it is asked for
+            continue
+    for m in methods:
+        if m not in usable:
+            raise ConfigError(f"method {m!r} does not schedule job traces; trace schedulers: {', '.join(usable)}")
+        out.append((m, load_method_cfg(m, (plain_config(cfg.get("method_overrides")) or {}).get(m)).trace_scheduler))
+    return out
+
+
+def check_trace_run(cfg: DictConfig) -> tuple[TraceSettings, Trace, list, list]:
+    """Everything a trace run reads, checked before any work: (settings, trace, methods, windows replayed)."""
+    ts = trace_settings(cfg)
+    methods = trace_methods(cfg)
+    trace = load_trace(ts.path, ts.cluster, ts.deadline_factor, known_models())
+    windows = make_windows(trace, ts.window_s, ts.warmup_s, ts.windows, ts.val_windows, ts.first_jobs)
+    return ts, trace, methods, [w for w in windows if w.split == ts.split]
+
+
+def build_scheduler(spec: DictConfig, overhead: bool):
+    """A trace scheduler from its method config's ``trace_scheduler`` block (``overhead``: charge set-up costs, for a
+    scheduler that models them)."""
+    import inspect
+
+    from hydra.utils import get_class, instantiate
+
+    cls = get_class(spec["_target_"])
+    kw = {"overhead": overhead} if "overhead" in inspect.signature(cls).parameters else {}
+    return instantiate(spec, **kw)
+
+
+def replay_window(trace: Trace, w: Window, ts: TraceSettings, spec: DictConfig):
+    """Replay one window under one scheduler: (jobs replayed, scored mask, Replay, wall seconds)."""
+    jobs, scored = window_jobs(trace, w, ts.first_jobs)
+    sched = build_scheduler(spec, ts.overhead)
+    tput, max_level = job_speeds(jobs, sched.caps, ts.cluster.gpus, rigid=ts.rigid)
+    state = JobState(jobs.submit, jobs.deadline, tput, max_level, jobs.iterations.copy(), ts.cluster.gpus, slot=ts.slot)
+    t0 = time.perf_counter()
+    rep = replay(state, sched, size_class(jobs.num_gpu), len(SIZE_CLASSES), time_limit=ts.time_limit_s)
+    return jobs, scored, rep, time.perf_counter() - t0
+
+
+def job_rows(method: str, w: Window, jobs: Trace, scored: np.ndarray, rep) -> list[dict]:
+    """One row per scored job: the outcome of ``method`` on it."""
+    rows = []
+    cls = size_class(jobs.num_gpu)
+    for j in np.flatnonzero(scored):
+        fin, st = rep.finish[j], rep.started[j]
+        rows.append({
+            "method": method, "window": w.index, "split": w.split, "job_id": str(jobs.job_id[j]),
+            "num_gpu": int(jobs.num_gpu[j]), "size_class": SIZE_CLASSES[cls[j]], "model": str(jobs.model[j]) or "-",
+            "submit": int(jobs.submit[j]), "deadline": int(jobs.deadline[j]),
+            "deadline_met": int(rep.met[j]), "declined": int(rep.declined[j]),
+            "finish": None if np.isnan(fin) else float(fin),
+            "jct_s": None if np.isnan(fin) else float(fin - jobs.submit[j]),
+            "queue_s": None if np.isnan(st) else float(st - jobs.submit[j]),
+            "gpu_seconds": float(rep.gpu_seconds[j]),
+        })
+    return rows
+
+
+def run_trace(cfg: DictConfig, out: Path, log=print) -> dict:
+    """The trace experiment: every method on every window; writes results.json / results.md / figure / TensorBoard."""
+    ts, trace, methods, windows = check_trace_run(cfg)
+    log(f"trace {ts.path}: {trace.n_jobs} jobs ({trace.schema} schema), cluster {ts.cluster.name} ({ts.cluster.gpus} GPUs), "
+        f"{len(windows)} {ts.split} window(s), methods {', '.join(m for m, _ in methods)}")
+    rows, timings, windows_info, occupancy = [], {}, [], {}
+    for name, spec in methods:
+        timings[name] = 0.0
+        for w in windows:
+            jobs, scored, rep, secs = replay_window(trace, w, ts, spec)
+            timings[name] += secs
+            rows.extend(job_rows(name, w, jobs, scored, rep))
+            span = max(float(np.nanmax(np.r_[rep.occupancy_t, jobs.submit])) - float(jobs.submit.min()), 1.0)
+            windows_info.append({
+                "method": name, "window": w.index, "jobs": int(scored.sum()), "replay_s": secs,
+                "decisions": rep.n_decisions, "decision_ms_p50": float(np.percentile(rep.decision_s, 50) * 1e3),
+                "decision_ms_p99": float(np.percentile(rep.decision_s, 99) * 1e3),
+                "gpu_utilisation": float(rep.gpu_seconds.sum() / (ts.cluster.gpus * span)),
+            })
+            if w is windows[0]:
+                occupancy[name] = (rep.occupancy_t - rep.occupancy_t[0], rep.occupancy)
+            log(f"{name} window {w.index}: met {rep.met[scored].mean():.3f} of {int(scored.sum())} jobs in {secs:.1f} s")
+    protocol = {"trace": ts.path, "schema": trace.schema, "cluster": ts.cluster.name, "gpus": ts.cluster.gpus,
+                "slot_s": ts.slot, "first_jobs": ts.first_jobs, "window_s": ts.window_s, "warmup_s": ts.warmup_s,
+                "split": ts.split, "windows": [w.__dict__ for w in windows], "rigid": ts.rigid, "overhead": ts.overhead}
+    if trace.schema == "raw":
+        protocol["deadline_factor"] = ts.deadline_factor
+    return write_trace_results(rows, windows_info, occupancy, protocol, timings, out,
+                               tensorboard=bool((cfg.get("eval") or {}).get("tensorboard", True)))
