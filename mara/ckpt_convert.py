@@ -37,7 +37,8 @@ SHIPPED_RECIPES = {
     **{f"mara_qr_zoo_seed{s}.ckpt": "mat=default" for s in range(3)},
     **{f"mara_suite_zoo_seed{s}.ckpt": "mat=suite" for s in range(3)},
     **{f"mara_nodes_zoo_seed{s}.ckpt": "mat=suite_nodes" for s in range(3)},
-    **{f"mara_suite_ppo_zoo_seed{s}.ckpt": f"mat=suite_ppo mat.init_from=mara/data/checkpoints/mara_suite_zoo_seed{s}.ckpt"
+    **{f"mara_suite_ppo_zoo_seed{s}.ckpt": "mat=suite_ppo "
+                                           f"mat.init_from=mara/data/checkpoints/mara_suite_zoo_seed{s}.ckpt"
        for s in range(3)},
     "fm_zoo.ckpt": "python -m mara.train stage=predictor predictor.net.feature_set=v1",
     "fm_zoo_v3.ckpt": "python -m mara.train stage=predictor trainer.max_epochs=40",

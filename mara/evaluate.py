@@ -89,7 +89,8 @@ def evaluate(cfg: DictConfig) -> dict:
     log.info(
         f"evaluate {', '.join(methods)} on {episodes.E} episodes "
         f"({protocol.scenario}: task sets {protocol.task_sets if protocol.scenario != 'stress' else ['stress']}, "
-        f"loads {protocol.loads if protocol.scenario != 'stress' else '-'}, roots {protocol.roots}, {protocol.episodes} each) "
+        f"loads {protocol.loads if protocol.scenario != 'stress' else '-'}, roots {protocol.roots}, "
+        f"{protocol.episodes} each) "
         f"from {bank.path}"
     )
     proto = dict(run.recorded) | {"loads": protocol.loads, "scenario": protocol.scenario, "queue_capacity": sim.queue_capacity}

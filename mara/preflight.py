@@ -29,17 +29,17 @@ from mara.core.config import (
     plain_config,
     with_shipped_policies,
 )
+from mara.core.registry import import_object, predictor_entry, predictor_file, predictor_kinds, teachers
 from mara.curves.bank import default_bank_path, shipped_bank_path
 from mara.eval.policy_fit import check_policy_fit, policy_facts
 from mara.eval.runner import check_number, node_options
 from mara.eval.settings import validate_sim_cfg
 from mara.mat.allocator import read_policy_checkpoint
 from mara.mat.train import check_init_from, check_resume_checkpoint, checkpoint_method, with_run_policy
-from mara.train_settings import mat_settings, trained_method
-from mara.predictors.fm import load_net
 from mara.predictors.protocol import WARMUP_OBS
-from mara.predictors.quantile_head import check_cold_band, load_heads
+from mara.predictors.quantile_head import check_cold_band
 from mara.predictors.queries import cal_bank_path
+from mara.train_settings import mat_settings, trained_method
 
 
 def _first_line(exc: BaseException) -> str:
@@ -98,7 +98,7 @@ def check_method_override(name: str, override: dict, predictors) -> None:
         key = getattr(exc, "full_key", None)
         raise ConfigError(f"{where}{'.' + str(key) if key else ''}: {_first_line(exc)}") from None
     pred = override.get("predictor")
-    if pred is not None and pred not in (predictors or {}):
+    if pred is not None and pred not in (predictors or {}) and predictor_file(str(pred)) is None:
         raise ConfigError(f"{where}.predictor: no predictor {pred!r} is configured{closest(pred, predictors or {})}; "
                           f"known: {', '.join(predictors or {}) or 'none'}")
     alloc = override.get("allocator")
@@ -361,12 +361,21 @@ def check_sizes(cfg: DictConfig) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- checkpoints
+def _loaders() -> list[tuple[str, str]]:
+    """(what a checkpoint is in words, its loader) for the policy and every registered predictor checkpoint."""
+    seen = {"a MAT policy checkpoint": "mara.mat.allocator.read_policy_checkpoint"}
+    for name in predictor_kinds():
+        e = predictor_entry(name)
+        if e.checkpoint_loader:
+            seen.setdefault(e.checkpoint_holds or f"a {name} checkpoint", e.checkpoint_loader)
+    return list(seen.items())
+
+
 def _kind_of(path) -> str | None:
     """What a checkpoint file is, read with the packages' own loaders (for the error that names a mixed-up file)."""
-    for kind, loader in (("a MAT policy checkpoint", read_policy_checkpoint), ("an FM predictor checkpoint", load_net),
-                         ("a decision-head checkpoint", load_heads)):
+    for kind, loader in _loaders():
         try:
-            loader(path)
+            import_object(loader)(path)
             return kind
         except Exception:
             continue
@@ -389,23 +398,21 @@ def read_policy(path) -> dict:
     return dict(ckpt, path=str(path))
 
 
-PREDICTOR_LOADERS = {"fm": ("mara.predictors.fm", "load_net", "an FM predictor checkpoint"),
-                     "qr": ("mara.predictors.quantile_head", "load_heads", "a decision-head checkpoint"),
-                     "lcpfn": ("mara.predictors.lcpfn", "load_lcpfn", "an LC-PFN checkpoint")}
 SHIPPED_CKPT_NAMES = {"lcpfn": ("prior", "finetuned")}  # ckpt_path values that name a shipped checkpoint, not a file
 
 
 def read_predictor_checkpoint(spec, where: str) -> None:
-    """A predictor config's explicit ``ckpt_path`` loads with that predictor's own loader: one-line ConfigError."""
+    """A predictor config's explicit ``ckpt_path`` loads with that predictor's own loader (``registry.checkpoint``
+    of its kind): one-line ConfigError."""
     path = spec.get("ckpt_path") if spec is not None and hasattr(spec, "get") else None
-    name = spec.get("name") if path else None
-    if not path or name not in PREDICTOR_LOADERS or str(path) in SHIPPED_CKPT_NAMES.get(name, ()):
+    entry = predictor_entry(str(spec.get("name")), missing_ok=True) if path else None
+    if not path or entry is None or not entry.checkpoint_loader or str(path) in SHIPPED_CKPT_NAMES.get(entry.name, ()):
         return
     if not Path(str(path)).is_file():
         raise ConfigError(f"{where}.ckpt_path: predictor checkpoint {path} not found")
-    module, fn, kind = PREDICTOR_LOADERS[name]
+    kind = entry.checkpoint_holds or f"a {entry.name} checkpoint"
     try:
-        getattr(importlib.import_module(module), fn)(str(path))
+        import_object(entry.checkpoint_loader)(str(path))
     except Exception as exc:
         other = _kind_of(path)
         why = f"it is {other}" if other else (_first_line(exc) if isinstance(exc, ConfigError) else type(exc).__name__)
@@ -542,6 +549,23 @@ def check_cal_banks(cfg: DictConfig) -> None:
                 cal_bank_path(_bank_path(cfg), part.get("cal_bank"), f"{where}.{key}.cal_bank")
 
 
+def check_teachers(cfg: DictConfig) -> None:
+    """``mat.imitation.teacher`` and every setting's teacher of ``mat.imitation.suite`` are methods registered as
+    teachers (``teacher: true`` in their conf/method YAML)."""
+    imitation = _select(cfg, "mat.imitation")
+    if not isinstance(imitation, DictConfig) or not imitation.get("enabled", False):
+        return
+    named = [("mat.imitation.teacher", imitation.get("teacher"))]
+    named += [(f"mat.imitation.suite[{i}].teacher", s.get("teacher")) for i, s in enumerate(imitation.get("suite") or [])
+              if isinstance(s, DictConfig)]
+    allowed = teachers()
+    for where, name in named:
+        if name is not None and name not in allowed:
+            check_method_names([name], where)
+            raise ConfigError(f"{where}={name} is not a teacher (a rule whose conf/method YAML says teacher: true); "
+                              f"teachers: {', '.join(allowed)}")
+
+
 def preflight(cfg: DictConfig, entry: str) -> None:
     """Every check that can be made before any work (``entry``: ``train``, ``evaluate`` or ``live``); a mistake is
     one ConfigError, which the entry points print as one line and exit 2."""
@@ -555,6 +579,8 @@ def preflight(cfg: DictConfig, entry: str) -> None:
     else:
         need = cfg.get("action", "run") == "run"
     methods = check_methods(cfg, need)
+    if entry == "train":
+        check_teachers(cfg)
     check_cal_banks(cfg)
     if entry == "live":
         check_live_workers(cfg)

@@ -2,8 +2,10 @@
 
 The composed config is parsed once, before any work, into typed settings (mara/train_settings.py); the stages read
 only those. Stages (``stage=all`` runs them in order):
-  ``predictor`` — train the run's predictor where its kind trains here (the FM; skipped for other kinds or a given
-                  ``predictor.ckpt_path``) → ``<run>/predictor/fm.ckpt``;
+  ``predictor`` — train the run's predictor with its kind's trainer (``registry.trainer`` of its conf/predictor
+                  YAML) when its kind says ``pipeline: true`` (the FM) or ``predictor_stage=train`` (any kind with
+                  a trainer); skipped for ``predictor_stage=skip``, a given ``predictor.ckpt_path`` or a kind with
+                  nothing to train (``wls``) → ``<run>/predictor/<kind>.ckpt``;
   ``policy``    — train the MAT allocator with PPO against the frozen predictor → ``<run>/policy/``;
   ``evaluate``  — evaluate the trained policy next to every baseline on identical episodes.
 """
@@ -16,14 +18,15 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from mara.core import registry
 from mara.core.cli import check_group_overrides, output_dir, run_cli
-from mara.core.config import ConfigError, is_learned, load_method_cfg
+from mara.core.config import ConfigError
 from mara.core.rundir import run_folder, run_settled_stage
 from mara.core.runlog import log
 from mara.evaluate import all_methods_failed, evaluate
 from mara.mat.train import check_policy_files, checkpoint_method, train_policy, with_run_policy
 from mara.pipelines.paper import run_paper
-from mara.predictors.train import train_predictor
+from mara.predictors.stage import run_trainer
 from mara.preflight import preflight
 from mara.train_settings import (
     RunSettings,
@@ -83,17 +86,19 @@ def run_stages(run: RunSettings) -> dict:
 
 
 def predictor_stage(run: RunSettings) -> tuple[RunSettings, dict | None]:
-    """Train the run's predictor when its kind trains here (the FM); later stages read the checkpoint it wrote."""
+    """Train the run's predictor with its kind's registered trainer (``settings.predictor``: None when the kind has
+    nothing to train here); later stages read the checkpoint it wrote, ``<run>/predictor/<kind>.ckpt``."""
     fit = run.settings.predictor
     if fit is None:
         log.info(f"predictor stage: nothing to train for predictor {run.settings.predictor_name!r} (its checkpoint is "
-                 "read as it is; the stage trains the FM, with predictor=fm)")
+                 "read as it is; the stage trains a predictor whose registry says pipeline: true; "
+                 "predictor_stage=train trains any predictor with a trainer)")
         return run, None
     folder = Path(run.folder) / "predictor"
     fit = replace(fit, output_dir=str(folder))
-    result = run_settled_stage(folder, lambda _: train_predictor(fit), run.settings.record("predictor"), "predictor")
-    ckpt = result.get("fm_ckpt")
-    return (run.with_predictor_ckpt(ckpt) if ckpt else run), result
+    result = run_settled_stage(folder, lambda _: run_trainer(fit), run.settings.record("predictor"), "predictor")
+    ckpt = folder / f"{fit.kind}.ckpt"
+    return (run.with_predictor_ckpt(fit.kind, str(ckpt)) if ckpt.exists() else run), result
 
 
 def policy_stage(run: RunSettings) -> dict:
@@ -127,7 +132,7 @@ def evaluated_methods(run: RunSettings, trained: str | None, policy_ckpt: str | 
     listed = with_run_policy(list(run.settings.methods), trained) if trained else list(run.settings.methods)
     methods = []
     for m in listed:
-        if is_learned(load_method_cfg(m)):
+        if registry.method(m).learned:
             if not policy_ckpt and not overrides.get(m, {}).get("checkpoints"):
                 log.warning(f"skipping {m} in the evaluation (no trained policy checkpoint)")
                 continue

@@ -1,7 +1,8 @@
 """The one reading of ``python -m mara.train``'s composed config: typed settings and the checks before any work.
 
 ``parse(cfg)`` turns the composed config (conf/train.yaml) into a frozen ``TrainSettings``: the stage, the predictor
-stage's fit (``PredictorTraining``, mara/predictors/fit_settings.py), the policy stage's ``MatSettings``
+stage's fit (``PredictorTraining``, mara/predictors/fit_settings.py: the run's predictor kind, its registered trainer
+and fit settings, mara/core/registry.py), the policy stage's ``MatSettings``
 (mara/mat/settings.py, the simulator's ``SimSettings`` shared with the evaluation) and the run-folder records of
 each stage. Every mistake it finds is one ``ConfigError`` line (exit 2, before any work): stage and reward names,
 seed, ``sim.*`` / ``eval.*``, node speeds, method names, the recipe's sections, suite settings, training roots
@@ -17,10 +18,11 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from mara.core import registry
 from mara.core.cli import output_dir
 from mara.core.config import ConfigError, conf_dir, load_method_cfg, plain_config
-from mara.core.runlog import log
 from mara.core.rundir import STAGE_SETTINGS, stage_settings
+from mara.core.runlog import log
 from mara.eval.settings import check_number, node_options, protocol_settings
 from mara.mat.settings import (
     ImitationSettings,
@@ -39,9 +41,10 @@ from mara.sim.env import check_node_options
 from mara.sim.settings import SimSettings
 
 STAGES = ("all", "predictor", "policy", "evaluate")
+#: what the predictor stage does with the run's predictor: ``auto`` trains a kind whose registry says
+#: ``pipeline: true`` (the FM), ``train`` any kind with a registered trainer, ``skip`` none
+PREDICTOR_STAGE = ("auto", "train", "skip")
 EVAL_ROOTS = set(range(5))
-#: predictor kind → the fit settings of its training in the predictor stage (kinds absent here: nothing to train)
-TRAINABLE = {"fm": FlowFitSettings.from_config}
 
 
 @dataclass(frozen=True)
@@ -79,10 +82,14 @@ class TrainSettings:
 
 
 def check_stage_and_reward(cfg: DictConfig) -> tuple[str, str]:
-    """``(stage, reward)``, each one of its names (one-line ``ConfigError`` otherwise)."""
+    """``(stage, reward)``, each one of its names, and ``predictor_stage`` one of its modes (one-line
+    ``ConfigError`` otherwise)."""
     stage = cfg.get("stage", "all")
     if stage not in STAGES:
         raise ConfigError(f"stage must be one of {', '.join(STAGES)}, got {cfg.get('stage')!r}")
+    if cfg.get("predictor_stage", "auto") not in PREDICTOR_STAGE:
+        raise ConfigError(f"predictor_stage must be one of {', '.join(PREDICTOR_STAGE)}, "
+                          f"got {cfg.get('predictor_stage')!r}")
     reward = cfg.get("reward", "dense")
     if reward not in ("dense", "sparse"):
         raise ConfigError(f"reward must be 'dense' or 'sparse', got {cfg.reward!r}")
@@ -113,28 +120,41 @@ def parse(cfg: DictConfig) -> TrainSettings:
 
 
 def _predictor_training(cfg: DictConfig, pred: dict | None, stage: str) -> PredictorTraining | None:
-    """The predictor stage's fit: the predictor's kind trains here and no checkpoint is given (``stage=predictor``
-    trains even then)."""
-    if pred is None or pred.get("name", "fm") not in TRAINABLE or (stage == "all" and pred.get("ckpt_path")):
+    """The predictor stage's fit, or None when there is nothing to train: the run's predictor kind trains here when
+    it has a registered trainer and ``predictor_stage`` asks (``auto``: the kind's ``pipeline: true``; ``train``: any
+    such kind; ``skip``: none), and no checkpoint is given (``stage=predictor`` trains even then). The kind's
+    registered ``settings`` parse its config laid over the kind's own YAML (a variant, ``qr_q``, names only its
+    band); without them the trainer reads the run config (mara/predictors/stage.py)."""
+    kind = None if pred is None else registry.predictor_entry(str(pred.get("name", "fm")), missing_ok=True)
+    mode = cfg.get("predictor_stage", "auto")
+    trains = kind is not None and kind.trainer and (mode == "train" or (mode == "auto" and kind.pipeline))
+    if not trains or (stage == "all" and pred.get("ckpt_path")):
         return None
-    return PredictorTraining(flow=TRAINABLE[pred.get("name", "fm")](pred), output_dir="predictor",  # the run's, later
+    fit = None
+    if kind.settings:
+        full = plain_config(OmegaConf.merge(OmegaConf.load(registry.predictor_file(kind.name)), cfg.predictor))
+        full.pop("registry", None)
+        fit = registry.import_object(kind.settings).from_config(full)
+    return PredictorTraining(fit=fit, output_dir="predictor",  # the run's folder, set by the stage
                              bank_path=(cfg.get("bank") or {}).get("path"), seed=int(cfg.get("seed", 0)),
-                             trainer=plain_config(cfg.get("trainer")) or {})
+                             trainer=plain_config(cfg.get("trainer")) or {}, kind=kind.name,
+                             trained_by=str(kind.trainer), config=pred)
 
 
 def predictor_training(cfg: DictConfig) -> PredictorTraining:
     """The FM's training of a config with ``predictor``, ``bank.path``, ``seed``, ``trainer`` and ``paths.output_dir``
     (a job of the paper's pipeline)."""
-    return PredictorTraining(flow=FlowFitSettings.from_config(plain_config(cfg.predictor)),
+    return PredictorTraining(fit=FlowFitSettings.from_config(plain_config(cfg.predictor)),
                              output_dir=str(cfg.paths.output_dir), bank_path=(cfg.get("bank") or {}).get("path"),
                              seed=int(cfg.get("seed", 0)), trainer=plain_config(cfg.get("trainer")) or {})
 
 
 # ------------------------------------------------------------------------------------------------- the MAT recipe
 def load_recipe(name: str) -> DictConfig:
-    """A bare conf/mat/<name>.yaml laid over the recipes its ``defaults`` list names (default → band → clone), as
-    Hydra composes it under ``mat=<name>``."""
-    cfg = OmegaConf.load(conf_dir("mat", f"{name}.yaml"))
+    """A bare conf/mat/<name>.yaml (or conf/experiments/mat/, or a ``MARA_CONF_PATH`` folder's: Hydra's search
+    path) laid over the recipes its ``defaults`` list names (default → band → clone), as Hydra composes it under
+    ``mat=<name>``."""
+    cfg = OmegaConf.load(registry.find_conf("mat", f"{name}.yaml") or conf_dir("mat", f"{name}.yaml"))
     base = OmegaConf.create()
     for entry in cfg.pop("defaults", []) or []:
         if entry != "_self_":
@@ -312,9 +332,9 @@ def run_predictor_key(cfg: DictConfig) -> str | None:
 @dataclass(frozen=True)
 class RunSettings:
     """The settings in one run folder, as the stages go: the predictor config and the policy's settings with the
-    checkpoints this folder holds or the predictor stage wrote; ``fm_ckpt``: the FM checkpoint every ``fm``
-    predictor of the evaluation reads (None: the configured one); ``composed``: the config handed on, as it is, to
-    the evaluation entry (``mara.evaluate``, which parses it itself)."""
+    checkpoints this folder holds or the predictor stage wrote; ``trained``: {predictor kind: the checkpoint every
+    predictor of that kind in the evaluation reads} (empty: the configured ones); ``composed``: the config handed on,
+    as it is, to the evaluation entry (``mara.evaluate``, which parses it itself)."""
 
     settings: TrainSettings
     folder: str
@@ -322,7 +342,7 @@ class RunSettings:
     predictor_config: dict | None = None
     policy: MatSettings | None = None
     policy_ckpt: str | None = None
-    fm_ckpt: str | None = None
+    trained: dict = field(default_factory=dict)
 
     @property
     def method_overrides(self) -> dict:
@@ -332,28 +352,31 @@ class RunSettings:
     def predictor_key(self) -> str | None:
         return self.settings.predictor_key
 
-    def with_predictor_ckpt(self, ckpt: str, own: bool = True) -> "RunSettings":
-        """The run reading the FM checkpoint ``ckpt``: as its own predictor's (``own``, an FM run) and as the
-        evaluation's ``fm``."""
-        if not own or self.predictor_config is None:
-            return replace(self, fm_ckpt=ckpt)
+    def with_predictor_ckpt(self, kind: str, ckpt: str) -> "RunSettings":
+        """The run reading the ``kind`` checkpoint ``ckpt``: as its own predictor's (when the run's predictor is of
+        that kind: the policy trains on it) and as every ``kind`` predictor's of the evaluation."""
+        run = replace(self, trained={**self.trained, kind: ckpt})
+        if self.predictor_config is None or self.predictor_config.get("name") != kind:
+            return run
         pred = {**self.predictor_config, "ckpt_path": ckpt}
         policy = None if self.policy is None else replace(self.policy, predictor=pred)
-        return replace(self, predictor_config=pred, policy=policy, fm_ckpt=ckpt)
+        return replace(run, predictor_config=pred, policy=policy)
 
 
 def with_run_folder(settings: TrainSettings, cfg: DictConfig) -> RunSettings:
-    """The run in its folder: a later stage uses that folder's products — ``<run>/predictor/fm.ckpt`` (unless a
-    predictor checkpoint is given) and, for ``stage=evaluate``, ``<run>/policy/checkpoints/best.ckpt`` (unless
-    ``policy_ckpt`` is given)."""
+    """The run in its folder: a later stage uses that folder's products — ``<run>/predictor/<kind>.ckpt`` of every
+    registered predictor kind (unless a predictor checkpoint is given) and, for ``stage=evaluate``,
+    ``<run>/policy/checkpoints/best.ckpt`` (unless ``policy_ckpt`` is given)."""
     out = output_dir(cfg)
     run = RunSettings(settings, str(out), cfg, settings.predictor_config, settings.policy, settings.policy_ckpt)
     if settings.stage not in ("policy", "evaluate"):
         return run
-    fm = out / "predictor" / "fm.ckpt"
-    if fm.exists() and not (settings.predictor_config or {}).get("ckpt_path"):
-        run = run.with_predictor_ckpt(str(fm), own=settings.predictor_name == "fm")
-        log.info(f"using this run's predictor {fm}")
+    if not (settings.predictor_config or {}).get("ckpt_path"):
+        for kind in registry.predictor_kinds():
+            trained = out / "predictor" / f"{kind}.ckpt"
+            if trained.exists():
+                run = run.with_predictor_ckpt(kind, str(trained))
+                log.info(f"using this run's predictor {trained}")
     best = out / "policy" / "checkpoints" / "best.ckpt"
     if settings.stage == "evaluate" and not settings.policy_ckpt and best.exists():
         run = replace(run, policy_ckpt=str(best))
@@ -363,7 +386,9 @@ def with_run_folder(settings: TrainSettings, cfg: DictConfig) -> RunSettings:
 
 def evaluation_config(run: RunSettings, methods: list[str], overrides: dict) -> DictConfig:
     """The config of the run's evaluation stage: the composed one in ``<run>/evaluation`` with these methods and
-    overrides, the run's predictor config (and its FM checkpoint) where the evaluation builds predictors."""
+    overrides, the run's predictor config (and the checkpoints its predictor stage wrote) where the evaluation
+    builds predictors: every predictor of a trained kind reads this run's checkpoint, and the methods that name the
+    kind itself find the run's predictor under it."""
     ecfg = run.composed.copy()
     with open_dict(ecfg):
         ecfg.paths.output_dir = str(Path(run.folder) / "evaluation")
@@ -371,8 +396,14 @@ def evaluation_config(run: RunSettings, methods: list[str], overrides: dict) -> 
         ecfg.method_overrides = overrides
         if run.predictor_config is not None:
             ecfg.predictor = run.predictor_config
-        if run.fm_ckpt and "predictors" in ecfg and "fm" in ecfg.predictors:
-            ecfg.predictors.fm.ckpt_path = run.fm_ckpt
+        for kind, ckpt in run.trained.items():
+            if "predictors" not in ecfg:
+                ecfg.predictors = {}
+            if kind not in ecfg.predictors and (run.predictor_config or {}).get("name") == kind:
+                ecfg.predictors[kind] = run.predictor_config
+            for spec in ecfg.predictors.values():
+                if spec is not None and spec.get("name") == kind:
+                    spec.ckpt_path = ckpt
         key = run.predictor_key
         if key is not None and any((o or {}).get("predictor") == key for o in overrides.values()):
             if "predictors" not in ecfg:

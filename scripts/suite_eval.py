@@ -4,8 +4,8 @@ learned methods averaged over training seeds first), then the suite means. Ident
 setting (evaluation roots 0–4 unless ``--roots``); loads ``p·M/7`` (the paper's pressure per node) on M nodes.
 
     python scripts/suite_eval.py --out outputs/suite_eval [--learned MARA-suite|MARA-nodes|MARA-suite-ppo] \\
-        [--ckpts RUN0/best.ckpt,RUN1/best.ckpt,RUN2/best.ckpt] [--settings clusters|sizes] [--size-ckpts 12x16=A,B,C ...]
-        [--methods Slack-QR,Slack-QR-q,...] [--rules-only]
+        [--ckpts RUN0/best.ckpt,RUN1/best.ckpt,RUN2/best.ckpt] [--settings clusters|sizes] [--size-ckpts
+        12x16=A,B,C ...] [--methods Slack-QR,Slack-QR-q,...] [--rules-only]
 
 The learned method (``--learned``, default MARA-suite) is evaluated from ``--ckpts`` (one per training seed), or
 without it from its shipped policies (mara/data/checkpoints/mara_suite_zoo_seed*.ckpt, mara_nodes_zoo_seed*.ckpt,

@@ -1,4 +1,5 @@
-"""IMDB sentiment data: ``aclImdb/{train,test}/{pos,neg}/*.txt`` -> token ids [N, L] + labels [N] (or a synthetic stand-in)."""
+"""IMDB sentiment data: ``aclImdb/{train,test}/{pos,neg}/*.txt`` -> token ids [N, L] + labels [N] (or a synthetic
+stand-in)."""
 from __future__ import annotations
 
 import re

@@ -13,7 +13,6 @@ expert's action. Frames: grayscale 210x160 resized (area) to 84x84, stacks of th
 from __future__ import annotations
 
 import os
-
 from pathlib import Path
 
 import numpy as np
@@ -76,7 +75,8 @@ def collect(n: int, seed: int, p_expert: float = 0.7) -> dict[str, torch.Tensor]
         gym.register_envs(ale_py)
         env = gym.make("ALE/MontezumaRevenge-v5", obs_type="grayscale", repeat_action_probability=0.0)
     except Exception as exc:
-        raise ZooError(f"Montezuma's Revenge unavailable ({exc.__class__.__name__}: {exc}); install ale-py>=0.9, or use source=synthetic") from None
+        raise ZooError(f"Montezuma's Revenge unavailable ({exc.__class__.__name__}: {exc}); install ale-py>=0.9, or "
+                       "use source=synthetic") from None
     rng = np.random.default_rng(seed)
     expert = ScriptedExpert()
     obs, _ = env.reset(seed=seed)

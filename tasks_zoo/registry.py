@@ -76,7 +76,8 @@ def datamodule_class(cfg: DictConfig) -> tuple[type[ZooDataModule], dict]:
 
 def load_dataset(dataset: str, source: str, data_root: str, cache_dir: str, download: bool = False):
     """(built-in dataset name, source) -> torch Dataset of (input, target); cached per process. Real data sets are
-    found under ``data_root`` as unpacked folders or archives (unpacked once into ``cache_dir``; see tasks_zoo.archives)."""
+    found under ``data_root`` as unpacked folders or archives (unpacked once into ``cache_dir``; see
+    tasks_zoo.archives)."""
     if source not in SOURCES:
         raise ZooError(f"unknown data source {source!r} (use one of: {', '.join(SOURCES)})")
     if dataset not in DATAMODULES:

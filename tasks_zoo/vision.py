@@ -1,4 +1,5 @@
-"""CIFAR-10 classifiers: small CNN, 32x32 ResNets, row-reading LSTM, SimpleViT. Input float [B, 3, 32, 32] -> logits [B, 10]."""
+"""CIFAR-10 classifiers: small CNN, 32x32 ResNets, row-reading LSTM, SimpleViT. Input float [B, 3, 32, 32] ->
+logits [B, 10]."""
 from __future__ import annotations
 
 import torch

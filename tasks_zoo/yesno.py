@@ -56,7 +56,8 @@ def load_yesno(folder: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def synthetic_waves(n: int = 60, seed: int = 0) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """Eight tone-pair 'words' per clip (yes: high pair, no: low pair), speaker pitch jitter + noise -> waves, y [n, 8]."""
+    """Eight tone-pair 'words' per clip (yes: high pair, no: low pair), speaker pitch jitter + noise -> waves, y
+    [n, 8]."""
     rng = np.random.default_rng(20_000 + seed)
     y = rng.integers(0, 2, size=(n, WORDS))
     t = np.arange(int(0.35 * SAMPLE_RATE)) / SAMPLE_RATE

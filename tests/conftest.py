@@ -1,12 +1,34 @@
-"""Shared fixtures: small banks that the tests build themselves."""
+"""Shared fixtures and helpers: small banks that the tests build themselves, a config composed as an entry point
+composes it, a Python command run from the repository root."""
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+from hydra import compose, initialize_config_dir
 
+from mara.core.config import CONF_DIR
 from mara.curves.bank import load_bank, write_bank
 from mara.curves.families import ALL_FAMILIES
 from mara.curves.parametric import build_parametric_bank
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def compose_config(name: str, *overrides: str):
+    """``conf/<name>.yaml`` composed with ``overrides`` as the entry point composes it (nothing runs)."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(name, overrides=list(overrides))
+
+
+def run_python(*args: str, timeout: int = 300, cwd=REPO) -> subprocess.CompletedProcess:
+    """``python *args`` from the repository root (warnings quiet, one thread), its output as text."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def linear_records(n_curves: int = 4, length: int = 60, family: str = "CNN_Cifar10", split: str = "pool"):

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 from hydra.core.global_hydra import GlobalHydra
 
-import mara.pipelines.paper
 import mara.evaluate
 import mara.live.__main__
 import mara.live.run
+import mara.pipelines.paper
+import mara.predictors.train
 import mara.train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,7 +30,7 @@ MAIN = {"train": mara.train.main, "evaluate": mara.evaluate.main, "live": mara.l
 # the folder is held (e.g. Clairvoyant's workers); never results, checkpoints or events
 HYDRA_FILES = {".hydra", "train.log", "evaluate.log", "live.log", "__main__.log", ".run.lock"}
 #: the functions that start work; reaching one fails the case
-WORK = [(mara.train, "train_predictor"), (mara.train, "train_policy"), (mara.pipelines.paper, "run_jobs"),
+WORK = [(mara.predictors.train, "train_predictor"), (mara.train, "train_policy"), (mara.pipelines.paper, "run_jobs"),
         (mara.evaluate, "build_episodes"), (mara.evaluate, "evaluate_methods"), (mara.evaluate, "run_prediction"),
         (mara.evaluate, "run_lofo_experiment"), (mara.live.run, "run_live_methods"), (mara.live.run, "export_bank")]
 

@@ -5,8 +5,7 @@ from omegaconf import OmegaConf
 
 from mara.curves.bank import default_bank_path, load_bank
 from mara.eval.prediction import build_queries, by_obs_markdown, metrics_by_obs
-from mara.predictors.calibrated import (calibrate, group_offsets, held_out_family_coverage, novel_offset,
-                                        offsets_for)
+from mara.predictors.calibrated import calibrate, group_offsets, held_out_family_coverage, novel_offset, offsets_for
 from mara.predictors.data import observe
 from mara.predictors.factory import predictor_from
 from mara.predictors.uncertainty import apply_offset, band_metrics

@@ -1,4 +1,5 @@
-"""The README and docs/: links and their #anchors resolve, the README stays short, its results table is the generated one."""
+"""The README and docs/: links and their #anchors resolve, the README stays short, its results table is the
+generated one."""
 import re
 from pathlib import Path
 

@@ -1,24 +1,20 @@
 """Entry points end to end on tiny configs; every config composes; config mistakes give one line."""
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from mara.core.config import CONF_DIR, ConfigError, available_methods, load_method_cfg
 from mara.curves.bank import BankError, write_bank
 from mara.evaluate import evaluate
+from tests.conftest import compose_config, run_python
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def cfg_for(name="evaluate", overrides=()):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(name, overrides=list(overrides))
+    return compose_config(name, *overrides)
 
 
 def tiny(tmp_path, bank_path, *extra, name="evaluate"):
@@ -123,9 +119,7 @@ def test_bank_without_calibration(tmp_path, linear_bank):
         evaluate(tiny(tmp_path, linear_bank.path, "methods=[FIFO]"))
 
 
-def _run(*args, cwd=REPO):
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, env=env)
+_run = run_python
 
 
 def test_cli_evaluate_and_train_run(tmp_path, small_bank):
@@ -192,22 +186,16 @@ def test_train_smoke_pipeline(tmp_path, small_bank):
     assert not res["skipped"] and not res["failed"]
 
 
-def test_method_configs_are_composed_by_hydra(tmp_path):
-    """conf/method/*: a method starting from another (defaults: [BASE, _self_]) is BASE with its own keys on top,
-    composed by Hydra; a broken defaults entry is one line naming the method."""
+def test_method_configs_start_from_their_defaults(tmp_path, monkeypatch):
+    """A method starting from another (defaults: [BASE, _self_]) is BASE with its own keys on top; a broken defaults
+    entry is one line naming the method."""
     base, best = load_method_cfg("LARA"), load_method_cfg("LARA-best")
     assert best.allocator._target_ == base.allocator._target_ and best.name == "LARA-best"
     assert best.allocator.cold_reserve == 0 and base.allocator.cold_reserve != 0
-    from mara.core import config
-
     bad = tmp_path / "conf"
     (bad / "method").mkdir(parents=True)
     (bad / "method" / "Broken.yaml").write_text("defaults:\n  - NoSuchBase\n  - _self_\nname: Broken\nkind: policy\n")
-    old = config.CONF_DIR
-    try:
-        config.CONF_DIR = bad
-        with pytest.raises(ConfigError, match=r"method 'Broken': cannot compose") as err:
-            load_method_cfg("Broken")
-        assert "\n" not in str(err.value)
-    finally:
-        config.CONF_DIR = old
+    monkeypatch.setenv("MARA_CONF_PATH", str(bad))
+    with pytest.raises(ConfigError, match=r"method 'Broken': cannot compose") as err:
+        load_method_cfg("Broken")
+    assert "\n" not in str(err.value)

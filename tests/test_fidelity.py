@@ -22,7 +22,8 @@ from tests.conftest import linear_records
 
 
 def test_known_answers_on_a_linear_bank(tmp_path):
-    # per-batch loss 2 - 0.02 i (i = 1..60): L(s) = 2 - 0.01 (s + 1); calibrated ε 1.5, paper ε 1.6601, budgets [285, 315]
+    # per-batch loss 2 - 0.02 i (i = 1..60): L(s) = 2 - 0.01 (s + 1); calibrated ε 1.5, paper ε 1.6601, budgets
+    # [285, 315]
     path = write_bank(tmp_path / "lin.parquet", linear_records(3, 60),
                       {"family_params": {"CNN_Cifar10": {"eps": 1.5, "budget": [40, 50]}}})
     row = family_fidelity(load_bank(path), "CNN_Cifar10")
@@ -55,8 +56,9 @@ def test_shipped_bank_table_has_every_family():
 
 
 def test_shipped_default_bank_is_all_real_with_the_paper_composition():
-    """The default bank is the real-data bank: every row real, all ten families, fm_train 50 / fm_val 10 / pool 30 per ID
-    family and pool 30 per OOD family, each curve with its recipe's data order recorded (README "Curve banks")."""
+    """The default bank is the real-data bank: every row real, all ten families, fm_train 50 / fm_val 10 / pool 30
+    per ID family and pool 30 per OOD family, each curve with its recipe's data order recorded (README "Curve
+    banks")."""
     bank = load_bank(default_bank_path())
     assert set(bank.data_source) == {"real"} and len(bank) == 780
     assert bank.bank_meta["data_sources"] == ["real"] and sorted(bank.families) == sorted(ALL_FAMILIES)

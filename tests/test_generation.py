@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict
 import subprocess
 import sys
+from dataclasses import asdict
 
 import pytest
 import torch

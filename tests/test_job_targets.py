@@ -162,7 +162,8 @@ def test_validation_leaves_training_untouched(val_modules):
 def test_success_is_decided_by_the_metric(tmp_path):
     """'reach' gets a training-loss ε it never reaches but an accuracy it does: it succeeds at the validation that
     crossed. 'miss' reaches its ε at once but never an accuracy above 1: it fails at its deadline. The replay (from
-    the recorded losses and validations) agrees; the curve rows stay training-loss curves; TensorBoard has the metric."""
+    the recorded losses and validations) agrees; the curve rows stay training-loss curves; TensorBoard has the
+    metric."""
     jobs = [job("reach", target={**ACC, "value": 0.3, "loss": 1e-4}),
             job("miss", seed=3, target={**ACC, "value": 1.01, "loss": 100.0}, deadline={"steps": 12})]
     res = schedule(jobs, [f"paths.output_dir={tmp_path}", *(o for o in FIFO if "tensorboard" not in o)])

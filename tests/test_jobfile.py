@@ -1,5 +1,6 @@
 """A user's job file: one-line checks (exit 2) before any training, exact preempt/resume of a user job, a 3-job live
-run end to end (outcomes, timeline, TensorBoard, curves replayed decision for decision), a crashing job failing alone."""
+run end to end (outcomes, timeline, TensorBoard, curves replayed decision for decision), a crashing job failing
+alone."""
 import json
 import os
 import subprocess

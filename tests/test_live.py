@@ -341,7 +341,8 @@ def test_exported_training_bank_has_the_live_runs_epsilon(tmp_path):
 
 
 def test_a_file_order_family_trains_live_in_file_order():
-    """ALSTM_Text_1 has data_order: file; a live job must see the batches its bank curve saw (not a reshuffled stream)."""
+    """ALSTM_Text_1 has data_order: file; a live job must see the batches its bank curve saw (not a reshuffled
+    stream)."""
     job = TrainingJob(spec(0, bs=4))
     assert not job.batches.shuffle
     from tasks_zoo.registry import build_task

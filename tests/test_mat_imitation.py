@@ -103,3 +103,18 @@ def test_checkpoint_selection_reads_validation_roots_only(tmp_path, monkeypatch)
     assert (Path(r["output_dir"]) / "checkpoints" / "imitation.json").exists()
     with pytest.raises(ValueError, match="overlap the evaluation roots"):
         train_policy(mat_settings(tiny_cfg(tmp_path / "bad", **{"validation.roots": "[1000,3]"})))
+
+
+def test_an_imitation_round_is_logged_as_a_line_for_people():
+    from mara.mat.imitation import round_line
+
+    rec = {"round": 1, "states": 12000, "new_states": 3000, "loss": 0.41234, "agreement_train": 0.9312,
+           "agreement_new_before_training": 0.88, "seconds": 40.0}
+    line = round_line("imitation", rec, 4)
+    assert line == ("imitation round 2/4: 12,000 states (+3,000 new), loss 0.412, agreement 93.1 % on its data, "
+                    "88.0 % on the new states before training; 40 s, about 40 s left")
+    suite = {"round": 0, "states": 500, "loss": 1.0, "agreement_train": [0.5, 0.25],
+             "agreement_new_before_training": [None, None], "node_agreement_train": [None, None], "seconds": 3.0}
+    assert round_line("suite imitation", suite, 1) == ("suite imitation round 1/1: 500 states, loss 1.000, agreement "
+                                                       "50.0 / 25.0 % on its data; 3 s, about 0 s left")
+    assert "{" not in line and "{" not in round_line("suite imitation", suite, 1)

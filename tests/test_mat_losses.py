@@ -95,7 +95,8 @@ def test_shaped_rewards_sum_to_successes(policy):
 
 
 def test_minibatch_count_from_config():
-    """``ppo.minibatch_size`` (samples of the nominal rollout) overrides ``ppo.n_minibatches``; same count on every rank."""
+    """``ppo.minibatch_size`` (samples of the nominal rollout) overrides ``ppo.n_minibatches``; same count on every
+    rank."""
     from mara.mat.ppo import n_minibatches
     from mara.mat.settings import PPOSettings, RolloutSettings
 

@@ -1,6 +1,7 @@
-"""The MAT recipes (conf/mat/): eight, each composing to the values that made its shipped or stored numbers; the
-experiments (and conf/train.yaml for the default) pair each recipe with its predictor; the documented overrides
-for the variants that are not recipes compose and pass the teacher check."""
+"""The MAT recipes: five in conf/mat/ (the product), three in conf/experiments/mat/ (variants kept apart, selected the
+same way), each composing to the values that made its shipped or stored numbers; the experiments (and
+conf/train.yaml for the default) pair each recipe with its predictor; the documented overrides for the variants that
+are not recipes compose and pass the teacher check."""
 from __future__ import annotations
 
 import json
@@ -8,11 +9,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from mara.core import registry
 from mara.core.config import CONF_DIR
 from mara.train_settings import check_teacher_predictor, mat_settings
+from tests.conftest import compose_config
 
 REPO = Path(__file__).resolve().parents[1]
 # The composed `mat` config of each recipe, recorded from the recipe files that trained the shipped policies
@@ -26,8 +28,7 @@ RECIPES = {"default": "qr_q", "band": "fm", "clone": "fm", "paper": "fm", "heter
 
 
 def _compose(*overrides):
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        return compose("train", overrides=list(overrides))
+    return compose_config("train", *overrides)
 
 
 def _mat(cfg) -> dict:
@@ -35,7 +36,10 @@ def _mat(cfg) -> dict:
 
 
 def test_eight_recipes_each_variant_written_as_its_differences():
-    files = {p.stem: yaml.safe_load(p.read_text()) for p in (CONF_DIR / "mat").glob("*.yaml")}
+    product = {p.stem for p in (CONF_DIR / "mat").glob("*.yaml")}
+    assert product == {"clone", "band", "default", "paper", "suite"}  # the recipes that made a shipped checkpoint
+    files = {p.stem: yaml.safe_load(p.read_text()) for d in (CONF_DIR, CONF_DIR / "experiments")
+             for p in (d / "mat").glob("*.yaml")}
     assert set(files) == set(RECIPES) == set(EXPECTED)
     roots = [name for name, body in files.items() if "defaults" not in body]
     assert roots == ["clone"]  # every other recipe starts from another and lists only what it changes
@@ -88,14 +92,16 @@ def test_the_main_command_trains_the_one_mara_and_evaluates_every_rule():
     assert c["predictor"]["name"] == "qr" and list(c["predictor"]["band"]) == [0.05, 0.5, 0.9]
     assert c["imitation"]["teacher"] == "Slack-QR-q" and _trained_method(cfg) == "MARA-suite"
     assert c["imitation"]["suite"] and c["net"]["features"] == "v3"  # across clusters, reading which one it is in
-    # every rule and bound; the placement variants act only on unequal nodes (on identical ones they are their rule);
-    # the cold-estimate and recalibrated-head variants are opt-in readings whose gain on validation roots was within
-    # noise (docs/allocators.md, docs/predictor.md); the selection bound (-chosen) repeats the Clairvoyant's solve
-    rules = {m for m in available_methods()
-             if not m.startswith(("MARA", "Plan-")) and not m.endswith(("-best", "-displace", "-cold", "-cal", "-chosen"))
-             and not load_method_cfg(m).get("trace_only")  # job-trace schedulers (docs/traces.md) are not rules here
-             and m != "Slack-LCPFN"}  # the rule on the LC-PFN peer's band: a comparison row (docs/predictor.md)
+    # the registry's train list: every product rule and bound but the placement variant (it acts only on unequal
+    # nodes; on identical ones it is its rule), and MARA's place for the run's own policy; no experiment; the job-trace
+    # schedulers (docs/traces.md) and the rule on the LC-PFN peer's band (a comparison row, docs/predictor.md) are
+    # not rules of the main command
+    assert list(cfg.methods) == registry.default_methods("train") and cfg.methods[0] == "MARA"
+    product = {m for m in available_methods() if not registry.method(m).experiment}
+    rules = {m for m in product if not registry.method(m).learned and not load_method_cfg(m).get("trace_only")}
+    rules -= {"Slack-QR-displace", "Slack-LCPFN"}
     assert rules | {"MARA"} == set(cfg.methods)
+    assert not [m for m in registry.methods().values() if m.experiment and m.lists]
 
 
 def test_experiment_paper_trains_every_method_by_its_composed_recipe(tmp_path):
@@ -141,7 +147,8 @@ def test_the_allocators_page_says_when_to_use_each_recipe():
 
 
 def test_predictor_stage_of_the_main_command_trains_nothing_for_the_head(tmp_path):
-    """The decision head does not read the FM: with the default predictor the predictor stage says so and writes nothing."""
+    """The decision head does not read the FM: with the default predictor the predictor stage says so and writes
+    nothing."""
     from tests.test_entrypoints import _run
 
     p = _run("-m", "mara.train", "stage=predictor", f"hydra.run.dir={tmp_path}/run")

@@ -6,9 +6,8 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
-from mara.core.config import CONF_DIR
+from mara.core.config import CONF_DIR, load_method_cfg
 from mara.mat.train import train_policy
 from mara.train_settings import load_recipe, mat_settings
 
@@ -71,7 +70,7 @@ def test_checkpoint_is_an_allocator_and_method_configs_instantiate(tmp_path):
     r = train_policy(mat_settings(tiny_cfg(tmp_path)))
     assert Path(r["best_ckpt"]).exists() and 0.0 <= r["val_success_rate"] <= 1.0
     for name, pred in (("MARA", "fm"), ("MARA-WLS", "wls"), ("MARA-sparse", "fm")):
-        method = OmegaConf.load(CONF_DIR / "method" / f"{name}.yaml")
+        method = load_method_cfg(name)
         assert method.name == name and method.kind == "policy" and method.predictor == pred
         method.ckpt_path = r["best_ckpt"]
         alloc = hydra.utils.instantiate(method.allocator)
@@ -83,9 +82,10 @@ def test_checkpoint_is_an_allocator_and_method_configs_instantiate(tmp_path):
 
 
 def test_training_beats_random_policy(tmp_path):
-    """Small scenario (3 nodes, ≤ 5 tasks; FIFO ≈ 0.55, random ≈ 0.28 on these episodes) from a uniformly random start (idle as likely as any task):
-    a few PPO iterations on the dense reward must beat the untrained policy sampled at random.
-    The scenario is pinned to the shipped parametric bank, so the test does not move when the default bank changes."""
+    """Small scenario (3 nodes, ≤ 5 tasks; FIFO ≈ 0.55, random ≈ 0.28 on these episodes) from a uniformly random
+    start (idle as likely as any task): a few PPO iterations on the dense reward must beat the untrained policy
+    sampled at random. The scenario is pinned to the shipped parametric bank, so the test does not move when the
+    default bank changes."""
     from mara.curves.bank import load_bank, shipped_bank_path
     from mara.mat.allocator import PolicyAllocator
     from mara.mat.callback import validation_episodes

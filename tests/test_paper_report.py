@@ -38,7 +38,8 @@ def test_by_load_lists_every_method_with_its_stress_cell():
 def test_readme_sections_replace_between_their_own_markers_only():
     from mara.report.sections import replace_section
 
-    text = "a\n<!-- results:begin -->\nold\n<!-- results:end -->\nb\n<!-- fidelity:begin -->\nkeep\n<!-- fidelity:end -->\n"
+    text = ("a\n<!-- results:begin -->\nold\n<!-- results:end -->\nb\n<!-- fidelity:begin -->\nkeep\n<!-- "
+            "fidelity:end -->\n")
     out = replace_section(text, "new\n\n", "results")
     assert out == text.replace("\nold\n", "\nnew\n")
     with pytest.raises(ValueError, match="live:begin"):

@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 
 from mara.allocators.placement import assign_nodes, displace_running, place
-from mara.allocators.plan import PlanRule, band_sample, rollout_successes
-from mara.allocators.rules import EDF, FIFO
+from mara.allocators.placement_search import PlanRule, band_sample, rollout_successes
 from mara.allocators.slack import SlackRule, band_quantile
 from mara.predictors.truth import TruthPredictor
 from mara.predictors.wls import WLSPredictor

@@ -3,7 +3,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from mara.core.config import ConfigError
-from mara.predictors.factory import PREDICTORS, predictor_from
+from mara.predictors.factory import known_predictors, predictor_from
 from mara.predictors.wls import WLSPredictor
 
 
@@ -23,13 +23,19 @@ def test_a_run_builds_each_configured_predictor_once():
     assert predictor_from(None, configured=configured, built=built) is None
 
 
-def test_a_name_the_run_does_not_configure_is_one_config_error():
-    with pytest.raises(ConfigError, match=r"predictor 'fm' is not configured \(known: wls\)"):
-        predictor_from("fm", configured={"wls": {"name": "wls"}}, built={})
+def test_a_name_neither_configured_nor_registered_is_one_config_error():
+    with pytest.raises(ConfigError, match=r"predictor 'nope' is not configured \(known: wls\)"):
+        predictor_from("nope", configured={"wls": {"name": "wls"}}, built={})
     with pytest.raises(ConfigError, match=r"known: none"):
-        predictor_from("wls", configured={})
+        predictor_from("nope", configured={})
+
+
+def test_a_registered_name_the_run_does_not_list_is_built_from_its_file():
+    built = {}
+    wls = predictor_from("wls", configured={"fm": {"name": "fm"}}, built=built)
+    assert type(wls).__name__ == "WLSPredictor" and built == {"wls": wls}
 
 
 def test_an_unknown_kind_names_the_known_ones():
-    with pytest.raises(ValueError, match=str(sorted(PREDICTORS)).replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(ValueError, match=str(known_predictors()).replace("[", r"\[").replace("]", r"\]")):
         predictor_from({"name": "nope", "gamma": 1.0})

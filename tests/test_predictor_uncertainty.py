@@ -19,7 +19,8 @@ from mara.predictors.wls import WLSPredictor
 
 torch.set_num_threads(1)
 FM_YAML = "conf/predictor/fm.yaml"
-OLD_CKPT = "mara/data/checkpoints/fm_parametric.ckpt"  # the paper's v1 predictor without a band offset, never retrained (fm_zoo.ckpt is retrained with each new zoo bank)
+# the paper's v1 predictor without a band offset, never retrained (fm_zoo.ckpt is retrained with each new zoo bank)
+OLD_CKPT = "mara/data/checkpoints/fm_parametric.ckpt"
 
 
 def test_conformal_offset_known_answer():

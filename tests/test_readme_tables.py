@@ -42,7 +42,8 @@ def test_rules_and_lara_sweep_read_the_averages(tmp_path):
     assert written == {"rules": True, "prediction": False, "lofo": False, "lara_sweep": True, "live": False, "imitation": False, "checkpoints": False}
     text = readme.read_text()
     # Slack-FM: roots 50 % and 70 % -> 60 ± 14.14 at every load; stress 85 ± 7.07; LARA has no stress run
-    assert "| Slack-FM (predictor-guided rule) | 60.00 ± 14.14 | 60.00 ± 14.14 | 60.00 ± 14.14 | 60.00 ± 14.14 | 85.00 ± 7.07 |" in text
+    assert ("| Slack-FM (predictor-guided rule) | 60.00 ± 14.14 | 60.00 ± 14.14 | 60.00 ± 14.14 | 60.00 ± 14.14 | "
+            "85.00 ± 7.07 |") in text
     assert "| LARA (faithful reading) | 40.00 ± 0.00 | 40.00 ± 0.00 | 40.00 ± 0.00 | 40.00 ± 0.00 | – |" in text
     assert "| LARA-FM-best |" not in text  # not measured: no row
     faithful = LARA_READINGS[0][1]
@@ -128,7 +129,8 @@ def test_checkpoints_section_reads_the_checkpoints_training_record(tmp_path):
     readme = _readme(tmp_path)
     assert fill_readme(run, readme, names=["checkpoints"]) == {"checkpoints": True}
     text = readme.read_text()
-    assert "| `fm_zoo_v3.ckpt` (v3 inputs) | `python -m mara.train stage=predictor predictor=fm trainer.max_epochs=40` | 40 | 0.305 | 38.5 / 144.9 | 0.059 | 988 |" in text
+    assert ("| `fm_zoo_v3.ckpt` (v3 inputs) | `python -m mara.train stage=predictor predictor=fm "
+            "trainer.max_epochs=40` | 40 | 0.305 | 38.5 / 144.9 | 0.059 | 988 |") in text
     assert "fm_zoo.ckpt` (paper" not in text  # no v1 run in the folder: no row
     assert "best validation success 57.7 % at iteration 4 (8,192 env steps); the rules on the same episodes: FIFO 56.3." in text
 

@@ -1,8 +1,6 @@
 """The main job never loses finished work: per-method safety net, atomic per-method results, one-line
 config-group errors, and the paper protocol end to end on a tiny configuration (resumable)."""
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,13 +12,13 @@ from mara.core.cli import unknown_group_option
 from mara.core.config import CONF_DIR
 from mara.evaluate import evaluate
 from mara.report import paper_numbers as P
+from tests.conftest import run_python
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _run(*args):
-    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, env=env)
+def _run(*args, timeout=600):
+    return run_python(*args, timeout=timeout)
 
 
 def tiny(tmp_path, bank_path, *extra):
@@ -122,7 +120,8 @@ TINY_PAPER = [
     "mat.imitation={n_episodes:4,n_steps:20,stagger:10,dagger_rounds:0,epochs:1}",
     "mat.validation={roots:[1000],n_episodes:1,every_n_iterations:2,baselines:false}", "eval.roots=1", "eval.episodes=1",
     "sim.loads=[0.04,0.07]", "paper.seeds=[0]", "paper.prediction.n_ranks=2", "++method_overrides={Clairvoyant:{time_limit_s:1}}",
-    # MARA-paper trains by conf/mat/paper.yaml whatever mat.* says (100k steps): left out here, its recipe is tested below
+    # MARA-paper trains by conf/mat/paper.yaml whatever mat.* says (100k steps): left out here, its recipe is tested
+    # below
     "paper.methods=[MARA,MARA-WLS,MARA-sparse,Slack-FM,LARA,LARA-FM,FIFO,EDF,Oracle,Clairvoyant]",
 ]
 

@@ -47,7 +47,8 @@ def _rows(path):
 
 # ------------------------------------------------------------------------------------------------------- the lock
 def test_lock_is_exclusive_reentrant_and_released(tmp_path):
-    holder = _start("-c", f"from mara.core import rundir; import time; rundir.acquire({str(tmp_path)!r}); print('held', flush=True); time.sleep(60)")
+    holder = _start("-c", f"from mara.core import rundir; import time; rundir.acquire({str(tmp_path)!r}); "
+                          "print('held', flush=True); time.sleep(60)")
     assert holder.stdout.readline().strip() == "held"
     with pytest.raises(rundir.RunFolderBusy, match=f"pid {holder.pid}"):
         rundir.acquire(tmp_path)
@@ -165,8 +166,9 @@ def _wait_for(pred, proc):
 def test_killed_training_resumes_exactly(tmp_path):
     """SIGKILL mid-policy, rerun the same command: the FM is reused (not retrained), the policy continues from its
     last checkpoint, and the weights and results equal those of a run never interrupted. experiment=smoke runs without
-    the FM cache: its entries are not checkpointed, and FM outputs differ at float rounding with the batch they are computed in, so with
-    the cache a resumed training is not bit for bit the uninterrupted one (docs/protocol.md)."""
+    the FM cache: its entries are not checkpointed, and FM outputs differ at float rounding with the batch they are
+    computed in, so with the cache a resumed training is not bit for bit the uninterrupted one
+    (docs/protocol.md)."""
     cmd = ["-m", "mara.train", "experiment=smoke", "eval.tensorboard=false"]
     whole_log = open(tmp_path / "whole.log", "w")
     whole = _start(*cmd, f"hydra.run.dir={tmp_path}/whole", log=whole_log)  # the uninterrupted reference, beside the killed one

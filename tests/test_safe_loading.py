@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from mara.core.cli import run_cli
-from mara.core.config import CONF_DIR, SHIPPED_CKPT_DIR, ConfigError
+from mara.core.config import SHIPPED_CKPT_DIR, ConfigError
 from mara.core.safe_load import CheckpointError, from_plain, load_checkpoint, to_plain
+from tests.conftest import compose_config
 
 REPO = Path(__file__).resolve().parents[1]
 torch.set_num_threads(1)
@@ -232,9 +232,7 @@ def test_live_job_state_from_another_worker_is_data_only(marker):
 
 
 # ------------------------------------------------------------------ entry points: one line, exit 2, nothing runs
-def _compose(name, *overrides):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(name, overrides=list(overrides))
+_compose = compose_config
 
 
 def _exit_line(capsys, fn, cfg) -> str:

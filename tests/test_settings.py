@@ -1,4 +1,5 @@
-"""Typed settings: the composed config is parsed once (mara/eval/settings.py) and the evaluation modules never read it."""
+"""Typed settings: the composed config is parsed once (mara/eval/settings.py) and the evaluation modules never read
+it."""
 import ast
 import dataclasses
 from pathlib import Path

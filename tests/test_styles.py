@@ -1,5 +1,5 @@
-"""Method styles (mara/report/styles.py): one distinct style per method, the kinds told apart, the same style in every
-figure the package draws."""
+"""Method styles (mara/report/styles.py): one distinct style per method, read from its registration (conf/method), the
+kinds told apart, the same style in every figure the package draws."""
 from __future__ import annotations
 
 import subprocess
@@ -7,10 +7,11 @@ import sys
 
 import pytest
 
-from mara.core.config import CONF_DIR, PRIVILEGED_PREDICTORS, load_method_cfg
-from mara.report.styles import BOUNDS, known_methods, method_style
+from mara.core import registry
+from mara.core.config import available_methods, load_method_cfg, privileged_predictors
+from mara.report.styles import bounds, known_methods, method_style
 
-METHODS = sorted(p.stem for p in (CONF_DIR / "method").glob("*.yaml"))
+METHODS = available_methods()
 
 
 def test_every_configured_method_has_its_own_style():
@@ -24,16 +25,17 @@ def test_every_configured_method_has_its_own_style():
 def test_kinds_bounds_dashed_rules_solid_learned_thick():
     for m in METHODS:
         s = method_style(m)
-        if m in BOUNDS:
+        if m in bounds():
             assert s["linestyle"] == "--", m
             cfg = load_method_cfg(m)
-            assert cfg.kind == "bound" or cfg.get("predictor") in PRIVILEGED_PREDICTORS, m  # fed true remaining batches
-        elif m.startswith("MARA"):
+            assert cfg.kind == "bound" or cfg.get("predictor") in privileged_predictors(), m  # fed true remaining batches
+        elif registry.method(m).learned:
             assert s["linestyle"] == "-" and s["linewidth"] >= 2 * method_style("FIFO")["linewidth"] and s["marker"], m
             assert s["zorder"] > method_style("Slack-QR-q")["zorder"]  # drawn over the rules
         else:
             assert s["linestyle"] == "-" and s["linewidth"] < 2, m
-    assert {m for m in METHODS if load_method_cfg(m).kind == "bound"} <= set(BOUNDS)
+    assert {m for m in METHODS if load_method_cfg(m).kind == "bound"} <= set(bounds())
+    assert {m for m in METHODS if load_method_cfg(m).get("predictor") in privileged_predictors()} <= set(bounds())
 
 
 def test_unknown_names_get_a_deterministic_style_of_their_own():

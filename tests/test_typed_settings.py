@@ -19,6 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAINING = sorted((ROOT / "mara" / "mat").glob("*.py")) + [
     ROOT / "mara" / "predictors" / name for name in ("train.py", "quantile_train.py", "fit_settings.py")]
 ENTRY = ROOT / "mara" / "train.py"
+#: the MAT recipes: the product's (conf/mat) and the experiments' (conf/experiments/mat, on Hydra's search path)
+RECIPE_FILES = [*sorted((ROOT / "conf" / "mat").glob("*.yaml")),
+                *sorted((ROOT / "conf" / "experiments" / "mat").glob("*.yaml"))]
 
 #: (module, function) → why it may read settings' names by key
 READS_A_RECORD = {
@@ -31,6 +34,7 @@ READS_A_RECORD = {
     ("mara/mat/train.py", "policy_method"): "a policy's record (checkpoint hyper-parameters or the recipe's)",
     ("mara/mat/train.py", "checkpoint_method"): "a policy checkpoint's recorded hyper-parameters",
     ("mara/mat/imitation.py", "build_teacher"): "a method's own config (conf/method, mara/core/config.py)",
+    ("mara/mat/callback.py", "baseline_allocators"): "a method's own config (conf/method, mara/core/config.py)",
     ("mara/mat/module.py", "_log_iteration"): "the optimiser's parameter groups (torch's dicts)",
     ("mara/mat/callback.py", "load_state_dict"): "the callback's own checkpointed state",
     ("mara/mat/ppo.py", "update"): "the rollout batch's tensors (``flatten``)",
@@ -56,7 +60,7 @@ def _keys(node, out: set) -> set:
 def settings_keys() -> set[str]:
     """Every key name of the training recipes, the simulator, the trainer and the predictors' training sections."""
     keys: set[str] = set()
-    for path in [*(ROOT / "conf" / "mat").glob("*.yaml"), ROOT / "conf" / "sim" / "default.yaml",
+    for path in [*RECIPE_FILES, ROOT / "conf" / "sim" / "default.yaml",
                  *(ROOT / "conf" / "trainer").glob("*.yaml")]:
         _keys(OmegaConf.to_container(OmegaConf.load(path)), keys)
     for name in ("fm", "qr"):
@@ -157,10 +161,10 @@ def test_settings_are_frozen_and_recorded_as_before():
                                             "switch_cost": 2, "teacher": "Slack-QR-displace"}
     assert settings.predictor is None  # the decision head trains elsewhere: nothing to train in the predictor stage
     fm = parse(cfg_for("train", ["experiment=smoke"]))
-    assert fm.predictor.flow.data["train_examples"] == 256 and fm.predictor.flow.train.patience == 1
+    assert fm.predictor.fit.data["train_examples"] == 256 and fm.predictor.fit.train.patience == 1
 
 
-@pytest.mark.parametrize("recipe", sorted(p.stem for p in (ROOT / "conf" / "mat").glob("*.yaml")))
+@pytest.mark.parametrize("recipe", [p.stem for p in RECIPE_FILES])
 def test_every_bare_recipe_parses(recipe):
     """A bare conf/mat recipe (the bench's and the tests') parses; its string predictor becomes ``{name}``."""
     from mara.train_settings import load_recipe, mat_settings
@@ -184,7 +188,7 @@ def test_the_predictor_command_lines_parse_into_fit_settings():
     from mara.predictors import quantile_train, train
 
     flow = train.settings_from_cli(["seed=3", "predictor.train.patience=2", "paths.output_dir=outputs/x"])
-    assert flow.seed == 3 and flow.flow.train.patience == 2 and flow.output_dir == "outputs/x"
-    assert flow.flow.data["n_bins"] == flow.flow.net["n_bins"]  # interpolations resolved
+    assert flow.seed == 3 and flow.fit.train.patience == 2 and flow.output_dir == "outputs/x"
+    assert flow.fit.data["n_bins"] == flow.fit.net["n_bins"]  # interpolations resolved
     head, bank, out, seed = quantile_train.settings_from_cli(["predictor.train.max_epochs=2"])
     assert head.train.max_epochs == 2 and head.train.monitor == "val/pinball" and bank is None and seed == 0

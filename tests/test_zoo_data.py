@@ -1,4 +1,5 @@
-"""Real-format loaders read tiny fixture files; missing data gives one clear line; synthetic stand-ins have real shapes."""
+"""Real-format loaders read tiny fixture files; missing data gives one clear line; synthetic stand-ins have real
+shapes."""
 from __future__ import annotations
 
 import pickle

@@ -24,8 +24,8 @@ Each step, per episode:
 Re-planned from scratch every step. Time convention: the simulator executes a task at steps
 t..deadline−1, so ``τ = deadline − t`` (``obs.remaining_time``); LARA.md's ``d − t + 1`` counts a
 deadline step the simulator does not run. Measured on the default bank (p = 0.04–0.12) the whole
-candidate set is almost always feasible, so the tree search rarely runs; ``n_searches`` counts it. Tasks that have exhausted their generation cap
-(``cap_remaining == 0``) can never succeed and are skipped when ``skip_exhausted``.
+candidate set is almost always feasible, so the tree search rarely runs; ``n_searches`` counts it. Tasks that have
+exhausted their generation cap (``cap_remaining == 0``) can never succeed and are skipped when ``skip_exhausted``.
 
 On heterogeneous nodes / with switch costs the selection above is unchanged (the plan still
 counts M unit-speed nodes, a conservative capacity) and the picks, in dispatch order, are placed by

@@ -62,10 +62,11 @@ def slack_keys(stage, pred, tau, deadline, task) -> tuple[np.ndarray, ...]:
 
 
 def fastest_node_steps(obs: Observation, pred: np.ndarray) -> np.ndarray:
-    """Heterogeneous nodes: the predicted remaining batches in steps on the fastest node (``pred / max(node_speed)``), so a
-    task is finishable when it could still finish there and its slack is counted in those steps; ``pred`` itself
-    on identical unit-speed nodes. (Chosen on validation roots 100-101: without it tasks only a fast node can
-    still save are ranked hopeless.) The nodes themselves are assigned by ``placement.place``."""
+    """Heterogeneous nodes: the predicted remaining batches in steps on the fastest node (``pred /
+    max(node_speed)``), so a task is finishable when it could still finish there and its slack is counted in those
+    steps; ``pred`` itself on identical unit-speed nodes. (Chosen on validation roots 100-101: without it tasks
+    only a fast node can still save are ranked hopeless.) The nodes themselves are assigned by
+    ``placement.place``."""
     if not getattr(obs, "hetero", False):
         return pred
     return pred / float(np.max(obs.node_speed))

@@ -80,7 +80,8 @@ def rule_protocol_seconds(bank, loads=(0.04, 0.05, 0.06, 0.07), roots=5, episode
 
 
 def clairvoyant_seconds(bank, roots=5, episodes=12, time_limit_s=10.0) -> tuple[float, int, int]:
-    """Wall time of Clairvoyant (admission limit modelled) over the p = 0.04 protocol; returns (seconds, optimal count, episodes)."""
+    """Wall time of Clairvoyant (admission limit modelled) over the p = 0.04 protocol; returns (seconds, optimal
+    count, episodes)."""
 
     ep = EpisodeBatch.concat([generate_episodes(bank, bank.family_params, ts, 0.04, r, episodes) for ts in PAPER_TASK_SETS.values() for r in range(roots)])
     t0 = time.perf_counter()

@@ -9,6 +9,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from mara.core.config import CONF_DIR, ConfigError
+from mara.core.registry import conf_dirs
 
 #: mistakes a user can make in config or data: reported as one line, never a traceback (a bank that cannot be used,
 #: ``BankError``, is a ValueError and caught as one below)
@@ -54,14 +55,15 @@ def unknown_group_option(argv: list[str], conf_dir: Path = CONF_DIR) -> str | No
             continue
         key, value = arg.split("=", 1)
         group = key.lstrip("+~").split("@", 1)[0]
-        if not group or "." in group or "/" in group or not (conf_dir / group).is_dir():
+        folders = [d for d in ([conf_dir] if conf_dir != CONF_DIR else conf_dirs()) if (d / group).is_dir()]
+        if not group or "." in group or "/" in group or not folders:
             continue
         for choice in value.split(","):  # multirun sweeps: experiment=a,b
             choice = choice.strip()
             if choice in ("", "null") or "(" in choice or "*" in choice:
                 continue
-            if not (conf_dir / group / f"{choice}.yaml").exists():
-                options = sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+            if not any((d / group / f"{choice}.yaml").exists() for d in folders):
+                options = sorted({p.stem for d in folders for p in (d / group).glob("*.yaml")})
                 return f"unknown {group} {choice!r}; available: {', '.join(options)}"
     return None
 

@@ -1,59 +1,35 @@
-"""Shared configuration: where ``conf/`` is (``conf_dir``), the one-line ``ConfigError``, and the method registry —
-``conf/method/<NAME>.yaml`` resolved by name, and the objects they build.
+"""Method configs and the objects they build: ``load_method_cfg`` (a method's YAML, found by the registry,
+mara/core/registry.py), its allocator(s), the shipped policies; ``conf_dir`` and ``ConfigError`` re-exported from
+mara/core/paths.py.
 
 A method config has ``name``, ``kind`` (``policy`` acts in the simulator; ``bound`` is computed from
-the episode), ``predictor`` (``null|wls|fm``: the simulator's remaining-demand predictor) and, for
-policies, ``allocator`` (a Hydra ``_target_`` spec). ``checkpoints: [{train_seed, ckpt_path}, ...]``
-evaluates one allocator per training seed (learned policies).
+the episode by ``compute``), ``predictor`` (a conf/predictor name: the simulator's remaining-demand predictor) and,
+for policies, ``allocator`` (a Hydra ``_target_`` spec), besides its registration (the registry's docstring).
+``checkpoints: [{train_seed, ckpt_path}, ...]`` evaluates one allocator per training seed (learned policies).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
-CONF_DIR = PACKAGE_DIR.parent / "conf"
-SHIPPED_BANKS_DIR = PACKAGE_DIR / "data" / "banks"
-
-
-def conf_dir(*parts: str) -> Path:
-    """The Hydra config folder ``conf/`` (beside the package), or a path inside it: ``conf_dir("predictor", "fm.yaml")``.
-    Every module finds ``conf/`` through this function."""
-    return CONF_DIR.joinpath(*parts)
-
-
-class ConfigError(ValueError):
-    """A configuration mistake, reported as one line by the entry points."""
+from mara.core import registry
+from mara.core.paths import CONF_DIR, PACKAGE_DIR, SHIPPED_BANKS_DIR, ConfigError, conf_dir  # noqa: F401  (re-exported)
 
 
 def available_methods() -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / "method").glob("*.yaml"))
+    """Every registered method (``conf/method/``, its ``experiments/`` folder, and ``MARA_CONF_PATH``'s)."""
+    return sorted(registry.method_files())
 
 
 def compose_method(name: str) -> DictConfig:
-    """``conf/method/<name>.yaml`` composed by Hydra, so ``defaults: [BASE, _self_]`` starts it from another method
-    (``LARA-best`` from ``LARA``). Inside an entry point Hydra is already initialised on ``conf/``; elsewhere
-    (tests, job workers, notebooks) a temporary initialisation on ``conf_dir()`` is used."""
-    try:
-        if GlobalHydra.instance().is_initialized():
-            composed = compose(config_name=f"method/{name}")
-        else:
-            with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-                composed = compose(config_name=f"method/{name}")
-    except Exception as exc:  # a broken defaults entry, a YAML error: one line naming the method
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"method {name!r}: cannot compose conf/method/{name}.yaml: {first}") from None
-    return OmegaConf.create(OmegaConf.to_container(composed.method))  # a plain, open config (overrides may add keys)
+    """A method's YAML laid over the methods its ``defaults: [BASE, _self_]`` names (``LARA-best`` from ``LARA``):
+    a plain, open config (overrides may add keys), interpolations unresolved (mara/core/registry.py)."""
+    return OmegaConf.create(OmegaConf.to_container(registry.method_yaml(name)))
 
 
 def load_method_cfg(name: str, overrides: DictConfig | dict | None = None) -> DictConfig:
     """The method config for ``name`` (exact file stem), merged with per-method ``overrides``."""
-    path = CONF_DIR / "method" / f"{name}.yaml"
-    if not path.exists():
-        raise ConfigError(f"unknown method {name!r}; available: {', '.join(available_methods())}")
     cfg = compose_method(name)
     if overrides:
         cfg = OmegaConf.merge(cfg, overrides)
@@ -62,19 +38,21 @@ def load_method_cfg(name: str, overrides: DictConfig | dict | None = None) -> Di
     return cfg
 
 
-PRIVILEGED_PREDICTORS = ("truth", "truth_cold")  # bounds: read the task's own curve (mara/predictors/truth.py)
+def privileged_predictors() -> tuple[str, ...]:
+    """Predictors that read the task's own curve (``registry.privileged``): bounds, refused to learned policies."""
+    return registry.privileged_predictors()
 
 
 def is_learned(cfg: DictConfig) -> bool:
-    """A learned policy: its allocator loads trained weights (``ckpt_path`` / ``checkpoints``, or a mara.mat target)."""
-    target = str((cfg.get("allocator") or {}).get("_target_", ""))
-    return cfg.get("kind") == "policy" and ("ckpt_path" in cfg or "checkpoints" in cfg or target.startswith("mara.mat."))
+    """A learned policy: its allocator loads trained weights (the registry's test, ``registry.is_learned``, which
+    ``registry.method(name).learned`` records for a registered method)."""
+    return registry.is_learned(cfg)
 
 
 def check_predictor_allowed(cfg: DictConfig) -> None:
     """A learned policy may never be evaluated with a privileged (bound-only) predictor: one-line ConfigError."""
     pred = cfg.get("predictor")
-    if pred in PRIVILEGED_PREDICTORS and is_learned(cfg):
+    if pred in privileged_predictors() and is_learned(cfg):
         raise ConfigError(f"method {cfg.name!r}: predictor {pred!r} is a perfect-prediction bound (it reads the task's "
                           f"own curve) and is refused to learned policies at evaluation time; use fm or wls")
 
@@ -139,7 +117,8 @@ def build_allocators(cfg: DictConfig) -> list[tuple[int | None, object]]:
 
 
 def plain_config(obj):
-    """OmegaConf containers (anywhere inside ``obj``) as plain dicts/lists, resolved: hyper-parameters that load as data."""
+    """OmegaConf containers (anywhere inside ``obj``) as plain dicts/lists, resolved: hyper-parameters that load as
+    data."""
     if OmegaConf.is_config(obj):
         return OmegaConf.to_container(obj, resolve=True)
     if isinstance(obj, dict):

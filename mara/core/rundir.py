@@ -111,9 +111,9 @@ def folder_of(cfg: DictConfig) -> Path | None:
 
 
 def run_folder(fn=None, *, stages: tuple[str, ...] = (), check=None):
-    """Decorator for an entry function ``fn(cfg)``: runs ``check(cfg)`` (the entry point's checks before any work) before
-    touching the folder, then holds the run folder for the call, applies ``fresh=true``, and checks the recorded
-    settings of ``stages`` (subfolders of the run) against ``cfg`` before any work."""
+    """Decorator for an entry function ``fn(cfg)``: runs ``check(cfg)`` (the entry point's checks before any work)
+    before touching the folder, then holds the run folder for the call, applies ``fresh=true``, and checks the
+    recorded settings of ``stages`` (subfolders of the run) against ``cfg`` before any work."""
     if fn is None:
         return functools.partial(run_folder, stages=stages, check=check)
 

@@ -78,7 +78,8 @@ class Progress:
             return False
         self.last = now
         eta = self.eta(fraction)
-        self.log.info(f"{self.what}: {100 * fraction:5.1f}%{' ' + detail if detail else ''} · elapsed {fmt_seconds(now - self.t0)}"
+        self.log.info(f"{self.what}: {100 * fraction:5.1f}%{' ' + detail if detail else ''} · elapsed "
+                      f"{fmt_seconds(now - self.t0)}"
                       + (f" · ETA {fmt_seconds(eta)}" if eta is not None and fraction < 1.0 else ""))
         return True
 

@@ -16,11 +16,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mara.core import registry
 from mara.core.config import ConfigError, plain_config
 
-#: the ``kind`` field of a checkpoint the package writes: what it holds (a policy file is a Lightning checkpoint)
-KINDS = {"policy": "a MAT policy checkpoint", "fm": "an FM predictor checkpoint", "qr": "a decision-head (qr) checkpoint",
-         "lcpfn": "an LC-PFN checkpoint"}
+
+def checkpoint_kinds() -> dict[str, str]:
+    """{the ``kind`` field of a checkpoint the package writes: what it holds}: the MAT policy (a Lightning checkpoint)
+    and every registered predictor's (``registry.checkpoint`` in its conf/predictor YAML)."""
+    return registry.checkpoint_kinds()
 
 
 _ZIP_MAGIC = b"PK\x03\x04"
@@ -70,12 +73,13 @@ def load_checkpoint(source, what: str = "checkpoint", mmap: bool = False):
 def check_kind(ckpt, path, kind: str, required: tuple[str, ...]) -> dict:
     """``ckpt`` as a dict of the expected kind (its ``kind`` field if it has one, else the ``required`` keys), or a
     one-line ``CheckpointError``: "<path> is not <kind> (it is <other kind> / no <keys>)"."""
-    want = KINDS[kind]
+    kinds = checkpoint_kinds()
+    want = kinds[kind]
     if not isinstance(ckpt, dict):
         raise CheckpointError(f"{path} is not {want} (it holds a {type(ckpt).__name__}, not a dict)")
     have = ckpt.get("kind")
     if have is not None and have != kind:
-        raise CheckpointError(f"{path} is not {want} (it is {KINDS.get(have, repr(have))})")
+        raise CheckpointError(f"{path} is not {want} (it is {kinds.get(have, repr(have))})")
     missing = [k for k in required if k not in ckpt]
     if missing:
         raise CheckpointError(f"{path} is not {want} (no {'/'.join(missing)})")

@@ -72,5 +72,6 @@ def validate_family_params(table: dict, families=None, source: str = "family_par
         ok_ood = "eps_range" in p and "budget_set" in p and len(p["eps_range"]) == 2 and len(p["budget_set"]) > 0
         if not (ok_id or ok_ood):
             raise ValueError(
-                f"{source}: entry for {fam!r} must be {{eps, budget:[lo,hi]}} or {{eps_range:[lo,hi], budget_set:[...]}}, got {dict(p)}"
+                f"{source}: entry for {fam!r} must be {{eps, budget:[lo,hi]}} or "
+                f"{{eps_range:[lo,hi], budget_set:[...]}}, got {dict(p)}"
             )

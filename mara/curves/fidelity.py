@@ -97,7 +97,8 @@ def to_markdown(rows: list[dict]) -> str:
     for r in rows:
         lines.append(
             f"| {r['family']} | {r['data_source']} | {r['curves']} | {r['eps_calibrated']} | {r['eps_paper']} | "
-            f"{r['eps_ratio'] if r['eps_ratio'] is not None else '–'} | {rng(r['budget_calibrated'])} | {rng(r['budget_paper'])} | "
+            f"{r['eps_ratio'] if r['eps_ratio'] is not None else '–'} | {rng(r['budget_calibrated'])} | "
+            f"{rng(r['budget_paper'])} | "
             f"{r.get('L_at_budget', '–')} | {r['final_L']} | {r['final_batch_loss']} | "
             f"{_pct(r.get('reach_paper_eps'))} |")
     return "\n".join(lines) + "\n"

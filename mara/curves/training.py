@@ -70,7 +70,8 @@ def partial_checkpoint(job: Job, settings: GenerationSettings, attempt: int) -> 
 def train_curve(job: Job, settings: GenerationSettings, attempt: int = 0, device_index: int | None = None) -> tuple[dict | None, str | None]:
     """Train one run with a Lightning Trainer (``trainer.fit(task, datamodule=dm)``); returns (bank record, None) or
     (None, failure reason). With ``settings.checkpoint_every`` = n > 0 the run checkpoints every n batches and a killed
-    run resumes from its checkpoint exactly (model, Adam, the loss record so far and the loader's mid-epoch position)."""
+    run resumes from its checkpoint exactly (model, Adam, the loss record so far and the loader's mid-epoch
+    position)."""
     import lightning as L
     import torch
 

@@ -35,14 +35,18 @@ def fold_queries(bank: CurveBank, held_out: str, splits, family_params: dict, n_
 
 
 def lofo_markdown(folds: dict) -> str:
-    lines = ["| Held-out family | queries | FM MAE | WLS MAE | FM/WLS | FM acc. (%) | WLS acc. (%) | FM q10–q90 cov. (%) | WLS cov. (%) |",
+    lines = ["| Held-out family | queries | FM MAE | WLS MAE | FM/WLS | FM acc. (%) | WLS acc. (%) | FM q10–q90 cov. "
+             "(%) | WLS cov. (%) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for fam, r in folds.items():
         fm, wls = r["FM"], r["WLS"]
-        lines.append(f"| {fam} | {fm['n_queries']} | {fm['mae']:.1f} | {wls['mae']:.1f} | {fm['mae'] / max(wls['mae'], 1e-9):.2f} | "
-                     f"{100 * fm['budget_acc']:.1f} | {100 * wls['budget_acc']:.1f} | {100 * fm['coverage']:.1f} | {100 * wls['coverage']:.1f} |")
+        lines.append(f"| {fam} | {fm['n_queries']} | {fm['mae']:.1f} | {wls['mae']:.1f} | "
+                     f"{fm['mae'] / max(wls['mae'], 1e-9):.2f} | "
+                     f"{100 * fm['budget_acc']:.1f} | {100 * wls['budget_acc']:.1f} | {100 * fm['coverage']:.1f} | "
+                     f"{100 * wls['coverage']:.1f} |")
     s = lofo_summary(folds)
-    lines.append(f"| **mean** | | **{s['fm_mae']:.1f}** | **{s['wls_mae']:.1f}** | {s['fm_mae'] / max(s['wls_mae'], 1e-9):.2f} | "
+    lines.append(f"| **mean** | | **{s['fm_mae']:.1f}** | **{s['wls_mae']:.1f}** | "
+                 f"{s['fm_mae'] / max(s['wls_mae'], 1e-9):.2f} | "
                  f"{100 * s['fm_acc']:.1f} | {100 * s['wls_acc']:.1f} | {100 * s['fm_cov']:.1f} | {100 * s['wls_cov']:.1f} |")
     return "\n".join(lines) + f"\n\nFM beats WLS on MAE for {s['fm_wins']}/{s['n_folds']} held-out families.\n"
 

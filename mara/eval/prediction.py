@@ -251,16 +251,18 @@ def table1_markdown(results: dict) -> str:
             r = res[m]
             cov = f"{100 * r['coverage']:.1f}" if "coverage" in r else "–"
             wid = f"{r['band_width']:.1f}" if "band_width" in r else "–"
-            lines.append(f"| {ts} | {m} | {r['mae']:.2f} | {100 * r['budget_acc']:.2f} | {cov} | {wid} | {r['ms_per_prefix']:.4f} |")
+            lines.append(f"| {ts} | {m} | {r['mae']:.2f} | {100 * r['budget_acc']:.2f} | {cov} | {wid} | "
+                         f"{r['ms_per_prefix']:.4f} |")
     return "\n".join(lines) + "\n"
 
 
 def run_prediction_benchmark(bank: CurveBank, fm, wls, family_params: dict, out_dir, n_ranks: int = 8,
                              obs_every: int = 10, seed: int = 0, decision_quantiles=(0.05,), extra=()) -> dict:
-    """Table 1 + Figure 3 on ID fm_val curves and each OOD family's pool curves; writes PNGs, table1.md, prediction.json.
-    With ``decision_quantiles`` (not None) each task set also gets ``decision``: the decision-relevant metrics of the
-    FM median / band quantiles and WLS (mara.eval.decision_metrics), also in table1.md. ``extra``: ((label,
-    predictor), ...) scored on the same queries in rows of their own (the figure stays FM vs WLS)."""
+    """Table 1 + Figure 3 on ID fm_val curves and each OOD family's pool curves; writes PNGs, table1.md,
+    prediction.json. With ``decision_quantiles`` (not None) each task set also gets ``decision``: the
+    decision-relevant metrics of the FM median / band quantiles and WLS (mara.eval.decision_metrics), also in
+    table1.md. ``extra``: ((label, predictor), ...) scored on the same queries in rows of their own (the figure
+    stays FM vs WLS)."""
     named = (("FM", fm), ("WLS", wls), *extra)
     import torch
 

@@ -48,7 +48,8 @@ def run_prediction(settings: PredictionSettings, run: EvaluationSettings | None,
     if points is not None:
         meta = points["_meta"]
         md += (f"\n## The same decisions at the simulator's decision points\n\nEvery step, every warm task that could be "
-               f"served, while the policy runs (label: policy rolled, its own predictor scored on its own states): remaining "
+               "served, while the policy runs (label: policy rolled, its own predictor scored on its own states): "
+               "remaining "
                f"time τ = deadline − t (waiting included), truth = need − processed. Loads {meta['loads']}, roots "
                f"{meta['roots']}, {meta['n_episodes']} episodes.\n\n"
                + decision_markdown({f"{k} ({meta['policies'][k]})": v for k, v in points.items() if k != "_meta"}))

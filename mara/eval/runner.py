@@ -2,7 +2,8 @@
 
 All (task set, load, root, episode) combinations are stacked into one ``EpisodeBatch`` and every
 policy runs over the whole stack in one batched simulator, so each method sees exactly the same
-episodes and curves. Bounds (Oracle, Clairvoyant) are computed from the same stack.
+episodes and curves. Bounds (Oracle, Clairvoyant) are computed from the same stack, each by the function its
+method config names (``compute``, mara/bounds/episodes.py).
 """
 from __future__ import annotations
 
@@ -12,17 +13,16 @@ from typing import Mapping
 import numpy as np
 from omegaconf import DictConfig
 
-from mara.bounds.clairvoyant import clairvoyant_batch
-from mara.bounds.clairvoyant_k import clairvoyant_k_batch
-from mara.bounds.parallel import map_episodes, resolve_workers
+from mara.bounds.episodes import chosen_tasks, clairvoyant_results
 from mara.core.config import (
     ConfigError,
     build_allocators,
     check_predictor_allowed,
     load_method_cfg,
 )
-from mara.eval.policy_fit import check_policy_fit
+from mara.core.registry import import_object
 from mara.curves.bank import BankError, CurveBank
+from mara.eval.policy_fit import check_policy_fit
 from mara.eval.settings import (  # noqa: F401  (check_number, node_options, load_bank_from_cfg: for preflight, train, live)
     EvalProtocol,
     SimSettings,
@@ -32,7 +32,7 @@ from mara.eval.settings import (  # noqa: F401  (check_number, node_options, loa
     node_options,
 )
 from mara.predictors.factory import predictor_from
-from mara.sim.env import BatchedEnv, isolated_feasible
+from mara.sim.env import BatchedEnv
 from mara.sim.workload import (
     EpisodeBatch,
     check_family_params_cover,
@@ -127,61 +127,14 @@ def run_policy(allocator, ep: EpisodeBatch, bank: CurveBank, sim: SimSettings, p
 
 
 def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: SimSettings, progress=None) -> tuple[dict, dict]:
-    """Per-episode successes of a bound; returns (metrics, extra row fields). ``progress(fraction)`` per episode."""
+    """Per-episode successes of a bound, by the function its config names (``compute``); returns (metrics, extra
+    row fields). ``progress(fraction)`` per episode."""
+    if not mcfg.get("compute"):
+        raise ConfigError(f"method {name}: a bound names the function that computes it (compute: module.function)")
+    succ, extra = import_object(str(mcfg.compute))(mcfg, ep, sim, progress)
     n = ep.n_tasks
-    opts = sim.node_options()
-    hetero = sim.hetero
-    if name == "Oracle":
-        if not hetero:
-            succ = ep.oracle_successes()
-        else:  # heterogeneous nodes: alone, a task runs without a break on the fastest node
-
-            succ = (isolated_feasible(ep.need, ep.budget, opts["node_speed"]) & ep.valid).sum(axis=1)
-        extra = {}
-    elif name == "Clairvoyant":
-        res = clairvoyant_results(name, mcfg, ep, sim, progress)
-        succ = np.array([r.upper_bound for r in res])
-        extra = {"optimal": [bool(r.optimal) for r in res], "solve_time_s": [float(r.solve_time_s) for r in res]}
-        if hetero:  # what the number is: with a relaxation, "optimal" means the relaxation was solved
-            relaxed = [] if mcfg.get("admission_limit", True) else ["K relaxed"] + (["speeds as capacity"] if opts["node_speed"] is not None else [])
-            relaxed += ["switch costs relaxed"] if opts["switch_cost"] > 0 else []
-            extra["bound_kind"] = "bound: " + ", ".join(relaxed) if relaxed else "exact"
-    else:
-        raise ConfigError(f"unknown bound {name!r} (known: Oracle, Clairvoyant)")
     metrics = {"n_tasks": n, "succeeded": succ, "success_rate": np.where(n > 0, succ / np.maximum(n, 1), np.nan)}
     return metrics, extra
-
-
-def clairvoyant_results(name: str, mcfg, ep: EpisodeBatch, sim: SimSettings, progress=None) -> list:
-    """The Clairvoyant's solve of every episode (``ClairvoyantResult`` each: bound, best schedule's successes and
-    its chosen tasks), with ``mcfg``'s options: ``admission_limit`` (default true), ``time_limit_s``, ``workers``; on
-    heterogeneous nodes the speeds exact, switch costs relaxed."""
-    limit = float(mcfg.get("time_limit_s", 10.0))
-    try:
-        workers = resolve_workers(mcfg.get("workers", 1))
-    except ValueError as exc:
-        raise ConfigError(f"method {name}: {exc}") from None
-    with_k = bool(mcfg.get("admission_limit", True))  # exact with the FIFO admission limit K; false: K relaxed (looser, cheaper)
-    kwargs = {"n_nodes": sim.nodes, "time_limit_s": limit}
-    if with_k:
-        kwargs["max_active"] = sim.max_active
-    if sim.hetero:  # heterogeneous nodes: speeds exact (with K), switch costs relaxed (a bound when > 0)
-        kwargs["node_speed"] = sim.node_options()["node_speed"]
-    jobs = [(with_k, ep.arrival[e:e + 1], ep.deadline[e:e + 1], ep.need[e:e + 1], ep.n_tasks[e:e + 1], kwargs) for e in range(ep.E)]
-    return map_episodes(_clairvoyant_one, jobs, workers, progress)  # one episode per job, so a long solve still reports progress
-
-
-def chosen_tasks(results: list, n_max: int) -> np.ndarray:
-    """[E, n_max] bool: the tasks (arrival order) that each episode's Clairvoyant schedule completes."""
-    out = np.zeros((len(results), n_max), dtype=bool)
-    for e, r in enumerate(results):
-        out[e, : len(r.chosen)] = np.asarray(r.chosen, dtype=bool)
-    return out
-
-
-def _clairvoyant_one(with_k: bool, arrival, deadline, need, n_tasks, kwargs: dict):
-    """The Clairvoyant bound of one episode (``[1, N]`` arrays): module-level so worker processes can run it."""
-    return (clairvoyant_k_batch if with_k else clairvoyant_batch)(arrival, deadline, need, n_tasks, **kwargs)[0]
 
 
 def method_outcome_note(exc: BaseException) -> tuple[str, str]:

@@ -19,6 +19,7 @@ from typing import Mapping
 from omegaconf import DictConfig, OmegaConf
 
 from mara.core.config import ConfigError, conf_dir, plain_config
+from mara.core.registry import predictor_file
 from mara.curves.bank import CurveBank, default_bank_path, load_bank, shipped_bank_path
 from mara.sim.settings import SimSettings, check_number, node_options, validate_sim_cfg  # noqa: F401  (re-exported)
 from mara.sim.workload import TaskSet
@@ -198,7 +199,7 @@ def _predictor_cfg(name: str, *given):
     for spec in given:
         if spec:
             return spec
-    return OmegaConf.load(conf_dir("predictor") / f"{name}.yaml")
+    return OmegaConf.load(predictor_file(name) or conf_dir("predictor", f"{name}.yaml"))
 
 
 def prediction_settings(cfg: DictConfig) -> PredictionSettings:
@@ -227,7 +228,7 @@ def _extra_predictors(extra, composed) -> tuple:
     for label, name in plain_config(extra).items():
         if label in ("FM", "WLS"):
             raise ConfigError(f"prediction.extra.{label}: FM and WLS are the benchmark's own rows; pick another label")
-        if not isinstance(name, str) or not (composed.get(name) or (conf_dir("predictor") / f"{name}.yaml").exists()):
+        if not isinstance(name, str) or not (composed.get(name) or predictor_file(name) is not None):
             raise ConfigError(f"prediction.extra.{label}={name!r}: not a predictor (a name in conf/predictor/)")
         out.append((str(label), _predictor_cfg(name, composed.get(name))))
     return tuple(out)

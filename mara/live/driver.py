@@ -4,8 +4,8 @@
 job per node, it runs each chosen job's node-step on the worker pool — one real batch on the paper's
 identical nodes; s batches on a node of speed s, or a set-up step after a switch (``LiveCurveSource``) —
 and writes the losses into the episode's ``LiveCurves`` (so observations, predictor inputs and success read real
-losses through the simulator's own code). Arrivals, admission (FIFO, limit K), deadlines, observations every ``obs_every``
-batches, predictor refreshes and success are the simulator's, unchanged.
+losses through the simulator's own code). Arrivals, admission (FIFO, limit K), deadlines, observations every
+``obs_every`` batches, predictor refreshes and success are the simulator's, unchanged.
 """
 from __future__ import annotations
 
@@ -140,12 +140,14 @@ class LiveCurveSource:
 
 
 def metric_reached(value: float, mode: str, target: float) -> bool:
-    """A validation value reaches a metric target: ``max`` (higher is better) value >= target, ``min`` value <= target."""
+    """A validation value reaches a metric target: ``max`` (higher is better) value >= target, ``min`` value <=
+    target."""
     return value >= target if mode == "max" else value <= target
 
 
 def metric_need(history, mode: str, target: float) -> int:
-    """The batch of the first validation in ``history`` ([step, batch, value], ...) that reaches the target, else NEVER."""
+    """The batch of the first validation in ``history`` ([step, batch, value], ...) that reaches the target, else
+    NEVER."""
     return next((int(s) for _, s, v in history if metric_reached(v, mode, target)), NEVER)
 
 

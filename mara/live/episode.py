@@ -46,7 +46,8 @@ def scaled_family_params(bank: CurveBank, families, time_scale: float, target: f
 
 def live_tasks(bank: CurveBank, table: dict, families, load: float, root: int, n_steps: int, n_episodes: int = 1,
                source: str = "real", data_root: str = "data_cache", cache_dir: str = "data_cache") -> list[tuple[list[dict], list[JobSpec]]]:
-    """Per episode: the task dicts (arrival, budget, eps, family, cap, batch_size, lr, curve_row = job id, recipe_row) and job specs."""
+    """Per episode: the task dicts (arrival, budget, eps, family, cap, batch_size, lr, curve_row = job id,
+    recipe_row) and job specs."""
     ts = TaskSet("live", families=tuple(families))
     ep = generate_episodes(bank, table, ts, load, root, n_episodes, n_steps)
     out = []

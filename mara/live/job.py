@@ -37,7 +37,8 @@ class JobSpec:
         return asdict(self)
 
     def build_job(self):
-        """(module, resumable batches, validation or None): what a ``TrainingJob`` trains; zoo runs have no validation."""
+        """(module, resumable batches, validation or None): what a ``TrainingJob`` trains; zoo runs have no
+        validation."""
         return (*self.build_run(), None)
 
     def build_run(self):
@@ -141,7 +142,8 @@ def spec_from_dict(d: dict) -> JobSpec:
 
 
 def step_loss(out):
-    """The loss tensor a ``training_step`` returned (a tensor, or Lightning's ``{"loss": tensor, ...}``); None if none."""
+    """The loss tensor a ``training_step`` returned (a tensor, or Lightning's ``{"loss": tensor, ...}``); None if
+    none."""
     if isinstance(out, dict):
         out = out.get("loss")
     return out if isinstance(out, torch.Tensor) and out.numel() == 1 and out.requires_grad else None
@@ -171,7 +173,8 @@ class TrainingJob:
         self.metrics: list[tuple[int, float]] = []  # (processed batches, metric value) since the last take_metrics()
 
     def step(self) -> float:
-        """One optimisation step on the next mini-batch (the Lightning loop's order: zero grad, loss, backward, step)."""
+        """One optimisation step on the next mini-batch (the Lightning loop's order: zero grad, loss, backward,
+        step)."""
         batch = to_device(self.batches.next(), self.device)
         self.module.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -208,8 +211,8 @@ class TrainingJob:
 
     @classmethod
     def from_bytes(cls, blob: bytes, device: str = "cpu") -> "TrainingJob":
-        """Rebuild a job from ``to_bytes`` output (on this process's device) and restore its state; the bytes are read as
-        data (``weights_only=True``), so a state from another worker or machine cannot run code here."""
+        """Rebuild a job from ``to_bytes`` output (on this process's device) and restore its state; the bytes are
+        read as data (``weights_only=True``), so a state from another worker or machine cannot run code here."""
         state = load_checkpoint(blob, "live job state")  # tensors and plain values only: never runs code
         if not isinstance(state, dict) or not {"spec", "model", "optimizer", "batches", "processed"} <= state.keys():
             raise CheckpointError("live job state is not a TrainingJob.to_bytes() state (no spec/model/optimizer/batches)")

@@ -87,8 +87,9 @@ def check_targets(job: UserJob, source: str) -> None:
 
 
 def check_job(job_id: int, job: UserJob, source: str, obs_every: int = 10) -> UserJobSpec:
-    """Import, build and run one ``training_step`` of ``job`` (no optimiser step), and for a metric target one validation
-    batch; its spec (validations every ``job.val_every`` or ``obs_every`` batches), or a one-line ConfigError."""
+    """Import, build and run one ``training_step`` of ``job`` (no optimiser step), and for a metric target one
+    validation batch; its spec (validations every ``job.val_every`` or ``obs_every`` batches), or a one-line
+    ConfigError."""
     where = f"{source}: job {job.name!r}"
     check_targets(job, source)
     probe = _spec(job_id, job, 1)
@@ -131,7 +132,8 @@ def check_job(job_id: int, job: UserJob, source: str, obs_every: int = 10) -> Us
 
 
 def batch_seconds(spec: UserJobSpec, where: str, n: int = 3) -> float:
-    """Median wall seconds of ``n`` real optimisation steps of a throwaway copy of the job (after every check passed)."""
+    """Median wall seconds of ``n`` real optimisation steps of a throwaway copy of the job (after every check
+    passed)."""
     trial, times = TrainingJob(spec), []
     try:
         for _ in range(n):
@@ -159,7 +161,8 @@ def job_tasks(jobs: list[UserJob], specs: list[UserJobSpec], sim: dict) -> tuple
 
 
 def choose_methods(cfg: DictConfig, sim: dict) -> tuple[list[str], str | None]:
-    """``jobs_methods``: a list as given; ``auto``: MARA where its shipped policy fits this cluster, else EDF (a note)."""
+    """``jobs_methods``: a list as given; ``auto``: MARA where its shipped policy fits this cluster, else EDF (a
+    note)."""
     chosen = cfg.get("jobs_methods", "auto")
     if chosen != "auto":
         return list(chosen), None
@@ -234,7 +237,8 @@ def bank_records(tasks: list[dict], runs: list[dict], split: str = "pool", obs_e
 
 def run_jobs(cfg: DictConfig, out: Path, method_plans) -> dict:
     """Check every job, run them under each chosen method on live workers, replay, and write the report;
-    ``method_plans(methods, cfg, bank_path, notes)`` is live mode's (``mara.live.run``): [(name, factory, predictor)]."""
+    ``method_plans(methods, cfg, bank_path, notes)`` is live mode's (``mara.live.run``): [(name, factory,
+    predictor)]."""
     lv, sim = cfg.live, OmegaConf.to_container(cfg.sim, resolve=True)
     source = cfg.jobs if isinstance(cfg.jobs, str) else "jobs"
     jobs = read_jobs(cfg)
@@ -282,7 +286,8 @@ def run_jobs(cfg: DictConfig, out: Path, method_plans) -> dict:
 
         res = run_live(tasks, specs, factory(), pool, sim, predictor, meta, progress)
         for f in res["worker_failures"]:
-            say(f"worker failure: {m}: job {tasks[f['job']]['name']!r} at step {f['step']}: {f['error']} (job marked failed)")
+            say(f"worker failure: {m}: job {tasks[f['job']]['name']!r} at step {f['step']}: {f['error']} (job marked "
+                "failed)")
         if lv.replay:
             res["replay"] = replay(tasks, res["losses"], factory(), sim, predictor, meta, res.get("metrics"))
         runs.append({"method": m, "episode": 0, **res})
@@ -319,7 +324,8 @@ def run_jobs(cfg: DictConfig, out: Path, method_plans) -> dict:
             band = o["band"]
             if band.get("left_at_batch") is not None:
                 say(f"[{m}] {o['name']}: observed mean loss left its predicted band at batch {band['left_at_batch']} "
-                     f"({band['observed']:.4f} outside [{band['band'][0]:.4f}, {band['band'][1]:.4f}], fitted on the first "
+                     f"({band['observed']:.4f} outside [{band['band'][0]:.4f}, {band['band'][1]:.4f}], fitted on the "
+                     "first "
                      f"{band['fitted_batches']} batches): its remaining-batch estimates were unreliable")
     res["outcomes"] = outcomes
     res["paths"]["outcomes"] = str(out / "job_outcomes.json")

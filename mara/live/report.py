@@ -67,29 +67,37 @@ def markdown(res: dict) -> str:
     lines = ["# Live run", "",
              f"{c['n_jobs']} real training jobs ({', '.join(c['families'])}, {res['data']} data) per method; "
              f"M = {c['sim']['nodes']} nodes, K = {c['sim']['max_active']}, T = {c['sim']['steps']}, p = {c['load']}, "
-             f"root {c['root']}, {c['episodes']} episode(s), budgets x {c['time_scale']}, ε calibrated on {res.get('calibration_bank')}.", ""]
+             f"root {c['root']}, {c['episodes']} episode(s), budgets x {c['time_scale']}, ε calibrated on "
+             f"{res.get('calibration_bank')}.", ""]
     sim = c["sim"]
     if sim.get("node_speed") is not None or (sim.get("switch_cost") or 0) > 0:
-        lines += [(f"Node speeds {sim.get('node_speed') or [1] * sim['nodes']} batches per step (a slower node's batches are "
+        lines += [(f"Node speeds {sim.get('node_speed') or [1] * sim['nodes']} batches per step (a slower node's "
+                   "batches are "
                    f"stretched by the sleep factor s_max / s), switch cost {sim.get('switch_cost') or 0} set-up steps."), ""]
     for note in res["notes"]:
         lines.append(f"- note: {note}")
-    lines += ["", "| Method | Success (%) | Node util. (%) | Wall (s) | Batches | Allocator ms/step | Replayed success (%) | Decisions identical | Outcomes identical |",
+    lines += ["", "| Method | Success (%) | Node util. (%) | Wall (s) | Batches | Allocator ms/step | Replayed "
+                  "success (%) | Decisions identical | Outcomes identical |",
               "|---|---|---|---|---|---|---|---|---|"]
     for m, s in res["summary"].items():
         rp = s.get("replay")
         pct = lambda x: "–" if x is None else f"{100 * x:.1f}"  # noqa: E731
-        lines.append(f"| {m} | {pct(s['success_rate'])} ({s['succeeded']}/{s['jobs']}) | {100 * s['utilization']:.1f} | {s['wall_s']:.1f} | "
+        decided = "–" if not rp else "yes" if rp["decisions_identical"] else \
+            f"no ({rp['matching_steps']}/{rp['steps']} steps)"
+        lines.append(f"| {m} | {pct(s['success_rate'])} ({s['succeeded']}/{s['jobs']}) | "
+                     f"{100 * s['utilization']:.1f} | {s['wall_s']:.1f} | "
                      f"{s['batches']} | {s['alloc_ms_per_step']:.2f} | {pct(rp['success_rate']) if rp else '–'} | "
-                     f"{('yes' if rp['decisions_identical'] else 'no (%d/%d steps)' % (rp['matching_steps'], rp['steps'])) if rp else '–'} | "
+                     f"{decided} | "
                      f"{('yes' if rp['outcomes_identical'] else 'no') if rp else '–'} |")
     het = {m: s for m, s in res["summary"].items() if "switches" in s}
     if het:
-        lines += ["", ("| Method | Switches (live / replay) | Set-up node-steps (live / replay) | Set-up node-s (of it reloads) | "
+        lines += ["", ("| Method | Switches (live / replay) | Set-up node-steps (live / replay) | Set-up node-s (of "
+                       "it reloads) | "
                        "Sleep-factor node-s |"), "|---|---|---|---|---|"]
         for m, s in het.items():
             rp = s.get("replay") or {}
-            lines.append(f"| {m} | {s['switches']} / {rp.get('switches', '–')} | {s['setup_steps']} / {rp.get('setup_steps', '–')} | "
+            lines.append(f"| {m} | {s['switches']} / {rp.get('switches', '–')} | {s['setup_steps']} / "
+                         f"{rp.get('setup_steps', '–')} | "
                          f"{s['setup_s']:.1f} ({s['reload_s']:.1f}) | {s['stretch_s']:.1f} |")
     lines.append("")
     return "\n".join(lines)
@@ -120,7 +128,8 @@ def plot_timeline(runs: list[dict], episodes, path: Path, episode: int = 0) -> P
                 ax.text(last[j][0] + 1.2, last[j][1], "✓", va="center", fontsize=9, color="k")
         ax.set_yticks(range(n_nodes), [f"node {m}" for m in range(n_nodes)])
         ax.set_ylim(-0.6, n_nodes - 0.4)
-        ax.set_title(f"{r['method']}: {r['succeeded']}/{r['n_tasks']} jobs succeeded, utilisation {100 * r['utilization']:.0f} %", fontsize=10)
+        ax.set_title(f"{r['method']}: {r['succeeded']}/{r['n_tasks']} jobs succeeded, utilisation "
+                     f"{100 * r['utilization']:.0f} %", fontsize=10)
         ax.invert_yaxis()
     axes[-1, 0].set_xlabel("step (dotted: job arrival; ✓: job reached ε" + ("; hatched: set-up after a switch)" if any(
         r.get("setup_timeline") for r in rs) else ")"))
@@ -163,7 +172,8 @@ def write_report(cfg: DictConfig, out: Path, runs: list[dict], episodes, table: 
         if rp:
             past = "" if rp["beyond_record"] == 0 else f", replay ran {rp['beyond_record']} batches past the record"
             print(f"sim-vs-live {m}: decisions {'identical' if rp['decisions_identical'] else 'differ'} "
-                  f"({rp['matching_steps']}/{rp['steps']} steps), successes live {s['succeeded']} vs replayed {rp['succeeded']}{past}",
+                  f"({rp['matching_steps']}/{rp['steps']} steps), successes live {s['succeeded']} vs replayed "
+                  f"{rp['succeeded']}{past}",
                   file=sys.stderr)
     print(f"wrote {paths['json']}, {paths['md']}" + (f", {paths['timeline']}" if "timeline" in paths else ""), file=sys.stderr)
     return res

@@ -165,7 +165,8 @@ def export_bank(cfg: DictConfig, bank, out: Path) -> Path:
     for r in records:
         r["losses"] = r["losses"][: generation_cap(r["family"], table)]
     write_bank(path, records, meta)
-    say(f"wrote {path} (budgets x {cfg.live.time_scale}, ε re-calibrated to {cfg.live.calibration_target:.0%} feasibility, "
+    say(f"wrote {path} (budgets x {cfg.live.time_scale}, ε re-calibrated to {cfg.live.calibration_target:.0%} "
+        "feasibility, "
          f"curves cut at the live cap)")
     return path
 
@@ -220,7 +221,8 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
     crash = {int(k): int(v) for k, v in (OmegaConf.to_container(lv.crash) or {}).items()}
     n_jobs = sum(len(t) for t, _ in episodes)
     say(f"live: {', '.join(m for m, _, _ in plans)} on {len(episodes)} episode(s), {n_jobs} jobs of {', '.join(fams)} "
-         f"({source} data), M={sim['nodes']} nodes, K={sim['max_active']}, T={sim['steps']}, p={lv.load}, root={lv.root}, "
+         f"({source} data), M={sim['nodes']} nodes, K={sim['max_active']}, T={sim['steps']}, p={lv.load}, "
+         f"root={lv.root}, "
          f"workers={lv.workers}{_hetero_note(sim)} -> {out}")
     tb = None
     if lv.tensorboard:
@@ -249,7 +251,8 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
             meta = {"task_set": ["live"], "load": [float(lv.load)], "root": [int(lv.root)], "episode": [e]}
             res = run_live(tasks, specs, factory(), pool, sim, predictor, meta, progress)
             for f in res["worker_failures"]:
-                say(f"worker failure: {m} episode {e}: job {f['job']} at step {f['step']}: {f['error']} (job marked failed)")
+                say(f"worker failure: {m} episode {e}: job {f['job']} at step {f['step']}: {f['error']} (job marked "
+                    "failed)")
             runs.append({"method": m, "episode": e, **res})
     if tb is not None:
         for r in runs:

@@ -69,8 +69,8 @@ class _Log:
         self.calls.setdefault(str(name), []).append((value, batch_size or self.batch, reduce_fx))
 
     def reduce(self, name: str) -> float:
-        """The epoch value of ``name`` (TypeError / ValueError for a value that is neither a number, a scalar tensor nor a
-        Metric, or an unknown reduction)."""
+        """The epoch value of ``name`` (TypeError / ValueError for a value that is neither a number, a scalar
+        tensor nor a Metric, or an unknown reduction)."""
         calls = self.calls[name]
         last = calls[-1][0]
         if hasattr(last, "compute") and hasattr(last, "reset"):  # a torchmetrics Metric: its own accumulation

@@ -202,7 +202,8 @@ class ProcessPool:
         while not conn.poll(0.05):
             if not p.is_alive() or time.monotonic() > deadline:
                 code = p.exitcode
-                return "died", f"worker process of job {job_id} {'exited with code ' + str(code) if code is not None else 'timed out'}"
+                why = f"exited with code {code}" if code is not None else "timed out"
+                return "died", f"worker process of job {job_id} {why}"
         try:
             return conn.recv()
         except (EOFError, OSError):

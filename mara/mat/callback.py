@@ -18,9 +18,8 @@ import numpy as np
 import torch
 from torchmetrics import MeanMetric
 
-from mara.allocators.lara import LARA
-from mara.allocators.rules import EDF, FIFO
-from mara.allocators.slack import SlackRule
+from mara.core.config import build_allocators, load_method_cfg
+from mara.core.registry import validation_baselines
 from mara.mat.allocator import PolicyAllocator
 from mara.mat.settings import ValidationSetting
 from mara.predictors.factory import predictor_from
@@ -41,10 +40,12 @@ def validation_episodes(bank, roots, n_episodes: int, task_set: str = "ID", load
 
 
 def baseline_allocators() -> dict:
-    """FIFO, EDF, Slack-FM and (when present) LARA with the predictor each needs: name -> (allocator factory, predictor name)."""
-
-    out = {"FIFO": (FIFO, None), "EDF": (EDF, None), "Slack-FM": (SlackRule, "fm")}
-    out["LARA"] = (LARA, "wls")
+    """The validation baselines (``validation_baseline: true`` in conf/method) with the predictor each reads:
+    name -> (allocator factory, predictor name)."""
+    out = {}
+    for name in validation_baselines():
+        mcfg = load_method_cfg(name)
+        out[name] = (lambda mcfg=mcfg: build_allocators(mcfg)[0][1], mcfg.get("predictor"))
     return out
 
 

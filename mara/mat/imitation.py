@@ -219,6 +219,30 @@ def node_agreement(policy: MATPolicy, data: dict, batch_size: int = 4096) -> flo
     return hits / max(len(data["actions"]), 1)
 
 
+def _percent(value) -> str:
+    """An agreement (a share, a list of shares per setting, or None) as percent for a log line."""
+    if value is None or (isinstance(value, list) and all(v is None for v in value)):
+        return "–"
+    if isinstance(value, list):
+        return " / ".join("–" if v is None else f"{100 * v:.1f}" for v in value) + " %"
+    return f"{100 * value:.1f} %"
+
+
+def round_line(what: str, rec: dict, n_rounds: int) -> str:
+    """One log line for a person about an imitation round ``rec`` (its report entry): progress, the data, the loss,
+    the agreements (per setting for a suite) and the time left at this round's pace."""
+    r, seconds = int(rec["round"]), float(rec["seconds"])
+    left = seconds / (r + 1) * (n_rounds - r - 1)
+    new = f" (+{rec['new_states']:,} new)" if "new_states" in rec else ""
+    line = (f"{what} round {r + 1}/{n_rounds}: {rec['states']:,} states{new}, loss {rec['loss']:.3f}, "
+            f"agreement {_percent(rec['agreement_train'])} on its data")
+    if r > 0:
+        line += f", {_percent(rec['agreement_new_before_training'])} on the new states before training"
+    if rec.get("node_agreement_train") is not None and any(v is not None for v in rec["node_agreement_train"]):
+        line += f", node placement {_percent(rec['node_agreement_train'])}"
+    return line + f"; {seconds:.0f} s, about {left:.0f} s left"
+
+
 def imitate(policy: MATPolicy, make_env, teacher, cfg: ImitationSettings, seed: int = 0, scale: float = 350.0,
             log=print) -> dict:
     """BC on teacher rollouts, then ``cfg.dagger_rounds`` DAgger rounds; trains ``policy`` in place.
@@ -240,6 +264,6 @@ def imitate(policy: MATPolicy, make_env, teacher, cfg: ImitationSettings, seed: 
                "agreement_train": agreement(policy, data), "agreement_new_before_training": held_out,
                "seconds": time.time() - t0}
         report["rounds"].append(rec)
-        log(f"imitation round {r}: {rec}")
+        log(round_line("imitation", rec, 1 + cfg.dagger_rounds))
     report["agreement_train"] = report["rounds"][-1]["agreement_train"]
     return report

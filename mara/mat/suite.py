@@ -30,6 +30,7 @@ from mara.mat.imitation import (
     collect_labelled_states,
     merge,
     node_agreement,
+    round_line,
 )
 from mara.mat.nets import MATPolicy
 from mara.mat.settings import ImitationSettings, SuiteSetting, scaled_loads, setting_sim  # noqa: F401  (re-exported)
@@ -88,6 +89,6 @@ def imitate_suite(policy: MATPolicy, settings: list[SuiteSetting], make_env, tea
                "node_agreement_train": [node_agreement(policy, d) for d in data],
                "seconds": time.time() - t0}
         report["rounds"].append(rec)
-        log(f"suite imitation round {r}: {rec}")
+        log(round_line("suite imitation", rec, 1 + cfg.dagger_rounds))
     report["agreement_train"] = report["rounds"][-1]["agreement_train"]
     return report

@@ -10,6 +10,8 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
+
+from mara.core import registry
 from mara.core.progress_callback import ProgressCallback
 from mara.core.runlog import log_hparams, setup_logging
 from mara.core.safe_load import CheckpointError
@@ -25,6 +27,7 @@ from mara.mat.settings import (
     validation_load,
 )
 from mara.mat.suite import suite_settings
+
 
 def check_resume_checkpoint(path) -> None:
     """Before any work: ``ckpt_path`` (resume) is a MAT training checkpoint loadable as data, with its training state
@@ -117,21 +120,10 @@ def train_policy(settings: MatSettings, callbacks: list | None = None) -> dict:
 
 
 def policy_method(reward: str, predictor_name: str | None, recipe: dict) -> str:
-    """The paper name of a policy trained with this reward, predictor and MAT recipe (``mat``; a policy checkpoint's
-    hyper-parameters hold the same keys)."""
-    if reward == "sparse":
-        return "MARA-sparse"
-    if predictor_name == "wls":
-        return "MARA-WLS"
-    if (recipe.get("imitation") or {}).get("suite"):
-        if (recipe.get("net") or {}).get("node_head"):
-            return "MARA-nodes"  # the same, choosing its nodes on unequal ones (mat=suite_nodes)
-        if (recipe.get("rollout") or {}).get("suite"):
-            return "MARA-suite-ppo"  # imitation, then PPO across the suite (mat=suite_ppo)
-        return "MARA-suite"  # one policy across cluster sizes and node profiles (mat=suite, the main command's)
-    if predictor_name == "qr":
-        return "MARA-QR"  # the decision head (mat=default predictor=qr_q)
-    return "MARA" if (recipe.get("imitation") or {}).get("enabled", False) else "MARA-paper"
+    """The name of a policy trained with this reward, predictor and MAT recipe (``mat``; a policy checkpoint's
+    hyper-parameters hold the same keys): the learned method whose ``trained_as`` matches (conf/method YAMLs,
+    mara/core/registry.py)."""
+    return registry.trained_method({**dict(recipe or {}), "reward": reward, "predictor": predictor_name})
 
 
 def checkpoint_method(path) -> str:
@@ -145,7 +137,7 @@ def with_run_policy(listed: list[str], trained: str) -> list[str]:
     """The methods a run evaluates, its own policy (named ``trained``) among them wherever the list asks for a learned
     one: in MARA's place (mat=paper trains MARA-paper), or before the other policies the list names (experiment=hetero
     lists the shipped ones; experiment=hetero mat=hetero trains MARA-QR). A list without policies stays as it is."""
-    learned = [m for m in listed if m.startswith("MARA")]
+    learned = [m for m in listed if registry.method(m).learned]
     if not learned or trained in listed:
         return list(listed)
     at = listed.index("MARA") if "MARA" in listed else listed.index(learned[0])

@@ -1,10 +1,11 @@
 """``python -m mara.train experiment=paper``: the paper's whole protocol (§5, A.3) in one resumable run.
 
-The protocol is a graph of single-threaded jobs (:mod:`mara.core.jobs`) that ``paper.workers`` processes run side by side,
-costliest ready job first, each in its own folder of the run and each skipped on a rerun when its ``DONE.json`` is there:
+The protocol is a graph of single-threaded jobs (:mod:`mara.core.jobs`) that ``paper.workers`` processes run side
+by side, costliest ready job first, each in its own folder of the run and each skipped on a rerun when its
+``DONE.json`` is there:
   ``predictor/``                       the FM stage, once (``fm.ckpt``);
-  ``policy/<method>/seed<S>/``         MAT-PPO for every learned method × training seed (``paper.trained``), after the FM
-                                       stage when the method reads FM estimates;
+  ``policy/<method>/seed<S>/``         MAT-PPO for every learned method × training seed (``paper.trained``), after
+                                       the FM stage when the method reads FM estimates;
   ``evaluation/methods/<method>/``     one method on the protocol's identical episodes — the rules and bounds start at
                                        once, a learned method when its trainings are finished;
   ``stress/methods/<method>/``         the same on the infeasible-task stress scenario (§5.4);
@@ -251,7 +252,8 @@ def run_paper(cfg: DictConfig, out: Path) -> dict:
     if workers < 1:
         raise ConfigError(f"paper.workers must be >= 1 (or null: one per usable core), got {workers}")
     log.info(f"paper protocol: {len(jobs)} jobs (FM stage, {sum(j.name.startswith('train') for j in jobs)} trainings, "
-             f"{sum(j.name.startswith(('evaluation', 'stress')) for j in jobs)} method evaluations, prediction) on {workers} workers")
+             f"{sum(j.name.startswith(('evaluation', 'stress')) for j in jobs)} method evaluations, prediction) on "
+             f"{workers} workers")
     results, errors = run_jobs(jobs, workers, title="paper")
     methods = list(cfg.paper.methods)
     merged = {"evaluation": merge_results(out / "evaluation", methods, errors, "Evaluation (random)")}

@@ -38,7 +38,8 @@ MIN_OBS = 4
 
 
 def decision_inputs(S, L, lengths, eps, cap_remaining, batch_size, lr):
-    """(history features [B, H, 4], static [B, 9]) float64 from the observed prefix, ε and the cap (module docstring)."""
+    """(history features [B, H, 4], static [B, 9]) float64 from the observed prefix, ε and the cap (module
+    docstring)."""
     S, L = np.asarray(S, np.float64), np.asarray(L, np.float64)
     lengths = np.asarray(lengths, np.int64)
     H = int(lengths.max())

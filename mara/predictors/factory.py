@@ -1,59 +1,34 @@
 """The one place that turns a predictor name or config into a predictor.
 
-A spec is ``None`` (no estimates), a name (``fm`` / ``fm_cal`` / ``wls`` / ``qr`` / ``lcpfn`` / ``truth``: ``conf/predictor/<name>.yaml``, or the
-run's own ``predictors.<name>`` where the caller passes them), or a config mapping with ``name`` — Hydra-composed from
+A spec is ``None`` (no estimates), a name (``conf/predictor/<name>.yaml``, or the run's own ``predictors.<name>``
+where the caller passes them), or a config mapping with ``name`` — Hydra-composed from
 the same ``conf/predictor/`` group (``predictor=...``, ``predictors.fm....`` overrides), or just ``{name: ...}``, which
 reads the group's file. Any predictor config may set ``first_obs`` (1–4, default 4): the observation from which the
-simulator asks it for estimates (``mara/sim/env.py``); below 4 it should answer cold tasks (``qr``'s ``cold`` prior). Training, validation, evaluation, the prediction benchmarks, live mode and the bench all build
-their predictors here, so every path reads one config source.
+simulator asks it for estimates (``mara/sim/env.py``); below 4 it should answer cold tasks (``qr``'s ``cold`` prior).
+Which class a name builds is the kind's ``registry.builder`` (mara/core/registry.py). Training, validation,
+evaluation, the prediction benchmarks, live mode and the bench all build their predictors here, so every path reads
+one config source.
 """
 from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from mara.core.config import ConfigError, conf_dir, plain_config
+from mara.core.config import ConfigError, plain_config
+from mara.core.registry import import_object, predictor_entry, predictor_file, predictor_kinds
 from mara.curves.bank import CurveBank, default_bank_path, load_bank
-from mara.predictors.calibrated import CalibratedFlowPredictor
-from mara.predictors.fm import FlowPredictor
-from mara.predictors.lcpfn import LCPFNPredictor
 from mara.predictors.protocol import WARMUP_OBS, RemainingPredictor, check_first_obs
-from mara.predictors.quantile_head import QuantileHeadPredictor
-from mara.predictors.truth import TruthPredictor
-from mara.predictors.wls import WLSPredictor
 
 
-def _wls(cfg, bank_path=None):
-    return WLSPredictor.from_config(cfg)
-
-
-def _fm(cfg, bank_path=None):
-    return FlowPredictor.from_config(cfg, bank_path)
-
-
-def _fm_cal(cfg, bank_path=None):
-    return CalibratedFlowPredictor.from_config(cfg, bank_path)
-
-
-def _qr(cfg, bank_path=None):
-    return QuantileHeadPredictor.from_config(cfg, bank_path)
-
-
-def _lcpfn(cfg, bank_path=None):
-    return LCPFNPredictor.from_config(cfg, bank_path)
-
-
-def _truth(cfg, bank_path=None):
-    return TruthPredictor.from_config(cfg)
-
-
-#: predictor name → its constructor from a config (``bank_path`` picks the shipped checkpoint trained on that bank)
-PREDICTORS = {"wls": _wls, "fm": _fm, "fm_cal": _fm_cal, "qr": _qr, "lcpfn": _lcpfn, "truth": _truth}
+def known_predictors() -> list[str]:
+    """Every registered predictor kind (``conf/predictor/<kind>.yaml`` with a ``registry`` block)."""
+    return predictor_kinds()
 
 
 def predictor_config(name: str) -> DictConfig:
-    """``conf/predictor/<name>.yaml`` (a bare ``{name}`` for a predictor without a file)."""
-    path = conf_dir("predictor", f"{name}.yaml")
-    cfg = OmegaConf.load(path) if path.exists() else OmegaConf.create({"name": name})
+    """``conf/predictor/<name>.yaml`` (searched on ``MARA_CONF_PATH`` too; a bare ``{name}`` for a predictor without
+    a file)."""
+    path = predictor_file(name)
+    cfg = OmegaConf.load(path) if path is not None else OmegaConf.create({"name": name})
     if "name" not in cfg:
         cfg.name = name
     return cfg
@@ -71,6 +46,8 @@ def predictor_from(spec, bank_path=None, *, configured=None, built: dict | None 
             return _build(predictor_config(spec), bank_path)
         if built is not None and spec in built:
             return built[spec]
+        if spec not in configured and predictor_file(spec) is not None:  # registered, not listed in the run's config
+            configured = {**configured, spec: predictor_config(spec)}
         if spec not in configured:
             raise ConfigError(f"predictor {spec!r} is not configured (known: {', '.join(configured) or 'none'})")
         predictor = predictor_from(configured[spec], bank_path)
@@ -86,11 +63,12 @@ def predictor_from(spec, bank_path=None, *, configured=None, built: dict | None 
 
 
 def _build(cfg, bank_path=None) -> RemainingPredictor:
-    """The predictor that the full config ``cfg`` names (``cfg.name`` one of :data:`PREDICTORS`)."""
+    """The predictor that the full config ``cfg`` names (``cfg.name`` a registered kind: its ``registry.builder``)."""
     name = cfg.get("name")
-    if name not in PREDICTORS:
-        raise ValueError(f"predictor.name must be one of {sorted(PREDICTORS)}, got {name!r}")
-    predictor = PREDICTORS[name](cfg, bank_path)
+    entry = predictor_entry(str(name), missing_ok=True) if name is not None else None
+    if entry is None or entry.name != name:
+        raise ValueError(f"predictor.name must be one of {known_predictors()}, got {name!r}")
+    predictor = import_object(entry.builder).from_config(cfg, bank_path)
     if cfg.get("first_obs") is not None:  # the simulator asks for estimates from this observation on (default 4)
         try:
             predictor.first_obs = check_first_obs(cfg.first_obs)

@@ -3,7 +3,7 @@
 ``FlowFitSettings.from_config`` / ``HeadFitSettings.from_config`` read a plain predictor config (conf/predictor/fm.yaml,
 qr.yaml: ``net``, ``data``, ``train``, ``inference``, ``band``) — the one reading of it; ``fit_flow`` and
 ``fit_quantile_head`` take only these objects. ``PredictorTraining`` adds what the pipeline's predictor stage sets
-around it (bank, seed, Lightning trainer arguments, output folder).
+around it (the kind and its registered trainer, bank, seed, Lightning trainer arguments, output folder).
 """
 from __future__ import annotations
 
@@ -91,11 +91,17 @@ def trainer_from_config(trainer: Mapping | None) -> dict:
 
 @dataclass(frozen=True)
 class PredictorTraining:
-    """The predictor stage: what to fit, on which bank (None: the shipped one), the seed, the Lightning trainer's
-    arguments (accelerator, devices, max_epochs, ...) and the folder its checkpoint goes to."""
+    """The predictor stage: the kind it trains (a conf/predictor kind with a ``registry.trainer``) and that trainer,
+    the kind's fit settings (``registry.settings`` parsed from the run's predictor config: ``FlowFitSettings``,
+    ``HeadFitSettings``; None for a kind whose trainer takes the run config), the predictor config itself (plain), the
+    bank (None: the shipped one), the seed, the Lightning trainer's arguments (accelerator, devices, max_epochs, ...)
+    and the folder its checkpoint (``<output_dir>/<kind>.ckpt``) goes to."""
 
-    flow: FlowFitSettings
+    fit: FlowFitSettings | HeadFitSettings | None
     output_dir: str
     bank_path: str | None = None
     seed: int = 0
     trainer: dict[str, Any] = field(default_factory=dict)
+    kind: str = "fm"
+    trained_by: str = "mara.predictors.train.train_predictor"
+    config: dict = field(default_factory=dict)

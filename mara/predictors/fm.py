@@ -191,7 +191,8 @@ class FlowPredictor:
             return c.double().cpu().numpy()
 
     def novelty_from_context(self, c: np.ndarray) -> np.ndarray:
-        """Percentile [B] in [0, 1] of the Mahalanobis d² of context vectors among validation prefixes; 0 without stats."""
+        """Percentile [B] in [0, 1] of the Mahalanobis d² of context vectors among validation prefixes; 0 without
+        stats."""
         if self.novelty is None:
             return np.zeros(len(c))
         return novelty_percentile(c, self.novelty)

@@ -18,11 +18,11 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
 from mara.core.config import conf_dir, plain_config
+from mara.core.safe_load import load_checkpoint, plain_lightning_checkpoint
 from mara.curves.bank import default_bank_path, load_bank
 from mara.predictors.decision_data import decision_examples
-from mara.predictors.fit_settings import HeadFitSettings
+from mara.predictors.fit_settings import HeadFitSettings, PredictorTraining
 from mara.predictors.quantile import pinball_loss
-from mara.core.safe_load import load_checkpoint, plain_lightning_checkpoint
 from mara.predictors.quantile_head import QuantileNet, save_head
 
 
@@ -121,6 +121,14 @@ def fit_quantile_head(bank, fit: HeadFitSettings, out, seed: int = 0) -> dict:
               "best_val_pinball": float(ckpt_cb.best_model_score), "bank": str(bank.path), "seed": seed}
     result["ckpt"] = str(save_head(module.net, net_kw, out / "qr.ckpt", extra=result))
     return result
+
+
+def train_head(settings: PredictorTraining) -> dict:
+    """``mara.train``'s predictor stage for the decision head (``registry.trainer`` of conf/predictor/qr.yaml):
+    ``settings.fit`` (any variant of kind ``qr``, its ``net``/``data``/``train`` defaulting to qr.yaml's) trained on
+    the run's bank, exported to ``<settings.output_dir>/qr.ckpt``."""
+    bank = load_bank(settings.bank_path or default_bank_path())
+    return fit_quantile_head(bank, settings.fit, settings.output_dir, seed=settings.seed)
 
 
 def settings_from_cli(argv: list[str]) -> tuple[HeadFitSettings, str | None, str, int]:

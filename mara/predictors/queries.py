@@ -40,7 +40,8 @@ def build_cold_queries(bank: CurveBank, families, split: str, family_params: dic
 
 def _queries(bank: CurveBank, families, split: str, family_params: dict, counts, obs_every: int, seed: int) -> dict:
     """One query per curve of ``families``' ``split`` and observation count ``counts(row, budget)``; ε and budget drawn
-    per curve from (seed, row); queries whose curve crossed ε by their prefix end are dropped (the task would be done)."""
+    per curve from (seed, row); queries whose curve crossed ε by their prefix end are dropped (the task would be
+    done)."""
     rows = np.concatenate([bank.rows(f, split) for f in families])
     out = {k: [] for k in ("rows", "rank", "n_obs", "eps", "budget")}
     for r in rows:

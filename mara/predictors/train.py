@@ -32,7 +32,7 @@ def train_predictor(settings: PredictorTraining) -> dict:
 
     setup_logging()
     bank = load_bank(settings.bank_path or default_bank_path())
-    return fit_flow(bank, settings.flow, settings.trainer, Path(settings.output_dir), seed=settings.seed)
+    return fit_flow(bank, settings.fit, settings.trainer, Path(settings.output_dir), seed=settings.seed)
 
 
 def fit_flow(bank, fit: FlowFitSettings, trainer: dict | None, out: Path, seed: int = 0, families=None) -> dict:
@@ -135,7 +135,7 @@ def settings_from_cli(argv: list[str]) -> PredictorTraining:
     for f in files:
         base = OmegaConf.merge(base, OmegaConf.load(f))
     plain = plain_config(OmegaConf.merge(base, OmegaConf.from_dotlist([a for a in argv if a not in files])))
-    return PredictorTraining(flow=FlowFitSettings.from_config(plain["predictor"]),
+    return PredictorTraining(fit=FlowFitSettings.from_config(plain["predictor"]),
                              output_dir=plain["paths"]["output_dir"], bank_path=plain["bank"]["path"],
                              seed=int(plain["seed"]), trainer=plain["trainer"] or {})
 

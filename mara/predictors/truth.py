@@ -41,5 +41,5 @@ class TruthPredictor:
                         "feed it; it is a bound, not a predictor of a loss prefix")
 
     @classmethod
-    def from_config(cls, cfg=None) -> "TruthPredictor":
+    def from_config(cls, cfg=None, bank_path=None) -> "TruthPredictor":
         return cls()

@@ -121,7 +121,7 @@ class WLSPredictor:
         self.gamma, self.ridge, self.min_obs, self.band_z = float(gamma), float(ridge), int(min_obs), float(band_z)
 
     @classmethod
-    def from_config(cls, cfg) -> "WLSPredictor":
+    def from_config(cls, cfg, bank_path=None) -> "WLSPredictor":
         return cls(gamma=cfg.get("gamma", 0.9), ridge=cfg.get("ridge", 1e-10), min_obs=cfg.get("min_obs", MIN_OBS),
                    band_z=cfg.get("band_z", 1.2816))
 

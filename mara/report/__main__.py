@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = OmegaConf.from_dotlist(args)
         unknown = set(cfg) - {"run", "readme"}
         if unknown:
-            raise ValueError(f"unknown option(s) {', '.join(sorted(unknown))}; usage: python -m mara.report run=<folder> [readme=docs/results.md]")
+            raise ValueError(f"unknown option(s) {', '.join(sorted(unknown))}; usage: python -m mara.report "
+                             "run=<folder> [readme=docs/results.md]")
         if not cfg.get("run"):
             raise ValueError("usage: python -m mara.report run=<folder> [readme=docs/results.md]")
         run = Path(str(cfg.run))

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from mara.report.styles import BOUNDS
+from mara.core.registry import bound_methods
 
 OPTIMUM, PERFECT, BASE_RULE = "Clairvoyant", "Slack-Truth", "Slack-WLS"
-NOT_RULES = BOUNDS  # the bounds and the privileged rules (true remaining batches), never "the best rule"
 
 
 def episode_success(rows: list[dict], load: float) -> dict[str, dict[tuple, float]]:
@@ -66,11 +65,14 @@ def share_closed(method: dict, low: dict, high: dict) -> dict | None:
     return {"share": float(r), "se": float(np.sqrt(max(var, 0.0))), "n": int(len(keys))}
 
 
-def gap_decomposition(rows: list[dict], learned: set | None = None, not_rules=NOT_RULES) -> dict:
+def gap_decomposition(rows: list[dict], learned: set | None = None, not_rules=None) -> dict:
     """Per load (str): ``allocation_gap`` (Clairvoyant − Slack-Truth), per method ``prediction_gap``
     (Slack-Truth − method), ``share_closed`` of the Slack-WLS → Slack-Truth gap per method, and for each learned
     method ``minus_best_rule`` (paired difference to the non-learned, non-bound method with the highest mean at that
-    load). Parts whose methods are missing are left out; {} when neither Clairvoyant nor Slack-Truth is there."""
+    load). Parts whose methods are missing are left out; {} when neither Clairvoyant nor Slack-Truth is there.
+    ``not_rules``: never "the best rule" (default: the registry's bounds, privileged rules included)."""
+    bounds = set(bound_methods())
+    not_rules = bounds if not_rules is None else not_rules
     learned = set(learned if learned is not None else {r["method"] for r in rows if r.get("train_seed") is not None})
     loads = sorted({float(r["load"]) for r in rows})
     out: dict = {}
@@ -80,10 +82,10 @@ def gap_decomposition(rows: list[dict], learned: set | None = None, not_rules=NO
         if PERFECT in s and OPTIMUM in s:
             cell["allocation_gap"] = paired_difference(s[OPTIMUM], s[PERFECT])
         if PERFECT in s:
-            cell["prediction_gap"] = {m: paired_difference(s[PERFECT], v) for m, v in s.items() if m not in NOT_RULES and m != PERFECT}
+            cell["prediction_gap"] = {m: paired_difference(s[PERFECT], v) for m, v in s.items() if m not in bounds and m != PERFECT}
             if BASE_RULE in s:
                 cell["share_closed"] = {m: share_closed(v, s[BASE_RULE], s[PERFECT]) for m, v in s.items()
-                                        if m not in NOT_RULES and m != BASE_RULE}
+                                        if m not in bounds and m != BASE_RULE}
         rules = {m: float(np.mean(list(v.values()))) for m, v in s.items() if m not in not_rules and m not in learned}
         if rules and learned & set(s):
             best = max(rules, key=rules.get)

@@ -16,7 +16,7 @@ from mara.core.files import write_text_atomic
 from mara.eval.metrics import summarize
 from mara.report import paper_numbers as P
 from mara.report.decomposition import decomposition_markdown, gap_decomposition
-from mara.report.results import PAPER_ORDER
+from mara.report.results import method_order
 from mara.report.sections import shown_path
 from mara.report.styles import method_style
 
@@ -24,8 +24,8 @@ DASH = "–"
 
 
 def _ordered(methods) -> list[str]:
-    known = [m for m in PAPER_ORDER if m in methods]
-    return known + sorted(m for m in methods if m not in PAPER_ORDER)
+    order = method_order()
+    return [m for m in order if m in methods] + sorted(m for m in methods if m not in order)
 
 
 def _cell(c) -> dict | None:
@@ -116,7 +116,8 @@ def table5(summary: dict, load: str = "0.04") -> list[dict]:
 
 
 def protocol_stats(res: dict) -> list[dict]:
-    """Per load: tasks per episode (equal weight to the task sets), Oracle and Clairvoyant levels, ours and the paper's."""
+    """Per load: tasks per episode (equal weight to the task sets), Oracle and Clairvoyant levels, ours and the
+    paper's."""
     rows = res.get("rows") or []
     gen = [r for r in rows if r["method"] == "Oracle"] or [r for r in rows if r["method"] == (rows[0]["method"] if rows else None)]
     counts = summarize(gen, key="n_tasks", scale=1.0)
@@ -175,7 +176,8 @@ def paired_differences(rows: list[dict], ref: str = "MARA", load: float = 0.04) 
 
 # ---------------------------------------------------------------------------------------------- figures
 def figure4(summary: dict, path: Path) -> Path | None:
-    """Success vs load for every method (its style: mara/report/styles.py), ±1 sample std, paper's stated points hollow."""
+    """Success vs load for every method (its style: mara/report/styles.py), ±1 sample std, paper's stated points
+    hollow."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -286,14 +288,16 @@ def _minus_md(rep: dict) -> list[str]:
         return []
     L = ["| MARA minus | ours (± s.e., paired over episodes) | episodes | paper (Table 2/5 averages) |", "|---|---:|---:|---:|"]
     for r in rows:
-        L.append(f"| {r['method']} | {_f(r['diff'], sign=True)} ± {_f(r['se'])} | {r['n_episodes']} | {_f(r['paper_diff'], sign=True)} |")
+        L.append(f"| {r['method']} | {_f(r['diff'], sign=True)} ± {_f(r['se'])} | {r['n_episodes']} | "
+                 f"{_f(r['paper_diff'], sign=True)} |")
     return L
 
 
 def report_markdown(rep: dict) -> str:
     L = ["# MARA paper protocol — report", "",
          f"Run folder `{rep['run']}`. Every table: ours (mean ± sample std over training seeds × evaluation roots for "
-         "learned methods, over roots otherwise; §5.1 two-stage averaging), the paper's published value, and ours − paper. "
+         "learned methods, over roots otherwise; §5.1 two-stage averaging), the paper's published value, and ours − "
+         "paper. "
          "The paper's numbers come from `mara/report/paper_numbers.py`.", "", _bank_line(rep), ""]
     t = rep.get("stage_timings_s") or {}
     if isinstance(t.get("wall_s"), (int, float)):
@@ -305,7 +309,8 @@ def report_markdown(rep: dict) -> str:
         for m, why in (rep.get(status) or {}).items():
             L += [f"**{m} {status}:** {why}", ""]
     L += ["## Table 1 — remaining-resource prediction", "",
-          "| Task set | Model | MAE ours | MAE paper | Δ | Acc. (%) ours | Acc. paper | Δ | ms/prefix ours | ms/prefix paper |",
+          "| Task set | Model | MAE ours | MAE paper | Δ | Acc. (%) ours | Acc. paper | Δ | ms/prefix ours | "
+          "ms/prefix paper |",
           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rep["table1"]:
         L.append(f"| {r['task_set']} | {r['model']} | " + " | ".join(
@@ -322,7 +327,8 @@ def report_markdown(rep: dict) -> str:
     for r in rep["table3"]:
         L.append(f"| {r['method']} | " + " | ".join(_md_pair(r["success"])) + " |")
     L += ["", "## Table 4 — operational diagnostics (all loads and task sets)", "",
-          "| Method | Util. (%) ours | paper | Δ | Queue full (%) ours | paper | Δ | Waiting ours | paper | Δ | Ready ours | paper | Δ |",
+          "| Method | Util. (%) ours | paper | Δ | Queue full (%) ours | paper | Δ | Waiting ours | paper | Δ | "
+          "Ready ours | paper | Δ |",
           "|---" + "|---:" * 12 + "|"]
     for r in rep["table4"]:
         L.append(f"| {r['method']} | " + " | ".join(x for k in ("utilization", "queue_full", "waiting", "ready") for x in _md_pair(r[k], 1 if k in ("utilization", "queue_full", "ready") else 2)) + " |")
@@ -334,23 +340,26 @@ def report_markdown(rep: dict) -> str:
           "| p | tasks/episode ours | paper | Δ | Oracle ours | paper | Δ | Clairvoyant ours |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rep["protocol"]:
         L.append(f"| {r['load']:g} | " + " | ".join([*_md_pair(r["tasks_per_episode"]), *_md_pair(r["oracle"]), _ms(r["clairvoyant"]["ours"], r["clairvoyant"]["ours_std"])]) + " |")
-    L += ["", "Paper Oracle at p = 0.07 is derived from §5.6 (MARA 50.53 + gap 21.19); the paper states no other Figure-4 values as numbers.", ""]
+    L += ["", "Paper Oracle at p = 0.07 is derived from §5.6 (MARA 50.53 + gap 21.19); the paper states no other "
+              "Figure-4 values as numbers.", ""]
     if rep["figures"].get("figure4"):
         L += ["## Figure 4 — success rate vs load", "", f"![Figure 4]({Path(rep['figures']['figure4']).name})", ""]
     if rep.get("by_load"):
         L += ["Average success (%) over the three task sets at every load, and in the stress scenario:", "", *_by_load_md(rep), ""]
     if rep.get("mara_minus"):
         L += ["## MARA against every other method at p = 0.04", "", *_minus_md(rep), ""]
-    L += decomposition_markdown(rep.get("decomposition") or {}, PAPER_ORDER)
+    L += decomposition_markdown(rep.get("decomposition") or {}, method_order())
     if rep.get("clairvoyant"):
         c = rep["clairvoyant"]
-        L += [f"Clairvoyant: {c['n_optimal']}/{c['n_episodes']} episodes solved to proven optimality (others: CP-SAT's proven upper bound), "
+        L += [f"Clairvoyant: {c['n_optimal']}/{c['n_episodes']} episodes solved to proven optimality (others: "
+              "CP-SAT's proven upper bound), "
               f"{c['solve_time_s']:.0f} s in total.", ""]
     if rep.get("trainings"):
         L += ["## Trainings", "", "| Method | seed | best validation success (roots ≥ 1000) | wall |", "|---|---:|---:|---:|"]
         for t in rep["trainings"]:
             v = t.get("val_success_rate")
-            L.append(f"| {t['method']} | {t['seed']} | {_f(100 * v if isinstance(v, (int, float)) else None)} | {t.get('wall_s', 0) / 60:.1f} min |")
+            L.append(f"| {t['method']} | {t['seed']} | {_f(100 * v if isinstance(v, (int, float)) else None)} | "
+                     f"{t.get('wall_s', 0) / 60:.1f} min |")
         L.append("")
     return "\n".join(L)
 
@@ -377,7 +386,8 @@ def readme_markdown(rep: dict, page: str = "docs/results.md") -> str:
     took = f" It took {t['wall_s'] / 60:.0f} min on {t.get('workers', '?')} single-threaded workers." if isinstance(t.get("wall_s"), (int, float)) else ""
     L = [f"Generated by `python -m mara.report run={shown_path(rep['run'])} readme={page}` from the run's `report.json` "
          f"(`python -m mara.train experiment=paper`).{took} {_bank_line(rep)} Every method on identical episodes "
-         "(3 task sets × 5 roots × 12 episodes per load); ours: mean ± sample std over training seeds × roots; paper: published.", ""]
+         "(3 task sets × 5 roots × 12 episodes per load); ours: mean ± sample std over training seeds × roots; "
+         "paper: published.", ""]
     L += ["**Success rate (%) at p = 0.04, average over the three task sets (Table 2)**", "", "| Method | ours | paper | Δ |", "|---|---:|---:|---:|"]
     for r in rep["table2"]:
         L.append(f"| {r['method']} | " + " | ".join(_md_pair(r["Average"])) + " |")
@@ -385,7 +395,7 @@ def readme_markdown(rep: dict, page: str = "docs/results.md") -> str:
         L += ["", "**Every method at every load (Figure 4) and in the stress scenario (Table 3)** — average success (%)", "", *_by_load_md(rep)]
     if rep.get("mara_minus"):
         L += ["", "**MARA minus each method at p = 0.04**, per-episode differences on identical episodes", "", *_minus_md(rep)]
-    dec = decomposition_markdown(rep.get("decomposition") or {}, PAPER_ORDER)
+    dec = decomposition_markdown(rep.get("decomposition") or {}, method_order())
     if dec:
         L += ["", *[f"**{ln[3:]}**" if ln.startswith("## ") else ln for ln in dec]]
     L += ["", "**Stress test (Table 3)**", "", "| Method | ours | paper | Δ |", "|---|---:|---:|---:|"]
@@ -393,7 +403,8 @@ def readme_markdown(rep: dict, page: str = "docs/results.md") -> str:
         L.append(f"| {r['method']} | " + " | ".join(_md_pair(r["success"])) + " |")
     L += ["", "**Prediction (Table 1)**: MAE (batches) / budget accuracy (%), ours vs paper", "", "| Task set | Model | MAE ours | paper | Acc. ours | paper |", "|---|---|---:|---:|---:|---:|"]
     for r in rep["table1"]:
-        L.append(f"| {r['task_set']} | {r['model']} | {_f(r['mae']['ours'])} | {_f(r['mae']['paper'])} | {_f(r['budget_acc']['ours'])} | {_f(r['budget_acc']['paper'])} |")
+        L.append(f"| {r['task_set']} | {r['model']} | {_f(r['mae']['ours'])} | {_f(r['mae']['paper'])} | "
+                 f"{_f(r['budget_acc']['ours'])} | {_f(r['budget_acc']['paper'])} |")
     L += ["", "**Tasks per episode and Oracle level**", "", "| p | tasks ours | paper | Oracle ours | paper | Clairvoyant |", "|---|---:|---:|---:|---:|---:|"]
     for r in rep["protocol"]:
         L.append(f"| {r['load']:g} | {_f(r['tasks_per_episode']['ours'])} | {_f(r['tasks_per_episode']['paper'])} | "

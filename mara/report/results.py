@@ -6,14 +6,18 @@ from pathlib import Path
 
 import numpy as np
 
+from mara.core import registry
 from mara.core.files import write_text_atomic
 from mara.eval.metrics import summarize, summarize_diagnostics
 from mara.report.decomposition import decomposition_markdown, gap_decomposition
 from mara.report.styles import method_style
 
 SCHEMA = "mara.results/1"
-PAPER_ORDER = ["MARA-suite", "MARA-suite-ppo", "MARA-nodes", "MARA", "MARA-QR", "MARA-WLS", "MARA-sparse", "MARA-paper", "Slack-FM", "Slack-FM-q", "Slack-WLS", "Slack-Truth", "LARA", "LARA-FM", "LARA-best",
-               "LARA-FM-best", "FIFO", "EDF", "Oracle", "Clairvoyant"]
+
+
+def method_order() -> list[str]:
+    """The methods tables list first, in order (each method's ``report.order``, mara/core/registry.py)."""
+    return registry.report_order()
 
 
 def _fmt(cell) -> str:
@@ -23,8 +27,8 @@ def _fmt(cell) -> str:
 
 
 def _ordered(methods) -> list[str]:
-    known = [m for m in PAPER_ORDER if m in methods]
-    return known + sorted(m for m in methods if m not in PAPER_ORDER)
+    order = method_order()
+    return [m for m in order if m in methods] + sorted(m for m in methods if m not in order)
 
 
 def build_results(rows: list[dict], extra: dict | None = None) -> dict:
@@ -75,7 +79,8 @@ def results_markdown(res: dict, title: str = "Evaluation") -> str:
         lines += ["## Operational diagnostics (all loads and task sets)", "", "| Method | Util. (%) | Queue full (%) | Waiting | Ready |", "|---|---|---|---|---|"]
         for m in diag_methods:
             d = diag[m]
-            lines.append(f"| {m} | {_fmt(d['utilization'])} | {_fmt(d['queue_full'])} | {_fmt(d['waiting'])} | {_fmt(d['ready'])} |")
+            lines.append(f"| {m} | {_fmt(d['utilization'])} | {_fmt(d['queue_full'])} | {_fmt(d['waiting'])} | "
+                         f"{_fmt(d['ready'])} |")
         lines.append("")
     if res.get("timings"):
         lines += ["## Wall time (s)", "", "| Method | seconds |", "|---|---|"]

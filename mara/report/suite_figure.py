@@ -13,7 +13,8 @@ TOLERANCE = 0.2  # points below a setting's best rule that the suite target allo
 
 
 def learned_in(summary: dict) -> list[str]:
-    """The learned methods with a paired difference in every (setting, load) cell of ``summary``, in first-seen order."""
+    """The learned methods with a paired difference in every (setting, load) cell of ``summary``, in first-seen
+    order."""
     cells = [cell for per in summary.values() for cell in per.values()]
     names = dict.fromkeys(k for cell in cells for k, v in cell.items() if isinstance(v, dict) and "diff" in v)
     return [m for m in names if all(isinstance(c.get(m), dict) for c in cells)]

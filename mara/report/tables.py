@@ -1,4 +1,5 @@
-"""``python -m mara.readme_tables run=OUT readme=docs/results.md``: the measured tables of docs/results.md from a re-measurement folder.
+"""``python -m mara.readme_tables run=OUT readme=docs/results.md``: the measured tables of docs/results.md from a
+re-measurement folder.
 
 ``OUT`` is the folder ``scripts/ship_real_bank.sh`` fills (or any folder with the same layout). Each section below
 is written between its ``<!-- NAME:begin -->`` / ``<!-- NAME:end -->`` markers, headed by the command that measured
@@ -14,8 +15,8 @@ written by their own commands.
 | ``lara_sweep`` | ``lara_sweep/<reading>/results.json`` |
 | ``live`` | ``live/live_results.md``, ``live6/live_results.md`` |
 | ``imitation`` | ``paper/policy/MARA/seed*/checkpoints/imitation.json`` and ``validation.json`` |
-| ``checkpoints`` | ``fm_v1/predictor/fm.ckpt``, ``fm_v3/predictor/fm.ckpt``, ``live_mara/policy/checkpoints/validation.json`` |
-"""
+| ``checkpoints`` | ``fm_v1/predictor/fm.ckpt``, ``fm_v3/predictor/fm.ckpt``,
+``live_mara/policy/checkpoints/validation.json`` | """
 from __future__ import annotations
 
 import json
@@ -65,7 +66,8 @@ def rules_section(run: Path) -> str | None:
     if ev is None:
         return None
     lines = [f"Measured by `python -m mara.evaluate {RULES_METHODS}` and the same with `scenario=stress` (the shipped FM "
-             "checkpoint `fm_zoo.ckpt`; 3 task sets × 5 roots × 12 episodes per load). Mean ± std of success (%) over roots:",
+             "checkpoint `fm_zoo.ckpt`; 3 task sets × 5 roots × 12 episodes per load). Mean ± std of success (%) "
+             "over roots:",
              "", "| Method | " + " | ".join(f"p = {ld}" for ld in LOADS) + " | stress |", "|---" * (len(LOADS) + 2) + "|"]
     for m, label in RULES:
         if m not in ev["summary"]:
@@ -186,13 +188,14 @@ def checkpoints_section(run: Path) -> str | None:
         return None
     lines = []
     if any(p.exists() for *_, p in fms):
-        lines += ["| shipped FM checkpoint | command | epochs | val. FM loss | val. MAE FM / WLS (batches) | conformal offset | "
+        lines += ["| shipped FM checkpoint | command | epochs | val. FM loss | val. MAE FM / WLS (batches) | "
+                  "conformal offset | "
                   "training wall time (s) |", "|---|---|---:|---:|---:|---:|---:|"]
         for label, cmd, path in fms:
             if not path.exists():
                 continue
             x = load_checkpoint(path, "FM checkpoint", mmap=True).get("extra", {})
-            f = lambda k, fmt: format(x[k], fmt) if isinstance(x.get(k), (int, float)) else "–"  # noqa: E731
+            f = lambda k, fmt, x=x: format(x[k], fmt) if isinstance(x.get(k), (int, float)) else "–"  # noqa: E731
             lines.append(f"| `{label.split(' ', 1)[0]}` {label.split(' ', 1)[1]} | `{cmd}` | {x.get('epochs', '–')} | "
                          f"{f('val/fm_loss', '.3f')} | {f('val/mae_fm', '.1f')} / {f('val/mae_wls', '.1f')} | "
                          f"{f('band_offset', '.3f')} | {f('wall_s', '.0f')} |")

@@ -32,8 +32,8 @@ produced every ``obs_every`` processed batches; a predictor re-estimates a task'
 only when it gets a new observation (from the 4th on), and the estimate then counts down with service.
 A predictor that answers cold tasks too says so with its ``first_obs`` (1–4, default 4): its estimates are then
 asked for, and shown in ``Observation.pred_remaining``, from that observation on; before it the estimate is the cap.
-A cold task it has no estimate for (NaN: a family without training curves) keeps the cap and ``Observation.no_estimate``.
-"""
+A cold task it has no estimate for (NaN: a family without training curves) keeps the cap and
+``Observation.no_estimate``. """
 from __future__ import annotations
 
 from enum import IntEnum
@@ -201,7 +201,8 @@ def check_node_options(node_speed, switch_cost, n_nodes: int, obs_every: int):
         raise ValueError(f"sim.node_speed must have one entry per node (sim.nodes = {n_nodes}), got {len(sp)}")
     for v in sp:
         if not _is_whole(v):
-            raise ValueError(f"sim.node_speed entries must be integers (batches per step; fractional speeds are not supported), got {v!r}")
+            raise ValueError("sim.node_speed entries must be integers (batches per step; fractional speeds are not "
+                             f"supported), got {v!r}")
         if v < 1:
             raise ValueError(f"sim.node_speed entries must be >= 1, got {v}")
         if v > obs_every:
@@ -261,7 +262,8 @@ class BatchedEnv:
         # None = replay the recorded curves
         self.curve_source = curve_source
         # optional ``FlowSampleCache`` (mara/predictors/cache.py): the predictor's network outputs per observed history
-        # (bank row, observations, cap remaining, spacing), reused across episodes; never in live mode (the bank changes)
+        # (bank row, observations, cap remaining, spacing), reused across episodes; never in live mode (the bank
+        # changes)
         self.fm_cache = fm_cache if curve_source is None else None
         self.reset()
 
@@ -443,7 +445,8 @@ class BatchedEnv:
         return served
 
     def _refresh_request(self, new_obs: np.ndarray) -> dict | None:
-        """The predictor query for slots that just got an observation (from ``first_obs`` on), or None if there are none."""
+        """The predictor query for slots that just got an observation (from ``first_obs`` on), or None if there are
+        none."""
         er, ks = np.nonzero(new_obs)
         if len(er) == 0:
             return None

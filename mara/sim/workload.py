@@ -261,6 +261,7 @@ def check_family_params_cover(bank: CurveBank, family_params: dict | None, famil
     """Resolve the ε/budget table: the given one, else the bank's own calibrated table."""
     table = family_params if family_params is not None else bank.family_params
     if table is None:
-        raise BankError(f"curve bank {bank.path}: carries no calibrated family_params; pass family_params=paper or calibrate the bank")
+        raise BankError(f"curve bank {bank.path}: carries no calibrated family_params; pass family_params=paper or "
+                        "calibrate the bank")
     validate_family_params(table, families, source=where)
     return table
