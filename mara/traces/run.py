@@ -174,13 +174,7 @@ def run_trace(cfg: DictConfig, out: Path, log=print) -> dict:
             jobs, scored, rep, secs = replay_window(trace, w, ts, spec)
             timings[name] += secs
             rows.extend(job_rows(name, w, jobs, scored, rep))
-            span = max(float(np.nanmax(np.r_[rep.occupancy_t, jobs.submit])) - float(jobs.submit.min()), 1.0)
-            windows_info.append({
-                "method": name, "window": w.index, "jobs": int(scored.sum()), "replay_s": secs,
-                "decisions": rep.n_decisions, "decision_ms_p50": float(np.percentile(rep.decision_s, 50) * 1e3),
-                "decision_ms_p99": float(np.percentile(rep.decision_s, 99) * 1e3),
-                "gpu_utilisation": float(rep.gpu_seconds.sum() / (ts.cluster.gpus * span)),
-            })
+            windows_info.append(window_record(name, w.index, jobs, scored, rep, secs, ts.cluster.gpus))
             if w is windows[0]:
                 occupancy[name] = (rep.occupancy_t - rep.occupancy_t[0], rep.occupancy)
             log(f"{name} window {w.index}: met {rep.met[scored].mean():.3f} of {int(scored.sum())} jobs in {secs:.1f} s")
@@ -191,3 +185,15 @@ def run_trace(cfg: DictConfig, out: Path, log=print) -> dict:
         protocol["deadline_factor"] = ts.deadline_factor
     return write_trace_results(rows, windows_info, occupancy, protocol, timings, out,
                                tensorboard=bool((cfg.get("eval") or {}).get("tensorboard", True)))
+
+
+def window_record(name: str, window: int, jobs, scored, rep, secs: float, gpus: int) -> dict:
+    """One method's replay of one window, as the report's per-window row: jobs scored, replay seconds, decision
+    times (p50 / p99 ms) and GPU utilisation over the window's span."""
+    span = max(float(np.nanmax(np.r_[rep.occupancy_t, jobs.submit])) - float(jobs.submit.min()), 1.0)
+    return {
+        "method": name, "window": window, "jobs": int(scored.sum()), "replay_s": secs,
+        "decisions": rep.n_decisions, "decision_ms_p50": float(np.percentile(rep.decision_s, 50) * 1e3),
+        "decision_ms_p99": float(np.percentile(rep.decision_s, 99) * 1e3),
+        "gpu_utilisation": float(rep.gpu_seconds.sum() / (gpus * span)),
+    }

@@ -27,7 +27,7 @@ from mara.curves.bank import default_bank_path, load_bank
 from mara.predictors.factory import predictor_from
 from mara.traces.replay import NEVER, PENDING, RUNNING, JobState, replay
 from mara.traces.report import write_trace_results
-from mara.traces.run import build_scheduler, check_trace_run, job_rows
+from mara.traces.run import build_scheduler, check_trace_run, job_rows, window_record
 from mara.traces.schema import SIZE_CLASSES, size_class, window_jobs
 from mara.traces.target_loss import MODEL_FAMILY, declared_batches, target_loss_jobs
 from mara.traces.throughput import LEVELS, job_speeds
@@ -214,13 +214,7 @@ def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
                 r.update(true_iterations=float(tl.true[j]), declared_iterations=float(tl.declared[j]),
                          target_loss=float(tl.target[j]), family=str(tl.family[j]))
             rows.extend(new)
-            span = max(float(np.nanmax(np.r_[rep.occupancy_t, jobs.submit])) - float(jobs.submit.min()), 1.0)
-            windows_info.append({
-                "method": name, "window": w.index, "jobs": int(scored.sum()), "replay_s": secs,
-                "decisions": rep.n_decisions, "decision_ms_p50": float(np.percentile(rep.decision_s, 50) * 1e3),
-                "decision_ms_p99": float(np.percentile(rep.decision_s, 99) * 1e3),
-                "gpu_utilisation": float(rep.gpu_seconds.sum() / (ts.cluster.gpus * span)),
-            })
+            windows_info.append(window_record(name, w.index, jobs, scored, rep, secs, ts.cluster.gpus))
             if w is windows[0]:
                 occupancy[name] = (rep.occupancy_t - rep.occupancy_t[0], rep.occupancy)
             short = float((tl.declared[scored] < tl.true[scored]).mean())
