@@ -92,14 +92,8 @@ class DeclaredCount:
         s = self.state
         self.view.iter_left[:] = self.declared - (self.work - s.iter_left)
         nxt = self.inner.decide(now, arrivals)
-        run = np.flatnonzero((s.status == RUNNING) & (s.gpus > 0))
-        if run.size:  # the next job to reach its target (or spend its count) is an event
-            sp = s.tput[run, LEVELS.searchsorted(s.gpus[run])]
-            t = now + s.overhead[run] + np.ceil(np.maximum(s.iter_left[run], 0.0) / sp)
-            t = t[t > now]
-            if t.size:
-                nxt = float(t.min()) if nxt is None else min(nxt, float(t.min()))
-        return nxt
+        # the next job to reach its target (or spend its count) is an event
+        return next_target_event(s, np.flatnonzero((s.status == RUNNING) & (s.gpus > 0)), now, nxt)
 
 
 class PredictedCount:
@@ -152,14 +146,7 @@ class PredictedCount:
         live = np.flatnonzero((s.status == PENDING) | (s.status == RUNNING))
         s.finish[live] = NEVER  # the simulator finds the finish when the job reaches its target
         s.end_event[live] = NEVER
-        run = live[s.gpus[live] > 0]
-        if run.size:
-            sp = s.tput[run, LEVELS.searchsorted(s.gpus[run])]
-            t = now + s.overhead[run] + np.ceil(np.maximum(s.iter_left[run], 0.0) / sp)
-            t = t[t > now]
-            if t.size:
-                nxt = float(t.min()) if nxt is None else min(nxt, float(t.min()))
-        return nxt
+        return next_target_event(s, live[s.gpus[live] > 0], now, nxt)
 
 
 def replay_target_window(trace, w, ts, spec, count: str, bank, seed: int, q: float, mc=None, predictor=None):
@@ -227,3 +214,15 @@ def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
                 "predicted": planned_on}
     return write_trace_results(rows, windows_info, occupancy, protocol, timings, out,
                                tensorboard=bool((cfg.get("eval") or {}).get("tensorboard", True)))
+
+
+def next_target_event(s: JobState, run: np.ndarray, now: float, nxt: float | None) -> float | None:
+    """The earlier of ``nxt`` and the first time after ``now`` at which a job of ``run`` (indices of jobs holding GPUs)
+    finishes its remaining iterations at its current throughput, set-up overhead included."""
+    if run.size:
+        sp = s.tput[run, LEVELS.searchsorted(s.gpus[run])]
+        t = now + s.overhead[run] + np.ceil(np.maximum(s.iter_left[run], 0.0) / sp)
+        t = t[t > now]
+        if t.size:
+            nxt = float(t.min()) if nxt is None else min(nxt, float(t.min()))
+    return nxt
