@@ -120,22 +120,25 @@ def check_trace_run(cfg: DictConfig) -> tuple[TraceSettings, Trace, list, list]:
     return ts, trace, methods, [w for w in windows if w.split == ts.split]
 
 
-def build_scheduler(spec: DictConfig, overhead: bool):
+def build_scheduler(spec: DictConfig, overhead: bool, gpus_per_node: int | None = None):
     """A trace scheduler from its method config's ``trace_scheduler`` block (``overhead``: charge set-up costs, for a
-    scheduler that models them)."""
+    scheduler that models them; ``gpus_per_node``: the cluster's nodes, for a scheduler that places jobs on them)."""
     import inspect
 
     from hydra.utils import get_class, instantiate
 
     cls = get_class(spec["_target_"])
-    kw = {"overhead": overhead} if "overhead" in inspect.signature(cls).parameters else {}
+    params = inspect.signature(cls).parameters
+    kw = {"overhead": overhead} if "overhead" in params else {}
+    if gpus_per_node is not None and "gpus_per_node" in params:
+        kw["gpus_per_node"] = gpus_per_node
     return instantiate(spec, **kw)
 
 
 def replay_window(trace: Trace, w: Window, ts: TraceSettings, spec: DictConfig):
     """Replay one window under one scheduler: (jobs replayed, scored mask, Replay, wall seconds)."""
     jobs, scored = window_jobs(trace, w, ts.first_jobs)
-    sched = build_scheduler(spec, ts.overhead)
+    sched = build_scheduler(spec, ts.overhead, ts.cluster.gpus_per_node)
     tput, max_level = job_speeds(jobs, sched.caps, ts.cluster.gpus, rigid=ts.rigid)
     state = JobState(jobs.submit, jobs.deadline, tput, max_level, jobs.iterations.copy(), ts.cluster.gpus, slot=ts.slot)
     t0 = time.perf_counter()
