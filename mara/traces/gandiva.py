@@ -17,6 +17,7 @@ Written from the paper and from what the ElasticFlow authors' simulator does whe
     it is among the running jobs of its set, less a set-up overhead charged to every placed job at each decision while
     arrivals remain; it finishes at the second its work is done, found at the next decision.
 """
+
 from __future__ import annotations
 
 import math

@@ -2,11 +2,13 @@
 (Gandiva, Tiresias, Themis) assume about a job.
 
 A rigid job runs on exactly the GPUs its trace row asks for (``num_gpu``, its one allowed level: throughput cap rule
-``"trace"``) or not at all, and its work is the seconds it needs there: iterations / measured speed at that level (the
-trace's own ``duration`` to within a second). These schedulers decide when a job has finished by the seconds it has
-run (less set-up overhead), not by the iterations the shared simulator counts, so the policy keeps each job's clock:
-the simulator's iteration count is set out of reach (infinite) and the policy ends a job itself (``finish_job``).
+``"trace"``) or not at all, and its work is the whole seconds it needs there: ceil(iterations / measured speed at
+that level), which is the ITP traces' own ``duration`` column on every row of the fidelity cases (the peer's
+simulator counts those). These schedulers decide when a job has finished by the seconds it has run (less set-up
+overhead), not by the iterations the shared simulator counts, so the policy keeps each job's clock: the simulator's
+iteration count is set out of reach (infinite) and the policy ends a job itself (``finish_job``).
 """
+
 from __future__ import annotations
 
 import math
@@ -25,8 +27,8 @@ class RigidClock:
         J = len(state.submit)
         self.g = LEVELS[state.max_level].astype(np.int64)
         self.speed = state.tput[np.arange(J), state.max_level]
-        with np.errstate(divide="ignore"):
-            self.work = np.where(self.speed > 0, state.iter_left / np.where(self.speed > 0, self.speed, 1.0), NEVER)
+        ok = self.speed > 0
+        self.work = np.where(ok, np.ceil(state.iter_left / np.where(ok, self.speed, 1.0)), NEVER)
         self.iterations = state.iter_left.copy()
         self.done = np.zeros(J)
         state.iter_left[:] = NEVER  # the simulator's own iteration count never ends these jobs: their clock does

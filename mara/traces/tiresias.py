@@ -14,6 +14,7 @@ Written from the paper and from what the ElasticFlow authors' simulator does whe
     the peer's simulator estimates it ((limit - seconds run) / GPUs from now, at least a slot ahead). Every
     ``slot``-th decision restarts every running job (a longer overhead, counted in its end).
 """
+
 from __future__ import annotations
 
 import math
