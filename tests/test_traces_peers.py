@@ -100,17 +100,10 @@ def _peer_case(name: str) -> dict:
     return case["results"]
 
 
-@pytest.mark.parametrize("sched", [TraceEDF, TraceGandiva, TraceTiresias], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("sched", [TraceEDF, TraceGandiva, TraceTiresias, TraceThemis], ids=lambda c: c.__name__)
 def test_the_same_jobs_miss_as_in_the_peers_own_simulator_on_the_shipped_sample(sched):
     """The shipped sample is ITP cluster01's first 300 jobs; the peer's per-job outcomes there are recorded."""
     s = sched()
     peer = _peer_case("cluster01_first300")[s.name]
     _, rep = _replay(SHIPPED_SAMPLE, "n64g8", s)
     assert sorted(np.flatnonzero(~rep.met).tolist()) == peer["missed_rows"]
-
-
-def test_themis_meets_within_two_points_of_the_peer_on_the_shipped_sample():
-    peer = _peer_case("cluster01_first300")["Themis"]
-    _, rep = _replay(SHIPPED_SAMPLE, "n64g8", TraceThemis())
-    assert abs(rep.met.mean() - peer["ratio"]) <= 0.02
-    assert set(peer["missed_rows"]) <= set(np.flatnonzero(~rep.met).tolist())

@@ -3,7 +3,7 @@ live rigid jobs get shares that minimise the worst finish-time fairness, and the
 
 Written from the paper and from what the ElasticFlow authors' simulator does when run (docs/traces-fidelity.md):
   * **Leases.** Decisions every ``slot`` s from the first arrival; an arrival waits for the next lease. A job that
-    has GPUs runs the whole lease less its set-up overhead and, when its iterations run out within it, finishes at
+    has GPUs runs the whole lease and, when its iterations run out within it, finishes at
     the lease's end.
   * **Finish-time fairness** of job i with share x_i of its GPUs: rho_i = (t - submit_i + iters_i / (speed_i x_i)) /
     (isolated_i + iters_i / iso_i), where t is the last lease at which a job arrived or left, iso_i = min(ceil(N / n)
@@ -11,8 +11,8 @@ Written from the paper and from what the ElasticFlow authors' simulator does whe
     lease's iso_i. The shares minimise max_i rho_i subject to sum g_i x_i <= N, 0 <= x_i <= 1 (``fair_shares``).
   * **Auction.** Jobs in order of share, largest first (ties in their previous order), each gets its GPUs while they
     fit (later, smaller jobs may fill gaps).
-  * **Overhead**: when the set of running jobs changes, a job pays its set-up overhead in its first lease and in every
-    lease up to the first one in which nothing changes; after that it never pays again (as the peer's simulator runs).
+  * **No set-up overhead**: the peer's simulator charges Themis none in effect (its per-job charge is only made for
+    a job that has no overhead entry, and every job is read with one of 0), so a job runs whole leases.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from mara.traces.replay import FUTURE, PENDING, RUNNING, JobState
-from mara.traces.rigid import RigidClock, finish_job, setup_overhead
+from mara.traces.rigid import RigidClock, finish_job
 
 
 def fair_shares(a: np.ndarray, b: np.ndarray, c: np.ndarray, g: np.ndarray, n_gpus: int) -> np.ndarray:
@@ -60,9 +60,6 @@ class TraceThemis:
     name = "Themis"
     caps = "trace"  # rigid: each job on its trace's num_gpu
 
-    def __init__(self, overhead: bool = True):
-        self.overhead = overhead
-
     def reset(self, state: JobState) -> None:
         self.s = state
         self.clk = RigidClock(state)
@@ -71,13 +68,10 @@ class TraceThemis:
         self.isolated = np.zeros(J)
         self.prev_iters = np.full(J, np.nan)
         self.prev_iso = np.ones(J)
-        self.ovh = np.full(J, np.nan)  # NaN: never charged yet
         self.live: list[int] = []
         self.ending: list[int] = []
         self.end_time = np.zeros(J)
-        self.running_before: set = set()
         self.event_t = None
-        self.count = 0
 
     def decide(self, now: int, arrivals: np.ndarray):
         """One lease: leavers out, arrivals in, shares, auction, the lease's progress; returns the next lease."""
@@ -119,23 +113,16 @@ class TraceThemis:
                 if clk.g[j] <= free:
                     running.append(j)
                     free -= int(clk.g[j])
-        changed = set(running) != self.running_before
-        self.running_before = set(running)
-        restart = self.count > 0 and self.count % slot == 0
-        self.count += 1
-        stop = [j for j in self.live if j not in self.running_before]
+        chosen = set(running)
+        stop = [j for j in self.live if j not in chosen]
         s.gpus[stop] = 0
         s.status[[j for j in stop if s.status[j] == RUNNING]] = PENDING
         for j in running:
-            if not changed or not self.overhead:
-                self.ovh[j] = 0.0
-            elif np.isnan(self.ovh[j]):
-                self.ovh[j] = setup_overhead(int(clk.g[j]), s.n_gpus, restart)
             if np.isnan(s.started[j]):
                 s.started[j] = now
             s.status[j] = RUNNING
             s.gpus[j] = clk.g[j]
-            self.iters[j] -= (slot - self.ovh[j]) * clk.speed[j]
+            self.iters[j] -= slot * clk.speed[j]
             if self.iters[j] <= 0:
                 self.ending.append(j)
                 self.end_time[j] = now + slot
