@@ -184,6 +184,8 @@ class TraceElasticFlow:
         prof, plans, _ = self.plan_all(live, now)
         self._boost(live, plans, prof, now)
         replan = NEVER
+        k = int(np.searchsorted(s.submit, now, side="right"))  # jobs come sorted by submission time
+        queued = float(s.submit[k]) if k < len(s.submit) else NEVER
         for j in live:
             starts, gpus, real, end, _ = plans[j]
             g = gpus[0] if starts[0] == now else 0
@@ -207,6 +209,12 @@ class TraceElasticFlow:
             else:
                 s.finish[j] = real
                 s.end_event[j] = NEVER if s.status[j] != RUNNING else end
+            if g > 0 or s.status[j] == RUNNING:
+                queued = min(queued, end)
+        # a re-plan is an event of its own only when it comes before every event already queued: the next arrival and
+        # the jobs' ends as planned, before this round's set-up overhead moves them (as the authors' simulator does)
+        if replan >= queued:
+            return None
         return None if replan == NEVER else replan
 
     def _boost(self, live, plans, prof: FreeProfile, now: int) -> None:
