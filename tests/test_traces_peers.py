@@ -107,3 +107,34 @@ def test_the_same_jobs_miss_as_in_the_peers_own_simulator_on_the_shipped_sample(
     peer = _peer_case("cluster01_first300")[s.name]
     _, rep = _replay(SHIPPED_SAMPLE, "n64g8", s)
     assert sorted(np.flatnonzero(~rep.met).tolist()) == peer["missed_rows"]
+
+
+PIN = ROOT / "tests" / "data" / "elasticflow_sample_outcomes.json"
+
+
+def elasticflow_sample_outcomes() -> dict:
+    """Our ElasticFlow on the shipped sample, per job (what ``PIN`` holds; remade by
+    ``python -c "import tests.test_traces_peers as t; t.write_pin()"``, only when a change of outcomes is meant)."""
+    from mara.traces.elasticflow import TraceElasticFlow
+
+    _, rep = _replay(SHIPPED_SAMPLE, "n64g8", TraceElasticFlow())
+    opt = lambda a: [None if np.isnan(v) else float(v) for v in a]  # noqa: E731
+    return {
+        "met": rep.met.astype(int).tolist(),
+        "declined": rep.declined.astype(int).tolist(),
+        "finish": opt(rep.finish),
+        "started": opt(rep.started),
+        "decisions": rep.n_decisions,
+    }
+
+
+def write_pin() -> None:
+    PIN.write_text(json.dumps(elasticflow_sample_outcomes()) + "\n")
+
+
+def test_elasticflow_outcomes_per_job_are_pinned_through_speed_work():
+    """Speed-ups of the replay must not change any job's outcome, start or finish on the shipped sample."""
+    pinned = json.loads(PIN.read_text())
+    now = elasticflow_sample_outcomes()
+    for key in ("met", "declined", "finish", "started", "decisions"):
+        assert now[key] == pinned[key], key
