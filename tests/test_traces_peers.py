@@ -138,3 +138,20 @@ def test_elasticflow_outcomes_per_job_are_pinned_through_speed_work():
     now = elasticflow_sample_outcomes()
     for key in ("met", "declined", "finish", "started", "decisions"):
         assert now[key] == pinned[key], key
+
+
+def test_applying_a_plan_in_one_sweep_is_adding_it_then_merging():
+    from mara.traces.profile import FreeProfile
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        a, b = FreeProfile(100, 64), FreeProfile(100, 64)
+        for _ in range(int(rng.integers(1, 6))):
+            starts = np.sort(rng.choice(np.arange(60, 900, 30), size=int(rng.integers(1, 4)), replace=False)).tolist()
+            gpus = rng.choice([0, 1, 2, 4, 8], size=len(starts)).tolist()
+            end = int(rng.choice([starts[-1] + 30, 2000, starts[0]]))
+            sign = int(rng.choice([-1, 1]))
+            a.add_plan(starts, gpus, end, sign)
+            a.merge()
+            b.apply_plan(starts, gpus, end, sign)
+            assert (a.times, a.free) == (b.times, b.free)
