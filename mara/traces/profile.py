@@ -97,7 +97,7 @@ class FreeProfile:
 
     def breakpoints(self, lo, hi) -> list:
         """Breakpoints in [lo, hi)."""
-        return self.times[bisect_left(self.times, lo) : bisect_left(self.times, hi)]
+        return self.times[bisect_left(self.times, lo):bisect_left(self.times, hi)]
 
     def merge(self) -> None:
         """Drop breakpoints that do not change the free count (the first one stays)."""
