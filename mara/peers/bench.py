@@ -39,13 +39,13 @@ def peer_rows(cases=DEFAULT_CASES, methods=CORE_METHODS, time_limit_s: float = 3
             if ours:
                 mine = run_ours(path, case.cluster, method, time_limit_s)
                 row.update(our_status=mine.status, our_seconds=mine.seconds, our_ratio=mine.ratio,
-                           our_replay_seconds=mine.replay_seconds)
+                           our_replay_seconds=mine.replay_seconds, our_replay_cpu_seconds=mine.replay_cpu_seconds)
                 if mine.seconds and peer.status in ("ok", "timeout"):
                     row["speedup"] = peer.seconds / mine.seconds
                 if mine.replay_seconds and peer.status in ("ok", "timeout"):
                     row["replay_speedup"] = peer.seconds / mine.replay_seconds
-                    if peer.cpu_seconds:
-                        row["replay_cpu_speedup"] = peer.cpu_seconds / mine.replay_seconds
+                if mine.replay_cpu_seconds and peer.cpu_seconds and peer.status in ("ok", "timeout"):
+                    row["replay_cpu_speedup"] = peer.cpu_seconds / mine.replay_cpu_seconds
             rows.append(row)
     return rows
 
@@ -73,6 +73,8 @@ def print_peer_rows(rows: list, width: int = 44) -> None:
             print(f"{label:<{width}}{ours:>16}  start-up included")
             if r.get("our_replay_seconds") is not None:
                 print(f"{'  our replay alone (s)':<{width}}{r['our_replay_seconds']:>16.3f}  timed inside the process")
+            if r.get("our_replay_cpu_seconds") is not None:
+                print(f"{'  our replay alone, CPU (s)':<{width}}{r['our_replay_cpu_seconds']:>16.3f}")
         bound = ">= " if r.get("peer_status") == "timeout" else ""
         if r.get("replay_speedup"):
             print(f"{'  speed-up, peer wall / our replay':<{width}}{bound + format(r['replay_speedup'], '.1f'):>16}  "

@@ -41,6 +41,7 @@ class OurRun:
     seconds: float | None = None
     cpu_seconds: float | None = None
     replay_seconds: float | None = None  # the replay itself, timed inside the process (results.json ``timings``)
+    replay_cpu_seconds: float | None = None  # its CPU seconds (``timings_cpu``)
     ratio: float | None = None
     n_rows: int = 0
     n_windows: int = 0
@@ -78,6 +79,8 @@ def read_ours(results_json: Path, method: str) -> OurRun:
     run = OurRun(method, "ok")
     timing = data.get("timings", {}).get(method) if isinstance(data, dict) else None
     run.replay_seconds = None if timing is None else float(timing)
+    cpu = data.get("timings_cpu", {}).get(method) if isinstance(data, dict) else None
+    run.replay_cpu_seconds = None if cpu is None else float(cpu)
     if not rows:
         run.status, run.error = "failed", f"no job rows of {method} in {Path(results_json).name}"
         return run
@@ -137,7 +140,7 @@ def compare_row(case: str, method: str, peer: dict, ours: OurRun, ids: list) -> 
            "peer_seconds": peer.get("seconds"), "peer_cpu_seconds": peer.get("cpu_seconds"), "peer_limit_s": peer.get("limit_s"), "ours_status": ours.status,
            "our_ratio": ours.ratio, "our_seconds": ours.seconds,
            "our_cpu_seconds": ours.cpu_seconds, "our_replay_seconds": ours.replay_seconds,
-           "our_windows": ours.n_windows}
+           "our_replay_cpu_seconds": ours.replay_cpu_seconds, "our_windows": ours.n_windows}
     if peer.get("ratio") is not None and ours.ratio is not None:
         row["difference"] = ours.ratio - peer["ratio"]
     if peer.get("seconds") and ours.seconds:
@@ -147,12 +150,11 @@ def compare_row(case: str, method: str, peer: dict, ours: OurRun, ids: list) -> 
     if peer.get("cpu_seconds") and ours.cpu_seconds:
         row["cpu_speedup"] = peer["cpu_seconds"] / ours.cpu_seconds
     if peer.get("seconds") and ours.replay_seconds:
-        # the peer's process against our replay alone (timed in our process); a single-threaded replay's wall seconds
-        # are at least its CPU seconds, so the CPU speed-up is if anything understated
+        # the peer's process against our replay alone (timed in our process): wall against wall, CPU against CPU
         row["replay_speedup"] = peer["seconds"] / ours.replay_seconds
         row["speedup_is_lower_bound"] = peer.get("status") == "timeout"
-        if peer.get("cpu_seconds"):
-            row["replay_cpu_speedup"] = peer["cpu_seconds"] / ours.replay_seconds
+        if peer.get("cpu_seconds") and ours.replay_cpu_seconds:
+            row["replay_cpu_speedup"] = peer["cpu_seconds"] / ours.replay_cpu_seconds
     agree = per_job_agreement(peer.get("missed_rows", []), peer.get("jobs_counted"), ids, ours.met_by_job)
     if agree:
         row["jobs_agree"], row["jobs_compared"] = agree
@@ -167,8 +169,8 @@ def _f(v, fmt: str, none: str = "-") -> str:
 
 def markdown_table(rows: list) -> str:
     """The side-by-side table as markdown: the peer's wall and CPU seconds (its process), ours as a process (start-up
-    included) and our replay alone (timed inside the process); the speed-ups are the peer's wall and CPU seconds over
-    our replay's seconds (a lower bound where the peer reached its time limit)."""
+    included) and our replay alone (timed inside the process); the speed-ups are the peer's wall over our replay's wall
+    seconds and the peer's CPU over our replay's CPU seconds (a lower bound where the peer reached its time limit)."""
     head = ("| case | method | peer ratio | our ratio | difference | jobs agreeing | peer s | peer CPU s | our process s "
             "| our replay s | speed-up | CPU speed-up |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
