@@ -238,16 +238,16 @@ class TraceElasticFlow:
                 if nxt is None or nxt - g > spare:
                     continue
                 if j not in cache or self.exact_marginals:
-                    trial_prof = prof.copy()
-                    self._reserve(trial_prof, plans[j], sign=+1)
-                    trial = self._trial(j, trial_prof, now, nxt)
-                    if g == 0:
-                        val = BIG
+                    if g == 0:  # a job without GPUs comes first whatever its trial: planned only if it is chosen
+                        cache[j] = (BIG, None, None, -1)
                     else:
+                        trial_prof = prof.copy()
+                        self._reserve(trial_prof, plans[j], sign=+1)
+                        trial = self._trial(j, trial_prof, now, nxt)
                         if j not in held:
                             held[j] = self._gpu_time(plans[j])
                         val = (self._gpu_time(trial) - held[j]) / (nxt - g)
-                    cache[j] = (val, trial, trial_prof, version)
+                        cache[j] = (val, trial, trial_prof, version)
                 val = cache[j][0]
                 if best is None or val > best_val:
                     best, best_val = j, val
