@@ -171,8 +171,8 @@ def markdown_table(rows: list) -> str:
     """The side-by-side table as markdown: the peer's wall and CPU seconds (its process), ours as a process (start-up
     included) and our replay alone (timed inside the process); the speed-ups are the peer's wall over our replay's wall
     seconds and the peer's CPU over our replay's CPU seconds (a lower bound where the peer reached its time limit)."""
-    head = ("| case | method | peer ratio | our ratio | difference | jobs agreeing | peer s | peer CPU s | our process s "
-            "| our replay s | speed-up | CPU speed-up |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+    head = ("| case | method | peer ratio | our ratio | difference | jobs agreeing | peer s | peer CPU s "
+            "| our process s | our replay s | speed-up | CPU speed-up |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         peer = _f(r["peer_ratio"], ".3f", r.get("peer_status") or "-")
