@@ -155,3 +155,13 @@ def test_applying_a_plan_in_one_sweep_is_adding_it_then_merging():
             a.merge()
             b.apply_plan(starts, gpus, end, sign)
             assert (a.times, a.free) == (b.times, b.free)
+
+
+@pytest.mark.parametrize("sched", [TraceGandiva, TraceTiresias, TraceThemis], ids=lambda c: c.__name__)
+def test_a_rigid_job_with_no_measured_speed_at_its_size_is_declined_and_the_replay_ends(tmp_path, sched):
+    # deepspeech2 at batch 32 has no measurement on 64 GPUs: that job could never finish where it asks to run
+    body = HEADER + "a,0,1000,deepspeech2,100000,32,64,100\nb,0,1000,deepspeech2,100000,32,8,100\n"
+    p = tmp_path / "t.csv"
+    p.write_text(body)
+    _, rep = _replay(p, "n8g8", sched())
+    assert rep.declined.tolist() == [True, False] and rep.met.tolist() == [False, True]

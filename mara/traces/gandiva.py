@@ -3,9 +3,9 @@ time-sliced when a node set holds more jobs than fit, with no view of deadlines.
 
 Written from the paper and from what the ElasticFlow authors' simulator does when run (docs/traces-fidelity.md):
   * **Node sets.** Jobs of one size g share node sets of ceil(g / GPUs per node) nodes; a set runs
-    ``capacity = nodes × GPUs per node // g`` of its jobs at once and time-slices the rest: every minute of trace time
-    the jobs that ran go to the back of its queue. A set's ``util`` counts the jobs put in it (not lowered when they
-    leave), and a set is given back to the free nodes once it is empty.
+    ``capacity = nodes × GPUs per node // g`` of its jobs at once and time-slices the rest: at each decision on the
+    slot grid (every slot of trace time from 0) the jobs that ran go to the back of its queue. A set's ``util`` counts
+    the jobs put in it (not lowered when they leave), and a set is given back to the free nodes once it is empty.
   * **Placement of an arrival**: into the least-used set of its size while ``util + 1 < capacity``, else a new set
     from free nodes, else time-sliced onto the least-used set of its size, else it waits (and is placed again only
     when a set is given back).
@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from mara.traces.replay import FUTURE, PENDING, RUNNING, JobState
-from mara.traces.rigid import RigidClock, finish_job, setup_overhead
+from mara.traces.rigid import RigidClock, finish_job, runnable_arrivals, setup_overhead
 
 
 class NodeSet:
@@ -180,7 +180,7 @@ class TraceGandiva:
         dt = 0 if self.last_t is None else now - self.last_t
         self.last_t = now
         released = self._execute(now, dt)
-        for j in arrivals:
+        for j in runnable_arrivals(s, self.clk, arrivals):
             if self._place(int(j)):
                 s.status[j] = RUNNING
                 s.started[j] = now

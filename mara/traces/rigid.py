@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from mara.traces.replay import DONE, NEVER, JobState
+from mara.traces.replay import DECLINED, DONE, NEVER, JobState
 from mara.traces.throughput import LEVELS
 
 
@@ -54,3 +54,11 @@ def finish_job(state: JobState, j: int, now: int, end_time: float) -> None:
     state.gpus[j] = 0
     state.end_event[j] = NEVER
     state.finish[j] = end_time
+
+
+def runnable_arrivals(state: JobState, clock: RigidClock, arrivals: np.ndarray) -> np.ndarray:
+    """The arrivals that can run at their size; one with no measured speed there (e.g. a model whose table stops below
+    its GPU count) would hold its GPUs for ever, so it is declined (it misses its deadline)."""
+    ok = clock.work[arrivals] < NEVER
+    state.status[arrivals[~ok]] = DECLINED
+    return arrivals[ok]

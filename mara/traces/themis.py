@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from mara.traces.replay import FUTURE, PENDING, RUNNING, JobState
-from mara.traces.rigid import RigidClock, finish_job
+from mara.traces.rigid import RigidClock, finish_job, runnable_arrivals
 
 
 def fair_shares(a: np.ndarray, b: np.ndarray, c: np.ndarray, g: np.ndarray, n_gpus: int) -> np.ndarray:
@@ -82,7 +82,7 @@ class TraceThemis:
             finish_job(s, j, now, self.end_time[j])
             self.live.remove(j)
         self.ending = []
-        for j in arrivals:
+        for j in runnable_arrivals(s, self.clk, arrivals):
             s.status[j] = PENDING
             self.live.append(int(j))
         running: list[int] = []

@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from mara.traces.replay import NEVER, PENDING, RUNNING, JobState
-from mara.traces.rigid import RigidClock, finish_job, setup_overhead
+from mara.traces.rigid import RigidClock, finish_job, runnable_arrivals, setup_overhead
 
 
 class TraceTiresias:
@@ -63,7 +63,7 @@ class TraceTiresias:
                 self.queues[self.qid[j]].remove(j)
                 self.live.remove(j)
                 self.running[j] = False
-        for j in arrivals:
+        for j in runnable_arrivals(s, self.clk, arrivals):
             j = int(j)
             s.status[j] = PENDING
             self.live.append(j)
