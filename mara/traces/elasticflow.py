@@ -174,16 +174,19 @@ class TraceElasticFlow:
     def decide(self, now: int, arrivals: np.ndarray):
         s = self.s
         live = np.flatnonzero((s.status == PENDING) | (s.status == RUNNING))
+        planned = None
         if arrivals.size:
-            _, _, ok = self.plan_all(np.concatenate([live, arrivals]), now)
-            if ok:
+            planned = self.plan_all(np.concatenate([live, arrivals]), now)
+            if planned[2]:
                 s.status[arrivals] = PENDING
                 live = np.concatenate([live, arrivals])
             else:
                 s.status[arrivals] = DECLINED
+                planned = None
         if live.size == 0:
             return None
-        prof, plans, _ = self.plan_all(live, now)
+        # admitted arrivals: the re-plan of the same jobs at the same time is the admission's plan itself
+        prof, plans, _ = planned if planned is not None else self.plan_all(live, now)
         self._boost(live, plans, prof, now)
         replan = NEVER
         k = int(np.searchsorted(s.submit, now, side="right"))  # jobs come sorted by submission time
