@@ -116,24 +116,33 @@ def test_read_ours_ratio_and_jobs_from_results_rows(tmp_path):
         run = read_ours(_ours(tmp_path, rows, wrap), "EDF")
         assert run.status == "ok" and run.ratio == pytest.approx(2 / 3) and run.n_windows == 1
         assert run.met_by_job == {"a": 1, "b": 0, "c": 1}
+    f = tmp_path / "timed.json"
+    f.write_text(json.dumps({"rows": rows, "timings": {"EDF": 0.25, "ElasticFlow": 3.0}, "timings_cpu": {"EDF": 0.2}}))
+    timed = read_ours(f, "EDF")
+    assert (timed.replay_seconds, timed.replay_cpu_seconds) == (0.25, 0.2)  # the replay alone, timed in the process
     assert read_ours(_ours(tmp_path, rows), "Themis").status == "failed"
 
 
 def test_side_by_side_row_and_table():
     ids = ["a", "b", "c", "d"]
-    peer = {"status": "ok", "ratio": 0.5, "seconds": 100.0, "missed_rows": [1, 3], "jobs_counted": 4}
+    peer = {"status": "ok", "ratio": 0.5, "seconds": 100.0, "cpu_seconds": 40.0, "missed_rows": [1, 3],
+            "jobs_counted": 4}
     from mara.peers.side_by_side import OurRun
 
-    ours = OurRun("EDF", "ok", seconds=2.0, ratio=0.75, met_by_job={"a": 1, "b": 1, "c": 1, "d": 0})
+    ours = OurRun("EDF", "ok", seconds=2.0, replay_seconds=0.5, replay_cpu_seconds=0.4, ratio=0.75,
+                  met_by_job={"a": 1, "b": 1, "c": 1, "d": 0})
     assert per_job_agreement(peer["missed_rows"], 4, ids, ours.met_by_job) == (3, 4)
     row = compare_row("x", "EDF", peer, ours, ids)
     assert row["difference"] == pytest.approx(0.25) and row["speedup"] == pytest.approx(50.0)
+    assert row["replay_speedup"] == pytest.approx(200.0) and row["replay_cpu_speedup"] == pytest.approx(100.0)
     assert (row["jobs_agree"], row["jobs_compared"]) == (3, 4)
     cut = compare_row("x", "ElasticFlow", {"status": "timeout", "seconds": 600.0, "limit_s": 600},
                       OurRun("ElasticFlow", "unavailable", error="not here"), ids)
     table = markdown_table([row, cut])
-    assert "| x | EDF | 0.500 | 0.750 | +0.250 | 3/4 | 100.0 | 2.0 | 50.0 | - |" in table
-    assert "| x | ElasticFlow | timeout | unavailable | - | - | > 600 (limit) | - | - | - |" in table
+    assert "| x | EDF | 0.500 | 0.750 | +0.250 | 3/4 | 100.0 | 40.0 | 2.0 | 0.50 | 200.0 | 100.0 |" in table
+    assert "| x | ElasticFlow | timeout | unavailable | - | - | > 600 (limit) | - | - | - | - | - |" in table
+    slow = compare_row("x", "EDF", dict(peer, status="timeout"), ours, ids)
+    assert "| > 200.0 | > 100.0 |" in markdown_table([slow])  # a peer cut by its limit: a lower bound
 
 
 def test_scripts_refuse_bad_input_with_one_line():
@@ -176,13 +185,21 @@ def test_bench_rows_say_a_time_limit_and_a_lower_bound(capsys):
     from mara.peers.bench import print_peer_rows
 
     print_peer_rows([
-        {"case": "c", "method": "EDF", "peer_seconds": 12.0, "peer_status": "ok", "limit_s": 300, "peer_ratio": 0.4,
-         "our_status": "ok", "our_seconds": 0.5, "our_ratio": 0.41, "speedup": 24.0},
+        {"case": "c", "method": "EDF", "peer_seconds": 12.0, "peer_status": "ok", "peer_cpu_seconds": 6.0,
+         "limit_s": 300, "peer_ratio": 0.4, "our_status": "ok", "our_seconds": 30.0, "our_ratio": 0.41,
+         "our_replay_seconds": 0.25, "our_replay_cpu_seconds": 0.2, "speedup": 0.4, "replay_speedup": 48.0,
+         "replay_cpu_speedup": 30.0},
         {"case": "c", "method": "ElasticFlow", "peer_seconds": 300.2, "peer_status": "timeout", "limit_s": 300,
-         "peer_ratio": None, "our_status": "unavailable", "our_seconds": None, "our_ratio": None, "speedup": None},
+         "peer_ratio": None, "our_status": "ok", "our_seconds": 31.0, "our_ratio": 0.7, "our_replay_seconds": 2.0,
+         "replay_speedup": 150.1},
         {"error": "no peer environment"},
     ])
     out = capsys.readouterr().out.splitlines()
-    assert "12.00" in out[0] and "ratio 0.4" in out[0] and "0.50" in out[1] and "24.0" in out[2] and ">= 20" in out[2]
-    assert "> 300 (limit)" in out[3] and "unavailable" in out[4]
+    assert "12.00" in out[0] and "ratio 0.4" in out[0] and "6.00" in out[1]
+    assert "30.00" in out[2] and "start-up included" in out[2] and "0.250" in out[3]
+    assert "CPU" in out[4] and "0.200" in out[4]
+    assert "peer wall / our replay" in out[5] and "48.0" in out[5] and ">= 20" in out[5]
+    assert "peer CPU / our replay" in out[6] and "30.0" in out[6]
+    assert "our process" in out[7]
+    assert "> 300 (limit)" in out[8] and ">= 150.1" in "".join(out[9:])  # a peer cut by its limit: a lower bound
     assert "unavailable" in out[-1] and "no peer environment" in out[-1]

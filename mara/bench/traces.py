@@ -18,7 +18,7 @@ def replay_once(path, cluster: str, method: str, first_jobs=None, time_limit=Non
     tr = load_trace(path, cl, known_models=known_models())
     if first_jobs:
         tr = tr.take(slice(0, int(first_jobs)))
-    sched = build_scheduler(load_method_cfg(method).trace_scheduler, True)
+    sched = build_scheduler(load_method_cfg(method).trace_scheduler, True, cl.gpus_per_node)
     tput, ml = job_speeds(tr, sched.caps, cl.gpus)
     st = JobState(tr.submit, tr.deadline, tput, ml, tr.iterations.copy(), cl.gpus)
     t0 = time.perf_counter()

@@ -6,6 +6,11 @@ Ours runs as a user runs it, one process per method::
 
 and is read from that run's ``results.json`` (rows per method × window × job with a 0/1 ``deadline_met``). Our
 ratio is the mean of ``deadline_met`` over the rows of the method; jobs are matched to the peer's by ``job_id``.
+
+Speed: the process's wall seconds include its start-up (Python, Hydra, the package: tens of seconds on a loaded
+machine), which says nothing of the simulator, so the replay's own seconds, timed inside the process around the
+replay (``timings`` in results.json), are read too; the speed-up compares the peer's wall and CPU seconds (its whole
+process, start-up included: it has little) with them.
 """
 from __future__ import annotations
 
@@ -35,6 +40,8 @@ class OurRun:
     status: str  # ok | unavailable | failed
     seconds: float | None = None
     cpu_seconds: float | None = None
+    replay_seconds: float | None = None  # the replay itself, timed inside the process (results.json ``timings``)
+    replay_cpu_seconds: float | None = None  # its CPU seconds (``timings_cpu``)
     ratio: float | None = None
     n_rows: int = 0
     n_windows: int = 0
@@ -67,9 +74,13 @@ def _rows(data) -> list:
 
 def read_ours(results_json: Path, method: str) -> OurRun:
     """Our ratio and per-job outcomes for ``method`` from a trace run's results.json."""
-    rows = [r for r in _rows(json.loads(Path(results_json).read_text())) if r.get("method") == method
-            and r.get("deadline_met") is not None]
+    data = json.loads(Path(results_json).read_text())
+    rows = [r for r in _rows(data) if r.get("method") == method and r.get("deadline_met") is not None]
     run = OurRun(method, "ok")
+    timing = data.get("timings", {}).get(method) if isinstance(data, dict) else None
+    run.replay_seconds = None if timing is None else float(timing)
+    cpu = data.get("timings_cpu", {}).get(method) if isinstance(data, dict) else None
+    run.replay_cpu_seconds = None if cpu is None else float(cpu)
     if not rows:
         run.status, run.error = "failed", f"no job rows of {method} in {Path(results_json).name}"
         return run
@@ -128,7 +139,8 @@ def compare_row(case: str, method: str, peer: dict, ours: OurRun, ids: list) -> 
     row = {"case": case, "method": method, "peer_status": peer.get("status"), "peer_ratio": peer.get("ratio"),
            "peer_seconds": peer.get("seconds"), "peer_cpu_seconds": peer.get("cpu_seconds"), "peer_limit_s": peer.get("limit_s"), "ours_status": ours.status,
            "our_ratio": ours.ratio, "our_seconds": ours.seconds,
-           "our_cpu_seconds": ours.cpu_seconds, "our_windows": ours.n_windows}
+           "our_cpu_seconds": ours.cpu_seconds, "our_replay_seconds": ours.replay_seconds,
+           "our_replay_cpu_seconds": ours.replay_cpu_seconds, "our_windows": ours.n_windows}
     if peer.get("ratio") is not None and ours.ratio is not None:
         row["difference"] = ours.ratio - peer["ratio"]
     if peer.get("seconds") and ours.seconds:
@@ -137,6 +149,12 @@ def compare_row(case: str, method: str, peer: dict, ours: OurRun, ids: list) -> 
         row["speedup_is_lower_bound"] = peer.get("status") == "timeout"
     if peer.get("cpu_seconds") and ours.cpu_seconds:
         row["cpu_speedup"] = peer["cpu_seconds"] / ours.cpu_seconds
+    if peer.get("seconds") and ours.replay_seconds:
+        # the peer's process against our replay alone (timed in our process): wall against wall, CPU against CPU
+        row["replay_speedup"] = peer["seconds"] / ours.replay_seconds
+        row["speedup_is_lower_bound"] = peer.get("status") == "timeout"
+        if peer.get("cpu_seconds") and ours.replay_cpu_seconds:
+            row["replay_cpu_speedup"] = peer["cpu_seconds"] / ours.replay_cpu_seconds
     agree = per_job_agreement(peer.get("missed_rows", []), peer.get("jobs_counted"), ids, ours.met_by_job)
     if agree:
         row["jobs_agree"], row["jobs_compared"] = agree
@@ -150,21 +168,24 @@ def _f(v, fmt: str, none: str = "-") -> str:
 
 
 def markdown_table(rows: list) -> str:
-    """The side-by-side table as markdown (seconds are wall seconds of each side's process, start-up included; the
-    CPU speed-up compares their user + system CPU seconds, which a busy machine distorts less)."""
-    head = ("| case | method | peer ratio | our ratio | difference | jobs agreeing | peer s | our s | speed-up "
-            "| CPU speed-up |\n|---|---|---|---|---|---|---|---|---|---|")
+    """The side-by-side table as markdown: the peer's wall and CPU seconds (its process), ours as a process (start-up
+    included) and our replay alone (timed inside the process); the speed-ups are the peer's wall over our replay's wall
+    seconds and the peer's CPU over our replay's CPU seconds (a lower bound where the peer reached its time limit)."""
+    head = ("| case | method | peer ratio | our ratio | difference | jobs agreeing | peer s | peer CPU s "
+            "| our process s | our replay s | speed-up | CPU speed-up |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         peer = _f(r["peer_ratio"], ".3f", r.get("peer_status") or "-")
         peer_s = _f(r["peer_seconds"], ".1f")
-        if r.get("peer_status") == "timeout":
+        bound = "> " if r.get("peer_status") == "timeout" else ""
+        if bound:
             peer_s = f"> {r['peer_seconds']:.0f} (limit)"
         agree = f"{r['jobs_agree']}/{r['jobs_compared']}" if "jobs_compared" in r else "-"
-        speed = _f(r.get("speedup"), ".1f")
-        if r.get("speedup_is_lower_bound"):
-            speed = f"> {speed}"
+        speed = _f(r.get("replay_speedup"), ".1f")
+        cpu = _f(r.get("replay_cpu_speedup"), ".1f")
+        speed, cpu = (bound + speed if speed != "-" else speed), (bound + cpu if cpu != "-" else cpu)
         ours = _f(r["our_ratio"], ".3f", r["ours_status"])
         lines.append(f"| {r['case']} | {r['method']} | {peer} | {ours} | {_f(r.get('difference'), '+.3f')} | "
-                     f"{agree} | {peer_s} | {_f(r['our_seconds'], '.1f')} | {speed} | {_f(r.get('cpu_speedup'), '.1f')} |")
+                     f"{agree} | {peer_s} | {_f(r.get('peer_cpu_seconds'), '.1f')} | {_f(r['our_seconds'], '.1f')} | "
+                     f"{_f(r.get('our_replay_seconds'), '.2f')} | {speed} | {cpu} |")
     return "\n".join(lines)

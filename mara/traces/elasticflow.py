@@ -19,7 +19,7 @@ At each decision, with ``now`` the grid origin (plan times are rounded up to slo
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 
 import numpy as np
 
@@ -47,6 +47,8 @@ class TraceElasticFlow:
         self.levels = [[int(g) for g, sp in zip(LEVELS, state.tput[j]) if sp > 0 and g <= state.n_gpus]
                        for j in range(J)]
         self.top = [lv[-1] if lv else 0 for lv in self.levels]
+        # a job's next level above any GPU count it may hold (None above its top)
+        self.up = [{int(g): next((v for v in lv if v > g), None) for g in [0, *LEVELS.tolist()]} for lv in self.levels]
         self.speeds = [{int(g): float(sp) for g, sp in zip(LEVELS, state.tput[j]) if sp > 0} for j in range(J)]
         self.real_end = np.full(J, NEVER)
         self.started_once = np.zeros(J, dtype=bool)
@@ -76,29 +78,30 @@ class TraceElasticFlow:
                 bps, fr = [start] + bps, [prof.at(start)] + fr
         ends = bps[1:] + [max(a, start)]
         durs = [max(min(e, ddl) - b, 0) if e == a else e - b for b, e in zip(bps, ends)]
+        top, sp = self.top[j], self.speeds[j]
+        fits = [0 if f < 1 else min(1 << (int(f).bit_length() - 1), top) for f in fr]  # _fit of each period
+        n = len(bps)
         prev = 0
         for q in self.levels[j]:
-            acc, p = 0.0, None
-            for k in range(len(bps) - 1, -1, -1):
-                g = min(q, self._fit(j, fr[k]))
-                if g == 0:
+            acc = 0.0
+            for k in range(n - 1, -1, -1):
+                fk = fits[k]
+                if fk == 0:
                     continue
-                acc += durs[k] * self._sp(j, g)
+                acc += durs[k] * sp[q if q < fk else fk]
                 if acc >= it:
-                    p = k
-                    break
-            if p is not None:
-                return self._walk(j, bps, fr, durs, p, q, prev, it, now)
+                    return self._walk(j, bps, fits, durs, k, q, prev, it, now)
             prev = q
         return self._fallback(j, prof, now, start, it)
 
-    def _walk(self, j, bps, fr, durs, p, q, prev, it, now):
-        """Run the plan forward: ``prev`` level before period p, q from it; where the iterations run out."""
+    def _walk(self, j, bps, fits, durs, p, q, prev, it, now):
+        """Run the plan forward: ``prev`` level before period p, q from it (``fits``: the largest level that fits
+        each period); where the iterations run out."""
         slot = self.s.slot
         starts, gpus = [], []
         rem = it
         for k in range(len(bps)):
-            g = min(q if k >= p else prev, self._fit(j, fr[k]))
+            g = min(q if k >= p else prev, fits[k])
             starts.append(bps[k])
             gpus.append(g)
             if g == 0:
@@ -141,8 +144,7 @@ class TraceElasticFlow:
     def _reserve(self, prof: FreeProfile, plan, sign=-1):
         starts, gpus, _, end, _ = plan
         if end < NEVER:
-            prof.add_plan(starts, gpus, end, sign)
-            prof.merge()
+            prof.apply_plan(starts, gpus, end, sign)
 
     @staticmethod
     def _gpu_time(plan) -> float:
@@ -172,18 +174,23 @@ class TraceElasticFlow:
     def decide(self, now: int, arrivals: np.ndarray):
         s = self.s
         live = np.flatnonzero((s.status == PENDING) | (s.status == RUNNING))
+        planned = None
         if arrivals.size:
-            _, _, ok = self.plan_all(np.concatenate([live, arrivals]), now)
-            if ok:
+            planned = self.plan_all(np.concatenate([live, arrivals]), now)
+            if planned[2]:
                 s.status[arrivals] = PENDING
                 live = np.concatenate([live, arrivals])
             else:
                 s.status[arrivals] = DECLINED
+                planned = None
         if live.size == 0:
             return None
-        prof, plans, _ = self.plan_all(live, now)
+        # admitted arrivals: the re-plan of the same jobs at the same time is the admission's plan itself
+        prof, plans, _ = planned if planned is not None else self.plan_all(live, now)
         self._boost(live, plans, prof, now)
         replan = NEVER
+        k = int(np.searchsorted(s.submit, now, side="right"))  # jobs come sorted by submission time
+        queued = float(s.submit[k]) if k < len(s.submit) else NEVER
         for j in live:
             starts, gpus, real, end, _ = plans[j]
             g = gpus[0] if starts[0] == now else 0
@@ -207,6 +214,12 @@ class TraceElasticFlow:
             else:
                 s.finish[j] = real
                 s.end_event[j] = NEVER if s.status[j] != RUNNING else end
+            if g > 0 or s.status[j] == RUNNING:
+                queued = min(queued, end)
+        # a re-plan is an event of its own only when it comes before every event already queued: the next arrival and
+        # the jobs' ends as planned, before this round's set-up overhead moves them (as the authors' simulator does)
+        if replan >= queued:
+            return None
         return None if replan == NEVER else replan
 
     def _boost(self, live, plans, prof: FreeProfile, now: int) -> None:
@@ -217,46 +230,52 @@ class TraceElasticFlow:
         cur = {int(j): (plans[j][1][0] if plans[j][0][0] == now else 0) for j in live}
         spare = prof.at(now)
         order = [int(j) for j in live[np.argsort(self.s.ddl[live], kind="stable")]]
-        cache: dict = {}
+        cache: dict = {}  # job -> (marginal, trial plan, profile it was planned on, profile version)
+        version = 0  # bumped whenever ``prof`` changes: a trial of the current version is still exact
+        held: dict = {}  # job -> GPU time of its current plan
         while spare > 0:
             best, best_val = None, -BIG
             for j in order:
                 g = cur[j]
-                nxt = next((lv for lv in self.levels[j] if lv > g), None)
+                nxt = self.up[j].get(g)
                 if nxt is None or nxt - g > spare:
                     continue
                 if j not in cache or self.exact_marginals:
-                    trial_prof = prof.copy()
-                    self._reserve(trial_prof, plans[j], sign=+1)
-                    trial = self._trial(j, trial_prof, now, nxt)
-                    val = BIG if g == 0 else (self._gpu_time(trial) - self._gpu_time(plans[j])) / (nxt - g)
-                    cache[j] = (val, trial)
+                    if g == 0:  # a job without GPUs comes first whatever its trial: planned only if it is chosen
+                        cache[j] = (BIG, None, None, -1)
+                    else:
+                        trial_prof = prof.copy()
+                        self._reserve(trial_prof, plans[j], sign=+1)
+                        trial = self._trial(j, trial_prof, now, nxt)
+                        if j not in held:
+                            held[j] = self._gpu_time(plans[j])
+                        val = (self._gpu_time(trial) - held[j]) / (nxt - g)
+                        cache[j] = (val, trial, trial_prof, version)
                 val = cache[j][0]
                 if best is None or val > best_val:
                     best, best_val = j, val
             if best is None:
                 break
-            trial = cache.pop(best)[1]
-            if not self.exact_marginals:  # the cached trial was planned on an older profile: plan it on this one
-                g, nxt = cur[best], next(lv for lv in self.levels[best] if lv > cur[best])
+            _, trial, trial_prof, planned_on = cache.pop(best)
+            if planned_on != version:  # the cached trial was planned on an older profile: plan it on this one
+                nxt = self.up[best][cur[best]]
                 trial_prof = prof.copy()
                 self._reserve(trial_prof, plans[best], sign=+1)
                 trial = self._trial(best, trial_prof, now, nxt)
-            else:
-                trial_prof = prof.copy()
-                self._reserve(trial_prof, plans[best], sign=+1)
             self._reserve(trial_prof, trial)
             prof.times, prof.free = trial_prof.times, trial_prof.free
+            version += 1
             spare -= trial[1][0] - cur[best]
             cur[best] = trial[1][0]
             plans[best] = trial
+            held.pop(best, None)
 
     def _trial(self, j: int, prof: FreeProfile, now: int, g: int):
         """Job j at ``g`` GPUs until the profile's next breakpoint (or its aligned deadline), then its minimum plan."""
         slot, ddl = self.s.slot, int(self.s.ddl[j])
         a = align(now, ddl, slot)
-        nb = [t for t in prof.times if t > now]
-        nxt = nb[0] if nb else a
+        k = bisect_right(prof.times, now)
+        nxt = prof.times[k] if k < len(prof.times) else a
         sp = self._sp(j, g)
         it = self._iters(j)
         left = math.ceil(it / sp)

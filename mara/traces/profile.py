@@ -47,6 +47,54 @@ class FreeProfile:
             if g:
                 self.add(s, min(e, end), sign * g)
 
+    def apply_plan(self, starts, gpus, end, sign: int) -> None:
+        """``add_plan`` then ``merge`` in one sweep (the same breakpoints and counts; the profile must be merged)."""
+        ev: dict = {}
+        n = len(starts)
+        for i in range(n):
+            g = gpus[i]
+            if not g:
+                continue
+            s0 = starts[i]
+            e = starts[i + 1] if i + 1 < n and starts[i + 1] < end else end
+            if e <= s0:
+                continue
+            d = sign * g
+            ev[s0] = ev.get(s0, 0) + d
+            ev[e] = ev.get(e, 0) - d
+        if not ev:
+            return
+        times, free = self.times, self.free
+        ets = sorted(ev)
+        ne = len(ets)
+        # only [first event, last event] changes: the deltas sum to zero after the last one
+        i = bisect_left(times, ets[0])
+        stop = bisect_right(times, ets[-1])
+        out_t, out_f = times[:i], free[:i]
+        base = free[i - 1] if i > 0 else free[0]
+        cum, k = 0, 0
+        while i < stop or k < ne:
+            if k >= ne or (i < stop and times[i] <= ets[k]):
+                t = times[i]
+                base = free[i]
+                i += 1
+                if k < ne and ets[k] == t:
+                    cum += ev[t]
+                    k += 1
+            else:
+                t = ets[k]
+                cum += ev[t]
+                k += 1
+            v = base + cum
+            if not out_f or v != out_f[-1]:
+                out_t.append(t)
+                out_f.append(v)
+        if stop < len(times):
+            first = stop + 1 if free[stop] == out_f[-1] else stop
+            out_t.extend(times[first:])
+            out_f.extend(free[first:])
+        self.times, self.free = out_t, out_f
+
     def breakpoints(self, lo, hi) -> list:
         """Breakpoints in [lo, hi)."""
         return self.times[bisect_left(self.times, lo):bisect_left(self.times, hi)]

@@ -125,11 +125,14 @@ def plot_occupancy(occupancy: dict, gpus: int, path: Path) -> Path | None:
     return path
 
 
-def write_trace_results(rows, windows_info, occupancy, protocol, timings, out: Path, tensorboard: bool = True) -> dict:
-    """Write results.json, results.md, occupancy.png and TensorBoard scalars into ``out``; returns the results."""
+def write_trace_results(rows, windows_info, occupancy, protocol, timings, out: Path, tensorboard: bool = True,
+                        cpu_timings: dict | None = None) -> dict:
+    """Write results.json, results.md, occupancy.png and TensorBoard scalars into ``out``; returns the results.
+    ``timings``: wall seconds of each method's replays; ``cpu_timings``: their CPU seconds (``timings_cpu``)."""
     out = Path(out)
     methods = list(timings)
-    res = {"kind": "trace", "protocol": protocol, "timings": timings, "windows": windows_info,
+    res = {"kind": "trace", "protocol": protocol, "timings": timings, **({"timings_cpu": cpu_timings} if cpu_timings
+           else {}), "windows": windows_info,
            "summary": summarise(rows, windows_info, methods), "rows": rows}
     fig = plot_occupancy(occupancy, protocol["gpus"], out / "occupancy.png")
     if fig:

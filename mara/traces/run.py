@@ -120,27 +120,30 @@ def check_trace_run(cfg: DictConfig) -> tuple[TraceSettings, Trace, list, list]:
     return ts, trace, methods, [w for w in windows if w.split == ts.split]
 
 
-def build_scheduler(spec: DictConfig, overhead: bool):
+def build_scheduler(spec: DictConfig, overhead: bool, gpus_per_node: int | None = None):
     """A trace scheduler from its method config's ``trace_scheduler`` block (``overhead``: charge set-up costs, for a
-    scheduler that models them)."""
+    scheduler that models them; ``gpus_per_node``: the cluster's nodes, for a scheduler that places jobs on them)."""
     import inspect
 
     from hydra.utils import get_class, instantiate
 
     cls = get_class(spec["_target_"])
-    kw = {"overhead": overhead} if "overhead" in inspect.signature(cls).parameters else {}
+    params = inspect.signature(cls).parameters
+    kw = {"overhead": overhead} if "overhead" in params else {}
+    if gpus_per_node is not None and "gpus_per_node" in params:
+        kw["gpus_per_node"] = gpus_per_node
     return instantiate(spec, **kw)
 
 
 def replay_window(trace: Trace, w: Window, ts: TraceSettings, spec: DictConfig):
-    """Replay one window under one scheduler: (jobs replayed, scored mask, Replay, wall seconds)."""
+    """Replay one window under one scheduler: (jobs replayed, scored mask, Replay, wall seconds, CPU seconds)."""
     jobs, scored = window_jobs(trace, w, ts.first_jobs)
-    sched = build_scheduler(spec, ts.overhead)
+    sched = build_scheduler(spec, ts.overhead, ts.cluster.gpus_per_node)
     tput, max_level = job_speeds(jobs, sched.caps, ts.cluster.gpus, rigid=ts.rigid)
     state = JobState(jobs.submit, jobs.deadline, tput, max_level, jobs.iterations.copy(), ts.cluster.gpus, slot=ts.slot)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     rep = replay(state, sched, size_class(jobs.num_gpu), len(SIZE_CLASSES), time_limit=ts.time_limit_s)
-    return jobs, scored, rep, time.perf_counter() - t0
+    return jobs, scored, rep, time.perf_counter() - t0, time.process_time() - c0
 
 
 def job_rows(method: str, w: Window, jobs: Trace, scored: np.ndarray, rep) -> list[dict]:
@@ -167,12 +170,13 @@ def run_trace(cfg: DictConfig, out: Path, log=print) -> dict:
     ts, trace, methods, windows = check_trace_run(cfg)
     log(f"trace {ts.path}: {trace.n_jobs} jobs ({trace.schema} schema), cluster {ts.cluster.name} ({ts.cluster.gpus} GPUs), "
         f"{len(windows)} {ts.split} window(s), methods {', '.join(m for m, _ in methods)}")
-    rows, timings, windows_info, occupancy = [], {}, [], {}
+    rows, timings, cpu_timings, windows_info, occupancy = [], {}, {}, [], {}
     for name, spec in methods:
-        timings[name] = 0.0
+        timings[name] = cpu_timings[name] = 0.0
         for w in windows:
-            jobs, scored, rep, secs = replay_window(trace, w, ts, spec)
+            jobs, scored, rep, secs, cpu = replay_window(trace, w, ts, spec)
             timings[name] += secs
+            cpu_timings[name] += cpu
             rows.extend(job_rows(name, w, jobs, scored, rep))
             windows_info.append(window_record(name, w.index, jobs, scored, rep, secs, ts.cluster.gpus))
             if w is windows[0]:
@@ -184,7 +188,8 @@ def run_trace(cfg: DictConfig, out: Path, log=print) -> dict:
     if trace.schema == "raw":
         protocol["deadline_factor"] = ts.deadline_factor
     return write_trace_results(rows, windows_info, occupancy, protocol, timings, out,
-                               tensorboard=bool((cfg.get("eval") or {}).get("tensorboard", True)))
+                               tensorboard=bool((cfg.get("eval") or {}).get("tensorboard", True)),
+                               cpu_timings=cpu_timings)
 
 
 def window_record(name: str, window: int, jobs, scored, rep, secs: float, gpus: int) -> dict:

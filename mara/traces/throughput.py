@@ -54,7 +54,9 @@ def job_speeds(trace: Trace, cap_rule: str, cluster_gpus: int, rigid: bool = Fal
     """``(tput [J, L] iters/s, 0 where not allowed; max_level [J] index into LEVELS)`` of each job.
 
     ``cap_rule``: ``"elasticflow"`` (the per-model caps above) or ``"table"`` (the largest measured level, at most the
-    batch size: what EDF is given). ``rigid``: only the trace's own ``num_gpu`` (rounded down to a level)."""
+    batch size: what EDF is given) or ``"trace"`` (rigid: the trace's own ``num_gpu``, what Gandiva, Tiresias and Themis
+    are given). ``rigid``: only the trace's own ``num_gpu`` (rounded down to a level)."""
+    rigid = rigid or cap_rule == "trace"
     J, L = trace.n_jobs, len(LEVELS)
     tput = np.zeros((J, L))
     cap = np.full(J, 64, dtype=np.int64)
