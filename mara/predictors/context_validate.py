@@ -4,7 +4,8 @@
 - ``cal``: the cal curves beside the bank (the families no head trained on), two halves by curve: each half is
   queried with the other half as its family's reference curves (a task never sees its own curve).
 
-(qr_cal's level shifts were fitted on all cal curves: its cal rows are in-sample.) The workload's pool curves (the evaluation's) are never read. Every choice of the in-context head (k, members,
+(qr_cal's level shifts were fitted on all cal curves: its cal rows are in-sample.) The workload's pool curves (the
+evaluation's) are never read. Every choice of the in-context head (k, members,
 whether the rule adopts it) is made on these numbers.
 CLI: ``python -m mara.predictors.context_validate [qr_ctx.ckpt=PATH] [predictors=qr,qr_cal,qr_ctx]``
 """
@@ -106,9 +107,8 @@ def print_table(res: dict) -> None:
     for split, per in res.items():
         groups = per.items() if split == "cal (halves)" else [("", per)]
         for fam, preds in groups:
-            print(
-                f"\n{split} {fam}\n| predictor | MAE | q10–q90 cov. % | width | by n_obs (MAE / cov.) |\n|---|---:|---:|---:|---|"
-            )
+            print(f"\n{split} {fam}\n| predictor | MAE | q10–q90 cov. % | width | by n_obs (MAE / cov.) |")
+            print("|---|---:|---:|---:|---|")
             for name, s in preds.items():
                 a = s["all"]
                 bins = " · ".join(
