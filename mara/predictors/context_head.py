@@ -6,7 +6,10 @@ quantiles of log(1 + remaining batches)), its static vector extended by the fami
 how near they are). Reference curves: the bank's fm_train curves of the task's family, else (a family the head never
 trained on) the ``cal`` curves beside the bank (``context.cal_bank``); a family with neither gets no context (the
 head is trained with context dropped for a share of its examples, so it answers without). An ensemble (several
-seeds, one file) averages the members' quantiles of log(1 + batches) level by level.
+seeds, one file) averages the members' quantiles of log(1 + batches) level by level. With ``blend.weight`` w > 0, for
+a family with training curves the result is (1 − w) × that average + w × the plain decision head's (``blend.ckpt``:
+qr's checkpoint by default; its own members averaged): two heads that read the task differently, averaged; a family
+the heads never trained on gets the in-context head alone (the plain head never saw it; docs/predictors-sharper.md).
 ``ContextHeadPredictor`` has the decision head's interface: ``predict_remaining`` (0.5 level), ``predict_quantiles``
 → [B, 3] at ``band`` (lo, 0.5, hi), each a trained level. Fewer than ``min_obs`` observations → the cap (cold).
 
@@ -27,7 +30,8 @@ from mara.curves.bank import SHIPPED_BANKS_DIR, default_bank_path, load_bank
 from mara.predictors.decision_data import MIN_OBS, N_STATIC, decision_inputs
 from mara.predictors.family_context import N_CONTEXT, FamilyContext
 from mara.predictors.quantile import check_levels, level_index
-from mara.predictors.quantile_head import QuantileNet
+from mara.predictors.quantile_head import QuantileNet, load_heads
+from mara.predictors.quantile_head import default_ckpt_path as plain_ckpt_path
 from mara.predictors.queries import cal_bank_path
 
 CKPT_DIR = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
@@ -100,7 +104,16 @@ class ContextHeadPredictor:
 
     name = KIND
 
-    def __init__(self, nets, context: FamilyContext | None, band=(0.1, 0.5, 0.9), min_obs: int = MIN_OBS):
+    def __init__(
+        self,
+        nets,
+        context: FamilyContext | None,
+        band=(0.1, 0.5, 0.9),
+        min_obs: int = MIN_OBS,
+        plain=(),
+        blend: float = 0.0,
+        trained_families=(),
+    ):
         band = check_levels(band)
         if len(band) != 3 or abs(band[1] - 0.5) > 1e-9:
             raise ValueError(f"qr_ctx band must be three levels (lo, 0.5, hi), got {list(band)}")
@@ -108,6 +121,10 @@ class ContextHeadPredictor:
         self.levels = self.nets[0].levels
         self.quantiles, self.band_idx = band, level_index(self.levels, band)
         self.context, self.min_obs = context, int(min_obs)
+        self.plain, self.blend = list(plain), float(blend)  # the plain decision head's members and their weight
+        self.trained = set(str(f) for f in trained_families)
+        if self.plain and any(n.levels != self.levels for n in self.plain):
+            raise ValueError("qr_ctx blend: the plain head must be trained at the in-context head's levels")
 
     @classmethod
     def from_config(cls, cfg, bank_path=None) -> "ContextHeadPredictor":
@@ -118,11 +135,23 @@ class ContextHeadPredictor:
             raise ConfigError(f"predictor.context.k must be an integer >= 1 (nearest reference curves), got {k!r}")
         ctx = reference_context(bank_path, cc.get("cal_bank", "beside"), k) if cc.get("enabled", True) else None
         path = cfg.get("ckpt_path") or default_ckpt_path(bank_path)
+        bc = cfg.get("blend") or {}
+        w = bc.get("weight", 0.0)
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w < 1:
+            raise ConfigError(f"predictor.blend.weight must be in [0, 1) (the plain head's share), got {w!r}")
+        plain, trained = (), ()
+        if w > 0:
+            plain = load_heads(bc.get("ckpt") or plain_ckpt_path(bank_path))
+            bank = load_bank(bank_path)
+            trained = np.unique(bank.family[bank.split == "fm_train"])
         return cls(
             load_context_heads(path),
             ctx,
             band=tuple(cfg.get("band", (0.1, 0.5, 0.9))),
             min_obs=int(cfg.get("min_obs", MIN_OBS)),
+            plain=plain,
+            blend=float(w),
+            trained_families=trained,
         )
 
     def all_quantiles(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None) -> np.ndarray:
@@ -151,6 +180,12 @@ class ContextHeadPredictor:
             )
             with torch.inference_mode():
                 q = np.mean([n.quantiles_log1p(*args).double().numpy() for n in self.nets], axis=0)
+                if self.plain and family is not None:
+                    mix = np.isin(np.asarray(family)[warm].astype(str), list(self.trained))
+                    if mix.any():
+                        plain_args = (args[0][mix], args[1][mix], args[2][mix, : st.shape[1] - N_CONTEXT])
+                        qp = np.mean([n.quantiles_log1p(*plain_args).double().numpy() for n in self.plain], axis=0)
+                        q[mix] = (1 - self.blend) * q[mix] + self.blend * qp
             out[warm] = np.clip(np.expm1(q), 0.0, cap[warm, None])
         return out
 
