@@ -144,3 +144,31 @@ def _plain_qr_ctx():
     from mara.core.config import plain_config
 
     return plain_config(OmegaConf.load(conf_dir("predictor", "qr_ctx.yaml")))
+
+
+def test_blend_averages_the_plain_head_for_trained_families_only(small_bank, tmp_path):
+    bank = small_bank
+    path = _ckpt(tmp_path, members=1)
+    torch.manual_seed(5)
+    plain = save_head(QuantileNet(), {"levels": QuantileNet().levels}, tmp_path / "qr.ckpt")
+    r = np.flatnonzero(bank.split == "fm_val")[:4]
+    n = np.array([4, 6, 8, 10])
+    S, L = observe(bank, r, n, 10)
+    cap = np.full(4, 10_000.0)  # no clipping: the average is visible in log space
+    args = (S, L, n, bank.L[r, 150], cap, bank.batch_size[r], bank.lr[r])
+    fam = bank.family[r].astype("<U32")
+    fam[2:] = "NotTrained"  # a family without training curves: the in-context head alone
+    cfg = {"name": "qr_ctx", "ckpt_path": str(path), "context": {"cal_bank": None}}
+    alone = predictor_from(cfg, bank.path).all_quantiles(*args, family=fam)
+    blend = predictor_from({**cfg, "blend": {"weight": 0.25, "ckpt": str(plain)}}, bank.path)
+    assert blend.trained == set(np.unique(bank.family[bank.split == "fm_train"]))
+    mixed = blend.all_quantiles(*args, family=fam)
+    from mara.predictors.quantile_head import QuantileHeadPredictor
+
+    qp = QuantileHeadPredictor(blend.plain).all_quantiles(*args)
+    want = np.expm1(0.75 * np.log1p(alone[:2]) + 0.25 * np.log1p(qp[:2]))
+    pos = (alone[:2] > 0) & (qp[:2] > 0)  # neither clipped at 0
+    assert pos.sum() > 10 and np.allclose(mixed[:2][pos], want[pos], rtol=1e-4)
+    assert np.array_equal(mixed[2:], alone[2:])
+    with pytest.raises(ConfigError, match="blend.weight"):
+        predictor_from({**cfg, "blend": {"weight": 1.0}}, bank.path)
