@@ -12,6 +12,9 @@ qr's checkpoint by default; its own members averaged): two heads that read the t
 the heads never trained on gets the in-context head alone (the plain head never saw it; docs/predictors-sharper.md).
 ``ContextHeadPredictor`` has the decision head's interface: ``predict_remaining`` (0.5 level), ``predict_quantiles``
 → [B, 3] at ``band`` (lo, 0.5, hi), each a trained level. Fewer than ``min_obs`` observations → the cap (cold).
+With ``recalibrate``, the band of a family the head never trained on is shifted level by level (as qr_cal's,
+mara/predictors/level_shift.py) on its cal curves, cross-fitted: each half of them is queried with the other half as
+its reference curves, so no query reads its own curve.
 
 Shapes: ``B`` tasks, ``H`` history, ``Q`` trained levels.
 """
@@ -29,10 +32,11 @@ from mara.core.safe_load import CheckpointError, check_kind, load_checkpoint, ne
 from mara.curves.bank import SHIPPED_BANKS_DIR, default_bank_path, load_bank
 from mara.predictors.decision_data import MIN_OBS, N_STATIC, decision_inputs
 from mara.predictors.family_context import N_CONTEXT, FamilyContext
+from mara.predictors.level_shift import apply_level_shifts, level_shifts
 from mara.predictors.quantile import check_levels, level_index
 from mara.predictors.quantile_head import QuantileNet, load_heads
 from mara.predictors.quantile_head import default_ckpt_path as plain_ckpt_path
-from mara.predictors.queries import cal_bank_path
+from mara.predictors.queries import cal_bank_path, query_inputs, untrained_cal_queries
 
 CKPT_DIR = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 KIND = "qr_ctx"
@@ -123,6 +127,7 @@ class ContextHeadPredictor:
         self.context, self.min_obs = context, int(min_obs)
         self.plain, self.blend = list(plain), float(blend)  # the plain decision head's members and their weight
         self.trained = set(str(f) for f in trained_families)
+        self.shifts, self.shift_bins = {}, (10, 20)  # {family: [n_bins, 3]} band shifts (fit_shifts)
         if self.plain and any(n.levels != self.levels for n in self.plain):
             raise ValueError("qr_ctx blend: the plain head must be trained at the in-context head's levels")
 
@@ -144,7 +149,7 @@ class ContextHeadPredictor:
             plain = load_heads(bc.get("ckpt") or plain_ckpt_path(bank_path))
             bank = load_bank(bank_path)
             trained = np.unique(bank.family[bank.split == "fm_train"])
-        return cls(
+        head = cls(
             load_context_heads(path),
             ctx,
             band=tuple(cfg.get("band", (0.1, 0.5, 0.9))),
@@ -153,6 +158,38 @@ class ContextHeadPredictor:
             blend=float(w),
             trained_families=trained,
         )
+        rc = cfg.get("recalibrate")
+        if rc:
+            head.fit_shifts(
+                bank_path,
+                rc.get("cal_bank", "beside"),
+                tuple(rc.get("obs_bins", (10, 20))),
+                int(rc.get("obs_every", 10)),
+                int(rc.get("seed", 0)),
+            )
+        return head
+
+    def fit_shifts(self, bank_path, cal_bank="beside", obs_bins=(10, 20), obs_every: int = 10, seed: int = 0):
+        """Level shifts of the band for the families the head never trained on, on their cal curves cross-fitted in
+        two halves (module docstring); none without cal curves."""
+        self.shifts, self.shift_bins = {}, tuple(int(b) for b in obs_bins)
+        extra = cal_bank_path(bank_path, cal_bank, "predictor.recalibrate.cal_bank")
+        if extra is None:
+            return
+        cal = load_bank(extra)
+        q = untrained_cal_queries(load_bank(bank_path), cal, obs_every, seed)
+        if q is None:
+            return
+        half = np.random.default_rng([seed, 7]).random(len(cal)) < 0.5
+        band = np.empty((len(q["rows"]), 3))
+        for h in (True, False):
+            m = half[q["rows"]] == h
+            ref = np.flatnonzero(half != h)
+            ctx = FamilyContext.from_banks([(_RowsOf(cal, ref), "cal")], k=self.context.k if self.context else 8)
+            sub = {k: v[m] for k, v in q.items()}
+            head = ContextHeadPredictor(self.nets, ctx, self.quantiles, self.min_obs)
+            band[m] = head.predict_quantiles(*query_inputs(cal, sub, obs_every), family=cal.family[sub["rows"]])
+        self.shifts = level_shifts(band, q["truth"], self.quantiles, cal.family[q["rows"]], q["n_obs"], self.shift_bins)
 
     def all_quantiles(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None) -> np.ndarray:
         """Remaining batches at every trained level [B, Q], within [0, cap]; cold tasks (< min_obs) get the cap."""
@@ -191,8 +228,26 @@ class ContextHeadPredictor:
 
     def predict_quantiles(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None) -> np.ndarray:
         """[B, 3] remaining batches at the band levels (lo, 0.5, hi); ordered, within [0, cap]."""
-        return self.all_quantiles(S, L, lengths, eps, cap_remaining, batch_size, lr, family)[:, self.band_idx]
+        q = self.all_quantiles(S, L, lengths, eps, cap_remaining, batch_size, lr, family)[:, self.band_idx]
+        if self.shifts and family is not None:
+            warm = np.flatnonzero(np.asarray(lengths) >= self.min_obs)
+            sub = lambda a: np.asarray(a)[warm]  # noqa: E731
+            q[warm] = apply_level_shifts(
+                q[warm], sub(family), sub(lengths), self.shifts, self.shift_bins, sub(cap_remaining)
+            )
+        return q
 
     def predict_remaining(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None) -> np.ndarray:
         """The learned median [B]."""
         return self.predict_quantiles(S, L, lengths, eps, cap_remaining, batch_size, lr, family)[:, 1]
+
+
+class _RowsOf:
+    """Some of a bank's curves, as ``FamilyContext.from_banks`` reads a bank (family, L, lengths, rows())."""
+
+    def __init__(self, bank, rows):
+        self.family, self.L, self.lengths = bank.family[rows], bank.L[rows], bank.lengths[rows]
+        self.split = bank.split[rows]
+
+    def rows(self, family, split):
+        return np.flatnonzero((self.family == family) & (self.split == split))
