@@ -31,6 +31,8 @@ def running_min(L: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 def first_below(env: np.ndarray, thr: np.ndarray) -> np.ndarray:
     """First batch (1-based) at which each envelope is ≤ each threshold, N + 1 if never: env [R, N], thr [B, R] →
     [B, R]."""
+    if thr.size * env.shape[1] <= 4_000_000:  # a few tasks (the simulator's calls): one comparison, no loop
+        return (env[None] > thr[..., None]).sum(-1) + 1  # env non-increasing: entries above thr precede the first
     out = np.empty(thr.shape, np.int64)
     for c in range(env.shape[0]):
         out[:, c] = np.searchsorted(-env[c], -thr[:, c], side="left") + 1
