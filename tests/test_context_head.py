@@ -172,3 +172,22 @@ def test_blend_averages_the_plain_head_for_trained_families_only(small_bank, tmp
     assert np.array_equal(mixed[2:], alone[2:])
     with pytest.raises(ConfigError, match="blend.weight"):
         predictor_from({**cfg, "blend": {"weight": 1.0}}, bank.path)
+
+
+def test_recalibration_moves_only_the_untrained_families():
+    """The shipped head on the shipped bank: qr_ctx_cal shifts the band of the families without training curves
+    (fitted on their cal curves, cross-fitted in halves) and leaves the trained families' band as qr_ctx gives it."""
+    from mara.curves.bank import default_bank_path, load_bank
+    from mara.predictors.queries import build_queries, query_inputs
+
+    bank = load_bank(default_bank_path())
+    plain, cal = predictor_from("qr_ctx", bank.path), predictor_from("qr_ctx_cal", bank.path)
+    untrained = {str(f) for f in np.unique(bank.family) if not len(bank.rows(f, "fm_train"))}
+    assert set(cal.shifts) == untrained and all(s.shape == (3, 3) for s in cal.shifts.values())
+    fams = ["CNN_Cifar10", *sorted(untrained)]
+    q = build_queries(bank, fams, "pool", bank.family_params, n_ranks=2)
+    args, fam = query_inputs(bank, q), bank.family[q["rows"]]
+    a, b = plain.predict_quantiles(*args, family=fam), cal.predict_quantiles(*args, family=fam)
+    trained = fam == "CNN_Cifar10"
+    assert np.array_equal(a[trained], b[trained]) and not np.allclose(a[~trained], b[~trained])
+    assert np.all(np.diff(b, axis=1) >= 0)
