@@ -13,6 +13,7 @@ from mara.predictors.context_head import (
     N_STATIC_CTX,
     ContextHeadPredictor,
     load_context_heads,
+    merge_checkpoints,
     save_context_head,
 )
 from mara.predictors.context_train import ContextFitSettings, context_examples, settings_from_cli
@@ -191,3 +192,13 @@ def test_recalibration_moves_only_the_untrained_families():
     trained = fam == "CNN_Cifar10"
     assert np.array_equal(a[trained], b[trained]) and not np.allclose(a[~trained], b[~trained])
     assert np.all(np.diff(b, axis=1) >= 0)
+
+
+def test_merged_checkpoint_holds_every_member(tmp_path):
+    a = _ckpt(tmp_path / "a", members=2)
+    b = _ckpt(tmp_path / "b", members=1)
+    merged = load_context_heads(merge_checkpoints([a, b], tmp_path / "ab.ckpt"))
+    parts = load_context_heads(a) + load_context_heads(b)
+    assert len(merged) == 3
+    for m, p in zip(merged, parts):
+        assert all(torch.equal(x, y) for x, y in zip(m.state_dict().values(), p.state_dict().values()))

@@ -86,6 +86,20 @@ def save_context_head(nets, hparams: Mapping, path, extra: Mapping | None = None
     return path
 
 
+def merge_checkpoints(paths, out) -> Path:
+    """One in-context head file holding every member of the checkpoints ``paths`` (e.g. two trainings' seeds)."""
+    members, extra = [], []
+    for p in paths:
+        blob = check_kind(load_checkpoint(p, "in-context head checkpoint"), p, KIND, ("members",))
+        members += list(blob["members"])
+        extra.append(blob.get("extra", {}))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"kind": KIND, "members": members, "extra": {"merged": [str(p) for p in paths], "parts": extra}}, out)
+    load_context_heads(out)  # every member the same network and levels
+    return out
+
+
 def load_context_heads(path) -> list[QuantileNet]:
     """The member nets of an in-context head checkpoint (loaded as data)."""
     path = Path(path)
