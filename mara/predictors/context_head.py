@@ -95,7 +95,9 @@ def merge_checkpoints(paths, out) -> Path:
         extra.append(blob.get("extra", {}))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"kind": KIND, "members": members, "extra": {"merged": [str(p) for p in paths], "parts": extra}}, out)
+    torch.save(
+        {"kind": KIND, "members": members, "extra": {"merged": [Path(p).name for p in paths], "parts": extra}}, out
+    )
     load_context_heads(out)  # every member the same network and levels
     return out
 

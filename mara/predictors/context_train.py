@@ -195,7 +195,7 @@ def fit_context_head(bank, fit: ContextFitSettings, out, seed: int = 0) -> dict:
         "members": records,
         "wall_s": sum(r["wall_s"] for r in records),
         "cpu_s": sum(r["cpu_s"] for r in records),
-        "bank": str(bank.path),
+        "bank": Path(str(bank.path)).name,  # the name only: a shipped file holds no machine path
         "seed": seed,
         "k": fit.k,
         "drop": fit.drop,
