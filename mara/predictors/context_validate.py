@@ -7,7 +7,8 @@
 (qr_cal's level shifts were fitted on all cal curves: its cal rows are in-sample.) The workload's pool curves (the
 evaluation's) are never read. Every choice of the in-context head (k, members,
 whether the rule adopts it) is made on these numbers.
-CLI: ``python -m mara.predictors.context_validate [qr_ctx.ckpt=PATH] [predictors=qr,qr_cal,qr_ctx]``
+CLI: ``python -m mara.predictors.context_validate [qr_ctx.ckpt=PATH] [predictors=qr,qr_cal,qr_ctx]``; the choices
+evidence: ``choice=k`` (the context alone, no network, per k) and ``choice=blend`` (the plain head's share).
 """
 
 from __future__ import annotations
@@ -117,8 +118,58 @@ def print_table(res: dict) -> None:
                 print(f"| {name} | {a['mae']:.2f} | {a['coverage']:.1f} | {a['width']:.1f} | {bins} |")
 
 
+def context_only(bank_path, ks=(4, 8, 16, 32), n: int = 4096, seed: int = 1) -> None:
+    """MAE of the context's relative / absolute median alone (no network) per k, on ``n`` fm_val decision examples
+    (context: fm_train) and on the cal curves (each left out of its own context), beside WLS's."""
+    from mara.predictors.data import observe
+    from mara.predictors.decision_data import decision_examples
+
+    bank = load_bank(bank_path)
+    sets = [("fm_val", bank, np.flatnonzero(bank.split == "fm_val"), [(bank, "fm_train")], False)]
+    extra = cal_bank_path(bank.path, "beside")
+    if extra is not None:
+        cal = load_bank(extra)
+        sets.append(("cal (left out)", cal, np.arange(len(cal)), [(cal, "cal")], True))
+    for name, b, rows, ref, leave_out in sets:
+        ex = decision_examples(b, rows, n, np.random.default_rng(seed), bank.family_params, 10)
+        S, L = observe(b, ex.rows, ex.n_obs, 10)
+        truth, cap = np.expm1(ex.y), ex.cap_left + 1
+        wls = np.abs(np.minimum(np.expm1(ex.static[:, 8]), cap) - truth).mean()
+        print(f"{name}: WLS MAE {wls:.1f}")
+        for k in ks:
+            f = FamilyContext.from_banks(ref, k=k).features(
+                S,
+                L,
+                ex.n_obs,
+                ex.eps,
+                ex.cap_left,
+                b.batch_size[ex.rows],
+                b.family[ex.rows],
+                ex.rows if leave_out else None,
+            )
+            rel, ab = (np.abs(np.minimum(np.expm1(f[:, j]), cap) - truth).mean() for j in (3, 1))
+            print(f"  k = {k}: relative median MAE {rel:.1f}, absolute median MAE {ab:.1f}")
+
+
+def blend_choice(bank_path, weights=(0.0, 0.25, 0.5, 0.75)) -> None:
+    """fm_val benchmark queries: MAE / q10–q90 coverage / width of qr_ctx at each blend weight (1 = the plain head)."""
+    bank = load_bank(bank_path)
+    q = build_queries(bank, list(np.unique(bank.family[bank.split == "fm_val"])), "fm_val", bank.family_params)
+    args, fam = query_inputs(bank, q), bank.family[q["rows"]]
+    for w in weights:
+        p = predictor_from({"name": "qr_ctx", "blend": {"weight": w}}, bank.path)
+        s = band_scores(p.predict_quantiles(*args, family=fam), q["truth"])
+        print(f"blend {w}: MAE {s['mae']:.2f}, coverage {s['coverage']:.1f} %, width {s['width']:.1f}")
+    s = band_scores(predictor_from("qr", bank.path).predict_quantiles(*args), q["truth"])
+    print(f"blend 1 (the plain head): MAE {s['mae']:.2f}, coverage {s['coverage']:.1f} %, width {s['width']:.1f}")
+
+
 def _cli(argv) -> None:
     kw = dict(a.split("=", 1) for a in argv)
+    if kw.get("choice") == "k":
+        return context_only(kw.get("bank", str(default_bank_path())))
+    if kw.get("choice") == "blend":
+        return blend_choice(kw.get("bank", str(default_bank_path())))
     names = kw.get("predictors", "qr,qr_cal,qr_ctx").split(",")
     bank_path = kw.get("bank", str(default_bank_path()))
     preds = {n: predictor_from(n, bank_path) for n in names}
