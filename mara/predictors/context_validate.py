@@ -20,6 +20,8 @@ import numpy as np
 
 from mara.curves.bank import default_bank_path, load_bank
 from mara.predictors.context_head import ContextHeadPredictor, load_context_heads
+from mara.predictors.data import observe
+from mara.predictors.decision_data import decision_examples
 from mara.predictors.factory import predictor_from
 from mara.predictors.family_context import FamilyContext
 from mara.predictors.queries import build_queries, cal_bank_path, query_inputs
@@ -121,9 +123,6 @@ def print_table(res: dict) -> None:
 def context_only(bank_path, ks=(4, 8, 16, 32), n: int = 4096, seed: int = 1) -> None:
     """MAE of the context's relative / absolute median alone (no network) per k, on ``n`` fm_val decision examples
     (context: fm_train) and on the cal curves (each left out of its own context), beside WLS's."""
-    from mara.predictors.data import observe
-    from mara.predictors.decision_data import decision_examples
-
     bank = load_bank(bank_path)
     sets = [("fm_val", bank, np.flatnonzero(bank.split == "fm_val"), [(bank, "fm_train")], False)]
     extra = cal_bank_path(bank.path, "beside")
