@@ -164,6 +164,10 @@ def blend_choice(bank_path, weights=(0.0, 0.25, 0.5, 0.75)) -> None:
 
 
 def _cli(argv) -> None:
+    bad = [a for a in argv if "=" not in a or a.split("=", 1)[0] not in ("choice", "bank", "predictors", "qr_ctx.ckpt")]
+    if bad:
+        print(f"error: unknown argument {bad[0]!r} (choice=k|blend, bank=, predictors=, qr_ctx.ckpt=)", file=sys.stderr)
+        raise SystemExit(2)
     kw = dict(a.split("=", 1) for a in argv)
     if kw.get("choice") == "k":
         return context_only(kw.get("bank", str(default_bank_path())))
