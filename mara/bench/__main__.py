@@ -113,7 +113,7 @@ def predictor_ms_per_prefix(bank, variants=(None, "v3"), repeats: int = 7) -> tu
     return {k: 1e3 * v / len(q["rows"]) for k, v in best.items()}, len(q["rows"])
 
 
-DECISION_PREDICTORS = ("wls", "fm", "fm_cal", "qr", "qr_cal", "lcpfn", "lcpfn_ft")
+DECISION_PREDICTORS = ("wls", "fm", "fm_cal", "qr", "qr_cal", "lcpfn", "lcpfn_ft", "qr_ctx", "qr_ctx_cal")
 
 
 def predictor_ms_per_decision(bank, names=DECISION_PREDICTORS, repeats: int = 5) -> dict:
