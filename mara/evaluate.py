@@ -16,7 +16,6 @@ from omegaconf import DictConfig
 
 from mara.core.cli import check_group_overrides, output_dir, run_cli
 from mara.core.config import (
-    CONF_DIR,
     ConfigError,
     check_method_cfg,
     is_learned,
@@ -24,12 +23,13 @@ from mara.core.config import (
     shipped_policy_checkpoints,
     with_shipped_policies,
 )
+from mara.core.registry import method_files
 from mara.core.rundir import checkpoint_digests, earlier_results, run_folder
 from mara.core.runlog import Progress, log, setup_logging
 from mara.eval.lofo import run_lofo_experiment
 from mara.eval.prediction_cli import run_prediction
 from mara.eval.runner import build_episodes, evaluate_methods
-from mara.eval.settings import bank_at, from_cfg
+from mara.eval.settings import EvaluationSettings, bank_at, from_cfg
 from mara.mat.allocator import read_policy_meta
 from mara.preflight import preflight
 from mara.report.results import build_results, write_results
@@ -43,7 +43,7 @@ def _before_any_work(cfg: DictConfig) -> None:
         check_trace_experiment(cfg)
         return
     for m in cfg.get("methods") or ():
-        if isinstance(m, str) and (CONF_DIR / "method" / f"{m}.yaml").exists() and load_method_cfg(m).get("trace_only"):
+        if isinstance(m, str) and m in method_files() and load_method_cfg(m).get("trace_only"):
             raise ConfigError(f"method {m!r} schedules job traces only: run it with experiment=trace (docs/traces.md)")
     preflight(cfg, "evaluate")
 
@@ -67,12 +67,16 @@ def evaluate(cfg: DictConfig) -> dict:
         return res
     settings = from_cfg(cfg)  # the one reading of the config: every step below gets only the settings it uses
     if settings.kind == "prediction":
-
         return run_prediction(settings.prediction, settings.evaluation, out)
     if settings.kind == "prediction_lofo":
-
         return run_lofo_experiment(settings.lofo, out)
-    run = settings.evaluation
+    return run_evaluation(settings.evaluation, out)
+
+
+def run_evaluation(run: EvaluationSettings, out: Path) -> dict:
+    """The evaluation protocol of ``run`` in the folder ``out`` (held by the caller): every method on identical
+    episodes, ``results.json`` / ``results.md`` rewritten after every method; returns the results."""
+    setup_logging()
     protocol, sim = run.protocol, run.sim
     methods = list(run.methods)
     overrides = dict(run.method_overrides)

@@ -19,11 +19,11 @@ import hydra
 from omegaconf import DictConfig
 
 from mara.core import registry
-from mara.core.cli import check_group_overrides, output_dir, run_cli
+from mara.core.cli import check_group_overrides, made_run_dir, run_cli
 from mara.core.config import ConfigError
-from mara.core.rundir import run_folder, run_settled_stage
+from mara.core.rundir import holding, run_settled_stage
 from mara.core.runlog import log
-from mara.evaluate import all_methods_failed, evaluate
+from mara.evaluate import all_methods_failed, run_evaluation
 from mara.mat.train import check_policy_files, checkpoint_method, train_policy, with_run_policy
 from mara.pipelines.paper import run_paper
 from mara.predictors.stage import run_trainer
@@ -32,8 +32,8 @@ from mara.train_settings import (
     RunSettings,
     TrainSettings,
     check_stage_and_reward,
-    evaluation_config,
     parse,
+    run_evaluation_settings,
     with_run_folder,
 )
 
@@ -57,15 +57,18 @@ def before_any_work(cfg: DictConfig) -> TrainSettings:
 
 
 def train(cfg: DictConfig) -> dict:
-    """The configured stages of ``cfg`` (parsed and checked once, before any work); a dict of what each produced."""
-    return _in_run_folder(cfg, before_any_work(cfg))
+    """The configured stages of ``cfg``, parsed and checked once before any work; a dict of what each produced."""
+    return run_training(before_any_work(cfg))
 
 
-@run_folder(stages=("predictor", "policy"))  # one live run per folder; a rerun resumes
-def _in_run_folder(cfg: DictConfig, settings: TrainSettings) -> dict:
-    if settings.paper:  # the paper's protocol: its own resumable job graph (mara/pipelines/paper.py)
-        return run_paper(cfg, output_dir(cfg))
-    return run_stages(with_run_folder(settings, cfg))
+def run_training(settings: TrainSettings) -> dict:
+    """The run its settings describe, in its folder (one live run per folder; a rerun resumes)."""
+    folder = None if settings.folder is None else Path(settings.folder)
+    with holding(folder, settings.fresh, {name: settings.record(name) for name in ("predictor", "policy")}):
+        out = made_run_dir(settings.folder, settings.task_name)
+        if settings.paper is not None:  # the paper's protocol: its own resumable job graph (mara/pipelines/paper.py)
+            return run_paper(settings.paper, out)
+        return run_stages(with_run_folder(settings, out))
 
 
 def run_stages(run: RunSettings) -> dict:
@@ -118,7 +121,9 @@ def evaluation_stage(run: RunSettings, policy_ckpt: str | None) -> dict:
     method it was trained as, on the predictor it was trained with."""
     trained = checkpoint_method(policy_ckpt) if policy_ckpt else None  # the policy this run evaluates
     methods, overrides = evaluated_methods(run, trained, policy_ckpt)
-    res = evaluate(evaluation_config(run, methods, overrides))
+    folder = made_run_dir(str(Path(run.folder) / "evaluation"), "evaluation")
+    with holding(folder):
+        res = run_evaluation(run_evaluation_settings(run, methods, overrides), folder)
     out = {"evaluation": {k: v for k, v in res.items() if k in ("summary", "paths", "timings")}}
     if all_methods_failed(res):
         out["error"] = all_methods_failed(res)

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Mapping
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mara.core import registry
-from mara.core.cli import output_dir
 from mara.core.config import ConfigError, conf_dir, load_method_cfg, plain_config
-from mara.core.rundir import STAGE_SETTINGS, stage_settings
+from mara.core.rundir import STAGE_SETTINGS, folder_of, stage_settings
 from mara.core.runlog import log
-from mara.eval.settings import check_number, node_options, protocol_settings
+from mara.eval.settings import EvaluationSettings, check_number, evaluation_settings, node_options, protocol_settings
 from mara.mat.settings import (
     ImitationSettings,
     MatSettings,
@@ -48,16 +48,49 @@ EVAL_ROOTS = set(range(5))
 
 
 @dataclass(frozen=True)
+class TrainedSpec:
+    """How the paper's protocol trains one learned method: its predictor, reward and MAT recipe (None: the composed
+    one)."""
+
+    predictor: str = "fm"
+    reward: str = "dense"
+    mat: str | None = None
+
+
+@dataclass(frozen=True)
+class PaperSettings:
+    """``experiment=paper``'s protocol (its ``paper`` block, mara/pipelines/paper.py): the methods evaluated, how each
+    learned one is trained, the training seeds, the worker processes (None: one per usable core), whether the FM is
+    trained first, the stress scenario; ``composed``: the composed config as YAML (resolved, ``fresh`` false), from
+    which each job's config is made (every job parses its own)."""
+
+    methods: tuple[str, ...]
+    trained: Mapping[str, TrainedSpec]
+    seeds: tuple[int, ...]
+    composed: str
+    workers: int | None = None
+    train_predictor: bool = True
+    stress_scenario: str | None = None
+
+
+@dataclass(frozen=True)
 class TrainSettings:
     """What one ``python -m mara.train`` run does. ``predictor``: the predictor stage's training (None: nothing to
     train: the predictor's kind has no training here, or a checkpoint is given); ``policy``: the policy stage's
-    training (None: no MAT recipe); ``records``: each stage's settings as its run folder records them;
-    ``predictor_config``: the run's predictor config (plain)."""
+    training (None: no MAT recipe); ``evaluation``: the evaluation stage's settings before the run's policy and
+    predictors join them (None: no evaluation stage); ``paper``: the paper's protocol instead of the stages;
+    ``records``: each stage's settings as its run folder records them; ``predictor_config``: the run's predictor
+    config (plain); ``folder``: the run folder (None: a fresh one under outputs/``task_name``); ``fresh``: set the
+    folder's earlier products aside first."""
 
     stage: str = "all"
     seed: int = 0
     reward: str = "dense"
-    paper: bool = False
+    paper: PaperSettings | None = None
+    folder: str | None = None
+    task_name: str = "train"
+    fresh: bool = False
+    evaluation: EvaluationSettings | None = None
     accelerator: str = "cpu"
     predictor_config: dict | None = None
     predictor: PredictorTraining | None = None
@@ -103,20 +136,64 @@ def parse(cfg: DictConfig) -> TrainSettings:
     protocol_settings(cfg)  # sim.* and eval.*
     node_options(cfg.sim)  # node speeds / switch costs reach the policy stage (mat=hetero: v3 node features)
     methods = tuple(cfg.get("methods") or ())
+    evaluates = stage in ("all", "evaluate") and cfg.get("experiment_kind") != "paper"
     for m in methods:
-        load_method_cfg(m)
+        if load_method_cfg(m).get("trace_only") and evaluates:
+            raise ConfigError(f"method {m!r} schedules job traces only: run it with python -m mara.evaluate "
+                              "experiment=trace (docs/traces.md)")
     policy = None
     if cfg.get("mat") is not None:
         policy = mat_settings(cfg)
         if stage in ("all", "policy"):
             check_teacher_predictor(policy)  # mat=default needs predictor=qr_q: refused before the predictor stage
     pred = plain_config(cfg.get("predictor"))
+    paper = paper_settings(cfg) if cfg.get("experiment_kind") == "paper" else None
+    evaluation = evaluation_settings(cfg) if evaluates else None
+    folder = folder_of(cfg)
     return TrainSettings(
-        stage=stage, seed=seed, reward=reward, paper=cfg.get("experiment_kind") == "paper",
+        stage=stage, seed=seed, reward=reward, paper=paper, folder=None if folder is None else str(folder),
+        task_name=str(cfg.get("task_name", "train")), fresh=bool(cfg.get("fresh", False)), evaluation=evaluation,
         accelerator=str((cfg.get("trainer") or {}).get("accelerator", "cpu")), predictor_config=pred,
         predictor=_predictor_training(cfg, pred, stage), policy=policy, methods=methods,
         method_overrides=plain_config(cfg.get("method_overrides")) or {}, policy_ckpt=cfg.get("policy_ckpt"),
         predictor_key=run_predictor_key(cfg), records={name: stage_settings(cfg, name) for name in STAGE_SETTINGS})
+
+
+def paper_settings(cfg: DictConfig) -> PaperSettings:
+    """The paper's protocol of a composed ``train`` config with ``experiment=paper`` (its ``paper`` block), every
+    method name and the worker count checked (one ``ConfigError`` line)."""
+    if "paper" not in cfg:
+        raise ConfigError("experiment_kind=paper needs a 'paper' block (conf/experiment/paper.yaml)")
+    block = cfg.paper
+    trained = {}
+    for method, spec in (plain_config(block.get("trained")) or {}).items():
+        spec = spec or {}
+        unknown = sorted(set(spec) - {"predictor", "reward", "mat"})
+        if unknown:
+            raise ConfigError(f"paper.trained.{method}: unknown setting{'s' if len(unknown) > 1 else ''} "
+                              f"{', '.join(unknown)} (predictor, reward, mat)")
+        trained[str(method)] = TrainedSpec(str(spec.get("predictor", "fm")), str(spec.get("reward", "dense")),
+                                           None if spec.get("mat") is None else str(spec["mat"]))
+        if registry.predictor_file(trained[str(method)].predictor) is None:
+            raise ConfigError(f"paper.trained.{method}.predictor: no predictor {trained[str(method)].predictor!r}")
+        if spec.get("mat") is not None and registry.find_conf("mat", f"{spec['mat']}.yaml") is None:
+            raise ConfigError(f"paper.trained.{method}.mat: no MAT recipe {spec['mat']!r} (conf/mat/)")
+    methods = tuple(str(m) for m in block.methods)
+    for m in methods:  # unknown names stop here, before any work
+        if m not in trained:
+            load_method_cfg(m)
+    workers = block.get("workers")
+    if workers is not None:
+        workers = check_number("paper.workers", workers, int)
+        if workers < 1:
+            raise ConfigError(f"paper.workers must be >= 1 (or null: one per usable core), got {workers}")
+    composed = cfg.copy()
+    with open_dict(composed):
+        composed.fresh = False  # the jobs' folders are inside the run's, which the run sets aside itself
+    return PaperSettings(methods=methods, trained=trained, seeds=tuple(int(s) for s in block.seeds),
+                         composed=OmegaConf.to_yaml(composed, resolve=True), workers=workers,
+                         train_predictor=bool(block.get("train_predictor", True)),
+                         stress_scenario=None if not block.get("stress_scenario") else str(block.stress_scenario))
 
 
 def _predictor_training(cfg: DictConfig, pred: dict | None, stage: str) -> PredictorTraining | None:
@@ -333,12 +410,10 @@ def run_predictor_key(cfg: DictConfig) -> str | None:
 class RunSettings:
     """The settings in one run folder, as the stages go: the predictor config and the policy's settings with the
     checkpoints this folder holds or the predictor stage wrote; ``trained``: {predictor kind: the checkpoint every
-    predictor of that kind in the evaluation reads} (empty: the configured ones); ``composed``: the config handed on,
-    as it is, to the evaluation entry (``mara.evaluate``, which parses it itself)."""
+    predictor of that kind in the evaluation reads} (empty: the configured ones)."""
 
     settings: TrainSettings
     folder: str
-    composed: DictConfig
     predictor_config: dict | None = None
     policy: MatSettings | None = None
     policy_ckpt: str | None = None
@@ -363,12 +438,12 @@ class RunSettings:
         return replace(run, predictor_config=pred, policy=policy)
 
 
-def with_run_folder(settings: TrainSettings, cfg: DictConfig) -> RunSettings:
+def with_run_folder(settings: TrainSettings, folder: Path) -> RunSettings:
     """The run in its folder: a later stage uses that folder's products — ``<run>/predictor/<kind>.ckpt`` of every
     registered predictor kind (unless a predictor checkpoint is given) and, for ``stage=evaluate``,
     ``<run>/policy/checkpoints/best.ckpt`` (unless ``policy_ckpt`` is given)."""
-    out = output_dir(cfg)
-    run = RunSettings(settings, str(out), cfg, settings.predictor_config, settings.policy, settings.policy_ckpt)
+    out = Path(folder)
+    run = RunSettings(settings, str(out), settings.predictor_config, settings.policy, settings.policy_ckpt)
     if settings.stage not in ("policy", "evaluate"):
         return run
     if not (settings.predictor_config or {}).get("ckpt_path"):
@@ -384,29 +459,24 @@ def with_run_folder(settings: TrainSettings, cfg: DictConfig) -> RunSettings:
     return run
 
 
-def evaluation_config(run: RunSettings, methods: list[str], overrides: dict) -> DictConfig:
-    """The config of the run's evaluation stage: the composed one in ``<run>/evaluation`` with these methods and
-    overrides, the run's predictor config (and the checkpoints its predictor stage wrote) where the evaluation
-    builds predictors: every predictor of a trained kind reads this run's checkpoint, and the methods that name the
-    kind itself find the run's predictor under it."""
-    ecfg = run.composed.copy()
-    with open_dict(ecfg):
-        ecfg.paths.output_dir = str(Path(run.folder) / "evaluation")
-        ecfg.methods = methods
-        ecfg.method_overrides = overrides
-        if run.predictor_config is not None:
-            ecfg.predictor = run.predictor_config
-        for kind, ckpt in run.trained.items():
-            if "predictors" not in ecfg:
-                ecfg.predictors = {}
-            if kind not in ecfg.predictors and (run.predictor_config or {}).get("name") == kind:
-                ecfg.predictors[kind] = run.predictor_config
-            for spec in ecfg.predictors.values():
-                if spec is not None and spec.get("name") == kind:
-                    spec.ckpt_path = ckpt
-        key = run.predictor_key
-        if key is not None and any((o or {}).get("predictor") == key for o in overrides.values()):
-            if "predictors" not in ecfg:
-                ecfg.predictors = {}
-            ecfg.predictors[key] = run.predictor_config  # may carry this run's FM checkpoint or command-line overrides
-    return ecfg
+def run_evaluation_settings(run: RunSettings, methods: list[str], overrides: dict) -> EvaluationSettings:
+    """The settings of the run's evaluation stage: the parsed evaluation with these methods and overrides, and the
+    run's predictor config (and the checkpoints its predictor stage wrote) where the evaluation builds predictors:
+    every predictor of a trained kind reads this run's checkpoint, and the methods that name the run's predictor key
+    find the run's predictor under it."""
+    evaluation = run.settings.evaluation
+    if evaluation is None:
+        raise ConfigError("this run has no evaluation stage (stage=all or stage=evaluate evaluates)")
+    preds = {k: None if v is None else plain_config(v) for k, v in evaluation.predictors.items()}
+    own = run.predictor_config
+    for kind, ckpt in run.trained.items():
+        if kind not in preds and (own or {}).get("name") == kind:
+            preds[kind] = dict(own)
+        for key, spec in preds.items():
+            if spec is not None and spec.get("name") == kind:
+                preds[key] = {**spec, "ckpt_path": ckpt}
+    key = run.predictor_key
+    if key is not None and any((o or {}).get("predictor") == key for o in overrides.values()):
+        preds[key] = None if own is None else dict(own)  # may carry this run's FM checkpoint or command-line overrides
+    return replace(evaluation, methods=tuple(methods), method_overrides=overrides,
+                   predictors={k: None if v is None else OmegaConf.create(v) for k, v in preds.items()})

@@ -412,12 +412,13 @@ def _stub_training(monkeypatch, calls: list, policy_file=None):
         shutil.copyfile(policy_file, best)
         return {"best_ckpt": str(best), "output_dir": settings.output_dir, "last_ckpt": str(best.with_name("last.ckpt"))}
 
-    def evaluate(cfg):
-        calls.append({m: [c["ckpt_path"] for c in o.get("checkpoints") or []] for m, o in cfg.method_overrides.items()})
+    def run_evaluation(settings, folder):
+        calls.append({m: [c["ckpt_path"] for c in o.get("checkpoints") or []]
+                      for m, o in settings.method_overrides.items()})
         return {"rows": [{"method": "stub"}], "summary": {}}
 
     monkeypatch.setattr(mara.train, "train_policy", train_policy)
-    monkeypatch.setattr(mara.train, "evaluate", evaluate)
+    monkeypatch.setattr(mara.train, "run_evaluation", run_evaluation)
 
 
 def test_copied_run_folder_resumes_from_its_own_files(tmp_path, monkeypatch, capsys):

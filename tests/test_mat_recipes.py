@@ -94,23 +94,23 @@ def test_the_main_command_trains_the_one_mara_and_evaluates_every_rule():
     assert c["imitation"]["suite"] and c["net"]["features"] == "v3"  # across clusters, reading which one it is in
     # the registry's train list: every product rule and bound but the placement variant (it acts only on unequal
     # nodes; on identical ones it is its rule), and MARA's place for the run's own policy; no experiment; the job-trace
-    # schedulers (docs/traces.md) and the rule on the LC-PFN peer's band (a comparison row, docs/predictor.md) are
-    # not rules of the main command
+    # schedulers (docs/traces.md) are not rules of the main command
     assert list(cfg.methods) == registry.default_methods("train") and cfg.methods[0] == "MARA"
     product = {m for m in available_methods() if not registry.method(m).experiment}
     rules = {m for m in product if not registry.method(m).learned and not load_method_cfg(m).get("trace_only")}
-    rules -= {"Slack-QR-displace", "Slack-LCPFN"}
+    rules -= {"Slack-QR-displace"}
     assert rules | {"MARA"} == set(cfg.methods)
     assert not [m for m in registry.methods().values() if m.experiment and m.lists]
 
 
 def test_experiment_paper_trains_every_method_by_its_composed_recipe(tmp_path):
     from mara.pipelines.paper import _job_cfg, training_jobs
+    from mara.train_settings import paper_settings
 
     cfg = _compose("experiment=paper")
     recipe = {"MARA": "clone", "MARA-WLS": "clone", "MARA-sparse": "clone", "MARA-paper": "paper"}
     shared = ("seed", "reward", "predictor", "output_dir", "run_name")
-    for job in training_jobs(cfg, tmp_path):
+    for job in training_jobs(paper_settings(cfg), tmp_path):
         got = {k: v for k, v in _job_cfg(cfg, job, None).mat.items() if k not in shared}
         want = {k: v for k, v in EXPECTED[recipe[job["method"]]].items() if k not in shared}
         assert OmegaConf.to_container(OmegaConf.create(got), resolve=True) == want, job["method"]

@@ -177,14 +177,14 @@ def test_experiment_hetero_trains_the_one_mara_or_mara_qr_on_the_head():
 
 def test_run_predictor_key_carries_the_run_predictor(tmp_path):
     """A run's own predictor settings (a fresh FM checkpoint, a command-line override) reach its policy's evaluation."""
-    from mara.train_settings import RunSettings, evaluation_config, parse, run_predictor_key
+    from mara.train_settings import RunSettings, parse, run_evaluation_settings, run_predictor_key
 
     cfg = _compose("predictor=qr_q", "predictor.ckpt_path=/my/head.ckpt", "stage=evaluate")
     assert run_predictor_key(cfg) == "qr_q" and cfg.predictors.qr_q.ckpt_path is None
     settings = parse(cfg)
-    run = RunSettings(settings, str(tmp_path), cfg, settings.predictor_config, settings.policy)
-    ecfg = evaluation_config(run, ["MARA-suite"], {"MARA-suite": {"predictor": settings.predictor_key}})
-    assert ecfg.predictors.qr_q.ckpt_path == "/my/head.ckpt" and ecfg.paths.output_dir == str(tmp_path / "evaluation")
+    run = RunSettings(settings, str(tmp_path), settings.predictor_config, settings.policy)
+    ev = run_evaluation_settings(run, ["MARA-suite"], {"MARA-suite": {"predictor": settings.predictor_key}})
+    assert ev.predictors["qr_q"].ckpt_path == "/my/head.ckpt" and ev.methods == ("MARA-suite",)
 
 
 def test_train_evaluates_its_policy_with_its_predictor(tmp_path):

@@ -189,6 +189,16 @@ def test_default_lists_come_from_the_method_yamls():
         registry.default_methods("nope")
 
 
+def test_the_product_keeps_room_and_the_experiments_stay_runnable_by_name():
+    """conf/method holds what a user should run (at most 16 methods; the variants that lost to a simpler method are in
+    conf/experiments/method, in no default list, still composed and run by their names)."""
+    product = [m for m in registry.methods().values() if not m.experiment]
+    assert len(product) <= 16, sorted(m.name for m in product)
+    for name in ("Slack-FM-q", "Slack-WLS", "Slack-QR", "MARA-QR", "Slack-LCPFN", "ElasticFlow-predicted"):
+        assert registry.method(name).experiment and not registry.method(name).lists
+        assert load_method_cfg(name).name == name
+
+
 def test_a_registration_is_never_inherited_through_defaults():
     assert "lists" in load_method_cfg("LARA") and "lists" not in load_method_cfg("LARA-best")
     assert not registry.method("LARA-best").validation_baseline and registry.method("LARA").validation_baseline

@@ -132,10 +132,11 @@ def test_paper_trainings_follow_their_recipe(tmp_path):
 
     from mara.core.config import CONF_DIR
     from mara.pipelines.paper import _job_cfg, training_jobs
+    from mara.train_settings import paper_settings
 
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
         cfg = compose("train", overrides=["experiment=paper"])
-    jobs = training_jobs(cfg, tmp_path)
+    jobs = training_jobs(paper_settings(cfg), tmp_path)
     assert sorted({j["method"] for j in jobs}) == ["MARA", "MARA-WLS", "MARA-paper", "MARA-sparse"]
     assert len(jobs) == 4 * len(cfg.paper.seeds)
     by = {j["method"]: _job_cfg(cfg, j, None) for j in jobs if j["seed"] == 0}

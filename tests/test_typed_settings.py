@@ -142,6 +142,26 @@ def test_the_entry_point_hands_its_config_on_unread():
              and isinstance(node.ctx, ast.Load) and id(node) not in passed]
     assert not reads, f"mara/train.py reads its config at lines {reads}"
     assert key_reads(ENTRY, settings_keys()) == []
+    # and hands it only to the parse and the checks before any work: the stages, the evaluation and the paper's
+    # pipeline get the parsed settings
+    given = {node.func.id if isinstance(node.func, ast.Name) else node.func.attr for node in ast.walk(tree)
+             if isinstance(node, ast.Call) and any(isinstance(a, ast.Name) and a.id == "cfg"
+                                                    for a in [*node.args, *(k.value for k in node.keywords)])}
+    assert given <= {"before_any_work", "check_stage_and_reward", "preflight", "parse", "run_cli"}, given
+
+
+def test_the_stages_after_the_parse_take_typed_settings():
+    """The evaluation and the paper's pipeline, as mara.train runs them, take frozen settings, not a config."""
+    import inspect
+
+    from mara.evaluate import run_evaluation
+    from mara.pipelines.paper import run_paper
+    from mara.train import run_training
+
+    first = {f.__name__: next(iter(inspect.signature(f).parameters.values())).annotation
+             for f in (run_training, run_evaluation, run_paper)}
+    assert first == {"run_training": "TrainSettings", "run_evaluation": "EvaluationSettings",
+                     "run_paper": "PaperSettings"}
 
 
 def test_settings_are_frozen_and_recorded_as_before():
@@ -162,6 +182,22 @@ def test_settings_are_frozen_and_recorded_as_before():
     assert settings.predictor is None  # the decision head trains elsewhere: nothing to train in the predictor stage
     fm = parse(cfg_for("train", ["experiment=smoke"]))
     assert fm.predictor.fit.data["train_examples"] == 256 and fm.predictor.fit.train.patience == 1
+
+
+def test_the_paper_protocol_and_the_evaluation_are_parsed_before_any_work():
+    """experiment=paper parses into its protocol (the jobs' configs are made from the config serialised there); the
+    main command's evaluation stage into the evaluation's settings; a bad worker count stops at the parse."""
+    from mara.core.config import ConfigError
+    from mara.train_settings import TrainedSpec, parse
+    from tests.test_entrypoints import cfg_for
+
+    paper = parse(cfg_for("train", ["experiment=paper"])).paper
+    assert paper.trained["MARA-paper"] == TrainedSpec("fm", "dense", "paper") and paper.seeds == (0, 1, 2)
+    assert OmegaConf.create(paper.composed).paper.methods == list(paper.methods) and "Slack-WLS" in paper.methods
+    main = parse(cfg_for("train", []))
+    assert main.paper is None and main.evaluation.methods == main.methods
+    with pytest.raises(ConfigError, match="paper.workers must be >= 1"):
+        parse(cfg_for("train", ["experiment=paper", "paper.workers=0"]))
 
 
 @pytest.mark.parametrize("recipe", [p.stem for p in RECIPE_FILES])

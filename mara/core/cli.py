@@ -19,15 +19,19 @@ USER_ERRORS = (ConfigError, FileNotFoundError)
 def output_dir(cfg: DictConfig) -> Path:
     """The run folder: ``paths.output_dir`` if set, else Hydra's run dir, else a fresh outputs/ folder."""
     given = (cfg.get("paths") or {}).get("output_dir")
-    if given:
-        out = Path(given)
-    else:
+    if not given:
         try:
             from hydra.core.hydra_config import HydraConfig
 
-            out = Path(HydraConfig.get().runtime.output_dir)
+            given = HydraConfig.get().runtime.output_dir
         except Exception:  # composed outside @hydra.main (tests, notebooks)
-            out = Path("outputs") / str(cfg.get("task_name", "run")) / time.strftime("%Y-%m-%d_%H-%M-%S")
+            given = None
+    return made_run_dir(given, str(cfg.get("task_name", "run")))
+
+
+def made_run_dir(folder: str | None, task_name: str) -> Path:
+    """The run folder ``folder``, made; None: a fresh ``outputs/<task_name>/<time>/`` folder."""
+    out = Path(folder) if folder else Path("outputs") / task_name / time.strftime("%Y-%m-%d_%H-%M-%S")
     out.mkdir(parents=True, exist_ok=True)
     return out
 

@@ -22,6 +22,7 @@ ones it was evaluated with (``eval.resume``, default true). Results of another p
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import hashlib
@@ -112,8 +113,8 @@ def folder_of(cfg: DictConfig) -> Path | None:
 
 def run_folder(fn=None, *, stages: tuple[str, ...] = (), check=None):
     """Decorator for an entry function ``fn(cfg)``: runs ``check(cfg)`` (the entry point's checks before any work)
-    before touching the folder, then holds the run folder for the call, applies ``fresh=true``, and checks the
-    recorded settings of ``stages`` (subfolders of the run) against ``cfg`` before any work."""
+    before touching the folder, then holds the run folder for the call (:func:`holding`), applies ``fresh=true``, and
+    checks the recorded settings of ``stages`` (subfolders of the run) against ``cfg`` before any work."""
     if fn is None:
         return functools.partial(run_folder, stages=stages, check=check)
 
@@ -121,27 +122,40 @@ def run_folder(fn=None, *, stages: tuple[str, ...] = (), check=None):
     def wrapper(cfg: DictConfig, *args, **kwargs):
         if check is not None:
             check(cfg)  # a mistake stops here: nothing set aside, no lock file, no work
-        folder = folder_of(cfg)
-        if folder is None:
+        folder, fresh = folder_of(cfg), bool(cfg.get("fresh", False))
+        if folder is not None and fresh:
+            cfg = cfg.copy()
+            with open_dict(cfg):
+                cfg.fresh = False  # nested entry functions (the pipeline's evaluation) find a clean folder already
+        with holding(folder, fresh, {name: stage_settings(cfg, name) for name in stages}):
             return fn(cfg, *args, **kwargs)
-        acquire(folder)
-        try:
-            if cfg.get("fresh", False):
-                set_aside_all(folder)
-                cfg = cfg.copy()
-                with open_dict(cfg):
-                    cfg.fresh = False  # nested entry functions (the pipeline's evaluation) find a clean folder already
-            else:
-                set_aside_events(folder)
-            for name in stages:
-                plan_stage(folder / name, stage_settings(cfg, name))
-            return fn(cfg, *args, **kwargs)
-        finally:
-            for name in stages:
-                _planned.pop(str((folder / name).resolve()), None)
-            release(folder)
 
     return wrapper
+
+
+@contextlib.contextmanager
+def holding(folder: Path | None, fresh: bool = False, stages: dict | None = None):
+    """Hold the run folder ``folder`` for the block: one live run per folder, ``fresh`` sets its earlier products
+    aside (else only an earlier attempt's TensorBoard files), and ``stages`` ({subfolder: the settings its product
+    depends on}) are checked against what those subfolders recorded, before any work. ``folder`` None: nothing held
+    (a folder made up on the fly, which nobody else writes into)."""
+    stages = stages or {}
+    if folder is None:
+        yield
+        return
+    acquire(folder)
+    try:
+        if fresh:
+            set_aside_all(folder)
+        else:
+            set_aside_events(folder)
+        for name, settings in stages.items():
+            plan_stage(folder / name, settings)
+        yield
+    finally:
+        for name in stages:
+            _planned.pop(str((folder / name).resolve()), None)
+        release(folder)
 
 
 # --------------------------------------------------------------------------------------------- setting things aside

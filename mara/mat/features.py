@@ -38,7 +38,7 @@ N_SLOT_FEATURES_BY_SET = {"v1": 7, "v2": 17, "v3": 31}
 FEATURE_SETS = tuple(N_SLOT_FEATURES_BY_SET)
 N_SLOT_FEATURES = N_SLOT_FEATURES_BY_SET["v1"]  # the v1 sizes (old imports)
 N_FEATURES = N_SLOT_FEATURES + N_GLOBAL_FEATURES
-BAND_Q = 0.01  # conf/method/Slack-FM-q.yaml's quantile (chosen on validation roots 1000–1004)
+BAND_Q = 0.01  # conf/experiments/method/Slack-FM-q.yaml's quantile (chosen on validation roots 1000–1004)
 BAND_LEVELS = (0.1, 0.9)  # the levels of the band's ends the FM carries (conf/predictor/fm.yaml)
 
 

@@ -22,9 +22,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mara.core.config import CONF_DIR, ConfigError, load_method_cfg
+from mara.core.config import CONF_DIR, load_method_cfg
 from mara.core.files import write_text_atomic
 from mara.core.jobs import Job, run_jobs
+from mara.core.registry import find_conf, predictor_file
 from mara.core.runlog import fmt_seconds, log, setup_logging
 from mara.eval.prediction import run_prediction_experiment
 from mara.eval.settings import prediction_settings
@@ -33,7 +34,7 @@ from mara.mat.train import train_policy
 from mara.predictors.train import train_predictor
 from mara.report.paper import write_report
 from mara.report.results import build_results, write_results
-from mara.train_settings import mat_settings, predictor_training
+from mara.train_settings import PaperSettings, mat_settings, predictor_training
 
 # Single-thread CPU minutes of each kind of job (start order and ETA weights), measured on these 2 cores: a default
 # MAT training ≈ 6 min (341 s user time), Clairvoyant ≈ 13 min of CP-SAT over 720 episodes; the rest estimated.
@@ -49,16 +50,15 @@ def _with(cfg: DictConfig, **updates) -> DictConfig:
     return c
 
 
-def training_jobs(cfg: DictConfig, out: Path) -> list[dict]:
+def training_jobs(paper: PaperSettings, out: Path) -> list[dict]:
     """One job per (learned method, training seed): its folder and the config changes that train it."""
     jobs = []
-    for method, spec in cfg.paper.trained.items():
-        if method not in cfg.paper.methods:
+    for method, spec in paper.trained.items():
+        if method not in paper.methods:
             continue
-        for seed in cfg.paper.seeds:
-            jobs.append({"method": method, "seed": int(seed), "predictor": spec.get("predictor", "fm"),
-                         "reward": spec.get("reward", "dense"), "mat": spec.get("mat"),
-                         "dir": str(out / "policy" / method / f"seed{int(seed)}")})
+        for seed in paper.seeds:
+            jobs.append({"method": method, "seed": seed, "predictor": spec.predictor, "reward": spec.reward,
+                         "mat": spec.mat, "dir": str(out / "policy" / method / f"seed{seed}")})
     return jobs
 
 
@@ -67,10 +67,10 @@ def _job_cfg(cfg: DictConfig, job: dict, fm_ckpt: str | None) -> DictConfig:
         pred = OmegaConf.to_container(cfg.predictor, resolve=True)
         pred["ckpt_path"] = fm_ckpt or pred.get("ckpt_path")
     else:
-        pred = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "predictor" / f"{job['predictor']}.yaml"), resolve=True)
+        pred = OmegaConf.to_container(OmegaConf.load(predictor_file(job["predictor"])), resolve=True)
     mat = cfg.mat
     if job.get("mat"):  # another training recipe (conf/mat/<name>.yaml, e.g. paper), laid over the composed default
-        recipe = OmegaConf.load(CONF_DIR / "mat" / f"{job['mat']}.yaml")
+        recipe = OmegaConf.load(find_conf("mat", f"{job['mat']}.yaml"))
         recipe.pop("defaults", None)
         mat = OmegaConf.merge(cfg.mat, recipe)
     return _with(cfg, seed=job["seed"], reward=job["reward"], predictor=pred, mat=OmegaConf.to_container(mat, resolve=True),
@@ -140,48 +140,51 @@ def _prediction_job(cfg_yaml: str, fm_ckpt: str | None, *, deps: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------------ the graph (parent side)
-def _uses_fm(cfg: DictConfig, method: str) -> bool:
-    if method in cfg.paper.trained:
-        return cfg.paper.trained[method].get("predictor", "fm") == "fm"
+def _uses_fm(paper: PaperSettings, method: str) -> bool:
+    if method in paper.trained:
+        return paper.trained[method].predictor == "fm"
     return load_method_cfg(method).get("predictor") == "fm"
 
 
-def _eval_cost(cfg: DictConfig, method: str) -> float:
-    if method in cfg.paper.trained:
+def _eval_cost(paper: PaperSettings, method: str) -> float:
+    if method in paper.trained:
         return COST["learned_eval"]
     if method == "Clairvoyant":
         return COST["bound"]
-    return COST["fm_method"] if _uses_fm(cfg, method) else COST["rule"]
+    return COST["fm_method"] if _uses_fm(paper, method) else COST["rule"]
 
 
-def build_jobs(cfg: DictConfig, out: Path) -> list[Job]:
-    """Every job of the protocol with its dependencies (see the module docstring)."""
+def build_jobs(paper: PaperSettings, out: Path) -> list[Job]:
+    """Every job of the protocol with its dependencies (see the module docstring); each job's config is made from
+    the composed config the parse serialised (``paper.composed``)."""
+    cfg = OmegaConf.create(paper.composed)
     jobs: list[Job] = []
     fm_ckpt = cfg.predictor.get("ckpt_path")
-    has_fm_job = bool(cfg.paper.get("train_predictor", True) and not fm_ckpt)
+    has_fm_job = bool(paper.train_predictor and not fm_ckpt)
     fm_dep = ("predictor",) if has_fm_job else ()
     if has_fm_job:
         pc = _with(cfg, **{"paths.output_dir": str(out / "predictor")})
         jobs.append(Job("predictor", out / "predictor", _predictor_job, (OmegaConf.to_yaml(pc, resolve=True),), cost=COST["predictor"]))
     trained_by: dict[str, list[str]] = {}
-    for t in training_jobs(cfg, out):
+    for t in training_jobs(paper, out):
         name = f"train {t['method']} s{t['seed']}"
         trained_by.setdefault(t["method"], []).append(name)
         deps = fm_dep if t["predictor"] == "fm" else ()
         jobs.append(Job(name, Path(t["dir"]), _train_job, (OmegaConf.to_yaml(_job_cfg(cfg, t, None), resolve=True), t, fm_ckpt),
                         deps=deps, cost=COST["train_paper"] if t.get("mat") == "paper" else COST["train"]))
-    base_yaml = OmegaConf.to_yaml(cfg, resolve=True)
+    base_yaml = paper.composed
     scenarios = [("evaluation", None, 1.0)]
-    if cfg.paper.get("stress_scenario"):
-        scenarios.append(("stress", str(cfg.paper.stress_scenario), COST["stress"]))
+    if paper.stress_scenario:
+        scenarios.append(("stress", paper.stress_scenario, COST["stress"]))
     for folder_name, scenario, scale in scenarios:
-        for m in cfg.paper.methods:
-            learned = m in cfg.paper.trained
-            deps = (fm_dep if _uses_fm(cfg, m) else ()) + tuple(trained_by.get(m, ()))
+        for m in paper.methods:
+            learned = m in paper.trained
+            deps = (fm_dep if _uses_fm(paper, m) else ()) + tuple(trained_by.get(m, ()))
             folder = out / folder_name / "methods" / m
             jobs.append(Job(f"{folder_name} {m}", folder, _eval_job, (base_yaml, m, str(folder), fm_ckpt, scenario, learned),
-                            deps=deps, cost=scale * _eval_cost(cfg, m)))
-    fm = OmegaConf.to_container(cfg.predictor if cfg.predictor.get("name", "fm") == "fm" else OmegaConf.load(CONF_DIR / "predictor" / "fm.yaml"), resolve=True)
+                            deps=deps, cost=scale * _eval_cost(paper, m)))
+    own_fm = cfg.predictor.get("name", "fm") == "fm"
+    fm = OmegaConf.to_container(cfg.predictor if own_fm else OmegaConf.load(predictor_file("fm")), resolve=True)
     pcfg = OmegaConf.to_container(cfg.paper.prediction, resolve=True) if cfg.paper.get("prediction") else {}
     pcfg["fm"] = fm
     pred_cfg = _with(cfg, prediction=pcfg, **{"paths.output_dir": str(out / "prediction")})
@@ -230,34 +233,27 @@ def _job_times(jobs: list[Job], results: dict) -> dict:
     return out
 
 
-def run_paper(cfg: DictConfig, out: Path) -> dict:
-    """Run (or resume) the paper protocol in ``out``; returns what each job did."""
+def run_paper(paper: PaperSettings, out: Path) -> dict:
+    """Run (or resume) the paper protocol in ``out`` (its settings parsed and checked before any work); returns what
+    each job did."""
 
     setup_logging()
-    if "paper" not in cfg:
-        raise ConfigError("experiment_kind=paper needs a 'paper' block (conf/experiment/paper.yaml)")
-    for m in cfg.paper.methods:  # fail fast on unknown names, before any work
-        if m not in cfg.paper.trained:
-            load_method_cfg(m)
     t_start = time.time()
     tfile = out / "stage_timings.json"
     timings = json.loads(tfile.read_text()) if tfile.exists() else {}
     if "wall_s" not in timings:  # an older run folder's per-stage walls
         timings = {"wall_s": float(sum(v for v in timings.values() if isinstance(v, (int, float))))}
-    jobs = build_jobs(cfg, out)
-    workers = cfg.paper.get("workers")
+    jobs = build_jobs(paper, out)
+    workers = paper.workers
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    workers = int(workers)
-    if workers < 1:
-        raise ConfigError(f"paper.workers must be >= 1 (or null: one per usable core), got {workers}")
     log.info(f"paper protocol: {len(jobs)} jobs (FM stage, {sum(j.name.startswith('train') for j in jobs)} trainings, "
              f"{sum(j.name.startswith(('evaluation', 'stress')) for j in jobs)} method evaluations, prediction) on "
              f"{workers} workers")
     results, errors = run_jobs(jobs, workers, title="paper")
-    methods = list(cfg.paper.methods)
+    methods = list(paper.methods)
     merged = {"evaluation": merge_results(out / "evaluation", methods, errors, "Evaluation (random)")}
-    if cfg.paper.get("stress_scenario"):
+    if paper.stress_scenario:
         merged["stress"] = merge_results(out / "stress", methods, errors, "Evaluation (stress)")
     timings["wall_s"] = timings["wall_s"] + (time.time() - t_start)
     timings.update({"workers": workers, "job_s": _job_times(jobs, results)})
