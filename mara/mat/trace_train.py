@@ -16,6 +16,7 @@ Every stage writes its product into the run folder and a rerun resumes from it; 
 ``<run>/tb``. Windows: ``train`` / ``val`` lists of ``{path, cluster, start_day, days, warmup_days, count}``
 (``count`` consecutive windows from ``start_day`` of the trace's first submission).
 """
+
 from __future__ import annotations
 
 import json
@@ -55,8 +56,15 @@ class Episode:
         """Share of the scored jobs' deadlines met under ``sched``."""
         self.view.inner, self.view.caps = sched, sched.caps
         tput, max_level = job_speeds(self.jobs, sched.caps, self.gpus)
-        state = JobState(self.jobs.submit, self.jobs.deadline, tput, max_level,
-                         self.jobs.iterations.astype(np.float64).copy(), self.gpus, slot=self.slot)
+        state = JobState(
+            self.jobs.submit,
+            self.jobs.deadline,
+            tput,
+            max_level,
+            self.jobs.iterations.astype(np.float64).copy(),
+            self.gpus,
+            slot=self.slot,
+        )
         rep = replay(state, self.view, size_class(self.jobs.num_gpu), len(SIZE_CLASSES))
         return float(rep.met[self.scored].mean()) if self.scored.any() else 0.0
 
@@ -68,13 +76,16 @@ def _windows(spec: dict, where: str) -> tuple[str, object, list[Window]]:
             raise ConfigError(f"trace_mara.{where}: each entry needs {k} (path, cluster, start_day, days, count)")
     path = Path(str(spec["path"]))
     if not path.is_file():
-        raise ConfigError(f"trace_mara.{where}: trace {path} not found (unpack: mkdir -p data_cache && tar xzf "
-                          "../shared/data/itp-traces.tar.gz -C data_cache)")
+        raise ConfigError(
+            f"trace_mara.{where}: trace {path} not found (unpack: mkdir -p data_cache && tar xzf "
+            "../shared/data/itp-traces.tar.gz -C data_cache)"
+        )
     cluster = parse_cluster(spec["cluster"])
     trace = load_trace(str(path), cluster, 1.5, known_models())
     if spec.get("split") == "val":  # the validation windows of the evaluation protocol, exactly as mara.evaluate
-        wins = make_windows(trace, int(spec["days"] * DAY), int(spec.get("warmup_days", 1) * DAY), 1,
-                            int(spec["count"]), None)
+        wins = make_windows(
+            trace, int(spec["days"] * DAY), int(spec.get("warmup_days", 1) * DAY), 1, int(spec["count"]), None
+        )
         return str(path), (trace, cluster), [w for w in wins if w.split == "val"]
     t0, length = int(trace.submit[0]), int(float(spec["days"]) * DAY)
     warm = int(float(spec.get("warmup_days", 0.5)) * DAY)
@@ -85,8 +96,9 @@ def _windows(spec: dict, where: str) -> tuple[str, object, list[Window]]:
             break
         out.append(Window(k, "train", start, length, warm))
     if not out:
-        raise ConfigError(f"trace_mara.{where}: no window of {spec['days']} days fits {path} from day "
-                          f"{spec['start_day']}")
+        raise ConfigError(
+            f"trace_mara.{where}: no window of {spec['days']} days fits {path} from day {spec['start_day']}"
+        )
     return str(path), (trace, cluster), out
 
 
@@ -115,11 +127,24 @@ def episodes(windows, bank, predictor, tm: dict) -> list[Episode]:
     for path, (trace, cluster), wins in windows:
         for w in wins:
             jobs, scored = window_jobs(trace, w)
-            tl = target_loss_jobs(jobs.job_id, jobs.model, jobs.iterations, bank, int(tm.get("target_seed", 0)),
-                                  float(tm.get("declare_quantile", 0.9)))
-            prior = np.ceil(tl.declared / tl.past_batches * np.array(
-                [declared_batches(bank, f, e, float(tm.get("prior_quantile", 0.5))) for f, e in zip(tl.family,
-                                                                                                     tl.target)]))
+            tl = target_loss_jobs(
+                jobs.job_id,
+                jobs.model,
+                jobs.iterations,
+                bank,
+                int(tm.get("target_seed", 0)),
+                float(tm.get("declare_quantile", 0.9)),
+            )
+            prior = np.ceil(
+                tl.declared
+                / tl.past_batches
+                * np.array(
+                    [
+                        declared_batches(bank, f, e, float(tm.get("prior_quantile", 0.5)))
+                        for f, e in zip(tl.family, tl.target)
+                    ]
+                )
+            )
             view = PredictedCount(TraceMARA(rule="edf"), tl, bank, predictor, BANDS[tm["band"]], prior)
             name = f"{Path(path).stem}/{w.split}{w.index}@{cluster.name}"
             out.append(Episode(name, jobs, scored, view, cluster.gpus, 60))
@@ -131,7 +156,8 @@ def pl_loss(net: PriorityNet, x: np.ndarray, order: np.ndarray, defer: np.ndarra
     the logistic loss of the defer bits; -> scalar."""
     s = net(torch.as_tensor(x))
     return pl_nll(s, order, top_k) + torch.nn.functional.binary_cross_entropy_with_logits(
-        s, torch.as_tensor(~defer, dtype=torch.float32))
+        s, torch.as_tensor(~defer, dtype=torch.float32)
+    )
 
 
 def pl_nll(s: torch.Tensor, order: np.ndarray, top_k: int) -> torch.Tensor:
@@ -265,13 +291,19 @@ def train_trace_policy(cfg: DictConfig, tm: dict, out: Path, log=print) -> dict:
     # 3. ship the validation's choice
     chosen = out / "pg_best.ckpt" if st.get("best_round") else imit
     load_into(net, chosen)
-    meta = {"stage": "pg" if st.get("best_round") else "imitation", "val_met": float(st.get("best_val",
-                                                                                            st["val_imitation"])),
-            "predictor": str(tm["predictor"]), "band": str(tm["band"]),
-            "train": [str(s) for s in tm["train"]], "val": [str(s) for s in tm["val"]]}
+    meta = {
+        "stage": "pg" if st.get("best_round") else "imitation",
+        "val_met": float(st.get("best_val", st["val_imitation"])),
+        "predictor": str(tm["predictor"]),
+        "band": str(tm["band"]),
+        "train": [str(s) for s in tm["train"]],
+        "val": [str(s) for s in tm["val"]],
+    }
     save_policy(net, out / "mara_trace.ckpt", meta)
     save_state()
     tb.close()
-    log(f"shipped {out / 'mara_trace.ckpt'} ({meta['stage']}, validation met {meta['val_met']:.4f}); "
-        f"CPU time {st['cpu_s']:.0f} s")
+    log(
+        f"shipped {out / 'mara_trace.ckpt'} ({meta['stage']}, validation met {meta['val_met']:.4f}); "
+        f"CPU time {st['cpu_s']:.0f} s"
+    )
     return {"ckpt": str(out / "mara_trace.ckpt"), **{k: v for k, v in st.items() if k != "cpu_s_before"}}

@@ -16,6 +16,7 @@ Rules (``RULES``) give the same allocator hand-made scores: they are the teacher
 
 Arrays ``[n]`` over the live jobs of a decision; ``F`` = len(FEATURES).
 """
+
 from __future__ import annotations
 
 import math
@@ -211,9 +212,17 @@ class TraceMARA:
     name = "MARA"
     caps = "table"
 
-    def __init__(self, ckpt_path=None, rule: str | None = None, sample: bool = False, seed: int = 0,
-                 net: PriorityNet | None = None, record: list | None = None, noise: float = 1.0,
-                 overhead: bool = True):
+    def __init__(
+        self,
+        ckpt_path=None,
+        rule: str | None = None,
+        sample: bool = False,
+        seed: int = 0,
+        net: PriorityNet | None = None,
+        record: list | None = None,
+        noise: float = 1.0,
+        overhead: bool = True,
+    ):
         if rule is not None and rule not in RULES:
             raise ValueError(f"unknown trace rule {rule!r} (rules: {', '.join(RULES)})")
         self.rule, self.sample, self.record, self.noise, self.overhead = rule, sample, record, noise, overhead
@@ -221,8 +230,10 @@ class TraceMARA:
         if net is None and rule is None:
             path = Path(ckpt_path) if ckpt_path else SHIPPED_TRACE_POLICY
             if not path.is_file():
-                raise ConfigError(f"MARA trace policy checkpoint {path} not found (train one: python -m mara.train "
-                                  "experiment=trace_mara)")
+                raise ConfigError(
+                    f"MARA trace policy checkpoint {path} not found (train one: python -m mara.train "
+                    "experiment=trace_mara)"
+                )
             net = load_policy(path)
         self.net = net
 
