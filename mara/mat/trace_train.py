@@ -192,6 +192,7 @@ def train_trace_policy(cfg: DictConfig, tm: dict, out: Path, log=print) -> dict:
     from torch.utils.tensorboard import SummaryWriter
 
     torch.manual_seed(int(cfg.get("seed", 0)))
+    torch.set_num_threads(int(tm.get("threads", 1)))  # small networks: one thread beats two contending for the cores
     t_cpu0 = time.process_time()
     out.mkdir(parents=True, exist_ok=True)
     tb = SummaryWriter(str(out / "tb"))
@@ -227,7 +228,9 @@ def train_trace_policy(cfg: DictConfig, tm: dict, out: Path, log=print) -> dict:
             best = max(RULES, key=lambda r: (row[r], -RULES.index(r)))
             rec: list = []
             ep.play(TraceMARA(rule=best, record=rec))
-            data.extend(rec)
+            for x, order, defer in rec:  # the teacher's first ``keep`` jobs: a backlog of thousands costs, adds little
+                keep = order[: int(tm.get("keep", 256))]
+                data.append((x[keep], np.arange(keep.size), defer[keep]))
         log(f"imitation: {len(data)} decisions")
         opt = torch.optim.Adam(net.parameters(), lr=float(tm.get("lr", 3e-3)))
         rng = np.random.default_rng(int(cfg.get("seed", 0)))
@@ -240,7 +243,7 @@ def train_trace_policy(cfg: DictConfig, tm: dict, out: Path, log=print) -> dict:
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
-                tot += float(loss)
+                tot += float(loss.detach())
                 step += 1
             tb.add_scalar("imitation/loss", tot / max(len(data), 1), epoch)
             log(f"  imitation epoch {epoch}: loss {tot / max(len(data), 1):.4f}")
