@@ -43,6 +43,8 @@ FEATURES = (
     "scaling",  # speed at the largest level / (level x speed on one GPU)
     "queue",  # sum of live jobs' minimum levels / cluster GPUs (the same for every job of a decision)
     "need_gpu_h",  # asinh of GPU-hours at the minimum level (at the largest level when none meets the deadline)
+    "deadline_signed_h",  # asinh of hours to the deadline, negative once it has passed
+    "deadline_rank",  # the job's place in deadline order among the live jobs, 0 (first) to 1 (last)
 )
 F = len(FEATURES)
 SHIPPED_TRACE_POLICY = SHIPPED_CKPT_DIR / "mara_trace.ckpt"  # the checkpoint method MARA runs on traces by default
@@ -87,6 +89,10 @@ def job_features(now: int, s: JobState, jobs: np.ndarray, done: np.ndarray) -> n
     x[:, 9] = sp_top / (LEVELS[top] * sp_one)
     x[:, 10] = need_gpus[feas].sum() / N
     x[:, 11] = np.arcsinh(need_gpus * t_need / 3600.0)
+    x[:, 12] = np.arcsinh(left / 3600.0)
+    rank = np.empty(jobs.size)
+    rank[np.lexsort((jobs, s.ddl[jobs]))] = np.arange(jobs.size)
+    x[:, 13] = rank / max(jobs.size - 1, 1)
     del rows
     return x
 
