@@ -1,7 +1,7 @@
 """MARA against the trace baselines over several clusters' runs: share met per method, MARA's paired difference to
 each baseline (mean ± standard error over windows, identical jobs), and the worst job-size class per method.
 
-    python scripts/trace_mara_table.py outputs/tm_eval_c01 outputs/tm_eval_c03 ...   # mara.evaluate run folders
+    python scripts/trace_mara_table.py <run folder> ...   # mara.evaluate run folders; a trace's folders are merged
 """
 
 import json
@@ -38,10 +38,12 @@ def main(folders) -> None:
     print("|---" * (len(BASE) + 4) + "|")
     means: dict = {}
     worst: dict = {}
+    by_class: dict = {}  # method -> size class -> [share met per cluster]
+    runs: dict = {}  # trace -> rows of every folder that replayed it (one folder per method is fine: same windows)
     for f in folders:
         res = json.loads((Path(f) / "results.json").read_text())
-        rows = res["rows"]
-        name = Path(res["protocol"]["trace"]).stem.replace("cluster", "")
+        runs.setdefault(Path(res["protocol"]["trace"]).stem.replace("cluster", ""), []).extend(res["rows"])
+    for name, rows in runs.items():
         have = sorted({r["method"] for r in rows})
         cells, pw = [], {}
         for m in ("MARA",) + BASE:
@@ -52,9 +54,11 @@ def main(folders) -> None:
             mu, se = mean_se(list(pw[m].values()))
             means.setdefault(m, []).append(mu)
             cells.append(fmt(mu, se))
-            cls = [per_window(rows, m, c) for c in CLASSES]
-            cls = [np.mean(list(c.values())) for c in cls if c]
-            worst.setdefault(m, []).append(min(cls))
+            cls = {c: per_window(rows, m, c) for c in CLASSES}
+            cls = {c: float(np.mean(list(v.values()))) for c, v in cls.items() if v}
+            worst.setdefault(m, []).append(min(cls.values()))
+            for c, v in cls.items():
+                by_class.setdefault(m, {}).setdefault(c, []).append(v)
         for b in ("ElasticFlow", "ElasticFlow-true"):
             if "MARA" in pw and b in pw:
                 d = [pw["MARA"][w] - pw[b][w] for w in pw["MARA"]]
@@ -62,10 +66,23 @@ def main(folders) -> None:
             else:
                 cells.append("—")
         print(f"| {name} | " + " | ".join(cells) + " |")
-    print("| mean | " + " | ".join(f"{np.mean(means[m]):.3f}" if m in means else "—" for m in ("MARA",) + BASE)
-          + " | | |")
-    print("| worst size class (mean over clusters) | "
-          + " | ".join(f"{np.mean(worst[m]):.3f}" if m in worst else "—" for m in ("MARA",) + BASE) + " | | |")
+    print(
+        "| mean | " + " | ".join(f"{np.mean(means[m]):.3f}" if m in means else "—" for m in ("MARA",) + BASE) + " | | |"
+    )
+    print(
+        "| worst size class (mean over clusters) | "
+        + " | ".join(f"{np.mean(worst[m]):.3f}" if m in worst else "—" for m in ("MARA",) + BASE)
+        + " | | |"
+    )
+    print("\n| method | " + " | ".join(f"{c} GPUs" for c in CLASSES) + " | worst class |")
+    print("|---" * (len(CLASSES) + 2) + "|")
+    for m, d in by_class.items():
+        vals = {c: float(np.mean(v)) for c, v in d.items()}
+        print(
+            f"| {m} | "
+            + " | ".join(f"{vals[c]:.3f}" if c in vals else "—" for c in CLASSES)
+            + f" | {min(vals.values()):.3f} |"
+        )
 
 
 if __name__ == "__main__":
