@@ -1,7 +1,8 @@
 """MARA against the trace baselines over several clusters' runs: share met per method, MARA's paired difference to
 each baseline (mean ± standard error over windows, identical jobs), and the worst job-size class per method.
 
-    python scripts/trace_mara_table.py <run folder> ...   # mara.evaluate run folders; a trace's folders are merged
+    python scripts/trace_mara_table.py <run folder> ... [<run folder>=EDF-rule]   # a trace's folders are merged;
+    # =EDF-rule: that folder's MARA rows ran the edf teacher rule on MARA's allocator (trace_scheduler.rule=edf)
 """
 
 import json
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-BASE = ("EDF", "ElasticFlow", "ElasticFlow-true", "ElasticFlow-predicted")
+BASE = ("EDF", "ElasticFlow", "ElasticFlow-true", "EDF-rule")
 CLASSES = ("1", "2-4", "5-15", "16+")
 
 
@@ -41,8 +42,12 @@ def main(folders) -> None:
     by_class: dict = {}  # method -> size class -> [share met per cluster]
     runs: dict = {}  # trace -> rows of every folder that replayed it (one folder per method is fine: same windows)
     for f in folders:
+        f, _, label = f.partition(
+            "="
+        )  # folder=Label: its MARA rows are another scheduler's (a rule on MARA's allocator)
         res = json.loads((Path(f) / "results.json").read_text())
-        runs.setdefault(Path(res["protocol"]["trace"]).stem.replace("cluster", ""), []).extend(res["rows"])
+        rows = [dict(r, method=label) if label and r["method"] == "MARA" else r for r in res["rows"]]
+        runs.setdefault(Path(res["protocol"]["trace"]).stem.replace("cluster", ""), []).extend(rows)
     for name, rows in runs.items():
         have = sorted({r["method"] for r in rows})
         cells, pw = [], {}
