@@ -104,3 +104,37 @@ def test_training_settings_are_checked_before_any_work(tmp_path):
     )
     with pytest.raises(ConfigError, match="not found"):
         check_trace_policy(cfg)
+
+
+def test_a_missing_trace_policy_checkpoint_is_refused_before_any_work():
+    from mara.traces.run import trace_methods
+
+    cfg = OmegaConf.create(
+        {"methods": ["MARA"], "method_overrides": {"MARA": {"trace_scheduler": {"ckpt_path": "/no/such.ckpt"}}}}
+    )
+    with pytest.raises(ConfigError, match="not found"):
+        trace_methods(cfg)
+
+
+def test_the_shipped_policy_meets_more_deadlines_than_elasticflow_on_declared_counts_on_the_sample():
+    from mara.core.config import load_method_cfg
+    from mara.curves.bank import default_bank_path, load_bank
+    from mara.predictors.factory import predictor_from
+    from mara.traces.run import trace_settings
+    from mara.traces.schema import load_trace, make_windows
+    from mara.traces.target_run import replay_target_window
+    from mara.traces.throughput import known_models
+
+    ts = trace_settings(OmegaConf.create({"trace": {"first_jobs": 60, "jobs": "target_loss"}}))
+    tr = load_trace(ts.path, ts.cluster, 1.5, known_models())
+    w = make_windows(tr, None, 0, 1, 0, ts.first_jobs)[0]
+    bank = load_bank(default_bank_path())
+    met = {}
+    for m in ("MARA", "ElasticFlow"):
+        mc = load_method_cfg(m)
+        pred = predictor_from(str(mc.trace_predictor), bank.path) if mc.trace_count == "predicted" else None
+        _, scored, rep, _, _ = replay_target_window(
+            tr, w, ts, mc.trace_scheduler, mc.trace_count, bank, 0, 0.9, mc, pred
+        )
+        met[m] = rep.met[scored].mean()
+    assert met["MARA"] > met["ElasticFlow"], met
