@@ -241,7 +241,7 @@ class TraceMARA:
                     "experiment=trace_mara)"
                 )
             net = load_policy(path)
-            torch.set_num_threads(1)  # a 2,500-parameter network per decision: more threads only contend for cores
+            torch.set_num_threads(1)  # a 3,649-parameter network per decision: more threads only contend for cores
         self.net = net
 
     def reset(self, state: JobState) -> None:
