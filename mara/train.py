@@ -19,11 +19,12 @@ import hydra
 from omegaconf import DictConfig
 
 from mara.core import registry
-from mara.core.cli import check_group_overrides, made_run_dir, run_cli
+from mara.core.cli import check_group_overrides, made_run_dir, output_dir, run_cli
 from mara.core.config import ConfigError
 from mara.core.rundir import holding, run_settled_stage
 from mara.core.runlog import log
 from mara.evaluate import all_methods_failed, run_evaluation
+from mara.mat.trace_train import check_trace_policy, train_trace_policy
 from mara.mat.train import check_policy_files, checkpoint_method, train_policy, with_run_policy
 from mara.pipelines.paper import run_paper
 from mara.predictors.stage import run_trainer
@@ -42,6 +43,8 @@ def before_any_work(cfg: DictConfig) -> TrainSettings:
     """The one check before any work: the stage and reward names, the shared pre-flight (method names and overrides,
     numbers, checkpoints, folders), then the config parsed into typed settings (every setting the stages read
     checked) and the policy's checkpoints. A mistake is one ``ConfigError`` line (exit 2)."""
+    if cfg.get("experiment_kind") == "trace_policy":  # MARA's trace policy (experiment=trace_mara)
+        return check_trace_policy(cfg)
     check_stage_and_reward(cfg)
     preflight(cfg, "train")
     settings = parse(cfg)
@@ -58,7 +61,10 @@ def before_any_work(cfg: DictConfig) -> TrainSettings:
 
 def train(cfg: DictConfig) -> dict:
     """The configured stages of ``cfg``, parsed and checked once before any work; a dict of what each produced."""
-    return run_training(before_any_work(cfg))
+    settings = before_any_work(cfg)
+    if cfg.get("experiment_kind") == "trace_policy":
+        return train_trace_policy(cfg, settings, output_dir(cfg), log=log.info)
+    return run_training(settings)
 
 
 def run_training(settings: TrainSettings) -> dict:

@@ -107,7 +107,11 @@ def trace_methods(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
     for m in methods:
         if m not in usable:
             raise ConfigError(f"method {m!r} does not schedule job traces; trace schedulers: {', '.join(usable)}")
-        out.append((m, load_method_cfg(m, (plain_config(cfg.get("method_overrides")) or {}).get(m)).trace_scheduler))
+        spec = load_method_cfg(m, (plain_config(cfg.get("method_overrides")) or {}).get(m)).trace_scheduler
+        ckpt = spec.get("ckpt_path")
+        if ckpt and not Path(str(ckpt)).is_file():  # a learned trace scheduler's checkpoint, checked before any work
+            raise ConfigError(f"method {m!r}: trace_scheduler.ckpt_path {ckpt} not found")
+        out.append((m, spec))
     return out
 
 

@@ -1,0 +1,140 @@
+"""MARA on job traces: the permutation-invariant scorer, the greedy allocator, the checkpoint, the training checks."""
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from mara.core.config import ConfigError
+from mara.mat.trace_train import check_trace_policy, pl_nll, save_policy
+from mara.traces.policy import F, PriorityNet, TraceMARA, allocate, job_features, load_policy, rule_scores
+from mara.traces.replay import PENDING, JobState
+from mara.traces.throughput import LEVELS
+
+
+def _state(n_gpus=8, iters=(100.0, 100.0), ddl=(1000, 1000)):
+    """Jobs that scale perfectly (1 it/s per GPU) up to 8 GPUs."""
+    J = len(iters)
+    tput = np.zeros((J, len(LEVELS)))
+    tput[:, :4] = LEVELS[:4]
+    s = JobState(
+        np.zeros(J, dtype=np.int64),
+        np.asarray(ddl, dtype=np.int64),
+        tput,
+        np.full(J, 3),
+        np.asarray(iters, dtype=np.float64),
+        n_gpus,
+    )
+    s.status[:] = PENDING
+    return s
+
+
+def test_a_job_gets_its_minimum_share_first_and_the_rest_goes_by_speed_up():
+    # job 0 needs 2 GPUs to finish 200 iterations in 100 s; job 1 needs 1; 8 GPUs: both get their share, the 5 left
+    # grow the jobs one level at a time
+    s = _state(iters=(200.0, 100.0), ddl=(100, 100))
+    g = allocate(0, s, np.arange(2), np.array([2.0, 1.0]))
+    assert g.tolist() == [4, 4]  # 2 + 1, then 1 -> 2 (doubles its speed), 2 -> 4 twice
+    # 2 GPUs in all: the higher score gets its share, the other what fits; a deferred job (score < 0) only what is left
+    s = _state(n_gpus=2, iters=(200.0, 100.0), ddl=(100, 100))
+    assert allocate(0, s, np.arange(2), np.array([1.0, 2.0])).tolist() == [1, 1]
+    assert allocate(0, s, np.arange(2), np.array([1.0, -1.0])).tolist() == [2, 0]
+
+
+def test_the_scores_follow_the_jobs_whatever_their_order_and_number():
+    torch.manual_seed(0)
+    net = PriorityNet(8)
+    for n in (1, 5, 40):
+        x = torch.randn(n, F)
+        perm = torch.randperm(n)
+        assert torch.allclose(net(x)[perm], net(x[perm]), atol=1e-6)
+
+
+def test_features_speak_in_shares_of_the_cluster_so_one_network_acts_at_every_size():
+    small, big = _state(n_gpus=8), _state(n_gpus=64)
+    x8 = job_features(0, small, np.arange(2), np.zeros(2))
+    x64 = job_features(0, big, np.arange(2), np.zeros(2))
+    assert x8.shape == (2, F) and np.isfinite(x8).all()
+    names = ("need_share", "max_share", "queue")
+    from mara.traces.policy import FEATURES
+
+    for k in names:
+        i = FEATURES.index(k)
+        assert np.allclose(x8[:, i], 8 * x64[:, i])
+
+
+def test_a_trace_policy_checkpoint_loads_as_data_and_scores_alike(tmp_path):
+    net = PriorityNet(8)
+    save_policy(net, tmp_path / "p.ckpt", {"stage": "imitation"})
+    back = load_policy(tmp_path / "p.ckpt")  # weights_only=True inside
+    x = torch.randn(6, F)
+    assert torch.allclose(net(x), back(x))
+    with pytest.raises(ConfigError, match="not found"):
+        TraceMARA(ckpt_path=tmp_path / "missing.ckpt")
+
+
+def test_the_plackett_luce_likelihood_prefers_the_order_of_the_scores():
+    s = torch.tensor([3.0, 1.0, 2.0])
+    assert pl_nll(s, np.array([0, 2, 1]), 3) < pl_nll(s, np.array([1, 2, 0]), 3)
+
+
+def test_edf_rule_scores_put_the_earliest_deadline_first_and_defer_nothing():
+    x = np.zeros((3, F))
+    sc = rule_scores("edf", x, np.array([30, 10, 20]))
+    assert np.argsort(-sc).tolist() == [1, 2, 0] and (sc > 0).all()
+    x[:, 3] = [1, 0, 1]  # job 1 cannot make its deadline
+    assert (rule_scores("edf_feasible", x, np.array([30, 10, 20])) < 0).tolist() == [False, True, False]
+
+
+def test_training_settings_are_checked_before_any_work(tmp_path):
+    base = OmegaConf.load("conf/experiment/trace_mara.yaml")
+    cfg = OmegaConf.merge(base, {"trace_mara": {"band": "middle"}})
+    with pytest.raises(ConfigError, match="band"):
+        check_trace_policy(cfg)
+    cfg = OmegaConf.merge(base, {"trace_mara": {"pg_rounds": -1}})
+    with pytest.raises(ConfigError, match="pg_rounds"):
+        check_trace_policy(cfg)
+    cfg = OmegaConf.merge(
+        base,
+        {
+            "trace_mara": {
+                "train": [{"path": str(tmp_path / "no.csv"), "cluster": "n8g8", "start_day": 0, "days": 1, "count": 1}]
+            }
+        },
+    )
+    with pytest.raises(ConfigError, match="not found"):
+        check_trace_policy(cfg)
+
+
+def test_a_missing_trace_policy_checkpoint_is_refused_before_any_work():
+    from mara.traces.run import trace_methods
+
+    cfg = OmegaConf.create(
+        {"methods": ["MARA"], "method_overrides": {"MARA": {"trace_scheduler": {"ckpt_path": "/no/such.ckpt"}}}}
+    )
+    with pytest.raises(ConfigError, match="not found"):
+        trace_methods(cfg)
+
+
+def test_the_shipped_policy_meets_more_deadlines_than_elasticflow_on_declared_counts_on_the_sample():
+    from mara.core.config import load_method_cfg
+    from mara.curves.bank import default_bank_path, load_bank
+    from mara.predictors.factory import predictor_from
+    from mara.traces.run import trace_settings
+    from mara.traces.schema import load_trace, make_windows
+    from mara.traces.target_run import replay_target_window
+    from mara.traces.throughput import known_models
+
+    ts = trace_settings(OmegaConf.create({"trace": {"first_jobs": 60, "jobs": "target_loss"}}))
+    tr = load_trace(ts.path, ts.cluster, 1.5, known_models())
+    w = make_windows(tr, None, 0, 1, 0, ts.first_jobs)[0]
+    bank = load_bank(default_bank_path())
+    met = {}
+    for m in ("MARA", "ElasticFlow"):
+        mc = load_method_cfg(m)
+        pred = predictor_from(str(mc.trace_predictor), bank.path) if mc.trace_count == "predicted" else None
+        _, scored, rep, _, _ = replay_target_window(
+            tr, w, ts, mc.trace_scheduler, mc.trace_count, bank, 0, 0.9, mc, pred
+        )
+        met[m] = rep.met[scored].mean()
+    assert met["MARA"] > met["ElasticFlow"], met
