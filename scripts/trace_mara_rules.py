@@ -11,14 +11,16 @@ import torch
 from omegaconf import OmegaConf
 
 from mara.curves.bank import default_bank_path, load_bank
-from mara.mat.trace_train import check_trace_policy, episodes
+from mara.mat.trace_train import episodes, trace_windows
 from mara.predictors.factory import predictor_from
 from mara.traces.policy import RULES, SHIPPED_TRACE_POLICY, TraceMARA, load_policy
+from mara.train_settings import trace_policy_settings
 
 torch.set_num_threads(1)
-tm = check_trace_policy(OmegaConf.load("conf/experiment/trace_mara.yaml"))
+settings = trace_policy_settings(OmegaConf.load("conf/experiment/trace_mara.yaml"))
 bank = load_bank(default_bank_path())
-val = episodes(tm["val_windows"], bank, predictor_from(str(tm["predictor"]), bank.path), tm)
+windows = [trace_windows(s, "val") for s in settings.val]
+val = episodes(windows, bank, predictor_from(settings.predictor, bank.path), settings)
 net = load_policy(sys.argv[1] if len(sys.argv) > 1 else SHIPPED_TRACE_POLICY)
 for name, make in [(r, lambda r=r: TraceMARA(rule=r)) for r in RULES] + [("network", lambda: TraceMARA(net=net))]:
     met = [ep.play(make()) for ep in val]
