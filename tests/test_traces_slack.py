@@ -145,3 +145,73 @@ def test_set_up_overhead_is_charged_as_elasticflow_charges_it():
 def test_bad_settings_are_refused(kw):
     with pytest.raises(ValueError):
         TraceSlack(**kw)
+
+
+class _Counting:
+    """A predictor that says 50 batches are left and counts how often it is asked."""
+
+    min_obs = 4
+
+    def __init__(self):
+        self.calls = 0
+
+    def predict_quantiles(self, S, L, lengths, eps, cap, batch_size, lr, family=None):
+        self.calls += 1
+        return np.full((len(lengths), 3), 50.0)
+
+
+def _predicted(every_s, bank):
+    from mara.traces.target_loss import JOB_SPLIT, TargetLossJobs
+    from mara.traces.target_run import PredictedCount
+
+    row = bank.rows("CNN_Cifar10", JOB_SPLIT)[0]
+    tl = TargetLossJobs(
+        family=np.array(["CNN_Cifar10"] * 2),
+        row=np.array([row, row]),
+        target=np.array([1.8, 1.8]),
+        x_star=np.array([60.0, 60.0]),
+        scale=np.array([10.0, 10.0]),
+        true=np.array([600.0, 600.0]),
+        declared=np.array([1000.0, 1000.0]),
+        past_batches=np.array([100.0, 100.0]),
+    )
+    pred = _Counting()
+    return PredictedCount(TraceSlack(overhead=False), tl, bank, pred, 1, np.array([700.0, 700.0]), every_s), pred
+
+
+def test_the_predictor_is_asked_at_most_once_per_period_and_estimates_run_down_between():
+    from mara.curves.bank import default_bank_path, load_bank
+
+    bank = load_bank(default_bank_path())
+    # two GPUs, 1 it/s each job, 600 iterations each, a second job arriving every 100 s keeps decisions coming
+    tput = np.zeros((2, len(LEVELS)))
+    tput[:, 0] = 1.0
+
+    def state():
+        return JobState(
+            np.array([0, 100]), np.array([5000, 5000]), tput, np.zeros(2, dtype=np.int64), np.array([600.0, 600.0]), 2
+        )
+
+    every, p_every = _predicted(0.0, bank)
+    rep0 = replay(state(), every, np.zeros(2, dtype=np.int64), 1)
+    hourly, p_hourly = _predicted(3600.0, bank)
+    rep1 = replay(state(), hourly, np.zeros(2, dtype=np.int64), 1)
+    assert rep0.met.tolist() == rep1.met.tolist() == [True, True]  # the simulator, not the estimate, ends a job
+    # asked first at 100 s (job 0 has 10 batches of loss, job 1 none yet), then not again within the hour
+    assert p_hourly.calls == 1 < p_every.calls and hourly.last == {0: (10, 50.0)}
+    # job 0 after 500 iterations (50 batches of 10): its estimate of 50 batches at 10 has run down by 40 batches
+    est = hourly._estimates(np.array([0]), np.array([500.0]), ask=False)
+    assert est.tolist() == [100.0]
+
+
+def test_the_capacity_bound_counts_what_gpu_time_allows_and_no_more():
+    from mara.traces.bound import capacity_bound, gpu_seconds_needed
+
+    # two GPUs; per GPU 1 it/s at one GPU, 0.8 it/s at two (1.6 it/s): a job's least GPU-time is its count at 1 it/s
+    tput = _tput([1.0, 1.6], [1.0, 1.6], [1.0, 1.6], [1.0])
+    work = np.array([100.0, 100.0, 100.0, 500.0])
+    gs, ws = gpu_seconds_needed(work, tput, 2)
+    assert gs.tolist() == [100.0, 100.0, 100.0, 500.0] and ws.tolist() == [62.5, 62.5, 62.5, 500.0]
+    # jobs 0-2 share [0, 100]: 200 GPU-seconds hold two of them; job 3 cannot finish 500 s of work in its 400 s
+    ub, pick = capacity_bound([0, 0, 0, 0], [100, 100, 100, 400], gs, ws, 2, time_limit_s=10)
+    assert ub == 2.0 and pick[:3].sum() == 2 and pick[3] == 0

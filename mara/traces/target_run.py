@@ -111,7 +111,7 @@ class PredictedCount:
         self.cache: dict = {}  # (job, batches seen) -> remaining batches
         # the predictor is asked at most once per ``every_s`` s of trace time (0: at every decision); in between a
         # job's estimate is its last one less the batches it has run since (a job first warm in between: its prior)
-        self.every_s, self.asked_at = float(every_s), -np.inf
+        self.every_s, self.asked_at, self.asked = float(every_s), -np.inf, False
         self.last = {}  # job -> (batches seen, remaining batches) of its latest estimate
 
     def reset(self, state: JobState) -> None:
@@ -138,6 +138,7 @@ class PredictedCount:
         need = [i for i in warm if (int(jobs[i]), int(seen[i])) not in self.cache]
         if need:
             q = prefix_band(self.predictor, tl, bank, jobs[need], seen[need])
+            self.asked = True
             for i, b in zip(need, q[:, self.band]):
                 self.cache[(int(jobs[i]), int(seen[i]))] = float(b)
         for i in warm:
@@ -150,10 +151,11 @@ class PredictedCount:
         s = self.state
         live = np.flatnonzero((s.status == PENDING) | (s.status == RUNNING))
         if live.size:
-            ask = now - self.asked_at >= self.every_s
-            if ask:
+            self.asked = False
+            self.view.iter_left[live] = self._estimates(live, self.work[live] - s.iter_left[live],
+                                                        now - self.asked_at >= self.every_s)
+            if self.asked:
                 self.asked_at = now
-            self.view.iter_left[live] = self._estimates(live, self.work[live] - s.iter_left[live], ask)
         nxt = self.inner.decide(now, arrivals)
         live = np.flatnonzero((s.status == PENDING) | (s.status == RUNNING))
         s.finish[live] = NEVER  # the simulator finds the finish when the job reaches its target
