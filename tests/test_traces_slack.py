@@ -215,3 +215,29 @@ def test_the_capacity_bound_counts_what_gpu_time_allows_and_no_more():
     # jobs 0-2 share [0, 100]: 200 GPU-seconds hold two of them; job 3 cannot finish 500 s of work in its 400 s
     ub, pick = capacity_bound([0, 0, 0, 0], [100, 100, 100, 400], gs, ws, 2, time_limit_s=10)
     assert ub == 2.0 and pick[:3].sum() == 2 and pick[3] == 0
+
+
+def test_a_rule_planning_on_estimates_is_refused_on_iteration_count_jobs(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mara.evaluate",
+            "experiment=trace",
+            "methods=[EDF,Slack-QR-q]",
+            f"paths.output_dir={tmp_path / 'run'}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env=dict(os.environ, PYTHONPATH=str(root)),
+        timeout=600,
+    )
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+    assert "trace.jobs=target_loss" in r.stderr and not (tmp_path / "run" / "results.json").exists()
