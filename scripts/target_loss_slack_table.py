@@ -1,23 +1,24 @@
-"""Every target-loss method on day windows of ITP clusters, one run per (cluster, split, method), and the table of
+"""Every target-loss method on windows of 300 consecutive jobs of ITP clusters, and the table of
 docs/traces-target-loss.md built from those runs (resumable: a run whose results.json exists is not run again).
 
-    python scripts/target_loss_slack_table.py run  <out> <split: val|eval> <cluster> <method> [<hydra override> ...]
-    python scripts/target_loss_slack_table.py bound <out> <split> <cluster>
-    python scripts/target_loss_slack_table.py table <out> <split> <cluster,...> <method,...>
+    python scripts/target_loss_slack_table.py run   <out> <cluster> <chunk> <method,...> [<band>]
+    python scripts/target_loss_slack_table.py bound <out> <cluster> <chunk>
+    python scripts/target_loss_slack_table.py table <out> <cluster,...> <chunk,...> <method,...>
 
-``run`` replays the windows (``WINDOWS`` below, the cluster's spec from mara/peers/cases.py) of one method, niced,
-into ``<out>/<split>/<cluster>/<method>[<tag>]`` (the tag names the extra overrides); ``table`` prints, per cluster,
-each method's deadline-met ratio (mean ± standard error over windows) and its paired difference to ElasticFlow
-(declared counts) on identical jobs, and the mean over clusters. ``bound`` solves the relaxed GPU-time capacity bound
-(mara/traces/bound.py) of each window's scored jobs; ``table`` lists it as the method ``Capacity-bound``.
+A window is a chunk of 300 consecutive jobs by submission time (chunk k: jobs 300 k + 1 ... 300 (k + 1)), replayed
+from an empty cluster like ``trace.first_jobs`` (the file is written once into ``data_cache/trace_chunks``).
+Chunk 0 of clusters 02 and 07 is the validation set (choices only); chunks 1-3 of every cluster are evaluated.
+``run`` replays the methods on one chunk in this process (mara.traces.target_run.run_target_loss, the trace
+experiment's own code; ``band``: Slack-QR-q's trace_band, else its config's) into ``<out>/<cluster>/c<chunk>/<run>``;
+``bound`` solves the relaxed GPU-time capacity bound (mara/traces/bound.py) of a chunk; ``table`` prints, per
+cluster, each method's deadline-met ratio (mean ± standard error over chunks) and its paired difference to
+ElasticFlow (declared counts) on identical jobs, and the mean over clusters.
 """
 
 from __future__ import annotations
 
+import csv
 import json
-import os
-import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,102 +26,100 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "data_cache" / "itp-traces" / "elasticflow"
+CHUNKS = ROOT / "data_cache" / "trace_chunks"
 SPEC = {"01": "n64g8", "02": "n64g8", "03": "n64g8", "05": "n64g8", "07": "n128g8", "08": "n128g8"}
-#: weekly windows after a day of warm-up: one validation week, then three evaluation weeks (docs/traces-target-loss.md)
-WINDOWS = ["trace.window_s=604800", "trace.warmup_s=86400", "trace.windows=3", "trace.val_windows=1"]
+CHUNK = 300
 #: methods planning on estimates ask the predictor at most once per trace hour
-COMMON = ["trace.jobs=target_loss", "trace.estimate_every_s=3600", "eval.tensorboard=false"]
+ESTIMATE_EVERY_S = 3600
 BASE = "ElasticFlow"
 BOUND = "Capacity-bound"
 
 
-def run_dir(out: Path, split: str, cluster: str, method: str, extra) -> Path:
-    tag = "".join("_" + re.sub(r"[^A-Za-z0-9.-]+", "-", e.split(".")[-1]) for e in extra)
-    return out / split / cluster / f"{method}{tag}"
+def chunk_csv(cluster: str, k: int) -> Path:
+    """Jobs 300 k + 1 ... 300 (k + 1) of a cluster's trace by submission time, as a trace file."""
+    p = CHUNKS / f"cluster{cluster}_c{k}.csv"
+    if not p.exists():
+        with open(TRACES / f"cluster{cluster}.csv", newline="") as fh:
+            rd = csv.DictReader(fh)
+            rows = sorted(rd, key=lambda r: int(r["submission_time"]))
+            fields = rd.fieldnames
+        part = rows[CHUNK * k : CHUNK * (k + 1)]
+        if len(part) < CHUNK:
+            raise SystemExit(f"cluster{cluster} has no chunk {k} of {CHUNK} jobs")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=fields)
+            w.writeheader()
+            w.writerows(part)
+    return p
 
 
-def run(out: Path, split: str, cluster: str, method: str, extra) -> Path:
-    d = run_dir(out, split, cluster, method, extra)
-    if (d / "results.json").exists():
-        return d
-    cmd = [
-        "nice",
-        "-n",
-        "10",
-        sys.executable,
-        "-m",
-        "mara.evaluate",
-        "experiment=trace",
-        f"trace.path={TRACES / f'cluster{cluster}.csv'}",
-        f"trace.cluster={SPEC[cluster]}",
-        f"trace.split={split}",
-        f"methods=[{method}]",
-        f"paths.output_dir={d}",
-        *WINDOWS,
-        *COMMON,
-        *extra,
-    ]
-    print(" ".join(cmd[3:]), flush=True)
-    subprocess.run(cmd, check=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    return d
+def run_dir(out: Path, cluster: str, k: int, name: str) -> Path:
+    return out / cluster / f"c{k}" / name
 
 
-def bound(out: Path, split: str, cluster: str, time_limit_s: float = 60.0) -> Path:
-    """The relaxed capacity bound (mara/traces/bound.py) of every window's scored jobs, as a run named BOUND."""
+def run(out: Path, cluster: str, k: int, methods: list, band: str | None = None) -> Path:
     from omegaconf import OmegaConf
 
-    from mara.traces.bound import capacity_bound, gpu_seconds_needed
-    from mara.traces.run import check_trace_run
-    from mara.traces.schema import window_jobs
-    from mara.traces.throughput import job_speeds
+    from mara.traces.target_run import run_target_loss
 
-    d = run_dir(out, split, cluster, BOUND, [])
+    name = ",".join(methods) + (f"_band-{band}" if band else "")
+    d = run_dir(out, cluster, k, name)
     if (d / "results.json").exists():
         return d
-    over = [o.split("=", 1) for o in WINDOWS]
-    tc = {k.split(".", 1)[1]: int(v) for k, v in over}
+    over = {"Slack-QR-q": {"trace_band": band}} if band else {}
     cfg = OmegaConf.create(
         {
-            "trace": {"path": str(TRACES / f"cluster{cluster}.csv"), "cluster": SPEC[cluster], "split": split, **tc},
-            "methods": ["EDF"],
+            "methods": methods,
+            "method_overrides": over,
+            "eval": {"tensorboard": False},
+            "trace": {
+                "path": str(chunk_csv(cluster, k)),
+                "cluster": SPEC[cluster],
+                "jobs": "target_loss",
+                "estimate_every_s": ESTIMATE_EVERY_S,
+            },
         }
     )
-    ts, trace, _, windows = check_trace_run(cfg)
-    rows = []
-    for w in windows:
-        jobs, scored = window_jobs(trace, w)
-        jobs = jobs.take(np.flatnonzero(scored))
-        tput = np.maximum(
-            job_speeds(jobs, "table", ts.cluster.gpus)[0], job_speeds(jobs, "elasticflow", ts.cluster.gpus)[0]
-        )
-        gs, ws = gpu_seconds_needed(jobs.iterations.astype(np.float64), tput, ts.cluster.gpus)
-        ub, pick = capacity_bound(jobs.submit, jobs.deadline, gs, ws, ts.cluster.gpus, time_limit_s)
-        print(
-            f"{cluster} {split} window {w.index}: bound {ub:.0f} of {jobs.n_jobs} jobs ({ub / jobs.n_jobs:.3f})",
-            flush=True,
-        )
-        # rows carry the selection found; the bound itself (>= it) goes to the window record
-        rows += [{"window": w.index, "job_id": str(j), "deadline_met": int(p)} for j, p in zip(jobs.job_id, pick)]
-        rows.append({"window": w.index, "bound": ub, "jobs": int(jobs.n_jobs)})
     d.mkdir(parents=True, exist_ok=True)
-    (d / "results.json").write_text(json.dumps({"bound_rows": rows}))
+    run_target_loss(cfg, d, log=lambda s: print(f"[{cluster} c{k}] {s}", flush=True))
     return d
 
 
-def per_window(d: Path) -> dict:
-    """{(window, job_id): deadline_met} of one run."""
-    res = json.loads((d / "results.json").read_text())
-    if "bound_rows" in res:  # the relaxed bound: its proven number per window, spread over the window's jobs
-        b = {r["window"]: r["bound"] / max(r["jobs"], 1) for r in res["bound_rows"] if "bound" in r}
-        return {(r["window"], r["job_id"]): b[r["window"]] for r in res["bound_rows"] if "job_id" in r}
-    return {(r["window"], r["job_id"]): r["deadline_met"] for r in res["rows"]}
+def bound(out: Path, cluster: str, k: int, time_limit_s: float = 60.0) -> Path:
+    """The relaxed capacity bound of a chunk's jobs, as a run named BOUND."""
+    from mara.traces.bound import capacity_bound, gpu_seconds_needed
+    from mara.traces.schema import load_trace, parse_cluster
+    from mara.traces.throughput import job_speeds, known_models
+
+    d = run_dir(out, cluster, k, BOUND)
+    if (d / "results.json").exists():
+        return d
+    cl = parse_cluster(SPEC[cluster])
+    jobs = load_trace(str(chunk_csv(cluster, k)), cl, 1.5, known_models())
+    tput = np.maximum(job_speeds(jobs, "table", cl.gpus)[0], job_speeds(jobs, "elasticflow", cl.gpus)[0])
+    gs, ws = gpu_seconds_needed(jobs.iterations.astype(np.float64), tput, cl.gpus)
+    ub, pick = capacity_bound(jobs.submit, jobs.deadline, gs, ws, cl.gpus, time_limit_s)
+    print(f"{cluster} c{k}: bound {ub:.0f} of {jobs.n_jobs} jobs ({ub / jobs.n_jobs:.3f})", flush=True)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "results.json").write_text(json.dumps({"bound": ub, "jobs": int(jobs.n_jobs)}))
+    return d
 
 
-def window_means(rows: dict) -> dict:
-    acc: dict = {}
-    for (w, _), v in rows.items():
-        acc.setdefault(w, []).append(v)
-    return {w: float(np.mean(v)) for w, v in acc.items()}
+def met_by_method(out: Path, cluster: str, k: int) -> dict:
+    """{method: {job_id: deadline_met}} over every run of a chunk (the bound: {"*": its share})."""
+    res = {}
+    base = out / cluster / f"c{k}"
+    for d in sorted(base.glob("*/results.json")) if base.exists() else []:
+        r = json.loads(d.read_text())
+        if "bound" in r:
+            res[BOUND] = {"*": r["bound"] / r["jobs"]}
+            continue
+        tag = d.parent.name.split("_band-")
+        for row in r["rows"]:
+            m = row["method"] + (f" ({tag[1]})" if len(tag) > 1 else "")
+            res.setdefault(m, {})[row["job_id"]] = row["deadline_met"]
+    return res
 
 
 def mean_se(x) -> tuple[float, float]:
@@ -128,54 +127,55 @@ def mean_se(x) -> tuple[float, float]:
     return float(x.mean()), (float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else 0.0)
 
 
-def table(out: Path, split: str, clusters, methods) -> str:
-    lines = ["| cluster (jobs per window) | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
+def table(out: Path, clusters, chunks, methods) -> str:
+    lines = ["| cluster | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
     over = {m: [] for m in methods}
     for c in clusters:
-        runs = {
-            m: per_window(run_dir(out, split, c, m, []))
-            for m in methods
-            if (run_dir(out, split, c, m, []) / "results.json").exists()
-        }
-        base = runs.get(BASE)
-        sizes = {}
-        for w, _ in next(iter(runs.values())):
-            sizes[w] = sizes.get(w, 0) + 1
+        per = {k: met_by_method(out, c, k) for k in chunks}
         cells = []
         for m in methods:
-            if m not in runs:
+            ks = [k for k in chunks if m in per[k]]
+            if len(ks) < len(chunks):
                 cells.append("-")
                 continue
-            wm = window_means(runs[m])
+            wm = {k: float(np.mean(list(per[k][m].values()))) for k in ks}
             over[m].append(np.mean(list(wm.values())))
             s = "{:.3f} ± {:.3f}".format(*mean_se(wm.values()))
-            if base is not None and m != BASE:
-                assert set(runs[m]) == set(base), f"{c} {m}: not the same jobs as {BASE}"
-                bw = window_means(base)
-                s += " ({:+.3f} ± {:.3f})".format(*mean_se(wm[w] - bw[w] for w in wm))
+            if m not in (BASE, BOUND) and all(BASE in per[k] for k in ks):
+                for k in ks:
+                    assert set(per[k][m]) == set(per[k][BASE]), f"{c} c{k} {m}: not the same jobs as {BASE}"
+                s += " ({:+.3f} ± {:.3f})".format(*mean_se(wm[k] - np.mean(list(per[k][BASE].values())) for k in ks))
             cells.append(s)
-        lines.append(f"| {c} ({', '.join(str(sizes[w]) for w in sorted(sizes))}) | " + " | ".join(cells) + " |")
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
     lines.append(
-        "| mean over clusters | " + " | ".join(f"{np.mean(over[m]):.3f}" if over[m] else "-" for m in methods) + " |"
+        "| mean over clusters | "
+        + " | ".join(
+            "{:.3f} ± {:.3f}".format(*mean_se(over[m])) if len(over[m]) == len(clusters) else "-" for m in methods
+        )
+        + " |"
     )
     return "\n".join(lines)
 
 
 def main(argv) -> int:
-    if len(argv) == 4 and argv[0] == "bound" and argv[2] in ("val", "eval") and argv[3] in SPEC:
-        bound(Path(argv[1]), argv[2], argv[3])
-        return 0
-    if len(argv) < 5 or argv[0] not in ("run", "table") or argv[2] not in ("val", "eval"):
-        print(__doc__.strip().splitlines()[2], file=sys.stderr)
+    usage = __doc__.strip().splitlines()[3]
+    try:
+        cmd, out = argv[0], Path(argv[1])
+        if cmd == "run":
+            if argv[2] not in SPEC:
+                raise ValueError
+            run(out, argv[2], int(argv[3]), argv[4].split(","), argv[5] if len(argv) > 5 else None)
+        elif cmd == "bound":
+            if argv[2] not in SPEC:
+                raise ValueError
+            bound(out, argv[2], int(argv[3]))
+        elif cmd == "table":
+            print(table(out, argv[2].split(","), [int(k) for k in argv[3].split(",")], argv[4].split(",")))
+        else:
+            raise ValueError
+    except (IndexError, ValueError):
+        print(f"usage: {usage.strip()} (clusters {', '.join(SPEC)})", file=sys.stderr)
         return 2
-    out = Path(argv[1])
-    if argv[0] == "run":
-        if argv[3] not in SPEC:
-            print(f"cluster must be one of {', '.join(SPEC)}, got {argv[3]!r}", file=sys.stderr)
-            return 2
-        run(out, argv[2], argv[3], argv[4], argv[5:])
-        return 0
-    print(table(out, argv[2], argv[3].split(","), argv[4].split(",")))
     return 0
 
 
