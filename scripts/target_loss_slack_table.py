@@ -135,17 +135,18 @@ def table(out: Path, clusters, chunks, methods) -> str:
         cells = []
         for m in methods:
             ks = [k for k in chunks if m in per[k]]
-            if len(ks) < len(chunks):
+            if not ks:
                 cells.append("-")
                 continue
             wm = {k: float(np.mean(list(per[k][m].values()))) for k in ks}
-            over[m].append(np.mean(list(wm.values())))
+            if len(ks) == len(chunks):
+                over[m].append(np.mean(list(wm.values())))
             s = "{:.3f} ± {:.3f}".format(*mean_se(wm.values()))
             if m not in (BASE, BOUND) and all(BASE in per[k] for k in ks):
                 for k in ks:
                     assert set(per[k][m]) == set(per[k][BASE]), f"{c} c{k} {m}: not the same jobs as {BASE}"
                 s += " ({:+.3f} ± {:.3f})".format(*mean_se(wm[k] - np.mean(list(per[k][BASE].values())) for k in ks))
-            cells.append(s)
+            cells.append(s + ("" if len(ks) == len(chunks) else f" [{len(ks)} of {len(chunks)}]"))
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
     lines.append(
         "| mean over clusters | "
