@@ -10,7 +10,7 @@ from an empty cluster like ``trace.first_jobs`` (the file is written once into `
 Chunk 0 of clusters 02 and 07 is the validation set (choices only); chunks 1-3 of every cluster are evaluated.
 ``run`` replays the methods on one chunk in this process (mara.traces.target_run.run_target_loss, the trace
 experiment's own code; ``band``: Slack-QR-q's trace_band, else its config's) into ``<out>/<cluster>/c<chunk>/<run>``;
-``bound`` solves the relaxed GPU-time capacity bound (mara/traces/bound.py) of a chunk; ``table`` prints, per
+``bound`` solves the relaxed GPU-time capacity bound (mara/bounds/trace_capacity.py) of a chunk; ``table`` prints, per
 cluster, each method's deadline-met ratio (mean ± standard error over chunks) and its paired difference to
 ElasticFlow (declared counts) on identical jobs, and the mean over clusters.
 """
@@ -88,7 +88,7 @@ def run(out: Path, cluster: str, k: int, methods: list, band: str | None = None)
 
 def bound(out: Path, cluster: str, k: int, time_limit_s: float = 60.0) -> Path:
     """The relaxed capacity bound of a chunk's jobs, as a run named BOUND."""
-    from mara.traces.bound import capacity_bound, gpu_seconds_needed
+    from mara.bounds.trace_capacity import capacity_bound, gpu_seconds_needed
     from mara.traces.schema import load_trace, parse_cluster
     from mara.traces.throughput import job_speeds, known_models
 

@@ -205,7 +205,7 @@ def test_the_predictor_is_asked_at_most_once_per_period_and_estimates_run_down_b
 
 
 def test_the_capacity_bound_counts_what_gpu_time_allows_and_no_more():
-    from mara.traces.bound import capacity_bound, gpu_seconds_needed
+    from mara.bounds.trace_capacity import capacity_bound, gpu_seconds_needed
 
     # two GPUs; per GPU 1 it/s at one GPU, 0.8 it/s at two (1.6 it/s): a job's least GPU-time is its count at 1 it/s
     tput = _tput([1.0, 1.6], [1.0, 1.6], [1.0, 1.6], [1.0])

@@ -19,6 +19,12 @@ import sys
 
 import numpy as np
 
+from mara.curves.bank import default_bank_path, load_bank
+from mara.predictors.factory import predictor_from
+from mara.traces.schema import load_trace
+from mara.traces.target_loss import declared_batches, target_loss_jobs
+from mara.traces.target_run import prefix_band
+
 FRACTIONS = (0.1, 0.25, 0.5, 0.75)
 PRIOR_SHARE = 0.5  # the rules' prior before min_obs: the count of half the model's past runs
 
@@ -38,8 +44,6 @@ def band_metrics(est: np.ndarray, true_left: np.ndarray, true_total: np.ndarray)
 def job_bands(predictor, tl, bank, frac: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(band [J, 3] of remaining iterations, true remaining [J], warm [J] bool) of every job after a share ``frac``
     of its true count; cold jobs get their prior (all three columns)."""
-    from mara.traces.target_loss import declared_batches
-    from mara.traces.target_run import prefix_band
 
     done = np.floor(frac * tl.true)
     scale = tl.seen_scale
@@ -56,10 +60,6 @@ def job_bands(predictor, tl, bank, frac: float) -> tuple[np.ndarray, np.ndarray,
 
 def evaluate(paths, first: int, predictors) -> dict:
     """{predictor: {fraction: {model or 'all': metrics (warm jobs), 'cold': share cold, 'cold_metrics': ...}}}."""
-    from mara.curves.bank import default_bank_path, load_bank
-    from mara.predictors.factory import predictor_from
-    from mara.traces.schema import load_trace
-    from mara.traces.target_loss import target_loss_jobs
 
     bank = load_bank(default_bank_path())
     jobs = []
@@ -133,7 +133,6 @@ def main(argv=None) -> int:
     if bad or a.first < 1:
         print(f"--predictors must be qr and/or wls and --first >= 1, got {a.predictors!r}, {a.first}", file=sys.stderr)
         return 2
-    from mara.traces.schema import load_trace
 
     for p in a.traces:
         try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mara.bounds.cpsat import cp_model, solver
 from mara.traces.throughput import LEVELS
 
 
@@ -33,8 +34,6 @@ def capacity_bound(
 ) -> tuple[float, np.ndarray]:
     """(upper bound on the number of jobs met, [J] 0/1 of the best selection found). The bound is the solver's
     proven objective bound (the optimum when it finishes within ``time_limit_s``)."""
-    from mara.bounds.cpsat import cp_model, solver
-
     a = np.asarray(submit, dtype=np.float64)
     d = np.asarray(deadline, dtype=np.float64)
     w = np.asarray(gpu_s, dtype=np.float64)
