@@ -2,8 +2,10 @@
 runner (the path every shipped number takes) at two paper loads and two task sets, on the paper's identical nodes and
 on nodes with speeds and a switch cost. Every result row and every task's final status and finish step is hashed
 against recorded values, so any change to a number the paper reports fails here; only a deliberate change of the
-simulator's rules or the workload re-records them (``python tests/test_paper_fingerprint.py`` prints the values)."""
+simulator's rules or the workload re-records them (``python tests/test_paper_fingerprint.py`` prints the values).
+The same values come out of the trace simulator running the paper's setting (``sim.engine=replay``)."""
 
+import dataclasses
 import hashlib
 import json
 
@@ -17,6 +19,7 @@ from mara.eval.settings import EvalProtocol, SimSettings, Workload
 from mara.predictors.factory import predictor_from
 from mara.sim.env import BatchedEnv, run_episodes
 from mara.sim.workload import PAPER_TASK_SETS
+from mara.traces.paper_setting import replay_episodes
 
 METHODS = ("FIFO", "EDF", "Slack-Truth", "Oracle")
 RULES = ("FIFO", "EDF", "Slack-Truth")  # the methods that act in the simulator (Oracle is computed from the episode)
@@ -44,9 +47,15 @@ def paper_episodes(bank, sim: SimSettings):
 
 
 def task_outcomes(method: str, ep, bank, sim: SimSettings):
-    """(status [E, N], finish step [E, N]) of one rule's run, as the evaluation runner steps it."""
+    """(status [E, N], finish step [E, N]) of one rule's run, as the evaluation runner steps it (``sim.engine``)."""
     mcfg = load_method_cfg(method)
     ((_, alloc),) = build_allocators(mcfg)
+    if sim.engine == "replay":
+        opts = sim.node_options()
+        status, finish, _ = replay_episodes(alloc, ep, bank, sim.nodes, sim.max_active, sim.obs_every,
+                                            predictor_from(mcfg.get("predictor")), sim.queue_capacity,
+                                            opts["node_speed"], opts["switch_cost"])
+        return np.where(ep.valid, status, 0), np.where(ep.valid, finish, -1)
     env = BatchedEnv(
         ep,
         bank,
@@ -58,12 +67,12 @@ def task_outcomes(method: str, ep, bank, sim: SimSettings):
         **sim.node_options(),
     )
     run_episodes(env, alloc)
-    return env.status.copy(), env.finish_time.copy()
+    return np.where(ep.valid, env.status, 0), np.where(ep.valid, env.finish_time, -1)
 
 
-def _fingerprint(bank, cluster: str):
+def _fingerprint(bank, cluster: str, engine: str = "batched"):
     """(sha256 of the result rows and every rule's per-task outcomes, {method: successes summed})."""
-    sim = CLUSTERS[cluster]
+    sim = dataclasses.replace(CLUSTERS[cluster], engine=engine)
     ep = paper_episodes(bank, sim)
     rows, _, notes = evaluate_methods(list(METHODS), ep, bank, sim, {}, {}, log=lambda *a: None)
     assert not notes, notes
@@ -80,9 +89,10 @@ def shipped_bank():
     return load_bank(default_bank_path())
 
 
+@pytest.mark.parametrize("engine", ["batched", pytest.param("replay", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("cluster", list(CLUSTERS))
-def test_paper_evaluation_fingerprint(shipped_bank, cluster):
-    digest, succ = _fingerprint(shipped_bank, cluster)
+def test_paper_evaluation_fingerprint(shipped_bank, cluster, engine):
+    digest, succ = _fingerprint(shipped_bank, cluster, engine)
     assert succ == EXPECTED_SUCCEEDED[cluster]
     assert digest == EXPECTED[cluster]
 
@@ -90,4 +100,5 @@ def test_paper_evaluation_fingerprint(shipped_bank, cluster):
 if __name__ == "__main__":
     bank = load_bank(default_bank_path())
     for c in CLUSTERS:
-        print(c, *_fingerprint(bank, c))
+        for engine in ("batched", "replay"):
+            print(c, engine, *_fingerprint(bank, c, engine))

@@ -16,6 +16,7 @@ allocator sees what ``BatchedEnv`` shows it; steps with nothing present are skip
 
 Arrays: ``[N]`` over the episode's tasks (arrival order, as ``EpisodeBatch``), ``[K]`` over slots, ``[M]`` nodes.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,9 +32,17 @@ def episode_jobs(ep: EpisodeBatch, e: int, n_nodes: int, node_speed=None) -> Job
     n = int(ep.n_tasks[e])
     tput = np.ones((n, 1))  # one batch per second on one GPU (times the GPU's speed multiple)
     speed = None if node_speed is None else np.asarray(node_speed, dtype=np.float64)
-    return JobState(ep.arrival[e, :n].astype(np.int64), ep.deadline[e, :n].astype(np.int64), tput,
-                    np.zeros(n, dtype=np.int64), ep.need[e, :n].astype(np.float64), n_nodes, slot=1, expire=True,
-                    gpu_speed=speed)
+    return JobState(
+        ep.arrival[e, :n].astype(np.int64),
+        ep.deadline[e, :n].astype(np.int64),
+        tput,
+        np.zeros(n, dtype=np.int64),
+        ep.need[e, :n].astype(np.float64),
+        n_nodes,
+        slot=1,
+        expire=True,
+        gpu_speed=speed,
+    )
 
 
 class PaperSystem:
@@ -45,14 +54,28 @@ class PaperSystem:
     name = "paper"
     caps = "table"
 
-    def __init__(self, alloc, ep: EpisodeBatch, e: int, bank, n_nodes: int, max_active: int, obs_every: int,
-                 predictor=None, queue_capacity: int | None = None, node_speed=None, switch_cost: int = 0):
+    def __init__(
+        self,
+        alloc,
+        ep: EpisodeBatch,
+        e: int,
+        bank,
+        n_nodes: int,
+        max_active: int,
+        obs_every: int,
+        predictor=None,
+        queue_capacity: int | None = None,
+        node_speed=None,
+        switch_cost: int = 0,
+    ):
         self.alloc, self.ep, self.e, self.bank, self.predictor = alloc, ep, e, bank, predictor
         self.M, self.K, self.every, self.Q = n_nodes, max_active, obs_every, queue_capacity
         self.node_speed = None if node_speed is None else np.asarray(node_speed, dtype=np.int64)
         self.switch_cost = int(switch_cost)
         self.hetero = self.node_speed is not None or self.switch_cost > 0
-        self.first_obs = WARMUP_OBS if predictor is None else check_first_obs(getattr(predictor, "first_obs", WARMUP_OBS))
+        self.first_obs = (
+            WARMUP_OBS if predictor is None else check_first_obs(getattr(predictor, "first_obs", WARMUP_OBS))
+        )
         self.privileged = bool(getattr(predictor, "privileged", False))
 
     def reset(self, state: JobState) -> None:
@@ -94,13 +117,32 @@ class PaperSystem:
         sd = np.where(active, done[tk], 0).astype(np.int64)
         extra = {}
         if self.hetero:
-            extra = dict(node_speed=None if self.node_speed is None else self.node_speed.copy(),
-                         switch_cost=self.switch_cost, last_node=self.last_node.copy()[None],
-                         started=self.started.copy()[None], setup_left=self.setup.copy()[None])
-        obs = Observation(now, self.slot_task.copy()[None], sd[None], ep.arrival[e, tk][None], ep.deadline[e, tk][None],
-                          ep.cap[e, tk][None], self.pred.copy()[None], self.pred_s.copy()[None], np.array([n_queued]),
-                          np.array([False]), self.M, self.K, self.every, slot_pred_lo=self.pred_lo.copy()[None],
-                          slot_pred_hi=self.pred_hi.copy()[None], first_obs=self.first_obs, **extra)
+            extra = dict(
+                node_speed=None if self.node_speed is None else self.node_speed.copy(),
+                switch_cost=self.switch_cost,
+                last_node=self.last_node.copy()[None],
+                started=self.started.copy()[None],
+                setup_left=self.setup.copy()[None],
+            )
+        obs = Observation(
+            now,
+            self.slot_task.copy()[None],
+            sd[None],
+            ep.arrival[e, tk][None],
+            ep.deadline[e, tk][None],
+            ep.cap[e, tk][None],
+            self.pred.copy()[None],
+            self.pred_s.copy()[None],
+            np.array([n_queued]),
+            np.array([False]),
+            self.M,
+            self.K,
+            self.every,
+            slot_pred_lo=self.pred_lo.copy()[None],
+            slot_pred_hi=self.pred_hi.copy()[None],
+            first_obs=self.first_obs,
+            **extra,
+        )
         self._serve(now, np.asarray(self.alloc.act(obs), dtype=np.int64)[0], sd)
         return now + 1
 
@@ -138,8 +180,19 @@ class PaperSystem:
             mask = jj[None, :] <= n[:, None]
             L = np.where(mask, self.bank.L[rows[:, None], pts], 0.0)
             S = np.where(mask, (pts + 1) * bs[:, None].astype(np.float64), 0.0)
-            lo, est, hi = predict_band(self.predictor, S, L, n, ep.eps[e, tk], cap_rem, bs, ep.lr[e, tk],
-                                       family=ep.family[e, tk], keys=None, cache=None)
+            lo, est, hi = predict_band(
+                self.predictor,
+                S,
+                L,
+                n,
+                ep.eps[e, tk],
+                cap_rem,
+                bs,
+                ep.lr[e, tk],
+                family=ep.family[e, tk],
+                keys=None,
+                cache=None,
+            )
         self.pred[ks], self.pred_lo[ks], self.pred_hi[ks], self.pred_s[ks] = est, lo, hi, s
 
     def _admit(self) -> None:
@@ -156,7 +209,7 @@ class PaperSystem:
         if self.Q is not None:
             q = np.flatnonzero(self.queued)
             if q.size > self.Q:
-                away = q[self.Q:]  # the latest arrivals
+                away = q[self.Q :]  # the latest arrivals
                 self.queued[away] = False
                 self.s.status[away] = DECLINED
 
@@ -215,14 +268,34 @@ class PaperSystem:
         finish[active_left] = s.ended[active_left].astype(np.int64)
         leave = np.where(s.status == DECLINED, s.submit, np.where(np.isnan(s.ended), 0, s.ended))
         steps = max(int(n_steps), int(leave.max(initial=0)))
-        return status, finish, {"steps": steps, "busy": self.busy, "full_steps": self.full_steps,
-                                "queue_sum": self.queue_sum, "switches": self.switches, "setup_steps": self.setup_steps,
-                                "ready_time": self.ready_time}
+        return (
+            status,
+            finish,
+            {
+                "steps": steps,
+                "busy": self.busy,
+                "full_steps": self.full_steps,
+                "queue_sum": self.queue_sum,
+                "switches": self.switches,
+                "setup_steps": self.setup_steps,
+                "ready_time": self.ready_time,
+            },
+        )
 
 
-def replay_episodes(alloc, ep: EpisodeBatch, bank, n_nodes: int = 7, max_active: int = 10, obs_every: int = 10,
-                    predictor=None, queue_capacity: int | None = None, node_speed=None, switch_cost: int = 0,
-                    progress=None):
+def replay_episodes(
+    alloc,
+    ep: EpisodeBatch,
+    bank,
+    n_nodes: int = 7,
+    max_active: int = 10,
+    obs_every: int = 10,
+    predictor=None,
+    queue_capacity: int | None = None,
+    node_speed=None,
+    switch_cost: int = 0,
+    progress=None,
+):
     """Every episode of ``ep`` replayed on the trace simulator under ``alloc`` -> (status [E, N], finish step [E, N],
     metrics: ``BatchedEnv.metrics()``'s keys, arrays [E]). ``progress(done, total)`` after each episode."""
     E, N = ep.E, ep.N
@@ -236,8 +309,9 @@ def replay_episodes(alloc, ep: EpisodeBatch, bank, n_nodes: int = 7, max_active:
         n = int(ep.n_tasks[e])
         if n:
             state = episode_jobs(ep, e, n_nodes, speed)
-            system = PaperSystem(alloc, ep, e, bank, n_nodes, max_active, obs_every, predictor, queue_capacity, speed,
-                                 switch_cost)
+            system = PaperSystem(
+                alloc, ep, e, bank, n_nodes, max_active, obs_every, predictor, queue_capacity, speed, switch_cost
+            )
             replay(state, system, np.zeros(n, dtype=np.int64), 1)
             st, fin, m = system.outcomes(ep.n_steps)
             status[e, :n], finish[e, :n], ready[e, :n] = st, fin, m["ready_time"]

@@ -143,6 +143,11 @@ def replay(state: JobState, policy, size_class: np.ndarray, n_classes: int, time
             times.update(np.unique(ev)[:2].tolist())
         if replan_at is not None and replan_at > t:
             times.add(replan_at)
+        if state.expire:  # the next deadline of a live job is an event: it leaves then
+            live = (state.status == PENDING) | (state.status == RUNNING)
+            d = state.ddl[live & (state.ddl > t)]
+            if d.size:
+                times.add(int(d.min()))
         if not times:
             waiting = np.flatnonzero((state.status == PENDING) | (state.status == RUNNING))
             if waiting.size == 0 or idle > 2:
