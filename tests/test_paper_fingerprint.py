@@ -52,9 +52,18 @@ def task_outcomes(method: str, ep, bank, sim: SimSettings):
     ((_, alloc),) = build_allocators(mcfg)
     if sim.engine == "replay":
         opts = sim.node_options()
-        status, finish, _ = replay_episodes(alloc, ep, bank, sim.nodes, sim.max_active, sim.obs_every,
-                                            predictor_from(mcfg.get("predictor")), sim.queue_capacity,
-                                            opts["node_speed"], opts["switch_cost"])
+        status, finish, _ = replay_episodes(
+            alloc,
+            ep,
+            bank,
+            sim.nodes,
+            sim.max_active,
+            sim.obs_every,
+            predictor_from(mcfg.get("predictor")),
+            sim.queue_capacity,
+            opts["node_speed"],
+            opts["switch_cost"],
+        )
         return np.where(ep.valid, status, 0), np.where(ep.valid, finish, -1)
     env = BatchedEnv(
         ep,
