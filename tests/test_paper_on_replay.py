@@ -5,12 +5,16 @@ paper_setting.py), the same per-task outcomes (status and finish step) and the s
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
 from mara.allocators.rules import EDF, FIFO
 from mara.allocators.slack import SlackRule
+from mara.core.config import ConfigError
 from mara.curves.bank import default_bank_path, load_bank
+from mara.eval.runner import evaluate_methods
 from mara.predictors.truth import TruthPredictor
 from mara.sim.env import BatchedEnv, run_episodes
+from mara.sim.settings import ENGINES, SimSettings
 from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
 from mara.traces.paper_setting import replay_episodes
 from mara.traces.replay import EXPIRED, JobState, replay
@@ -110,3 +114,24 @@ def test_expiry_is_off_by_default_and_ends_a_late_job_when_on():
         assert not rep.met[0]
         assert (st.status[0] == EXPIRED) == expire
         assert st.ended[0] == (5 if expire else 10)
+
+
+def test_the_evaluation_runner_gives_the_same_rows_on_either_engine(small_bank):
+    ep = generate_episodes(small_bank, small_bank.family_params, PAPER_TASK_SETS["ID"], 0.25, 5, 4, n_steps=120)
+    rows = {}
+    for engine in ENGINES:
+        sim = SimSettings(
+            nodes=3, max_active=5, steps=120, loads=(0.25,), node_speed=(1, 2, 1), switch_cost=1, engine=engine
+        )
+        rows[engine], _, notes = evaluate_methods(
+            ["FIFO", "Slack-Truth", "Oracle"], ep, small_bank, sim, {}, {}, log=lambda *a: None
+        )
+        assert not notes
+    assert rows["replay"] == rows["batched"]
+
+
+def test_an_unknown_engine_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match="sim.engine must be one of batched, replay"):
+        SimSettings.from_cfg(
+            OmegaConf.create({"loads": [0.05], "nodes": 7, "max_active": 10, "steps": 500, "engine": "gym"})
+        )
