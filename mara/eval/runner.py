@@ -33,6 +33,7 @@ from mara.eval.settings import (  # noqa: F401  (check_number, node_options, loa
 )
 from mara.predictors.factory import predictor_from
 from mara.sim.env import BatchedEnv
+from mara.traces.paper_setting import replay_episodes
 from mara.sim.workload import (
     EpisodeBatch,
     check_family_params_cover,
@@ -109,9 +110,14 @@ def _rows_from_metrics(method: str, ep: EpisodeBatch, metrics: dict, train_seed=
 
 
 def run_policy(allocator, ep: EpisodeBatch, bank: CurveBank, sim: SimSettings, predictor=None, progress=None) -> dict:
-    """Per-episode metrics of one allocator over all episodes (one batched simulator).
+    """Per-episode metrics of one allocator over all episodes (one batched simulator, or with ``sim.engine=replay``
+    the trace simulator, one episode at a time).
 
     ``progress(step, limit)``, if given, is called after every simulator step (it throttles itself)."""
+    if sim.engine == "replay":
+        opts = sim.node_options()
+        return replay_episodes(allocator, ep, bank, sim.nodes, sim.max_active, sim.obs_every, predictor,
+                               sim.queue_capacity, opts["node_speed"], opts["switch_cost"], progress=progress)[2]
     env = BatchedEnv(ep, bank, sim.nodes, sim.max_active, sim.obs_every, predictor=predictor,
                      queue_capacity=sim.queue_capacity, **sim.node_options())
     obs = env.reset()
@@ -162,6 +168,8 @@ def evaluate_one(name: str, mcfg: DictConfig, ep: EpisodeBatch, bank: CurveBank,
     check_policy_fit(mcfg, [a for _, a in allocators], sim)
     solve_share, solve = 0.0, None
     if mcfg.get("chosen_by") is not None:  # a privileged selection bound: only the Clairvoyant's chosen tasks are served
+        if sim.engine == "replay":
+            raise ConfigError(f"method {name}: chosen_by (a selection bound) runs on sim.engine=batched only")
         if not all(hasattr(a, "restrict_to") for _, a in allocators):
             raise ConfigError(f"method {name}: chosen_by needs a rule that can be restricted to tasks (SlackRule)")
         solve_share = 0.9  # the solve is nearly all the time

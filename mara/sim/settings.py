@@ -13,6 +13,9 @@ from mara.core.config import ConfigError, plain_config
 from mara.sim.env import check_node_options
 
 
+ENGINES = ("batched", "replay")  # BatchedEnv (mara/sim/env.py) | the trace replay (mara/traces/paper_setting.py)
+
+
 def check_number(where: str, value, kind=float):
     """``kind(value)``, or a one-line ConfigError naming the setting (``sim.loads=[0.04,abc]``)."""
     if isinstance(value, bool) or value is None:
@@ -61,13 +64,17 @@ def validate_sim_cfg(sim) -> None:
     if q is not None and check_number("sim.queue_capacity", q, int) < 0:
         raise ConfigError(f"sim.queue_capacity must be null or >= 0, got {q}")
     node_options(sim)
+    engine = sim.get("engine", "batched")
+    if engine not in ENGINES:
+        raise ConfigError(f"sim.engine must be one of {', '.join(ENGINES)}, got {engine!r}")
 
 
 @dataclass(frozen=True)
 class SimSettings:
     """The simulator (``sim.*``): M nodes, K admission slots, T arrival steps, observation period, loads p,
-    waiting-queue bound Q (None: unbounded), node speeds (None: all 1), switch cost and the training reward's shaping
-    coefficient β, as configured."""
+    waiting-queue bound Q (None: unbounded), node speeds (None: all 1), switch cost, the training reward's shaping
+    coefficient β and the engine that steps the evaluation's policies (``batched``: BatchedEnv; ``replay``: the trace
+    simulator, docs/traces.md "One simulator"), as configured."""
 
     nodes: int = 7
     max_active: int = 10
@@ -78,6 +85,7 @@ class SimSettings:
     node_speed: tuple | None = None
     switch_cost: Any = 0
     beta: float = 0.1
+    engine: str = "batched"
 
     @classmethod
     def from_cfg(cls, sim) -> "SimSettings":
@@ -87,7 +95,8 @@ class SimSettings:
         return cls(nodes=int(sim.nodes), max_active=int(sim.max_active), steps=int(sim.steps),
                    obs_every=int(sim.get("obs_every", 10)), loads=tuple(float(x) for x in sim.loads),
                    queue_capacity=None if q is None else int(q), node_speed=None if speed is None else tuple(speed),
-                   switch_cost=sim.get("switch_cost", 0), beta=float(sim.get("beta", 0.1)))
+                   switch_cost=sim.get("switch_cost", 0), beta=float(sim.get("beta", 0.1)),
+                   engine=str(sim.get("engine", "batched")))
 
     def node_options(self) -> dict:
         """``{node_speed [M] int64 or None, switch_cost int}`` as ``BatchedEnv`` takes them."""

@@ -9,11 +9,15 @@ slots stepped through). At a decision:
      at the previous decision (never past their planned finish); a job that ran out of iterations early, or whose
      planned finish has passed, ends now;
   2. jobs whose end event has come leave and free their GPUs; a job met its deadline when its finish is <= deadline;
+     with ``expire`` (a job's work is worthless after its deadline, as a paper-setting task's), a job still waiting or
+     running when its deadline has come leaves unfinished (EXPIRED);
   3. the policy sees the arrivals, may decline them (admission control), and sets every admitted job's GPU count
      (0 = waiting or preempted; a level 1, 2, 4, ... of the job's measured table), planned finish, end event,
      re-plan time and set-up overhead.
 GPUs are a pool of N = nodes × GPUs per node; placement on nodes does not change speed (as in ElasticFlow's
-simulator, where jobs may span nodes and placement only decides which set-up costs are cached).
+simulator, where jobs may span nodes and placement only decides which set-up costs are cached), unless GPUs differ
+in speed: with ``gpu_speed`` [N] a job its scheduler has placed on one GPU (``gpu_of``) runs at that GPU's multiple of
+its measured speed (the paper's nodes of unequal speed; docs/traces.md, "One simulator").
 
 Arrays are ``[J]`` over the jobs replayed (sorted by submission time).
 """
@@ -26,7 +30,7 @@ import numpy as np
 
 from mara.traces.throughput import LEVELS
 
-FUTURE, PENDING, RUNNING, DONE, DECLINED = 0, 1, 2, 3, 4
+FUTURE, PENDING, RUNNING, DONE, DECLINED, EXPIRED = 0, 1, 2, 3, 4, 5
 NEVER = math.inf
 
 
@@ -41,6 +45,8 @@ class JobState:
     iter_left: np.ndarray  # float64
     n_gpus: int
     slot: int = 60
+    expire: bool = False  # a job not finished by its deadline leaves then (EXPIRED)
+    gpu_speed: np.ndarray | None = None  # [N] speed multiple of each GPU (None: all 1)
     status: np.ndarray = field(default=None)
     gpus: np.ndarray = field(default=None)  # current GPU count
     end_event: np.ndarray = field(default=None)  # float: time of the job's end event (NEVER: none)
@@ -49,6 +55,7 @@ class JobState:
     started: np.ndarray = field(default=None)  # float: first time with GPUs (NaN: never)
     ended: np.ndarray = field(default=None)  # float: time the job left (NaN: not yet)
     gpu_seconds: np.ndarray = field(default=None)
+    gpu_of: np.ndarray = field(default=None)  # [J] the GPU a one-GPU job is placed on (-1: not placed; speed 1)
 
     def __post_init__(self):
         J = len(self.submit)
@@ -60,6 +67,7 @@ class JobState:
         self.started = np.full(J, np.nan)
         self.ended = np.full(J, np.nan)
         self.gpu_seconds = np.zeros(J)
+        self.gpu_of = np.full(J, -1, dtype=np.int64)
 
     def speed(self, j: int, g: int) -> float:
         """Iterations per second of job j on g GPUs (g a level)."""
@@ -108,6 +116,12 @@ def replay(state: JobState, policy, size_class: np.ndarray, n_classes: int, time
             state.ended[ends] = t
             state.gpus[ends] = 0
             state.end_event[ends] = NEVER
+        if state.expire:
+            late = np.flatnonzero(((state.status == PENDING) | (state.status == RUNNING)) & (state.ddl <= t))
+            state.status[late] = EXPIRED
+            state.ended[late] = t
+            state.gpus[late] = 0
+            state.end_event[late] = NEVER
         del ending
         new = []
         while ai < len(arrival_times) and arrival_times[ai] <= t:
@@ -129,6 +143,11 @@ def replay(state: JobState, policy, size_class: np.ndarray, n_classes: int, time
             times.update(np.unique(ev)[:2].tolist())
         if replan_at is not None and replan_at > t:
             times.add(replan_at)
+        if state.expire:  # the next deadline of a live job is an event: it leaves then
+            live = (state.status == PENDING) | (state.status == RUNNING)
+            d = state.ddl[live & (state.ddl > t)]
+            if d.size:
+                times.add(int(d.min()))
         if not times:
             waiting = np.flatnonzero((state.status == PENDING) | (state.status == RUNNING))
             if waiting.size == 0 or idle > 2:
@@ -162,6 +181,9 @@ def _progress(state: JobState, now: int, dt: int) -> np.ndarray:
         return j
     lvl = LEVELS.searchsorted(state.gpus[j])
     sp = state.tput[j, lvl]
+    if state.gpu_speed is not None:
+        on = state.gpu_of[j]
+        sp = sp * np.where(on >= 0, state.gpu_speed[np.maximum(on, 0)], 1)
     run = np.full(j.size, float(dt))
     cap = state.finish[j]
     late = now > cap
