@@ -1,10 +1,16 @@
 """Each teacher rule (and the shipped network) of MARA's trace policy on the validation windows of its training
-config: the yardstick for whether the network adds anything over the rule it imitates.
+config: the yardstick for whether the network adds anything over the rule it imitates, and for the allocator's
+reservation setting (per job-size class as well).
 
-    python scripts/trace_mara_rules.py [checkpoint]     # default: the shipped mara/data/checkpoints/mara_trace.ckpt
+    python scripts/trace_mara_rules.py [checkpoint] [--reserve N ...] [--only edf,network] [--later]
+        # default: the shipped mara/data/checkpoints/mara_trace.ckpt, the allocator's default reservation setting
+
+``--later``: instead of the validation weeks, a week from day 35 of clusters 02, 03 and 05 (after every training
+day, outside the evaluation protocol's first 32 days): windows with many 8-GPU jobs, which the validation weeks
+nearly lack (4 jobs of 5-15 GPUs in the three weeks), to see the reservation act on them.
 """
 
-import sys
+import argparse
 
 import numpy as np
 import torch
@@ -14,12 +20,46 @@ from mara.curves.bank import default_bank_path, load_bank
 from mara.mat.trace_train import check_trace_policy, episodes
 from mara.predictors.factory import predictor_from
 from mara.traces.policy import RULES, SHIPPED_TRACE_POLICY, TraceMARA, load_policy
+from mara.traces.replay import DONE
+from mara.traces.schema import SIZE_CLASSES, size_class
 
+ap = argparse.ArgumentParser()
+ap.add_argument("ckpt", nargs="?", default=str(SHIPPED_TRACE_POLICY))
+ap.add_argument("--reserve", type=int, nargs="*", default=[None], help="reservations per decision (default: RESERVE)")
+ap.add_argument("--only", default="", help="comma-separated rules and/or network (default: all)")
+ap.add_argument("--later", action="store_true", help="the weeks from day 35 of clusters 02, 03, 05")
+a = ap.parse_args()
 torch.set_num_threads(1)
-tm = check_trace_policy(OmegaConf.load("conf/experiment/trace_mara.yaml"))
+cfg = OmegaConf.load("conf/experiment/trace_mara.yaml")
+if a.later:
+    C = "data_cache/itp-traces/elasticflow"
+    cfg.trace_mara.val = [
+        {"path": f"{C}/cluster{c}.csv", "cluster": "n64g8", "start_day": 35, "days": 7, "warmup_days": 1, "count": 1}
+        for c in ("02", "03", "05")
+    ]
+tm = check_trace_policy(cfg)
 bank = load_bank(default_bank_path())
 val = episodes(tm["val_windows"], bank, predictor_from(str(tm["predictor"]), bank.path), tm)
-net = load_policy(sys.argv[1] if len(sys.argv) > 1 else SHIPPED_TRACE_POLICY)
-for name, make in [(r, lambda r=r: TraceMARA(rule=r)) for r in RULES] + [("network", lambda: TraceMARA(net=net))]:
-    met = [ep.play(make()) for ep in val]
-    print(f"{name}: mean {np.mean(met):.4f} | " + " | ".join(f"{ep.name} {m:.3f}" for ep, m in zip(val, met)))
+net = load_policy(a.ckpt)
+names = [n for n in (*RULES, "network") if not a.only or n in a.only.split(",")]
+for reserve in a.reserve:
+    for name in names:
+        met, by_class = [], {c: [] for c in SIZE_CLASSES}
+        for ep in val:
+            sched = TraceMARA(net=net, reserve=reserve) if name == "network" else TraceMARA(rule=name, reserve=reserve)
+            met.append(ep.play(sched))
+            st = ep.view.state  # the true job state the replay ran on
+            ok = (st.status == DONE) & (st.finish <= st.ddl)
+            cls = size_class(ep.jobs.num_gpu)
+            for k, c in enumerate(SIZE_CLASSES):
+                sel = ep.scored & (cls == k)
+                if sel.any():
+                    by_class[c].append(ok[sel].mean())
+        sizes = " ".join(f"{c}:{np.mean(v):.3f}" for c, v in by_class.items() if v)
+        worst = min(np.mean(v) for v in by_class.values() if v)
+        print(
+            f"reserve={sched.reserve} {name}: mean {np.mean(met):.4f} | "
+            + " | ".join(f"{ep.name} {m:.3f}" for ep, m in zip(val, met))
+            + f" | by size (mean over windows) {sizes} worst {worst:.3f}",
+            flush=True,
+        )

@@ -138,3 +138,32 @@ def test_the_shipped_policy_meets_more_deadlines_than_elasticflow_on_declared_co
         )
         met[m] = rep.met[scored].mean()
     assert met["MARA"] > met["ElasticFlow"], met
+
+
+def test_a_wide_job_passed_over_starves_without_a_reservation_and_meets_its_deadline_with_one():
+    from mara.traces.replay import replay
+
+    # 8 GPUs, deadline order: job 0 needs 4 GPUs until t=100; job 1 (wide) needs all 8 to finish 1,600 iterations
+    # by t=250, so its share does not fit at t=0; job 2 (narrow, late deadline) fits behind it. Without a
+    # reservation job 2 takes GPUs now, job 1 gets only 2, and from t=100 even 8 GPUs are too late. With one, job 1
+    # reserves the 8 GPUs that are free at t=100 (job 0's finish), job 2 may not hold GPUs past that time, job 1
+    # runs on the 4 spare until then and meets its deadline; job 2 still meets its own.
+    met = {}
+    for reserve in (0, 1):
+        s = _state(iters=(400.0, 1600.0, 1000.0), ddl=(100, 250, 2000))
+        s.status[:] = 0
+        rep = replay(s, TraceMARA(rule="edf", overhead=False, reserve=reserve), np.zeros(3, dtype=np.int64), 1)
+        met[reserve] = rep.met.tolist()
+    assert met[0] == [True, False, True]
+    assert met[1] == [True, True, True]
+    s = _state(iters=(400.0, 1600.0, 1000.0), ddl=(100, 250, 2000))
+    assert allocate(0, s, np.arange(3), np.array([3.0, 2.0, 1.0])).tolist() == [4, 2, 2]
+    assert allocate(0, s, np.arange(3), np.array([3.0, 2.0, 1.0]), reserve=1).tolist() == [4, 4, 0]
+
+
+def test_a_bad_reservation_setting_is_refused_before_any_work():
+    from mara.traces.run import trace_methods
+
+    cfg = OmegaConf.create({"methods": ["MARA"], "method_overrides": {"MARA": {"trace_scheduler": {"reserve": -1}}}})
+    with pytest.raises(ConfigError, match="reserve"):
+        trace_methods(cfg)
