@@ -26,6 +26,7 @@ from mara.traces.schema import SIZE_CLASSES, size_class
 ap = argparse.ArgumentParser()
 ap.add_argument("ckpt", nargs="?", default=str(SHIPPED_TRACE_POLICY))
 ap.add_argument("--reserve", type=int, nargs="*", default=[None], help="reservations per decision (default: RESERVE)")
+ap.add_argument("--probe", type=int, nargs="*", default=[None], help="probe GPUs per decision (default: PROBE)")
 ap.add_argument("--only", default="", help="comma-separated rules and/or network (default: all)")
 ap.add_argument("--later", action="store_true", help="the weeks from day 35 of clusters 02, 03, 05")
 a = ap.parse_args()
@@ -42,11 +43,12 @@ bank = load_bank(default_bank_path())
 val = episodes(tm["val_windows"], bank, predictor_from(str(tm["predictor"]), bank.path), tm)
 net = load_policy(a.ckpt)
 names = [n for n in (*RULES, "network") if not a.only or n in a.only.split(",")]
-for reserve in a.reserve:
-    for name in names:
+for reserve, probe, name in [(r, p, n) for r in a.reserve for p in a.probe for n in names]:
+    if True:
         met, by_class = [], {c: [] for c in SIZE_CLASSES}
         for ep in val:
-            sched = TraceMARA(net=net, reserve=reserve) if name == "network" else TraceMARA(rule=name, reserve=reserve)
+            kw = {"reserve": reserve, "probe": probe}
+            sched = TraceMARA(net=net, **kw) if name == "network" else TraceMARA(rule=name, **kw)
             met.append(ep.play(sched))
             st = ep.view.state  # the true job state the replay ran on
             ok = (st.status == DONE) & (st.finish <= st.ddl)
@@ -58,7 +60,7 @@ for reserve in a.reserve:
         sizes = " ".join(f"{c}:{np.mean(v):.3f}" for c, v in by_class.items() if v)
         worst = min(np.mean(v) for v in by_class.values() if v)
         print(
-            f"reserve={sched.reserve} {name}: mean {np.mean(met):.4f} | "
+            f"reserve={sched.reserve} probe={sched.probe} {name}: mean {np.mean(met):.4f} | "
             + " | ".join(f"{ep.name} {m:.3f}" for ep, m in zip(val, met))
             + f" | by size (mean over windows) {sizes} worst {worst:.3f}",
             flush=True,

@@ -152,7 +152,8 @@ def test_a_wide_job_passed_over_starves_without_a_reservation_and_meets_its_dead
     for reserve in (0, 1):
         s = _state(iters=(400.0, 1600.0, 1000.0), ddl=(100, 250, 2000))
         s.status[:] = 0
-        rep = replay(s, TraceMARA(rule="edf", overhead=False, reserve=reserve), np.zeros(3, dtype=np.int64), 1)
+        sched = TraceMARA(rule="edf", overhead=False, reserve=reserve, probe=0)
+        rep = replay(s, sched, np.zeros(3, dtype=np.int64), 1)
         met[reserve] = rep.met.tolist()
     assert met[0] == [True, False, True]
     assert met[1] == [True, True, True]
@@ -167,3 +168,18 @@ def test_a_bad_reservation_setting_is_refused_before_any_work():
     cfg = OmegaConf.create({"methods": ["MARA"], "method_overrides": {"MARA": {"trace_scheduler": {"reserve": -1}}}})
     with pytest.raises(ConfigError, match="reserve"):
         trace_methods(cfg)
+
+
+def test_a_job_hopeless_by_its_estimate_gets_one_gpu_to_probe_so_the_estimate_can_change():
+    # job 0 can finish by its deadline only on 8 GPUs; job 1 (first in score order) cannot by its estimate on any
+    # level. Without probes job 1 gets nothing, shows no new loss, and its estimate never moves; with one probe it
+    # gets one GPU at its place in score order. A deferred job, or one past its deadline, is never probed.
+    s = _state(iters=(800.0, 10000.0), ddl=(100, 200))
+    sc = np.array([1.0, 2.0])
+    assert allocate(0, s, np.arange(2), sc).tolist() == [8, 0]
+    assert allocate(0, s, np.arange(2), sc, probe=1).tolist() == [4, 4]  # 1 GPU probe, then job 0 what fits (4),
+    # then the 3 left by speed-up: the probe 1 -> 2 -> 4
+    assert allocate(0, s, np.arange(2), np.array([1.0, -1.0]), probe=1).tolist() == [8, 0]
+    assert allocate(300, s, np.arange(2), sc, probe=1).tolist() == allocate(300, s, np.arange(2), sc).tolist()
+    with pytest.raises(ConfigError, match="probe"):
+        TraceMARA(rule="edf", probe=-1)

@@ -54,6 +54,7 @@ FEATURES = (
 F = len(FEATURES)
 SHIPPED_TRACE_POLICY = SHIPPED_CKPT_DIR / "mara_trace.ckpt"  # the checkpoint method MARA runs on traces by default
 RESERVE = 0  # reservations per decision of the allocator by default (training and the method), chosen on validation
+PROBE = 32  # jobs per decision that, hopeless by their estimate, still get one GPU so that it can change (validation)
 
 
 def min_levels(now: int, s: JobState, jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -145,19 +146,31 @@ def rule_scores(rule: str, x: np.ndarray, ddl: np.ndarray) -> np.ndarray:
 RULES = ("edf", "edf_feasible", "slack", "cheapest")
 
 
-def allocate(now: int, s: JobState, jobs: np.ndarray, scores: np.ndarray, reserve: int = 0) -> np.ndarray:
+def allocate(
+    now: int, s: JobState, jobs: np.ndarray, scores: np.ndarray, reserve: int = 0, probe: int = 0
+) -> np.ndarray:
     """GPUs ``[n]`` (each 0 or a level) for live ``jobs`` from their ``scores [n]`` (the four passes above;
-    ``reserve``: how many jobs passed over in pass 1 may hold a reservation, 0 none)."""
+    ``reserve``: how many jobs passed over in pass 1 may hold a reservation, 0 none; ``probe``: how many jobs not
+    deferred that no level makes meet their deadline by the estimate get one GPU in pass 1, at their place in score
+    order, before their deadline: a job without GPUs shows no new loss, so its estimate cannot change)."""
     need, top = min_levels(now, s, jobs)
     order = np.lexsort((np.arange(jobs.size), -scores))
     gpus = np.zeros(jobs.size, dtype=np.int64)
     free = int(s.n_gpus)
     keep = scores >= 0
     book = _Reservations(now, s, jobs, free) if reserve > 0 else None
+    probes = 0
     for i in order:  # 1: minimum shares
         if free == 0:
             break
-        if keep[i] and need[i] >= 0:
+        if keep[i] and need[i] < 0 and probes < probe and s.ddl[jobs[i]] > now:
+            if book is None or book.allows(i, 1):
+                gpus[i] = 1
+                free -= 1
+                probes += 1
+                if book is not None:
+                    book.place(i, 1)
+        elif keep[i] and need[i] >= 0:
             g = int(LEVELS[need[i]])
             if g <= free and (book is None or book.allows(i, g)):
                 gpus[i] = g
@@ -298,7 +311,7 @@ class TraceMARA:
     the network; ``sample``: add Gumbel noise to the scores (Plackett–Luce order; training only). ``record``: a list
     that receives (features, scores' order, deferred) of every decision with live jobs (imitation data).
     ``reserve``: how many jobs passed over per decision hold an EASY-backfilling reservation (0: none; null:
-    ``RESERVE``)."""
+    ``RESERVE``); ``probe``: how many jobs hopeless by their estimate get one GPU per decision (null: ``PROBE``)."""
 
     name = "MARA"
     caps = "table"
@@ -314,13 +327,17 @@ class TraceMARA:
         noise: float = 1.0,
         overhead: bool = True,
         reserve: int | None = None,
+        probe: int | None = None,
     ):
         if rule is not None and rule not in RULES:
             raise ValueError(f"unknown trace rule {rule!r} (rules: {', '.join(RULES)})")
         reserve = RESERVE if reserve is None else reserve
         if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
             raise ConfigError(f"MARA trace_scheduler.reserve must be an integer >= 0, got {reserve!r}")
-        self.reserve = reserve
+        probe = PROBE if probe is None else probe
+        if isinstance(probe, bool) or not isinstance(probe, int) or probe < 0:
+            raise ConfigError(f"MARA trace_scheduler.probe must be an integer >= 0, got {probe!r}")
+        self.reserve, self.probe = reserve, probe
         self.rule, self.sample, self.record, self.noise, self.overhead = rule, sample, record, noise, overhead
         self.rng = np.random.default_rng(seed)
         if net is None and rule is None:
@@ -369,7 +386,7 @@ class TraceMARA:
             sc = sc + self.noise * self.rng.gumbel(size=sc.shape)
         if self.record is not None:
             self.record.append((x.astype(np.float32), np.lexsort((np.arange(live.size), -sc)), sc < 0))
-        g = allocate(now, s, live, sc, self.reserve)
+        g = allocate(now, s, live, sc, self.reserve, self.probe)
         s.gpus[live] = g
         self.last_g[live] = g
         on, off = live[g > 0], live[g == 0]
