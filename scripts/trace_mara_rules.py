@@ -1,13 +1,13 @@
 """Each teacher rule (and the shipped network) of MARA's trace policy on the validation windows of its training
 config: the yardstick for whether the network adds anything over the rule it imitates, and for the allocator's
-reservation setting (per job-size class as well).
+probe and reservation settings (per job-size class as well).
 
-    python scripts/trace_mara_rules.py [checkpoint] [--reserve N ...] [--only edf,network] [--later]
-        # default: the shipped mara/data/checkpoints/mara_trace.ckpt, the allocator's default reservation setting
+    python scripts/trace_mara_rules.py [checkpoint] [--probe N ...] [--reserve N ...] [--only edf,network] [--later]
+        # default: the shipped mara/data/checkpoints/mara_trace.ckpt, the allocator's default settings
 
 ``--later``: instead of the validation weeks, a week from day 35 of clusters 02, 03 and 05 (after every training
-day, outside the evaluation protocol's first 32 days): windows with many 8-GPU jobs, which the validation weeks
-nearly lack (4 jobs of 5-15 GPUs in the three weeks), to see the reservation act on them.
+day, outside the evaluation protocol's first 32 days; printed as ``train0``): windows with many 8-GPU jobs, which
+the validation weeks nearly lack (12 jobs of 5-15 GPUs in the three weeks), to see the allocator act on them.
 """
 
 import argparse
