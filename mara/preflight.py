@@ -570,6 +570,12 @@ def preflight(cfg: DictConfig, entry: str) -> None:
     """Every check that can be made before any work (``entry``: ``train``, ``evaluate`` or ``live``); a mistake is
     one ConfigError, which the entry points print as one line and exit 2."""
     kind = cfg.get("experiment_kind")
+    if entry == "train" and kind == "trace_policy":
+        # MARA's trace policy reads only its own block (mara/train_settings.py checks it) and writes its run folder
+        folder, where = run_folder(cfg)
+        if folder is not None:
+            check_writable(folder, where)
+        return
     check_numbers(cfg)
     check_sizes(cfg)
     if entry == "train":

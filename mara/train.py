@@ -19,12 +19,12 @@ import hydra
 from omegaconf import DictConfig
 
 from mara.core import registry
-from mara.core.cli import check_group_overrides, made_run_dir, output_dir, run_cli
+from mara.core.cli import check_group_overrides, made_run_dir, run_cli
 from mara.core.config import ConfigError
 from mara.core.rundir import holding, run_settled_stage
 from mara.core.runlog import log
 from mara.evaluate import all_methods_failed, run_evaluation
-from mara.mat.trace_train import check_trace_policy, train_trace_policy
+from mara.mat.trace_train import train_trace_policy
 from mara.mat.train import check_policy_files, checkpoint_method, train_policy, with_run_policy
 from mara.pipelines.paper import run_paper
 from mara.predictors.stage import run_trainer
@@ -42,9 +42,8 @@ from mara.train_settings import (
 def before_any_work(cfg: DictConfig) -> TrainSettings:
     """The one check before any work: the stage and reward names, the shared pre-flight (method names and overrides,
     numbers, checkpoints, folders), then the config parsed into typed settings (every setting the stages read
-    checked) and the policy's checkpoints. A mistake is one ``ConfigError`` line (exit 2)."""
-    if cfg.get("experiment_kind") == "trace_policy":  # MARA's trace policy (experiment=trace_mara)
-        return check_trace_policy(cfg)
+    checked; MARA's trace policy, ``experiment=trace_mara``: its block and the traces it reads) and the policy's
+    checkpoints. A mistake is one ``ConfigError`` line (exit 2)."""
     check_stage_and_reward(cfg)
     preflight(cfg, "train")
     settings = parse(cfg)
@@ -61,17 +60,16 @@ def before_any_work(cfg: DictConfig) -> TrainSettings:
 
 def train(cfg: DictConfig) -> dict:
     """The configured stages of ``cfg``, parsed and checked once before any work; a dict of what each produced."""
-    settings = before_any_work(cfg)
-    if cfg.get("experiment_kind") == "trace_policy":
-        return train_trace_policy(cfg, settings, output_dir(cfg), log=log.info)
-    return run_training(settings)
+    return run_training(before_any_work(cfg))
 
 
 def run_training(settings: TrainSettings) -> dict:
     """The run its settings describe, in its folder (one live run per folder; a rerun resumes)."""
     folder = None if settings.folder is None else Path(settings.folder)
-    with holding(folder, settings.fresh, {name: settings.record(name) for name in ("predictor", "policy")}):
+    with holding(folder, settings.fresh, dict(settings.records)):  # the stages' records (none: the trace policy)
         out = made_run_dir(settings.folder, settings.task_name)
+        if settings.trace_policy is not None:  # MARA's trace policy: its own resumable stages (mara/mat/trace_train.py)
+            return train_trace_policy(settings.trace_policy, out, log=log.info)
         if settings.paper is not None:  # the paper's protocol: its own resumable job graph (mara/pipelines/paper.py)
             return run_paper(settings.paper, out)
         return run_stages(with_run_folder(settings, out))

@@ -17,11 +17,13 @@ import torch
 from omegaconf import OmegaConf
 
 from mara.curves.bank import default_bank_path, load_bank
-from mara.mat.trace_train import check_trace_policy, episodes
+from mara.mat.trace_settings import TraceWindowSpec
+from mara.mat.trace_train import episodes, trace_windows
 from mara.predictors.factory import predictor_from
 from mara.traces.policy import RULES, SHIPPED_TRACE_POLICY, TraceMARA, load_policy
 from mara.traces.replay import DONE
 from mara.traces.schema import SIZE_CLASSES, size_class
+from mara.train_settings import trace_policy_settings
 
 ap = argparse.ArgumentParser()
 ap.add_argument("ckpt", nargs="?", default=str(SHIPPED_TRACE_POLICY))
@@ -31,16 +33,14 @@ ap.add_argument("--only", default="", help="comma-separated rules and/or network
 ap.add_argument("--later", action="store_true", help="the weeks from day 35 of clusters 02, 03, 05")
 a = ap.parse_args()
 torch.set_num_threads(1)
-cfg = OmegaConf.load("conf/experiment/trace_mara.yaml")
+settings = trace_policy_settings(OmegaConf.load("conf/experiment/trace_mara.yaml"))
+specs = settings.val
 if a.later:
     C = "data_cache/itp-traces/elasticflow"
-    cfg.trace_mara.val = [
-        {"path": f"{C}/cluster{c}.csv", "cluster": "n64g8", "start_day": 35, "days": 7, "warmup_days": 1, "count": 1}
-        for c in ("02", "03", "05")
-    ]
-tm = check_trace_policy(cfg)
+    specs = tuple(TraceWindowSpec(f"{C}/cluster{c}.csv", "n64g8", 35, 7, 1, 1) for c in ("02", "03", "05"))
 bank = load_bank(default_bank_path())
-val = episodes(tm["val_windows"], bank, predictor_from(str(tm["predictor"]), bank.path), tm)
+windows = [trace_windows(s, "val") for s in specs]
+val = episodes(windows, bank, predictor_from(settings.predictor, bank.path), settings)
 net = load_policy(a.ckpt)
 names = [n for n in (*RULES, "network") if not a.only or n in a.only.split(",")]
 for reserve, probe, name in [(r, p, n) for r in a.reserve for p in a.probe for n in names]:

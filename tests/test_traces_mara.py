@@ -1,15 +1,18 @@
 """MARA on job traces: the permutation-invariant scorer, the greedy allocator, the checkpoint, the training checks."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
 
 from mara.core.config import ConfigError
-from mara.mat.trace_train import check_trace_policy, pl_nll, save_policy
+from mara.mat.trace_train import pl_nll, save_policy
 from mara.traces.policy import F, PriorityNet, TraceMARA, allocate, job_features, load_policy, rule_scores
 from mara.traces.replay import PENDING, JobState
 from mara.traces.throughput import LEVELS
+from mara.train_settings import trace_policy_settings
 
 
 def _state(n_gpus=8, iters=(100.0, 100.0), ddl=(1000, 1000)):
@@ -90,10 +93,10 @@ def test_training_settings_are_checked_before_any_work(tmp_path):
     base = OmegaConf.load("conf/experiment/trace_mara.yaml")
     cfg = OmegaConf.merge(base, {"trace_mara": {"band": "middle"}})
     with pytest.raises(ConfigError, match="band"):
-        check_trace_policy(cfg)
+        trace_policy_settings(cfg)
     cfg = OmegaConf.merge(base, {"trace_mara": {"pg_rounds": -1}})
     with pytest.raises(ConfigError, match="pg_rounds"):
-        check_trace_policy(cfg)
+        trace_policy_settings(cfg)
     cfg = OmegaConf.merge(
         base,
         {
@@ -103,7 +106,68 @@ def test_training_settings_are_checked_before_any_work(tmp_path):
         },
     )
     with pytest.raises(ConfigError, match="not found"):
-        check_trace_policy(cfg)
+        trace_policy_settings(cfg)
+
+
+def test_the_training_settings_parse_into_frozen_settings_whose_defaults_fill_what_is_left_out():
+    import dataclasses
+
+    from mara.mat.trace_settings import WARMUP_DAYS, TracePolicySettings
+
+    base = OmegaConf.load("conf/experiment/trace_mara.yaml")
+    settings = trace_policy_settings(OmegaConf.merge(base, {"seed": 3}))
+    assert isinstance(settings, TracePolicySettings) and settings.seed == 3
+    assert (len(settings.train), len(settings.val)) == (7, 3) and settings.val[0].split == "val"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.lr = 1.0
+    block = OmegaConf.to_container(base.trace_mara)
+    for k in ("lr", "keep", "threads"):
+        block.pop(k)
+    for w in block["val"]:
+        w.pop("warmup_days")
+    lean = trace_policy_settings(OmegaConf.create({"trace_mara": block}))
+    defaults = {f.name: f.default for f in dataclasses.fields(TracePolicySettings)}
+    assert (lean.lr, lean.keep, lean.threads) == (defaults["lr"], defaults["keep"], defaults["threads"])
+    assert lean.val[0].warmup_days == WARMUP_DAYS["val"]
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"lr": "fast"}, "trace_mara.lr must be a number"),
+        ({"keep": 0}, "trace_mara.keep must be an integer >= 1"),
+        ({"declare_quantile": 1.5}, "trace_mara.declare_quantile must be in [0, 1]"),
+        ({"learning_rate": 0.1}, "trace_mara: unknown setting learning_rate"),
+    ],
+)
+def test_every_training_setting_is_checked_in_one_line(change, words):
+    cfg = OmegaConf.merge(OmegaConf.load("conf/experiment/trace_mara.yaml"), {"trace_mara": change})
+    with pytest.raises(ConfigError, match=re.escape(words)) as err:
+        trace_policy_settings(cfg)
+    assert "\n" not in str(err.value)
+
+
+def test_a_window_spec_is_checked_in_one_line():
+    base = OmegaConf.load("conf/experiment/trace_mara.yaml")
+    spec = OmegaConf.to_container(base.trace_mara.train[0])
+    for change, words in (
+        ({"count": None}, "each entry needs count"),
+        ({"split": "test"}, "split must be one of train, val"),
+        ({"weeks": 1}, "unknown setting weeks"),
+        ({"start_day": 10_000}, "no window of 1 days fits"),
+    ):
+        bad = {k: v for k, v in {**spec, **change}.items() if v is not None}
+        with pytest.raises(ConfigError, match=words):
+            trace_policy_settings(OmegaConf.merge(base, {"trace_mara": {"train": [bad]}}))
+
+
+def test_the_entry_point_parses_the_trace_experiment_into_its_settings_alone(tmp_path):
+    from mara.train import before_any_work
+    from tests.test_entrypoints import cfg_for
+
+    settings = before_any_work(cfg_for("train", ["experiment=trace_mara", f"paths.output_dir={tmp_path}"]))
+    assert settings.trace_policy is not None and settings.folder == str(tmp_path)
+    assert settings.policy is None and settings.paper is None and settings.records == {}
 
 
 def test_a_missing_trace_policy_checkpoint_is_refused_before_any_work():

@@ -151,17 +151,19 @@ def test_the_entry_point_hands_its_config_on_unread():
 
 
 def test_the_stages_after_the_parse_take_typed_settings():
-    """The evaluation and the paper's pipeline, as mara.train runs them, take frozen settings, not a config."""
+    """The evaluation, the paper's pipeline and the trace policy's training, as mara.train runs them, take frozen
+    settings, not a config."""
     import inspect
 
     from mara.evaluate import run_evaluation
+    from mara.mat.trace_train import train_trace_policy
     from mara.pipelines.paper import run_paper
     from mara.train import run_training
 
     first = {f.__name__: next(iter(inspect.signature(f).parameters.values())).annotation
-             for f in (run_training, run_evaluation, run_paper)}
+             for f in (run_training, run_evaluation, run_paper, train_trace_policy)}
     assert first == {"run_training": "TrainSettings", "run_evaluation": "EvaluationSettings",
-                     "run_paper": "PaperSettings"}
+                     "run_paper": "PaperSettings", "train_trace_policy": "TracePolicySettings"}
 
 
 def test_settings_are_frozen_and_recorded_as_before():

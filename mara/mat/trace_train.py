@@ -14,22 +14,23 @@
 
 Every stage writes its product into the run folder and a rerun resumes from it; TensorBoard scalars go to
 ``<run>/tb``. Windows: ``train`` / ``val`` lists of ``{path, cluster, start_day, days, warmup_days, count}``
-(``count`` consecutive windows from ``start_day`` of the trace's first submission).
+(``count`` consecutive windows from ``start_day`` of the trace's first submission). The settings arrive parsed and
+checked (``TracePolicySettings``, mara/mat/trace_settings.py, read from the config by mara/train_settings.py).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
 
-from mara.core.config import ConfigError, plain_config
+from mara.core.config import ConfigError
 from mara.curves.bank import default_bank_path, load_bank
+from mara.mat.trace_settings import TracePolicySettings, TraceWindowSpec
 from mara.predictors.factory import predictor_from
 from mara.traces.policy import RULES, PriorityNet, TraceMARA
 from mara.traces.replay import JobState, replay
@@ -69,60 +70,38 @@ class Episode:
         return float(rep.met[self.scored].mean()) if self.scored.any() else 0.0
 
 
-def _windows(spec: dict, where: str) -> tuple[str, object, list[Window]]:
-    """(path, cluster, windows) of one window spec."""
-    for k in ("path", "cluster", "start_day", "days", "count"):
-        if k not in spec:
-            raise ConfigError(f"trace_mara.{where}: each entry needs {k} (path, cluster, start_day, days, count)")
-    path = Path(str(spec["path"]))
+def trace_windows(spec: TraceWindowSpec, where: str) -> tuple[str, object, list[Window]]:
+    """(path, (trace, cluster), windows) of one window spec; a missing trace or a spec no window fits is one
+    ``ConfigError`` line (the entry point's parse calls this before any work)."""
+    path = Path(spec.path)
     if not path.is_file():
         raise ConfigError(
             f"trace_mara.{where}: trace {path} not found (unpack: mkdir -p data_cache && tar xzf "
             "../shared/data/itp-traces.tar.gz -C data_cache)"
         )
-    cluster = parse_cluster(spec["cluster"])
+    cluster = parse_cluster(spec.cluster)
     trace = load_trace(str(path), cluster, 1.5, known_models())
-    if spec.get("split") == "val":  # the validation windows of the evaluation protocol, exactly as mara.evaluate
-        wins = make_windows(
-            trace, int(spec["days"] * DAY), int(spec.get("warmup_days", 1) * DAY), 1, int(spec["count"]), None
-        )
+    if spec.split == "val":  # the validation windows of the evaluation protocol, exactly as mara.evaluate
+        wins = make_windows(trace, int(spec.days * DAY), int(spec.warmup_days * DAY), 1, spec.count, None)
         return str(path), (trace, cluster), [w for w in wins if w.split == "val"]
-    t0, length = int(trace.submit[0]), int(float(spec["days"]) * DAY)
-    warm = int(float(spec.get("warmup_days", 0.5)) * DAY)
+    t0, length = int(trace.submit[0]), int(spec.days * DAY)
+    warm = int(spec.warmup_days * DAY)
     out = []
-    for k in range(int(spec["count"])):
-        start = t0 + int(float(spec["start_day"]) * DAY) + k * (length + warm) + warm
+    for k in range(spec.count):
+        start = t0 + int(spec.start_day * DAY) + k * (length + warm) + warm
         if start + length > int(trace.submit[-1]):
             break
         out.append(Window(k, "train", start, length, warm))
     if not out:
         raise ConfigError(
-            f"trace_mara.{where}: no window of {spec['days']} days fits {path} from day {spec['start_day']}"
+            f"trace_mara.{where}: no window of {spec.days:g} days fits {path} from day {spec.start_day:g}"
         )
     return str(path), (trace, cluster), out
 
 
-def check_trace_policy(cfg: DictConfig) -> dict:
-    """The trace-policy training settings, checked before any work (one-line ConfigError)."""
-    tm = plain_config(cfg.get("trace_mara")) or {}
-    for k in ("train", "val"):
-        if not tm.get(k):
-            raise ConfigError(f"trace_mara.{k} is empty: list the {k} windows")
-    for k in ("imitation_epochs", "pg_rounds", "samples", "top_k", "hidden"):
-        v = tm.get(k)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ConfigError(f"trace_mara.{k} must be an integer >= 0, got {v!r}")
-    if tm.get("band") not in BANDS:
-        raise ConfigError(f"trace_mara.band must be one of {', '.join(BANDS)}, got {tm.get('band')!r}")
-    if tm.get("predictor") not in ("qr", "wls"):
-        raise ConfigError(f"trace_mara.predictor must be qr or wls, got {tm.get('predictor')!r}")
-    tm["train_windows"] = [_windows(s, "train") for s in tm["train"]]
-    tm["val_windows"] = [_windows(s, "val") for s in tm["val"]]
-    return tm
-
-
-def episodes(windows, bank, predictor, tm: dict) -> list[Episode]:
-    """Episodes of every window of ``windows`` (the output of ``_windows``)."""
+def episodes(windows, bank, predictor, settings: TracePolicySettings) -> list[Episode]:
+    """Episodes of every window of ``windows`` (each the output of ``trace_windows``), the jobs' targets and the
+    estimates as ``settings`` say."""
     out = []
     for path, (trace, cluster), wins in windows:
         for w in wins:
@@ -132,20 +111,20 @@ def episodes(windows, bank, predictor, tm: dict) -> list[Episode]:
                 jobs.model,
                 jobs.iterations,
                 bank,
-                int(tm.get("target_seed", 0)),
-                float(tm.get("declare_quantile", 0.9)),
+                settings.target_seed,
+                settings.declare_quantile,
             )
             prior = np.ceil(
                 tl.declared
                 / tl.past_batches
                 * np.array(
                     [
-                        declared_batches(bank, f, e, float(tm.get("prior_quantile", 0.5)))
+                        declared_batches(bank, f, e, settings.prior_quantile)
                         for f, e in zip(tl.family, tl.target)
                     ]
                 )
             )
-            view = PredictedCount(TraceMARA(rule="edf"), tl, bank, predictor, BANDS[tm["band"]], prior)
+            view = PredictedCount(TraceMARA(rule="edf"), tl, bank, predictor, BANDS[settings.band], prior)
             name = f"{Path(path).stem}/{w.split}{w.index}@{cluster.name}"
             out.append(Episode(name, jobs, scored, view, cluster.gpus, 60))
     return out
@@ -187,19 +166,19 @@ def validate(net: PriorityNet, val: list[Episode]) -> float:
     return float(np.mean([ep.play(TraceMARA(net=net)) for ep in val]))
 
 
-def train_trace_policy(cfg: DictConfig, tm: dict, out: Path, log=print) -> dict:
-    """The three stages above; returns what each produced."""
+def train_trace_policy(settings: TracePolicySettings, out: Path, log=print) -> dict:
+    """The three stages above in the run folder ``out``; returns what each produced."""
     from torch.utils.tensorboard import SummaryWriter
 
-    torch.manual_seed(int(cfg.get("seed", 0)))
-    torch.set_num_threads(int(tm.get("threads", 1)))  # small networks: one thread beats two contending for the cores
+    torch.manual_seed(settings.seed)
+    torch.set_num_threads(settings.threads)  # small networks: one thread beats two contending for the cores
     t_cpu0 = time.process_time()
     out.mkdir(parents=True, exist_ok=True)
     tb = SummaryWriter(str(out / "tb"))
     bank = load_bank(default_bank_path())
-    predictor = predictor_from(str(tm["predictor"]), bank.path)
-    train_eps = episodes(tm["train_windows"], bank, predictor, tm)
-    val_eps = episodes(tm["val_windows"], bank, predictor, tm)
+    predictor = predictor_from(settings.predictor, bank.path)
+    train_eps = episodes([trace_windows(s, "train") for s in settings.train], bank, predictor, settings)
+    val_eps = episodes([trace_windows(s, "val") for s in settings.val], bank, predictor, settings)
     log(f"trace policy: {len(train_eps)} training windows, {len(val_eps)} validation windows")
     state_file = out / "state.json"
     st = json.loads(state_file.read_text()) if state_file.exists() else {}
@@ -217,7 +196,7 @@ def train_trace_policy(cfg: DictConfig, tm: dict, out: Path, log=print) -> dict:
             log(f"  {ep.name}: " + ", ".join(f"{r} {v:.3f}" for r, v in table[ep.name].items()))
         st["teachers"] = table
         save_state()
-    net = PriorityNet(int(tm["hidden"]))
+    net = PriorityNet(settings.hidden)
     imit = out / "imitation.ckpt"
     if imit.exists():
         load_into(net, imit)
@@ -229,17 +208,17 @@ def train_trace_policy(cfg: DictConfig, tm: dict, out: Path, log=print) -> dict:
             rec: list = []
             ep.play(TraceMARA(rule=best, record=rec))
             for x, order, defer in rec:  # the teacher's first ``keep`` jobs: a backlog of thousands costs, adds little
-                keep = order[: int(tm.get("keep", 256))]
+                keep = order[: settings.keep]
                 data.append((x[keep], np.arange(keep.size), defer[keep]))
         log(f"imitation: {len(data)} decisions")
-        opt = torch.optim.Adam(net.parameters(), lr=float(tm.get("lr", 3e-3)))
-        rng = np.random.default_rng(int(cfg.get("seed", 0)))
+        opt = torch.optim.Adam(net.parameters(), lr=settings.lr)
+        rng = np.random.default_rng(settings.seed)
         step = 0
-        for epoch in range(int(tm["imitation_epochs"])):
+        for epoch in range(settings.imitation_epochs):
             tot = 0.0
             for i in rng.permutation(len(data)):
                 x, order, defer = data[i]
-                loss = pl_loss(net, x, order, defer, int(tm["top_k"]))
+                loss = pl_loss(net, x, order, defer, settings.top_k)
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
@@ -255,19 +234,19 @@ def train_trace_policy(cfg: DictConfig, tm: dict, out: Path, log=print) -> dict:
     log(f"validation, imitation: {st['val_imitation']:.4f}")
     # 2. policy gradient rounds, each validated
     pg = out / "pg_last.ckpt"
-    opt = torch.optim.Adam(net.parameters(), lr=float(tm.get("pg_lr", 1e-3)))
+    opt = torch.optim.Adam(net.parameters(), lr=settings.pg_lr)
     done_rounds = int(st.get("pg_rounds_done", 0))
     if done_rounds and pg.exists():
         load_into(net, pg)
-    rng = np.random.default_rng(int(cfg.get("seed", 0)) + 1 + done_rounds)
-    per_round = int(tm.get("windows_per_round", 2))
-    for rnd in range(done_rounds, int(tm["pg_rounds"])):
+    rng = np.random.default_rng(settings.seed + 1 + done_rounds)
+    per_round = settings.windows_per_round
+    for rnd in range(done_rounds, settings.pg_rounds):
         picks = rng.choice(len(train_eps), size=min(per_round, len(train_eps)), replace=False)
         opt.zero_grad()
         rewards = []
         for i in picks:
             runs = []
-            for k in range(int(tm["samples"])):
+            for k in range(settings.samples):
                 rec: list = []
                 r = train_eps[i].play(TraceMARA(net=net, sample=True, seed=int(rng.integers(1 << 31)), record=rec))
                 runs.append((r, rec))
@@ -275,7 +254,7 @@ def train_trace_policy(cfg: DictConfig, tm: dict, out: Path, log=print) -> dict:
             for r, rec in runs:
                 if r == base:
                     continue
-                logp = sum(-pl_nll(net(torch.as_tensor(x)), order, int(tm["top_k"])) for x, order, _ in rec)
+                logp = sum(-pl_nll(net(torch.as_tensor(x)), order, settings.top_k) for x, order, _ in rec)
                 (-(r - base) * logp / (len(picks) * len(runs))).backward()
             rewards.append(base)
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
@@ -297,10 +276,10 @@ def train_trace_policy(cfg: DictConfig, tm: dict, out: Path, log=print) -> dict:
     meta = {
         "stage": "pg" if st.get("best_round") else "imitation",
         "val_met": float(st.get("best_val", st["val_imitation"])),
-        "predictor": str(tm["predictor"]),
-        "band": str(tm["band"]),
-        "train": [str(s) for s in tm["train"]],
-        "val": [str(s) for s in tm["val"]],
+        "predictor": settings.predictor,
+        "band": settings.band,
+        "train": [asdict(s) for s in settings.train],
+        "val": [asdict(s) for s in settings.val],
     }
     save_policy(net, out / "mara_trace.ckpt", meta)
     save_state()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from mara.core.config import ConfigError, load_method_cfg, plain_config
 from mara.traces.run import check_trace_run, run_trace, trace_settings
 from mara.traces.target_run import check_target_loss_run, run_target_loss
 
@@ -17,6 +18,12 @@ def check_trace_experiment(cfg: DictConfig):
     ts, trace, methods, windows = check_trace_run(cfg)
     if ts.jobs == "target_loss":
         check_target_loss_run(cfg, trace)
+    else:  # a method that plans on estimates from the loss prefix has no prefix to read on iteration-count jobs
+        over = plain_config(cfg.get("method_overrides")) or {}
+        for m, _ in methods:
+            if load_method_cfg(m, over.get(m)).get("trace_count") == "predicted":
+                raise ConfigError(f"method {m!r} plans on estimates from each job's loss prefix: run it with "
+                                  f"trace.jobs=target_loss (docs/traces-target-loss.md)")
     return ts, trace, methods, windows
 
 

@@ -71,6 +71,9 @@ def check_target_loss_run(cfg: DictConfig, trace) -> dict[str, str]:
     q = (plain_config(cfg.get("trace")) or {}).get("declare_quantile", 0.9)
     if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q <= 1:
         raise ConfigError(f"trace.declare_quantile must be a number in (0, 1], got {q!r}")
+    e = (plain_config(cfg.get("trace")) or {}).get("estimate_every_s", 0)
+    if isinstance(e, bool) or not isinstance(e, (int, float)) or not 0 <= e < float("inf"):
+        raise ConfigError(f"trace.estimate_every_s must be a number >= 0, got {e!r}")
     return method_counts(cfg)
 
 
@@ -100,12 +103,16 @@ class PredictedCount:
     """A trace scheduler that sees each job's remaining iterations as a predictor estimates them from its loss prefix
     (wraps any trace scheduler); the simulator ends a job when it reaches its target."""
 
-    def __init__(self, inner, tl, bank, predictor, band: int, prior: np.ndarray):
+    def __init__(self, inner, tl, bank, predictor, band: int, prior: np.ndarray, every_s: float = 0.0):
         self.inner, self.tl, self.bank, self.predictor, self.band = inner, tl, bank, predictor, band
         self.prior = np.asarray(prior, dtype=np.float64)  # count before the prefix says anything
         self.name, self.caps = inner.name, inner.caps
         self.min_obs = int(getattr(predictor, "min_obs", 4))
         self.cache: dict = {}  # (job, batches seen) -> remaining batches
+        # the predictor is asked at most once per ``every_s`` s of trace time (0: at every decision); in between a
+        # job's estimate is its last one less the batches it has run since (a job first warm in between: its prior)
+        self.every_s, self.asked_at, self.asked = float(every_s), -np.inf, False
+        self.last = {}  # job -> (batches seen, remaining batches) of its latest estimate
 
     def reset(self, state: JobState) -> None:
         self.state = state
@@ -114,34 +121,41 @@ class PredictedCount:
         self.view.iter_left = self.prior.copy()
         self.inner.reset(self.view)
 
-    def _estimates(self, jobs: np.ndarray, done: np.ndarray) -> np.ndarray:
-        """Remaining iterations of ``jobs`` from their prefixes (``done`` iterations each)."""
+    def _estimates(self, jobs: np.ndarray, done: np.ndarray, ask: bool = True) -> np.ndarray:
+        """Remaining iterations of ``jobs`` from their prefixes (``done`` iterations each); ``ask``: ask the
+        predictor (else run the last estimates down)."""
         tl, bank = self.tl, self.bank
         scale = tl.seen_scale[jobs]
         seen = np.floor(done / scale).astype(np.int64)  # bank batches observed
         est = np.maximum(self.prior[jobs] - done, 1.0)
         warm = np.flatnonzero(seen >= self.min_obs)
+        if not ask:  # between two asks: the last estimate, run down by the batches done since
+            for i in warm:
+                if int(jobs[i]) in self.last:
+                    n0, b = self.last[int(jobs[i])]
+                    est[i] = max((b - (seen[i] - n0)) * scale[i], 1.0)
+            return est
         need = [i for i in warm if (int(jobs[i]), int(seen[i])) not in self.cache]
         if need:
-            rows, n = tl.row[jobs[need]], seen[need]
-            H = int(n.max())
-            S, L = bank.S[rows, :H].copy(), bank.L[rows, :H].copy()
-            pad = np.arange(H)[None, :] >= n[:, None]
-            S[pad], L[pad] = np.nan, np.nan
-            cap = (bank.lengths[rows] - n).astype(np.float64)
-            q = self.predictor.predict_quantiles(S, L, n, tl.target[jobs[need]], cap, bank.batch_size[rows],
-                                                 bank.lr[rows], family=tl.family[jobs[need]])
+            q = prefix_band(self.predictor, tl, bank, jobs[need], seen[need])
+            self.asked = True
             for i, b in zip(need, q[:, self.band]):
                 self.cache[(int(jobs[i]), int(seen[i]))] = float(b)
         for i in warm:
-            est[i] = max(self.cache[(int(jobs[i]), int(seen[i]))] * scale[i], 1.0)
+            b = self.cache[(int(jobs[i]), int(seen[i]))]
+            self.last[int(jobs[i])] = (int(seen[i]), b)
+            est[i] = max(b * scale[i], 1.0)
         return est
 
     def decide(self, now: int, arrivals: np.ndarray):
         s = self.state
         live = np.flatnonzero((s.status == PENDING) | (s.status == RUNNING))
         if live.size:
-            self.view.iter_left[live] = self._estimates(live, self.work[live] - s.iter_left[live])
+            self.asked = False
+            self.view.iter_left[live] = self._estimates(live, self.work[live] - s.iter_left[live],
+                                                        now - self.asked_at >= self.every_s)
+            if self.asked:
+                self.asked_at = now
         nxt = self.inner.decide(now, arrivals)
         live = np.flatnonzero((s.status == PENDING) | (s.status == RUNNING))
         s.finish[live] = NEVER  # the simulator finds the finish when the job reaches its target
@@ -149,8 +163,23 @@ class PredictedCount:
         return next_target_event(s, live[s.gpus[live] > 0], now, nxt)
 
 
-def replay_target_window(trace, w, ts, spec, count: str, bank, seed: int, q: float, mc=None, predictor=None):
-    """Replay one window of target-loss jobs under one scheduler: (jobs, scored, Replay, wall s, TargetLossJobs)."""
+def prefix_band(predictor, tl, bank, jobs: np.ndarray, seen: np.ndarray) -> np.ndarray:
+    """The predictor's band of remaining bank batches to each job's target, from its first ``seen`` batches of loss
+    (``jobs``, ``seen`` [n], seen >= 1). -> [n, 3] (lo, median, hi)"""
+    rows, n = tl.row[jobs], np.asarray(seen, dtype=np.int64)
+    H = int(n.max())
+    S, L = bank.S[rows, :H].copy(), bank.L[rows, :H].copy()
+    pad = np.arange(H)[None, :] >= n[:, None]
+    S[pad], L[pad] = np.nan, np.nan
+    cap = (bank.lengths[rows] - n).astype(np.float64)
+    return predictor.predict_quantiles(S, L, n, tl.target[jobs], cap, bank.batch_size[rows], bank.lr[rows],
+                                       family=tl.family[jobs])
+
+
+def replay_target_window(trace, w, ts, spec, count: str, bank, seed: int, q: float, mc=None, predictor=None,
+                         every_s: float = 0.0):
+    """Replay one window of target-loss jobs under one scheduler: (jobs, scored, Replay, wall s, TargetLossJobs);
+    ``every_s``: a ``predicted`` count asks its predictor at most once per that many seconds of trace time."""
     import time
 
     jobs, scored = window_jobs(trace, w, ts.first_jobs)
@@ -163,7 +192,7 @@ def replay_target_window(trace, w, ts, spec, count: str, bank, seed: int, q: flo
     elif count == "predicted":
         prior = tl.declared / tl.past_batches * np.array(
             [declared_batches(bank, f, e, float(mc.trace_prior_quantile)) for f, e in zip(tl.family, tl.target)])
-        sched = PredictedCount(sched, tl, bank, predictor, BANDS[mc.trace_band], np.ceil(prior))
+        sched = PredictedCount(sched, tl, bank, predictor, BANDS[mc.trace_band], np.ceil(prior), every_s)
     tput, max_level = job_speeds(jobs, sched.caps, ts.cluster.gpus, rigid=ts.rigid)
     state = JobState(jobs.submit, jobs.deadline, tput, max_level, work, ts.cluster.gpus, slot=ts.slot)
     t0 = time.perf_counter()
@@ -179,6 +208,7 @@ def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
     ts, trace, methods, windows = check_trace_run(cfg)
     counts = check_target_loss_run(cfg, trace)
     seed, q = ts.target_seed, float((plain_config(cfg.get("trace")) or {}).get("declare_quantile", 0.9))
+    every_s = float((plain_config(cfg.get("trace")) or {}).get("estimate_every_s", 0))
     bank = load_bank(default_bank_path())
     log(f"target-loss jobs of {ts.path}: cluster {ts.cluster.name}, {len(windows)} {ts.split} window(s), methods "
         + ", ".join(f"{m} ({counts[m]} count)" for m, _ in methods))
@@ -194,7 +224,7 @@ def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
                                 "prior_quantile": float(mc.trace_prior_quantile)}
         for w in windows:
             jobs, scored, rep, secs, tl = replay_target_window(trace, w, ts, spec, counts[name], bank, seed, q, mc,
-                                                               predictor)
+                                                               predictor, every_s)
             timings[name] += secs
             new = job_rows(name, w, jobs, scored, rep)
             for r, j in zip(new, np.flatnonzero(scored)):
@@ -211,6 +241,7 @@ def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
                 "slot_s": ts.slot, "first_jobs": ts.first_jobs, "window_s": ts.window_s, "warmup_s": ts.warmup_s,
                 "split": ts.split, "windows": [w.__dict__ for w in windows], "rigid": ts.rigid, "overhead": ts.overhead,
                 "jobs": "target_loss", "target_seed": seed, "declare_quantile": q, "bank": str(bank.path), "counts": counts,
+                "estimate_every_s": every_s,
                 "predicted": planned_on}
     return write_trace_results(rows, windows_info, occupancy, protocol, timings, out,
                                tensorboard=bool((cfg.get("eval") or {}).get("tensorboard", True)))

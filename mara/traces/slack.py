@@ -1,0 +1,207 @@
+"""The least-slack rule on a GPU pool of multi-GPU, elastic trace jobs (``Slack-QR-q`` / ``Slack-Truth`` on traces).
+
+The paper world's rule (mara/allocators/slack.py) serves predicted-finishable tasks by least slack and defers the
+hopeless ones; here each job can run on a level of GPUs (1, 2, 4, ... up to its cap) at its measured throughput.
+At a decision, with r a live job's remaining iterations as the scheduler sees them (an estimate from its loss
+prefix, or the truth for the bound) and τ = deadline − now:
+
+  * **Slack** s = τ − r / v*, with v* the job's fastest measured throughput over its allowed levels (at most the
+    cluster): the time it could spare if it ran alone at its best.
+  * **Finishable** when s ≥ ``margin`` × τ; otherwise **deferred**: served only with GPUs no finishable job wants.
+    Deferral is soft: a deferred job is never rejected, and the next decision judges it again on fresh estimates.
+  * **Minimum shares**: finishable jobs, least slack first, each get the smallest level whose throughput finishes r
+    by the deadline (its minimum satisfactory share) when that many GPUs are still free; one that does not fit
+    waits and the next may take the GPUs (backfilling).
+  * **Extra GPUs by marginal throughput**: free GPUs go one level step at a time to the finishable job holding GPUs
+    whose progress rate (share of its remaining work per second, v / r) grows most per added GPU; then jobs still
+    without GPUs (finishable ones that did not fit, then deferred ones by deadline) get the largest level that fits
+    (at most their cap); then the same marginal steps over every job holding GPUs.
+
+``slack_allocation`` is the rule as a pure function of what a scheduler observes (``TraceView`` → GPUs per job);
+``TraceSlack`` is the trace scheduler around it (mara/traces/replay.py's interface). Arrays ``[n]`` over the live
+jobs of a decision, throughputs ``[n, L]`` over LEVELS (0: level not allowed).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from mara.traces.replay import NEVER, PENDING, RUNNING, JobState
+from mara.traces.throughput import LEVELS
+
+FINISHABLE, DEFERRED = 0, 1
+
+
+@dataclass(frozen=True)
+class TraceView:
+    """What the rule observes at one decision, ``[n]`` over live jobs."""
+
+    now: float
+    remaining: np.ndarray  # float: remaining iterations as the scheduler sees them (estimate or truth)
+    deadline: np.ndarray  # float: absolute deadline, s
+    tput: np.ndarray  # [n, L] iterations per second per level of LEVELS (0: not allowed)
+    n_gpus: int  # GPUs of the pool
+
+
+def usable_tput(tput: np.ndarray, n_gpus: int) -> np.ndarray:
+    """``tput [n, L]`` with levels above the pool's size zeroed."""
+    return np.where(LEVELS[None, :] <= n_gpus, tput, 0.0)
+
+
+def level_times(view: TraceView) -> np.ndarray:
+    """Seconds each job needs for its remaining iterations at each level, inf where not allowed. -> [n, L]"""
+    tp = usable_tput(view.tput, view.n_gpus)
+    r = np.maximum(np.asarray(view.remaining, dtype=np.float64), 0.0)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(tp > 0, r / np.where(tp > 0, tp, 1.0), np.inf)
+
+
+def slack_of(view: TraceView) -> np.ndarray:
+    """Time to deadline less the remaining time at the job's fastest level (-inf for a job with no level). -> [n]"""
+    return (np.asarray(view.deadline, dtype=np.float64) - view.now) - level_times(view).min(axis=1, initial=np.inf)
+
+
+def min_share(view: TraceView) -> np.ndarray:
+    """Smallest GPU level (a count, 0 if none) at which each job finishes its remaining iterations by its deadline,
+    running from now. -> [n] int"""
+    ok = level_times(view) <= (np.asarray(view.deadline, dtype=np.float64) - view.now)[:, None]
+    first = ok.argmax(axis=1)
+    return np.where(ok.any(axis=1), LEVELS[first], 0)
+
+
+def slack_order(view: TraceView, margin: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """(stage [n]: FINISHABLE or DEFERRED, order [n]: job positions, finishable by least slack then deferred by
+    deadline; ties by deadline then position)."""
+    tau = np.asarray(view.deadline, dtype=np.float64) - view.now
+    slack = slack_of(view)
+    stage = np.where((slack >= margin * np.maximum(tau, 0.0)) & np.isfinite(slack), FINISHABLE, DEFERRED)
+    within = np.where(stage == FINISHABLE, slack, view.deadline)
+    n = len(stage)
+    order = np.lexsort((np.arange(n), view.deadline, within, stage))
+    return stage, order
+
+
+def _next_level(tp_row: np.ndarray, g: int) -> int:
+    """The next allowed level above ``g`` GPUs (0: none)."""
+    for lv, sp in zip(LEVELS, tp_row):
+        if lv > g and sp > 0:
+            return int(lv)
+    return 0
+
+
+def _grow(gpus: np.ndarray, free: int, who: np.ndarray, tp: np.ndarray, rem: np.ndarray) -> int:
+    """Give free GPUs one level step at a time to the job of ``who`` (positions holding GPUs) whose progress rate
+    v / r grows most per added GPU; returns the GPUs still free. ``gpus`` is updated in place."""
+    idx = {int(lv): i for i, lv in enumerate(LEVELS)}
+    while free > 0 and who.size:
+        best, best_val, best_lv = -1, 0.0, 0
+        for j in who:
+            g = int(gpus[j])
+            nxt = _next_level(tp[j], g)
+            if nxt == 0 or nxt - g > free:
+                continue
+            val = (tp[j, idx[nxt]] - tp[j, idx[g]]) / max(rem[j], 1e-9) / (nxt - g)
+            if val > best_val:
+                best, best_val, best_lv = int(j), val, nxt
+        if best < 0:
+            break
+        free -= best_lv - int(gpus[best])
+        gpus[best] = best_lv
+    return free
+
+
+def _largest_fit(tp_row: np.ndarray, free: int) -> int:
+    """The largest allowed level that fits ``free`` GPUs (0: none)."""
+    ok = (tp_row > 0) & (LEVELS <= free)
+    return int(LEVELS[np.flatnonzero(ok)[-1]]) if ok.any() else 0
+
+
+def slack_allocation(view: TraceView, margin: float = 0.0) -> np.ndarray:
+    """GPUs per live job (a level of LEVELS or 0) under the least-slack rule (module docstring). -> [n] int"""
+    n = len(view.remaining)
+    gpus = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return gpus
+    tp = usable_tput(np.asarray(view.tput, dtype=np.float64), view.n_gpus)
+    rem = np.maximum(np.asarray(view.remaining, dtype=np.float64), 1e-9)
+    stage, order = slack_order(view, margin)
+    need = min_share(view)
+    free = int(view.n_gpus)
+    fin = order[stage[order] == FINISHABLE]
+    for j in fin:  # minimum satisfactory shares, least slack first, backfilling
+        if 0 < need[j] <= free:
+            gpus[j] = need[j]
+            free -= int(need[j])
+    free = _grow(gpus, free, fin[gpus[fin] > 0], tp, rem)
+    for j in order:  # jobs still without GPUs: the largest level that fits
+        if free == 0:
+            break
+        if gpus[j] == 0:
+            g = _largest_fit(tp[j], free)
+            gpus[j] = g
+            free -= g
+    _grow(gpus, free, order[gpus[order] > 0], tp, rem)
+    return gpus
+
+
+class TraceSlack:
+    """The least-slack rule as a trace scheduler (state ``[J]`` arrays shared with the simulator). It reads each
+    job's ``iter_left`` as its remaining iterations: the truth (``Slack-Truth``) or, wrapped by
+    mara/traces/target_run.py's ``PredictedCount``, a predictor's estimate (``Slack-QR-q``). Set-up overhead as
+    ElasticFlow's simulator charges it (mara/traces/elasticflow.py), so that the two pay the same for elasticity."""
+
+    name = "Slack"
+
+    def __init__(self, margin: float = 0.0, caps: str = "elasticflow", overhead: bool = True, name: str | None = None):
+        if not math.isfinite(float(margin)) or float(margin) < 0 or float(margin) >= 1:
+            raise ValueError(f"TraceSlack.margin must lie in [0, 1), got {margin!r}")
+        if caps not in ("elasticflow", "table"):
+            raise ValueError(f"TraceSlack.caps must be elasticflow or table, got {caps!r}")
+        self.margin, self.caps, self.overhead = float(margin), caps, bool(overhead)
+        if name:
+            self.name = name
+
+    def reset(self, state: JobState) -> None:
+        self.s = state
+        self.started_once = np.zeros(len(state.submit), dtype=bool)
+        self.base = 7 if state.n_gpus >= 256 else 2
+
+    def view(self, now: int, live: np.ndarray) -> TraceView:
+        """The observable view of the jobs ``live`` (indices) at ``now``."""
+        s = self.s
+        return TraceView(
+            now=float(now),
+            remaining=s.iter_left[live].astype(np.float64),
+            deadline=s.ddl[live].astype(np.float64),
+            tput=s.tput[live],
+            n_gpus=int(s.n_gpus),
+        )
+
+    def decide(self, now: int, arrivals: np.ndarray):
+        """Admit every arrival (deferral is soft), set GPUs, finishes and end events; no re-plan time of its own."""
+        s = self.s
+        s.status[arrivals] = PENDING
+        live = np.flatnonzero((s.status == PENDING) | (s.status == RUNNING))
+        if live.size == 0:
+            return None
+        g = slack_allocation(self.view(now, live), self.margin)
+        s.gpus[live] = g
+        on, off = live[g > 0], live[g == 0]
+        for j in on:
+            gj = int(s.gpus[j])
+            oh = 0.0
+            if self.overhead:
+                oh = self.base + (0.0 if self.started_once[j] else 2.0 * (math.log2(gj) + 1))
+            self.started_once[j] = True
+            s.overhead[j] = oh
+            s.finish[j] = now + oh + math.ceil(max(float(s.iter_left[j]), 0.0) / s.speed(j, gj))
+        s.end_event[on] = s.finish[on]
+        start = on[s.status[on] == PENDING]
+        s.status[start] = RUNNING
+        s.started[start] = now
+        s.finish[off] = NEVER
+        s.end_event[off] = NEVER  # waiting or preempted: its end moves to when it runs again
+        return None
