@@ -247,3 +247,14 @@ def test_a_job_hopeless_by_its_estimate_gets_one_gpu_to_probe_so_the_estimate_ca
     assert allocate(300, s, np.arange(2), sc, probe=1).tolist() == allocate(300, s, np.arange(2), sc).tolist()
     with pytest.raises(ConfigError, match="probe"):
         TraceMARA(rule="edf", probe=-1)
+
+
+def test_an_estimated_count_view_replays_afresh_under_each_scheduler():
+    from mara.traces.target_run import PredictedCount
+
+    # an episode is replayed under many schedulers: the view's memory of when it last asked its predictor, and of
+    # each job's last estimate, must not carry over from one replay into the next
+    view = PredictedCount(TraceMARA(rule="edf"), None, None, None, 1, np.array([100.0, 100.0]), every_s=0.0)
+    view.asked_at, view.last = 10**9, {0: (5, 1.0)}
+    view.reset(_state())
+    assert view.asked_at == -np.inf and view.last == {}
