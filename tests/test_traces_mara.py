@@ -202,3 +202,59 @@ def test_the_shipped_policy_meets_more_deadlines_than_elasticflow_on_declared_co
         )
         met[m] = rep.met[scored].mean()
     assert met["MARA"] > met["ElasticFlow"], met
+
+
+def test_a_wide_job_passed_over_starves_without_a_reservation_and_meets_its_deadline_with_one():
+    from mara.traces.replay import replay
+
+    # 8 GPUs, deadline order: job 0 needs 4 GPUs until t=100; job 1 (wide) needs all 8 to finish 1,600 iterations
+    # by t=250, so its share does not fit at t=0; job 2 (narrow, late deadline) fits behind it. Without a
+    # reservation job 2 takes GPUs now, job 1 gets only 2, and from t=100 even 8 GPUs are too late. With one, job 1
+    # reserves the 8 GPUs that are free at t=100 (job 0's finish), job 2 may not hold GPUs past that time, job 1
+    # runs on the 4 spare until then and meets its deadline; job 2 still meets its own.
+    met = {}
+    for reserve in (0, 1):
+        s = _state(iters=(400.0, 1600.0, 1000.0), ddl=(100, 250, 2000))
+        s.status[:] = 0
+        sched = TraceMARA(rule="edf", overhead=False, reserve=reserve, probe=0)
+        rep = replay(s, sched, np.zeros(3, dtype=np.int64), 1)
+        met[reserve] = rep.met.tolist()
+    assert met[0] == [True, False, True]
+    assert met[1] == [True, True, True]
+    s = _state(iters=(400.0, 1600.0, 1000.0), ddl=(100, 250, 2000))
+    assert allocate(0, s, np.arange(3), np.array([3.0, 2.0, 1.0])).tolist() == [4, 2, 2]
+    assert allocate(0, s, np.arange(3), np.array([3.0, 2.0, 1.0]), reserve=1).tolist() == [4, 4, 0]
+
+
+def test_a_bad_reservation_setting_is_refused_before_any_work():
+    from mara.traces.run import trace_methods
+
+    cfg = OmegaConf.create({"methods": ["MARA"], "method_overrides": {"MARA": {"trace_scheduler": {"reserve": -1}}}})
+    with pytest.raises(ConfigError, match="reserve"):
+        trace_methods(cfg)
+
+
+def test_a_job_hopeless_by_its_estimate_gets_one_gpu_to_probe_so_the_estimate_can_change():
+    # job 0 can finish by its deadline only on 8 GPUs; job 1 (first in score order) cannot by its estimate on any
+    # level. Without probes job 1 gets nothing, shows no new loss, and its estimate never moves; with one probe it
+    # gets one GPU at its place in score order. A deferred job, or one past its deadline, is never probed.
+    s = _state(iters=(800.0, 10000.0), ddl=(100, 200))
+    sc = np.array([1.0, 2.0])
+    assert allocate(0, s, np.arange(2), sc).tolist() == [8, 0]
+    assert allocate(0, s, np.arange(2), sc, probe=1).tolist() == [4, 4]  # 1 GPU probe, then job 0 what fits (4),
+    # then the 3 left by speed-up: the probe 1 -> 2 -> 4
+    assert allocate(0, s, np.arange(2), np.array([1.0, -1.0]), probe=1).tolist() == [8, 0]
+    assert allocate(300, s, np.arange(2), sc, probe=1).tolist() == allocate(300, s, np.arange(2), sc).tolist()
+    with pytest.raises(ConfigError, match="probe"):
+        TraceMARA(rule="edf", probe=-1)
+
+
+def test_an_estimated_count_view_replays_afresh_under_each_scheduler():
+    from mara.traces.target_run import PredictedCount
+
+    # an episode is replayed under many schedulers: the view's memory of when it last asked its predictor, and of
+    # each job's last estimate, must not carry over from one replay into the next
+    view = PredictedCount(TraceMARA(rule="edf"), None, None, None, 1, np.array([100.0, 100.0]), every_s=0.0)
+    view.asked_at, view.last = 10**9, {0: (5, 1.0)}
+    view.reset(_state())
+    assert view.asked_at == -np.inf and view.last == {}

@@ -12,6 +12,11 @@ score per job, and ``allocate`` hands out GPUs:
   2. in score order, every job not deferred and still without GPUs gets the largest level that fits;
   3. the GPUs still free go one level step at a time to the job whose speed grows most per added GPU;
   4. what is left goes to the deferred jobs in score order (work-conserving: an estimate can be wrong).
+With ``reserve`` = N > 0 (EASY backfilling), the first N jobs of pass 1 whose minimum share does not fit *reserve*
+it: at the earliest time R before their deadline at which the GPUs released by the jobs already placed (at their
+estimated finish times) make room for it. Every later placement (the rest of pass 1, passes 2-4) may take
+GPUs only if it gives them back by R (its estimated finish at that level) or if they are spare at R (beyond the
+reserved level); so a wide job is no longer overtaken for ever by the narrow jobs behind it.
 Rules (``RULES``) give the same allocator hand-made scores: they are the teachers the network imitates.
 
 Arrays ``[n]`` over the live jobs of a decision; ``F`` = len(FEATURES).
@@ -48,6 +53,8 @@ FEATURES = (
 )
 F = len(FEATURES)
 SHIPPED_TRACE_POLICY = SHIPPED_CKPT_DIR / "mara_trace.ckpt"  # the checkpoint method MARA runs on traces by default
+RESERVE = 0  # reservations per decision of the allocator by default (training and the method), chosen on validation
+PROBE = 32  # jobs per decision that, hopeless by their estimate, still get one GPU so that it can change (validation)
 
 
 def min_levels(now: int, s: JobState, jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -139,34 +146,114 @@ def rule_scores(rule: str, x: np.ndarray, ddl: np.ndarray) -> np.ndarray:
 RULES = ("edf", "edf_feasible", "slack", "cheapest")
 
 
-def allocate(now: int, s: JobState, jobs: np.ndarray, scores: np.ndarray) -> np.ndarray:
-    """GPUs ``[n]`` (each 0 or a level) for live ``jobs`` from their ``scores [n]`` (the four passes above)."""
+def allocate(
+    now: int, s: JobState, jobs: np.ndarray, scores: np.ndarray, reserve: int = 0, probe: int = 0
+) -> np.ndarray:
+    """GPUs ``[n]`` (each 0 or a level) for live ``jobs`` from their ``scores [n]`` (the four passes above;
+    ``reserve``: how many jobs passed over in pass 1 may hold a reservation, 0 none; ``probe``: how many jobs not
+    deferred that no level makes meet their deadline by the estimate get one GPU in pass 1, at their place in score
+    order, before their deadline: a job without GPUs shows no new loss, so its estimate cannot change)."""
     need, top = min_levels(now, s, jobs)
     order = np.lexsort((np.arange(jobs.size), -scores))
     gpus = np.zeros(jobs.size, dtype=np.int64)
     free = int(s.n_gpus)
     keep = scores >= 0
+    book = _Reservations(now, s, jobs, free) if reserve > 0 else None
+    probes = 0
     for i in order:  # 1: minimum shares
         if free == 0:
             break
-        if keep[i] and need[i] >= 0 and LEVELS[need[i]] <= free:
-            gpus[i] = LEVELS[need[i]]
-            free -= gpus[i]
+        if keep[i] and need[i] < 0 and probes < probe and s.ddl[jobs[i]] > now:
+            if book is None or book.allows(i, 1):
+                gpus[i] = 1
+                free -= 1
+                probes += 1
+                if book is not None:
+                    book.place(i, 1)
+        elif keep[i] and need[i] >= 0:
+            g = int(LEVELS[need[i]])
+            if g <= free and (book is None or book.allows(i, g)):
+                gpus[i] = g
+                free -= g
+                if book is not None:
+                    book.place(i, g)
+            elif g > free and book is not None and len(book.held) < reserve:
+                book.reserve(i, g, free)
     for i in order:  # 2: the rest of the jobs not deferred, the largest level that fits
         if free == 0:
             break
         if keep[i] and gpus[i] == 0:
-            gpus[i] = _fit(free, LEVELS[top[i]])
+            gpus[i] = _fit(free, LEVELS[top[i]]) if book is None else book.largest(i, free, int(LEVELS[top[i]]))
             free -= gpus[i]
+            if book is not None and gpus[i] > 0:
+                book.place(i, int(gpus[i]))
     if free > 0:  # 3: speed-up per added GPU
-        free = _grow(s, jobs, top, gpus, free)
+        free = _grow(s, jobs, top, gpus, free, book)
     for i in order:  # 4: deferred jobs
         if free == 0:
             break
         if gpus[i] == 0:
-            gpus[i] = _fit(free, LEVELS[top[i]])
+            gpus[i] = _fit(free, LEVELS[top[i]]) if book is None else book.largest(i, free, int(LEVELS[top[i]]))
             free -= gpus[i]
+            if book is not None and gpus[i] > 0:
+                book.place(i, int(gpus[i]))
     return gpus
+
+
+class _Reservations:
+    """EASY-backfilling book of one decision: the jobs placed so far with their estimated finish times, and the
+    reservations (time R, GPUs spare at R beyond the reserved level) that later placements must respect."""
+
+    def __init__(self, now: int, s: JobState, jobs: np.ndarray, free: int):
+        self.now, self.s, self.jobs, self.free0 = now, s, jobs, free
+        self.fin: dict[int, tuple[float, int]] = {}  # placed job -> (estimated finish, GPUs)
+        self.held: list[list] = []  # [R, spare GPUs at R, reserving job, reserved GPUs]
+
+    def finish(self, i: int, g: int) -> float:
+        """Estimated finish of job ``i`` on ``g`` GPUs from now."""
+        j = self.jobs[i]
+        sp = self.s.tput[j, int(LEVELS.searchsorted(g))]
+        return self.now + max(self.s.iter_left[j], 0.0) / sp if sp > 0 else math.inf
+
+    def allows(self, i: int, g: int, extra: int | None = None) -> bool:
+        """Whether job ``i`` may hold ``g`` GPUs (``extra`` of them added to what it holds) without delaying any
+        reservation made by another job."""
+        f = self.finish(i, g)
+        add = g if extra is None else extra
+        return all(r[2] == i or f <= r[0] or add <= r[1] for r in self.held)
+
+    def place(self, i: int, g: int, extra: int | None = None) -> None:
+        """Record job ``i`` on ``g`` GPUs (``extra`` added now): what it holds past a reservation's R is not spare."""
+        f = self.finish(i, g)
+        add = g if extra is None else extra
+        for r in self.held:
+            if r[2] != i and f > r[0]:
+                r[1] -= add
+        self.fin[i] = (f, g)
+
+    def largest(self, i: int, free: int, cap: int) -> int:
+        """The largest level <= min(free, cap) that job ``i`` may hold (0: none)."""
+        g = _fit(free, cap)
+        while g >= 1 and not self.allows(i, g):
+            g //= 2
+        return g
+
+    def reserve(self, i: int, g: int, free: int) -> None:
+        """Reserve ``g`` GPUs (its minimum share now) for job ``i`` at the earliest estimated time, before its
+        deadline, when the jobs placed so far have released enough (none if no such time)."""
+        placed = sorted(self.fin.values())
+        ts = [float(self.now)] + [f for f, _ in placed]
+        rel = np.cumsum([0] + [h for _, h in placed])
+        for t, released in zip(ts, rel):
+            if not math.isfinite(t) or t >= self.s.ddl[self.jobs[i]]:
+                return
+            avail = free + int(released) - sum(r[3] for r in self.held if r[0] <= t)
+            later = [r for r in self.held if r[0] > t]  # it would hold g GPUs through their R too
+            if g <= avail and all(g <= r[1] for r in later):
+                for r in later:
+                    r[1] -= g
+                self.held.append([t, avail - g, i, g])
+                return
 
 
 def _fit(free: int, cap: int) -> int:
@@ -175,8 +262,11 @@ def _fit(free: int, cap: int) -> int:
     return 0 if g < 1 else 1 << (g.bit_length() - 1)
 
 
-def _grow(s: JobState, jobs: np.ndarray, top: np.ndarray, gpus: np.ndarray, free: int) -> int:
-    """Give ``free`` GPUs one level step at a time to held jobs, largest relative speed-up per GPU first."""
+def _grow(
+    s: JobState, jobs: np.ndarray, top: np.ndarray, gpus: np.ndarray, free: int, book: _Reservations | None = None
+) -> int:
+    """Give ``free`` GPUs one level step at a time to held jobs, largest relative speed-up per GPU first (``book``:
+    only steps that respect its reservations)."""
     held = np.flatnonzero(gpus > 0)
     if held.size == 0:
         return free
@@ -185,6 +275,10 @@ def _grow(s: JobState, jobs: np.ndarray, top: np.ndarray, gpus: np.ndarray, free
     while free > 0:
         nxt = lvl + 1
         can = (nxt <= top[held]) & (LEVELS[np.minimum(nxt, len(LEVELS) - 1)] - LEVELS[lvl] <= free)
+        if book is not None:
+            for k in np.flatnonzero(can):
+                step = int(LEVELS[nxt[k]] - LEVELS[lvl[k]])
+                can[k] = book.allows(int(held[k]), int(LEVELS[nxt[k]]), step)
         if not can.any():
             break
         r = np.arange(held.size)
@@ -194,6 +288,8 @@ def _grow(s: JobState, jobs: np.ndarray, top: np.ndarray, gpus: np.ndarray, free
         if gain[b] <= 0:
             break
         free -= int(LEVELS[lvl[b] + 1] - LEVELS[lvl[b]])
+        if book is not None:
+            book.place(int(held[b]), int(LEVELS[lvl[b] + 1]), int(LEVELS[lvl[b] + 1] - LEVELS[lvl[b]]))
         lvl[b] += 1
         gpus[held[b]] = LEVELS[lvl[b]]
     return free
@@ -213,7 +309,9 @@ class TraceMARA:
 
     ``ckpt_path``: a trace-policy checkpoint (null: the shipped one); ``rule``: score with a teacher rule instead of
     the network; ``sample``: add Gumbel noise to the scores (Plackett–Luce order; training only). ``record``: a list
-    that receives (features, scores' order, deferred) of every decision with live jobs (imitation data)."""
+    that receives (features, scores' order, deferred) of every decision with live jobs (imitation data).
+    ``reserve``: how many jobs passed over per decision hold an EASY-backfilling reservation (0: none; null:
+    ``RESERVE``); ``probe``: how many jobs hopeless by their estimate get one GPU per decision (null: ``PROBE``)."""
 
     name = "MARA"
     caps = "table"
@@ -228,9 +326,18 @@ class TraceMARA:
         record: list | None = None,
         noise: float = 1.0,
         overhead: bool = True,
+        reserve: int | None = None,
+        probe: int | None = None,
     ):
         if rule is not None and rule not in RULES:
             raise ValueError(f"unknown trace rule {rule!r} (rules: {', '.join(RULES)})")
+        reserve = RESERVE if reserve is None else reserve
+        if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
+            raise ConfigError(f"MARA trace_scheduler.reserve must be an integer >= 0, got {reserve!r}")
+        probe = PROBE if probe is None else probe
+        if isinstance(probe, bool) or not isinstance(probe, int) or probe < 0:
+            raise ConfigError(f"MARA trace_scheduler.probe must be an integer >= 0, got {probe!r}")
+        self.reserve, self.probe = reserve, probe
         self.rule, self.sample, self.record, self.noise, self.overhead = rule, sample, record, noise, overhead
         self.rng = np.random.default_rng(seed)
         if net is None and rule is None:
@@ -279,7 +386,7 @@ class TraceMARA:
             sc = sc + self.noise * self.rng.gumbel(size=sc.shape)
         if self.record is not None:
             self.record.append((x.astype(np.float32), np.lexsort((np.arange(live.size), -sc)), sc < 0))
-        g = allocate(now, s, live, sc)
+        g = allocate(now, s, live, sc, self.reserve, self.probe)
         s.gpus[live] = g
         self.last_g[live] = g
         on, off = live[g > 0], live[g == 0]

@@ -111,6 +111,9 @@ def trace_methods(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
         ckpt = spec.get("ckpt_path")
         if ckpt and not Path(str(ckpt)).is_file():  # a learned trace scheduler's checkpoint, checked before any work
             raise ConfigError(f"method {m!r}: trace_scheduler.ckpt_path {ckpt} not found")
+        rv = spec.get("reserve")
+        if rv is not None and (isinstance(rv, bool) or not isinstance(rv, int) or rv < 0):  # the allocator's setting
+            raise ConfigError(f"method {m!r}: trace_scheduler.reserve must be an integer >= 0 or null, got {rv!r}")
         out.append((m, spec))
     return out
 

@@ -119,6 +119,7 @@ class PredictedCount:
         self.work = state.iter_left.copy()
         self.view = copy.copy(state)
         self.view.iter_left = self.prior.copy()
+        self.asked_at, self.last = -np.inf, {}  # a replay starts afresh: an episode is replayed under many schedulers
         self.inner.reset(self.view)
 
     def _estimates(self, jobs: np.ndarray, done: np.ndarray, ask: bool = True) -> np.ndarray:
