@@ -48,6 +48,8 @@ SHIPPED_RECIPES = {
     "lcpfn_zoo.ckpt": "python -m mara.predictors.lcpfn_train stage=finetune init=<lcpfn_prior.ckpt> "
                       "predictor.finetune.steps=1200 predictor.finetune.save_every=100 (kept: step 1000)",
     "mara_live.ckpt": _LIVE,
+    "qr_ctx_zoo.ckpt": "python -m mara.predictors.context_train",
+    "mara_trace.ckpt": "python -m mara.train experiment=trace_mara",
 }
 
 

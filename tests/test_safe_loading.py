@@ -157,7 +157,7 @@ def test_shipped_checkpoints_load_as_data_and_name_their_recipe():
     assert {f.name for f in files} == set(SHIPPED_RECIPES)
     for f in files:
         ckpt = torch.load(f, map_location="cpu", weights_only=True)
-        assert ckpt["recipe"] == SHIPPED_RECIPES[f.name] and ckpt["kind"] in ("policy", "fm", "qr", "lcpfn")
+        assert ckpt["recipe"] == SHIPPED_RECIPES[f.name] and ckpt["kind"] in ("policy", "fm", "qr", "lcpfn", "qr_ctx", "trace_policy")
         assert "blob" not in (ckpt.get("mat_state") or {}).get("env", {})
     assert read_policy_meta(SHIPPED_CKPT_DIR / "mara_zoo_seed0.ckpt")["recipe"] == "mat=band"
     meta = read_policy_meta(SHIPPED_CKPT_DIR / "mara_live.ckpt")

@@ -106,7 +106,8 @@ def test_method_configs(name, predictor):
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    cfg = yaml.safe_load((ROOT / "conf" / "method" / f"{name}.yaml").read_text())
+    found = [ROOT / "conf" / group / "method" / f"{name}.yaml" for group in (".", "experiments")]
+    cfg = yaml.safe_load(next(p for p in found if p.exists()).read_text())
     assert cfg["name"] == name and cfg["kind"] == "policy" and cfg["predictor"] == predictor
     alloc = instantiate(OmegaConf.create(cfg).allocator)
     assert isinstance(alloc, SlackRule) and alloc.name == name

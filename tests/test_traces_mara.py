@@ -1,6 +1,8 @@
 """MARA on job traces: the permutation-invariant scorer, the greedy allocator, the checkpoint, the training checks."""
 
+import csv
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +15,30 @@ from mara.traces.policy import F, PriorityNet, TraceMARA, allocate, job_features
 from mara.traces.replay import PENDING, JobState
 from mara.traces.throughput import LEVELS
 from mara.train_settings import trace_policy_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "conf" / "experiment" / "trace_mara.yaml"
+
+
+@pytest.fixture
+def itp_like_traces(tmp_path, monkeypatch):
+    """The recipe's trace files (relative paths) in a fresh folder made the working directory: the shipped sample's
+    300 jobs, one every 0.2 days (60 days), each keeping its own deadline's distance, for every cluster named."""
+    with open(ROOT / "mara" / "data" / "traces" / "itp_cluster01_first300.csv", newline="") as fh:
+        rd = csv.DictReader(fh)
+        rows, fields = list(rd), rd.fieldnames
+    for i, r in enumerate(rows):
+        slack = int(r["deadline"]) - int(r["submission_time"])
+        r["submission_time"], r["deadline"] = str(i * 17280), str(i * 17280 + slack)
+    folder = tmp_path / "data_cache" / "itp-traces" / "elasticflow"
+    folder.mkdir(parents=True)
+    for c in ("01", "02", "03", "04", "05", "07", "08", "09"):
+        with open(folder / f"cluster{c}.csv", "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=fields)
+            w.writeheader()
+            w.writerows(rows)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
 
 
 def _state(n_gpus=8, iters=(100.0, 100.0), ddl=(1000, 1000)):
@@ -90,7 +116,7 @@ def test_edf_rule_scores_put_the_earliest_deadline_first_and_defer_nothing():
 
 
 def test_training_settings_are_checked_before_any_work(tmp_path):
-    base = OmegaConf.load("conf/experiment/trace_mara.yaml")
+    base = OmegaConf.load(RECIPE)
     cfg = OmegaConf.merge(base, {"trace_mara": {"band": "middle"}})
     with pytest.raises(ConfigError, match="band"):
         trace_policy_settings(cfg)
@@ -109,12 +135,12 @@ def test_training_settings_are_checked_before_any_work(tmp_path):
         trace_policy_settings(cfg)
 
 
-def test_the_training_settings_parse_into_frozen_settings_whose_defaults_fill_what_is_left_out():
+def test_the_training_settings_parse_into_frozen_settings_whose_defaults_fill_what_is_left_out(itp_like_traces):
     import dataclasses
 
     from mara.mat.trace_settings import WARMUP_DAYS, TracePolicySettings
 
-    base = OmegaConf.load("conf/experiment/trace_mara.yaml")
+    base = OmegaConf.load(RECIPE)
     settings = trace_policy_settings(OmegaConf.merge(base, {"seed": 3}))
     assert isinstance(settings, TracePolicySettings) and settings.seed == 3
     assert (len(settings.train), len(settings.val)) == (7, 3) and settings.val[0].split == "val"
@@ -141,14 +167,14 @@ def test_the_training_settings_parse_into_frozen_settings_whose_defaults_fill_wh
     ],
 )
 def test_every_training_setting_is_checked_in_one_line(change, words):
-    cfg = OmegaConf.merge(OmegaConf.load("conf/experiment/trace_mara.yaml"), {"trace_mara": change})
+    cfg = OmegaConf.merge(OmegaConf.load(RECIPE), {"trace_mara": change})
     with pytest.raises(ConfigError, match=re.escape(words)) as err:
         trace_policy_settings(cfg)
     assert "\n" not in str(err.value)
 
 
-def test_a_window_spec_is_checked_in_one_line():
-    base = OmegaConf.load("conf/experiment/trace_mara.yaml")
+def test_a_window_spec_is_checked_in_one_line(itp_like_traces):
+    base = OmegaConf.load(RECIPE)
     spec = OmegaConf.to_container(base.trace_mara.train[0])
     for change, words in (
         ({"count": None}, "each entry needs count"),
@@ -161,12 +187,13 @@ def test_a_window_spec_is_checked_in_one_line():
             trace_policy_settings(OmegaConf.merge(base, {"trace_mara": {"train": [bad]}}))
 
 
-def test_the_entry_point_parses_the_trace_experiment_into_its_settings_alone(tmp_path):
+def test_the_entry_point_parses_the_trace_experiment_into_its_settings_alone(itp_like_traces):
+    out = itp_like_traces / "run"
     from mara.train import before_any_work
     from tests.test_entrypoints import cfg_for
 
-    settings = before_any_work(cfg_for("train", ["experiment=trace_mara", f"paths.output_dir={tmp_path}"]))
-    assert settings.trace_policy is not None and settings.folder == str(tmp_path)
+    settings = before_any_work(cfg_for("train", ["experiment=trace_mara", f"paths.output_dir={out}"]))
+    assert settings.trace_policy is not None and settings.folder == str(out)
     assert settings.policy is None and settings.paper is None and settings.records == {}
 
 

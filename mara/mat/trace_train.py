@@ -40,6 +40,7 @@ from mara.traces.target_run import BANDS, PredictedCount
 from mara.traces.throughput import job_speeds, known_models
 
 DAY = 86400
+RECIPE = "python -m mara.train experiment=trace_mara"  # what a checkpoint of this module was trained by
 
 
 @dataclass
@@ -151,7 +152,9 @@ def save_policy(net: PriorityNet, path: Path, meta: dict) -> None:
     """A checkpoint of tensors and plain data (loadable with weights_only=True)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    torch.save({"hidden": int(net.enc[0].out_features), "state_dict": net.state_dict(), "meta": meta}, str(tmp))
+    blob = {"kind": "trace_policy", "recipe": RECIPE, "hidden": int(net.enc[0].out_features),
+            "state_dict": net.state_dict(), "meta": meta}
+    torch.save(blob, str(tmp))
     tmp.replace(path)
 
 

@@ -40,6 +40,7 @@ from mara.predictors.queries import cal_bank_path, query_inputs, untrained_cal_q
 
 CKPT_DIR = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 KIND = "qr_ctx"
+RECIPE = "python -m mara.predictors.context_train"  # what a checkpoint of this kind was trained by
 N_STATIC_CTX = N_STATIC + N_CONTEXT
 
 
@@ -82,7 +83,7 @@ def save_context_head(nets, hparams: Mapping, path, extra: Mapping | None = None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     members = [{"state_dict": n.state_dict(), "hparams": plain_config(dict(hparams))} for n in nets]
-    torch.save({"kind": KIND, "members": members, "extra": plain_config(dict(extra or {}))}, path)
+    torch.save({"kind": KIND, "recipe": RECIPE, "members": members, "extra": plain_config(dict(extra or {}))}, path)
     return path
 
 
@@ -96,7 +97,9 @@ def merge_checkpoints(paths, out) -> Path:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(
-        {"kind": KIND, "members": members, "extra": {"merged": [Path(p).name for p in paths], "parts": extra}}, out
+        {"kind": KIND, "recipe": RECIPE, "members": members,
+         "extra": {"merged": [Path(p).name for p in paths], "parts": extra}},
+        out,
     )
     load_context_heads(out)  # every member the same network and levels
     return out
