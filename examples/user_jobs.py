@@ -6,6 +6,7 @@
 - ``TinyCNN`` + ``Cifar10Subset``: a small CNN on the first ``n`` images of CIFAR-10, read from the data folder
   (the python batches, unpacked or as the archive; ``source: synthetic`` uses the zoo's stand-in images instead).
 """
+
 from __future__ import annotations
 
 import lightning as L
@@ -20,7 +21,9 @@ class MLPClassifier(L.LightningModule):
 
     def __init__(self, in_dim: int = 64, hidden: int = 64, classes: int = 10, lr: float = 1e-3):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, classes))
+        self.net = nn.Sequential(
+            nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, classes)
+        )
         self.lr = lr
 
     def training_step(self, batch, batch_idx):
@@ -44,10 +47,25 @@ class BlobData(L.LightningDataModule):
     of the labels flipped (seeded; the validation points are drawn after the training points, so ``n_val`` does not
     change the training set)."""
 
-    def __init__(self, n: int = 2000, dim: int = 64, classes: int = 10, noise: float = 0.1, batch_size: int = 32, seed: int = 0,
-                 n_val: int = 500):
+    def __init__(
+        self,
+        n: int = 2000,
+        dim: int = 64,
+        classes: int = 10,
+        noise: float = 0.1,
+        batch_size: int = 32,
+        seed: int = 0,
+        n_val: int = 500,
+    ):
         super().__init__()
-        self.n, self.dim, self.classes, self.noise, self.batch_size, self.seed = n, dim, classes, noise, batch_size, seed
+        self.n, self.dim, self.classes, self.noise, self.batch_size, self.seed = (
+            n,
+            dim,
+            classes,
+            noise,
+            batch_size,
+            seed,
+        )
         self.n_val = n_val
 
     def setup(self, stage=None):
@@ -75,9 +93,16 @@ class TinyCNN(L.LightningModule):
 
     def __init__(self, width: int = 16, lr: float = 1e-3):
         super().__init__()
-        self.net = nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                                 nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                                 nn.Flatten(), nn.Linear(2 * width * 8 * 8, 10))
+        self.net = nn.Sequential(
+            nn.Conv2d(3, width, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(width, 2 * width, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(2 * width * 8 * 8, 10),
+        )
         self.lr = lr
 
     def training_step(self, batch, batch_idx):
@@ -91,10 +116,22 @@ class TinyCNN(L.LightningModule):
 class Cifar10Subset(L.LightningDataModule):
     """The first ``n`` CIFAR-10 training images from ``data_root`` (the zoo's reader and archive handling)."""
 
-    def __init__(self, n: int = 5000, batch_size: int = 32, data_root: str = "data_cache", cache_dir: str = "data_cache",
-                 source: str = "real"):
+    def __init__(
+        self,
+        n: int = 5000,
+        batch_size: int = 32,
+        data_root: str = "data_cache",
+        cache_dir: str = "data_cache",
+        source: str = "real",
+    ):
         super().__init__()
-        self.n, self.batch_size, self.data_root, self.cache_dir, self.source = n, batch_size, data_root, cache_dir, source
+        self.n, self.batch_size, self.data_root, self.cache_dir, self.source = (
+            n,
+            batch_size,
+            data_root,
+            cache_dir,
+            source,
+        )
 
     def setup(self, stage=None):
         from tasks_zoo.registry import load_dataset

@@ -7,6 +7,7 @@ metadata (where ``family_params=bank`` reads it) and, with ``write_yaml``, to ``
 (selectable as ``family_params=<bank>``). The Oracle rate per task set at p = 0.04 is then measured on
 fresh episodes (roots 100+, not the evaluation roots) and printed.
 """
+
 from __future__ import annotations
 
 import sys
@@ -31,7 +32,9 @@ from mara.curves.families import PAPER_FAMILY_PARAMS
 from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
 
 
-def oracle_rates(bank, family_params: dict, load: float = 0.04, roots=range(100, 120), episodes: int = 12) -> dict[str, float]:
+def oracle_rates(
+    bank, family_params: dict, load: float = 0.04, roots=range(100, 120), episodes: int = 12
+) -> dict[str, float]:
     """Mean Oracle success rate (%) per paper task set whose families the bank has."""
     out = {}
     for name, ts in PAPER_TASK_SETS.items():
@@ -58,7 +61,11 @@ def calibrate_bank(path, target: float = 0.70, seed: int = 0, write_yaml: bool =
     result = {"family_params": params, "oracle": oracle_rates(load_bank(path), params)}
     if write_yaml:
         out = CONF_DIR / "family_params" / f"{path.stem}.yaml"
-        lines = [f"# Calibrated by `python -m mara.calibrate bank.path={path}` (target {target}).", "from_bank: false", "table:"]
+        lines = [
+            f"# Calibrated by `python -m mara.calibrate bank.path={path}` (target {target}).",
+            "from_bank: false",
+            "table:",
+        ]
         for fam, p in params.items():
             lines.append(f"  {fam}: {{" + ", ".join(f"{k}: {v}" for k, v in p.items()) + "}")
         out.write_text("\n".join(lines) + "\n")
@@ -69,7 +76,6 @@ def calibrate_bank(path, target: float = 0.70, seed: int = 0, write_yaml: bool =
 def calibrate(cfg: DictConfig) -> dict:
     path = shipped_bank_path(cfg.bank.path) if cfg.bank.get("path") else None
     if path is None:
-
         path = default_bank_path()
     res = calibrate_bank(path, float(cfg.target), int(cfg.seed), bool(cfg.write_yaml))
     print(f"calibrated {path} (target {cfg.target:.2f}):")

@@ -11,6 +11,7 @@ checked tensor by tensor against the source before the file is replaced. The sou
 ``weights_only=True`` (every checkpoint this package wrote does); the old training state is decoded by an unpickler
 that can only rebuild numpy arrays and the simulator's two state classes, so converting a file runs no code from it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,10 +27,12 @@ from mara.core.config import SHIPPED_CKPT_DIR, ConfigError
 from mara.core.safe_load import CheckpointError, load_checkpoint, plain_lightning_checkpoint, to_plain
 from mara.mat.rollout import _STATE_CLASSES
 
-_LIVE = ("python -m mara.live action=export_bank bank_out=outputs/live_bank/live_bank.parquet && "
-         "python -m mara.train stage=policy bank.path=outputs/live_bank/live_bank.parquet sim.nodes=2 sim.max_active=4 "
-         "sim.steps=120 mat.workload.load=0.05 mat.rollout.scale=88 mat.total_env_steps=40000 "
-         "mat.validation.every_n_iterations=4 seed=0")
+_LIVE = (
+    "python -m mara.live action=export_bank bank_out=outputs/live_bank/live_bank.parquet && "
+    "python -m mara.train stage=policy bank.path=outputs/live_bank/live_bank.parquet sim.nodes=2 sim.max_active=4 "
+    "sim.steps=120 mat.workload.load=0.05 mat.rollout.scale=88 mat.total_env_steps=40000 "
+    "mat.validation.every_n_iterations=4 seed=0"
+)
 #: the recipe of every shipped checkpoint: a MAT recipe (``mat=<name>``, conf/mat/) for the policies evaluated as
 #: MARA / MARA-QR, else the command that trained the file (docs/predictor.md, docs/live.md)
 SHIPPED_RECIPES = {
@@ -37,16 +40,18 @@ SHIPPED_RECIPES = {
     **{f"mara_qr_zoo_seed{s}.ckpt": "mat=default" for s in range(3)},
     **{f"mara_suite_zoo_seed{s}.ckpt": "mat=suite" for s in range(3)},
     **{f"mara_nodes_zoo_seed{s}.ckpt": "mat=suite_nodes" for s in range(3)},
-    **{f"mara_suite_ppo_zoo_seed{s}.ckpt": "mat=suite_ppo "
-                                           f"mat.init_from=mara/data/checkpoints/mara_suite_zoo_seed{s}.ckpt"
-       for s in range(3)},
+    **{
+        f"mara_suite_ppo_zoo_seed{s}.ckpt": "mat=suite_ppo "
+        f"mat.init_from=mara/data/checkpoints/mara_suite_zoo_seed{s}.ckpt"
+        for s in range(3)
+    },
     "fm_zoo.ckpt": "python -m mara.train stage=predictor predictor.net.feature_set=v1",
     "fm_zoo_v3.ckpt": "python -m mara.train stage=predictor trainer.max_epochs=40",
     "fm_parametric.ckpt": "python -m mara.train stage=predictor bank=parametric predictor.net.feature_set=v1",
     "qr_zoo.ckpt": "python -m mara.predictors.quantile_train",
     "lcpfn_prior.ckpt": "python -m mara.predictors.lcpfn_train stage=prior",
     "lcpfn_zoo.ckpt": "python -m mara.predictors.lcpfn_train stage=finetune init=<lcpfn_prior.ckpt> "
-                      "predictor.finetune.steps=1200 predictor.finetune.save_every=100 (kept: step 1000)",
+    "predictor.finetune.steps=1200 predictor.finetune.save_every=100 (kept: step 1000)",
     "mara_live.ckpt": _LIVE,
     "qr_ctx_zoo.ckpt": "python -m mara.predictors.context_train",
     "mara_trace.ckpt": "python -m mara.train experiment=trace_mara",
@@ -57,10 +62,16 @@ class _StateUnpickler(pickle.Unpickler):
     """Reads the pickled MAT training state of older checkpoints: numpy arrays and scalars, ``EpisodeBatch`` and
     ``Observation`` only (rebuilt from their attributes, no constructor runs); any other global is refused."""
 
-    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-               ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
-               ("numpy", "ndarray"), ("numpy", "dtype"),
-               ("mara.sim.workload", "EpisodeBatch"), ("mara.sim.env", "Observation")}
+    ALLOWED = {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "scalar"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("mara.sim.workload", "EpisodeBatch"),
+        ("mara.sim.env", "Observation"),
+    }
 
     def find_class(self, module: str, name: str):
         if (module, name) not in self.ALLOWED:
@@ -72,7 +83,9 @@ def _old_training_state(blob: torch.Tensor):
     try:
         state = _StateUnpickler(io.BytesIO(blob.numpy().tobytes())).load()
     except Exception as exc:
-        raise CheckpointError(f"its MAT training state cannot be converted ({' '.join(str(exc).split())[:120]})") from None
+        raise CheckpointError(
+            f"its MAT training state cannot be converted ({' '.join(str(exc).split())[:120]})"
+        ) from None
     return to_plain(state, _STATE_CLASSES)
 
 
@@ -149,8 +162,9 @@ def convert(src, out=None, recipe: str | None = None, policy_only: bool = False)
     tmp = out.with_name(out.name + ".tmp")
     torch.save(new, tmp)
     after = _weights(load_checkpoint(tmp, "converted checkpoint"))
-    if before.keys() != after.keys() or any(not torch.equal(before[k], after[k]) or before[k].dtype != after[k].dtype
-                                            for k in before):
+    if before.keys() != after.keys() or any(
+        not torch.equal(before[k], after[k]) or before[k].dtype != after[k].dtype for k in before
+    ):
         tmp.unlink()
         raise CheckpointError(f"{src}: the converted weights differ from the source (file left unchanged)")
     os.replace(tmp, out)
@@ -163,14 +177,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="where to write (one source only; default: in place)")
     p.add_argument("--recipe", help="the command or recipe that trained the file (kept when not given)")
     p.add_argument("--shipped", action="store_true", help="convert the package's checkpoints with their recipes")
-    p.add_argument("--policy-only", action="store_true", help="a MAT policy: keep weights and hyper-parameters only "
-                   "(what a shipped policy needs; it cannot be resumed)")
+    p.add_argument(
+        "--policy-only",
+        action="store_true",
+        help="a MAT policy: keep weights and hyper-parameters only (what a shipped policy needs; it cannot be resumed)",
+    )
     args = p.parse_args(argv)
     try:
         if args.policy_only and args.shipped:
             raise ConfigError("--policy-only converts the checkpoints given, not --shipped")
         if args.shipped:
-            jobs = [(SHIPPED_CKPT_DIR / name, None, r) for name, r in SHIPPED_RECIPES.items() if (SHIPPED_CKPT_DIR / name).exists()]
+            jobs = [
+                (SHIPPED_CKPT_DIR / name, None, r)
+                for name, r in SHIPPED_RECIPES.items()
+                if (SHIPPED_CKPT_DIR / name).exists()
+            ]
         elif args.src and not (args.out and len(args.src) > 1):
             jobs = [(s, args.out, args.recipe) for s in args.src]
         else:

@@ -7,6 +7,7 @@ Examples::
     python -m mara.evaluate scenario=stress
     python -m mara.evaluate bank.path=/some/bank.parquet
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -38,7 +39,9 @@ from mara.traces.experiment import check_trace_experiment, run_trace_experiment
 
 def _before_any_work(cfg: DictConfig) -> None:
     if cfg.get("experiment_kind") == "paper":
-        raise ConfigError("experiment=paper trains as well as evaluates: run it as python -m mara.train experiment=paper")
+        raise ConfigError(
+            "experiment=paper trains as well as evaluates: run it as python -m mara.train experiment=paper"
+        )
     if cfg.get("experiment_kind") == "trace":  # job traces: the trace file, cluster, windows and schedulers
         check_trace_experiment(cfg)
         return
@@ -88,7 +91,9 @@ def run_evaluation(run: EvaluationSettings, out: Path) -> dict:
     if run.shipped_policies:  # a learned method given no checkpoint evaluates the shipped policies
         overrides, shipped = with_shipped_policies(methods, overrides, bank.path)
         for m, paths in shipped.items():
-            log.info(f"{m}: no checkpoint given, evaluating the shipped policies {', '.join(Path(p).name for p in paths)}")
+            log.info(
+                f"{m}: no checkpoint given, evaluating the shipped policies {', '.join(Path(p).name for p in paths)}"
+            )
     episodes = build_episodes(run.workload, bank, protocol, sim.steps)
     log.info(
         f"evaluate {', '.join(methods)} on {episodes.E} episodes "
@@ -97,7 +102,11 @@ def run_evaluation(run: EvaluationSettings, out: Path) -> dict:
         f"{protocol.episodes} each) "
         f"from {bank.path}"
     )
-    proto = dict(run.recorded) | {"loads": protocol.loads, "scenario": protocol.scenario, "queue_capacity": sim.queue_capacity}
+    proto = dict(run.recorded) | {
+        "loads": protocol.loads,
+        "scenario": protocol.scenario,
+        "queue_capacity": sim.queue_capacity,
+    }
     if sim.node_speed is not None:  # recorded only when set, so old folders resume
         proto["node_speed"] = list(sim.node_speed)
     if sim.switch_cost not in (0, None):
@@ -108,8 +117,13 @@ def run_evaluation(run: EvaluationSettings, out: Path) -> dict:
     title = f"Evaluation ({protocol.scenario})"
 
     def assemble(rows, notes, timings):
-        merged = earlier.merged(rows, {m: n["reason"] for m, n in notes.items() if n["status"] == "skipped"},
-                                {m: n["reason"] for m, n in notes.items() if n["status"] == "failed"}, overrides, digests)
+        merged = earlier.merged(
+            rows,
+            {m: n["reason"] for m, n in notes.items() if n["status"] == "skipped"},
+            {m: n["reason"] for m, n in notes.items() if n["status"] == "failed"},
+            overrides,
+            digests,
+        )
         rows = merged.pop("rows")  # the other methods' rows in this folder stay, with their settings
         extra = dict(base, timings=dict(timings), **merged)
         cl = [r for r in rows if r["method"] == "Clairvoyant"]
@@ -120,7 +134,9 @@ def run_evaluation(run: EvaluationSettings, out: Path) -> dict:
                 "n_optimal": sum(bool(r["optimal"]) for r in cl),
                 "solve_time_s": float(sum(times)),
                 "max_solve_time_s": float(max(times)),
-                "admission_limit": bool(load_method_cfg("Clairvoyant", overrides.get("Clairvoyant")).get("admission_limit", True)),
+                "admission_limit": bool(
+                    load_method_cfg("Clairvoyant", overrides.get("Clairvoyant")).get("admission_limit", True)
+                ),
             }
             kinds = sorted({r["bound_kind"] for r in cl if r.get("bound_kind")})
             if kinds:  # heterogeneous nodes / switch costs: what the number is
@@ -135,8 +151,18 @@ def run_evaluation(run: EvaluationSettings, out: Path) -> dict:
     def progress(method, fraction):
         bars.setdefault(method, Progress(f"evaluate {method}")).update(fraction)
 
-    rows, timings, notes = evaluate_methods(methods, episodes, bank, sim, overrides, run.predictors, progress=progress,
-                                            log=log.info, on_method_done=checkpoint, done_rows=earlier.done)
+    rows, timings, notes = evaluate_methods(
+        methods,
+        episodes,
+        bank,
+        sim,
+        overrides,
+        run.predictors,
+        progress=progress,
+        log=log.info,
+        on_method_done=checkpoint,
+        done_rows=earlier.done,
+    )
     res = assemble(rows, notes, timings)
     paths = write_results(res, out, title=title, tensorboard=run.tensorboard)
     print(Path(paths["md"]).read_text())
@@ -145,8 +171,6 @@ def run_evaluation(run: EvaluationSettings, out: Path) -> dict:
     log.info(f"wrote {paths['json']} and {paths['md']}")
     res["paths"] = {k: str(v) for k, v in paths.items()}
     return res
-
-
 
 
 def _without_unfit_shipped(methods: list[str], overrides: dict, bank_path=None) -> list[str]:
@@ -160,9 +184,11 @@ def _without_unfit_shipped(methods: list[str], overrides: dict, bank_path=None) 
         if is_learned(mcfg) and not mcfg.get("ckpt_path") and not mcfg.get("checkpoints"):
             shipped = shipped_policy_checkpoints(mcfg, bank_path) if bank_path is not None else []
             if not shipped or any(read_policy_meta(c["ckpt_path"])["sizes"] != "any" for c in shipped):
-                log.warning(f"skipping {m}: no checkpoint given and the shipped policies were trained on identical "
-                            f"nodes (MARA-suite's act on any cluster; python -m mara.train experiment=hetero trains "
-                            f"one; or +method_overrides.{m}.checkpoints=[...])")
+                log.warning(
+                    f"skipping {m}: no checkpoint given and the shipped policies were trained on identical "
+                    f"nodes (MARA-suite's act on any cluster; python -m mara.train experiment=hetero trains "
+                    f"one; or +method_overrides.{m}.checkpoints=[...])"
+                )
                 continue
         keep.append(m)
     return keep

@@ -1,4 +1,5 @@
 """Entry point: ``python -m mara.generate_curves`` (Hydra) -> curve-bank shards and/or the merged bank."""
+
 from __future__ import annotations
 
 import sys
@@ -25,35 +26,58 @@ def run(cfg: DictConfig) -> None:
     if action not in ("generate", "merge", "all", "ship", "status"):
         raise ZooError(f"unknown action {action!r} (use generate, merge, all, ship or status)")
     if action == "status":
-
         print(status_markdown(plan_status(planned_jobs(cfg), cfg.shard_dir, COST_GUESS_S), int(cfg.workers)))
         return
     if action == "ship":
         missing = missing_jobs(cfg)
         if missing:
-            raise ZooError(f"{len(missing)} of the requested curves are not generated yet (first: {missing[0]}); "
-                           "finish `python -m mara.generate_curves` before shipping the bank")
+            raise ZooError(
+                f"{len(missing)} of the requested curves are not generated yet (first: {missing[0]}); "
+                "finish `python -m mara.generate_curves` before shipping the bank"
+            )
     if action in ("generate", "all"):
         families = cfg.families if isinstance(cfg.families, str) else list(cfg.families)
-        generate(families, dict(cfg.counts), shard_dir=cfg.shard_dir, cap=cfg.cap, source=cfg.source,
-                 source_overrides=dict(cfg.source_overrides or {}), workers=int(cfg.workers),
-                 accelerator=cfg.trainer.accelerator, devices=int(cfg.trainer.devices), data_root=cfg.data_root,
-                 cache_dir=cfg.cache_dir, download=bool(cfg.download), max_attempts=int(cfg.max_attempts), quiet=bool(cfg.quiet),
-                 checkpoint_every=int(cfg.get("checkpoint_every", 0) or 0))
+        generate(
+            families,
+            dict(cfg.counts),
+            shard_dir=cfg.shard_dir,
+            cap=cfg.cap,
+            source=cfg.source,
+            source_overrides=dict(cfg.source_overrides or {}),
+            workers=int(cfg.workers),
+            accelerator=cfg.trainer.accelerator,
+            devices=int(cfg.trainer.devices),
+            data_root=cfg.data_root,
+            cache_dir=cfg.cache_dir,
+            download=bool(cfg.download),
+            max_attempts=int(cfg.max_attempts),
+            quiet=bool(cfg.quiet),
+            checkpoint_every=int(cfg.get("checkpoint_every", 0) or 0),
+        )
     if action in ("merge", "all", "ship"):
-        out = merge(cfg.shard_dir, cfg.bank_path, cfg.tensorboard_dir, {"request": OmegaConf.to_container(cfg, resolve=True)},
-                    jobs=planned_jobs(cfg))
+        out = merge(
+            cfg.shard_dir,
+            cfg.bank_path,
+            cfg.tensorboard_dir,
+            {"request": OmegaConf.to_container(cfg, resolve=True)},
+            jobs=planned_jobs(cfg),
+        )
         print(f"merged bank written to {out}", file=sys.stderr)
         if cfg.get("calibrate", True):
-
             res = calibrate_bank(out, float(cfg.get("calibration_target", 0.70)))
-            print(f"calibrated ε for {len(res['family_params'])} families; Oracle at p=0.04: "
-                  + ", ".join(f"{k} {v:.1f} %" for k, v in res["oracle"].items()), file=sys.stderr)
+            print(
+                f"calibrated ε for {len(res['family_params'])} families; Oracle at p=0.04: "
+                + ", ".join(f"{k} {v:.1f} %" for k, v in res["oracle"].items()),
+                file=sys.stderr,
+            )
 
         print(f"curve plot: {plot_bank_grid(out, Path(out).with_name('curves_by_family.png'))}", file=sys.stderr)
     if action == "ship":
-        print(f"shipped: {install_bank(out)} is now the package's default bank "
-              "(train its FM checkpoint mara/data/checkpoints/fm_zoo.ckpt next, see the README)", file=sys.stderr)
+        print(
+            f"shipped: {install_bank(out)} is now the package's default bank "
+            "(train its FM checkpoint mara/data/checkpoints/fm_zoo.ckpt next, see the README)",
+            file=sys.stderr,
+        )
 
 
 def planned_jobs(cfg: DictConfig) -> list:

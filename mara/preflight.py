@@ -8,6 +8,7 @@ fit check, also called at run time and in live mode), the run folder writable, t
 Unknown top-level keys (``sim.nodez=3``) are refused earlier, when the command line is composed
 (``mara.core.cli.check_group_overrides``).
 """
+
 from __future__ import annotations
 
 import difflib
@@ -90,8 +91,10 @@ def check_method_override(name: str, override: dict, predictors) -> None:
     allowed = set(base.keys()) | ({"checkpoints", "ckpt_path"} if is_learned(base) else set())
     for key in override:
         if key not in allowed:
-            raise ConfigError(f"{where}.{key}: {name} has no setting {key!r}{closest(key, allowed)}; "
-                              f"it takes: {', '.join(sorted(allowed))}")
+            raise ConfigError(
+                f"{where}.{key}: {name} has no setting {key!r}{closest(key, allowed)}; "
+                f"it takes: {', '.join(sorted(allowed))}"
+            )
     try:
         OmegaConf.merge(OmegaConf.structured(MethodOverride), override)
     except Exception as exc:  # omegaconf's ValidationError: the first line says the value and the type
@@ -99,8 +102,10 @@ def check_method_override(name: str, override: dict, predictors) -> None:
         raise ConfigError(f"{where}{'.' + str(key) if key else ''}: {_first_line(exc)}") from None
     pred = override.get("predictor")
     if pred is not None and pred not in (predictors or {}) and predictor_file(str(pred)) is None:
-        raise ConfigError(f"{where}.predictor: no predictor {pred!r} is configured{closest(pred, predictors or {})}; "
-                          f"known: {', '.join(predictors or {}) or 'none'}")
+        raise ConfigError(
+            f"{where}.predictor: no predictor {pred!r} is configured{closest(pred, predictors or {})}; "
+            f"known: {', '.join(predictors or {}) or 'none'}"
+        )
     alloc = override.get("allocator")
     if alloc:
         target = alloc.get("_target_") or (base.get("allocator") or {}).get("_target_")
@@ -136,8 +141,10 @@ def _check_allocator_keys(where: str, target, values: dict) -> None:
     valid = [p for p in params if p != "self"]
     for key, value in values.items():
         if key not in valid:
-            raise ConfigError(f"{where}.{key}: {str(target).rsplit('.', 1)[-1]} takes no argument {key!r}"
-                              f"{closest(key, valid)}; it takes: {', '.join(valid)}")
+            raise ConfigError(
+                f"{where}.{key}: {str(target).rsplit('.', 1)[-1]} takes no argument {key!r}"
+                f"{closest(key, valid)}; it takes: {', '.join(valid)}"
+            )
         if not _fits_annotation(value, params[key].annotation):
             raise ConfigError(f"{where}.{key}: expected {params[key].annotation}, got {value!r}")
 
@@ -155,8 +162,10 @@ def check_once(names: list, where: str) -> None:
     """Each method is named once: a repeated name would evaluate it again and put its rows twice into results.json."""
     twice = sorted({m for m in names if names.count(m) > 1}, key=names.index)
     if twice:
-        raise ConfigError(f"{where} names {', '.join(map(str, twice))} more than once: name each method once "
-                          f"(got {where}=[{','.join(map(str, names))}])")
+        raise ConfigError(
+            f"{where} names {', '.join(map(str, twice))} more than once: name each method once "
+            f"(got {where}=[{','.join(map(str, names))}])"
+        )
 
 
 def check_methods(cfg: DictConfig, need_methods: bool) -> list[str]:
@@ -165,7 +174,9 @@ def check_methods(cfg: DictConfig, need_methods: bool) -> list[str]:
     if methods is None:
         methods = []
     if not isinstance(methods, (list, ListConfig)):
-        raise ConfigError(f"methods must be a list of method names, e.g. methods=[FIFO,EDF], got {plain_config(methods)!r}")
+        raise ConfigError(
+            f"methods must be a list of method names, e.g. methods=[FIFO,EDF], got {plain_config(methods)!r}"
+        )
     methods = list(methods)
     if need_methods and not methods:
         raise ConfigError(f"methods is empty: name at least one method; available: {', '.join(available_methods())}")
@@ -233,10 +244,13 @@ RANGES = (
 
 
 #: list settings that must name at least one value, with what the value is
-LISTS = {"eval.roots": " (an integer n: roots 0..n-1, or a list of roots)",
-         "eval.task_sets": " (task sets: ID, RL_OOD, ViT_OOD)", "sim.loads": " (arrival probabilities p)",
-         "mat.validation.roots": " (validation roots)",
-         "mat.workload.load": " (a training load p, or a list of them)"}
+LISTS = {
+    "eval.roots": " (an integer n: roots 0..n-1, or a list of roots)",
+    "eval.task_sets": " (task sets: ID, RL_OOD, ViT_OOD)",
+    "sim.loads": " (arrival probabilities p)",
+    "mat.validation.roots": " (validation roots)",
+    "mat.workload.load": " (a training load p, or a list of them)",
+}
 
 
 def _select(cfg: DictConfig, key: str):
@@ -272,15 +286,20 @@ def check_numbers(cfg: DictConfig) -> None:
     if isinstance(sim, DictConfig):
         validate_sim_cfg(sim) if "loads" in sim else node_options(sim)
     if _select(cfg, "mat.total_env_steps") == 0 and not _select(cfg, "mat.imitation.enabled"):
-        raise ConfigError("mat.total_env_steps must be an integer >= 1 when mat.imitation.enabled is false "
-                          "(0 means imitation only, no PPO)")
+        raise ConfigError(
+            "mat.total_env_steps must be an integer >= 1 when mat.imitation.enabled is false "
+            "(0 means imitation only, no PPO)"
+        )
     epochs = _select(cfg, "trainer.max_epochs")
     if epochs is not None and epochs != -1:  # -1: Lightning's "no epoch limit"
         check_range("trainer.max_epochs", epochs, True, 1, True, None)
     predictors = _select(cfg, "predictors")
     for name in predictors.keys() if isinstance(predictors, DictConfig) else []:  # cold estimates (predictors/cold.py)
-        for key, integer, lo, lo_in, hi in (("first_obs", True, 1, True, WARMUP_OBS), ("cold.k", True, 1, True, None),
-                                            ("cold.band", False, 0, False, 1)):
+        for key, integer, lo, lo_in, hi in (
+            ("first_obs", True, 1, True, WARMUP_OBS),
+            ("cold.k", True, 1, True, None),
+            ("cold.band", False, 0, False, 1),
+        ):
             value = _select(cfg, f"predictors.{name}.{key}")
             if value is not None:
                 check_range(f"predictors.{name}.{key}", value, integer, lo, lo_in, hi)
@@ -343,11 +362,13 @@ def check_sizes(cfg: DictConfig) -> None:
         per_episode = max(1.0, steps * top) * TASK_SLOT_BYTES  # expected tasks per episode at the highest load
         if total * per_episode > memory:
             fit = max(1, int(memory / per_episode / max(1, n_sets * n_loads * n_roots)))
-            raise ConfigError(f"eval.episodes={episodes}: {n_sets} task sets x {n_loads} loads x {n_roots} roots x "
-                              f"{episodes} = {total:,} episodes, whose task arrays alone need "
-                              f"{_size(total * per_episode)} of memory (this machine has {_size(memory)}) and "
-                              f"drawing them "
-                              f"{_duration(total * EPISODE_SECONDS)}; at most {fit:,} episodes fit here")
+            raise ConfigError(
+                f"eval.episodes={episodes}: {n_sets} task sets x {n_loads} loads x {n_roots} roots x "
+                f"{episodes} = {total:,} episodes, whose task arrays alone need "
+                f"{_size(total * per_episode)} of memory (this machine has {_size(memory)}) and "
+                f"drawing them "
+                f"{_duration(total * EPISODE_SECONDS)}; at most {fit:,} episodes fit here"
+            )
     for part in ("rollout", "imitation"):
         n, length = _select(cfg, f"mat.{part}.n_episodes"), _select(cfg, f"mat.{part}.n_steps")
         if not isinstance(n, int) or isinstance(n, bool):
@@ -355,9 +376,11 @@ def check_sizes(cfg: DictConfig) -> None:
         length = int(length) if isinstance(length, int) and not isinstance(length, bool) else steps
         need = n * length * slots * SLOT_STEP_BYTES
         if need > memory:
-            raise ConfigError(f"mat.{part}.n_episodes={n}: {n:,} episodes x {length} steps x {slots} slots need "
-                              f"{_size(need)} of memory for their buffer (this machine has {_size(memory)}); at most "
-                              f"{max(1, int(memory / (length * slots * SLOT_STEP_BYTES))):,} episodes fit here")
+            raise ConfigError(
+                f"mat.{part}.n_episodes={n}: {n:,} episodes x {length} steps x {slots} slots need "
+                f"{_size(need)} of memory for their buffer (this machine has {_size(memory)}); at most "
+                f"{max(1, int(memory / (length * slots * SLOT_STEP_BYTES))):,} episodes fit here"
+            )
 
 
 # ------------------------------------------------------------------------------------------------- checkpoints
@@ -531,9 +554,11 @@ def check_live_predictors(cfg: DictConfig, methods: list[str]) -> None:
         pred = mcfg.get("predictor")
         if mcfg.get("kind") != "policy" or pred is None or not isinstance(pred, str) or pred in configured:
             continue
-        raise ConfigError(f"{m} reads predictor {pred!r}, which live mode does not configure (live predictors: "
-                          f"{', '.join(configured) or 'none'}); run {m} in the simulator (python -m mara.evaluate), "
-                          f"or pick live methods on those predictors, e.g. methods=[MARA,EDF]")
+        raise ConfigError(
+            f"{m} reads predictor {pred!r}, which live mode does not configure (live predictors: "
+            f"{', '.join(configured) or 'none'}); run {m} in the simulator (python -m mara.evaluate), "
+            f"or pick live methods on those predictors, e.g. methods=[MARA,EDF]"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------- the check
@@ -556,14 +581,19 @@ def check_teachers(cfg: DictConfig) -> None:
     if not isinstance(imitation, DictConfig) or not imitation.get("enabled", False):
         return
     named = [("mat.imitation.teacher", imitation.get("teacher"))]
-    named += [(f"mat.imitation.suite[{i}].teacher", s.get("teacher")) for i, s in enumerate(imitation.get("suite") or [])
-              if isinstance(s, DictConfig)]
+    named += [
+        (f"mat.imitation.suite[{i}].teacher", s.get("teacher"))
+        for i, s in enumerate(imitation.get("suite") or [])
+        if isinstance(s, DictConfig)
+    ]
     allowed = teachers()
     for where, name in named:
         if name is not None and name not in allowed:
             check_method_names([name], where)
-            raise ConfigError(f"{where}={name} is not a teacher (a rule whose conf/method YAML says teacher: true); "
-                              f"teachers: {', '.join(allowed)}")
+            raise ConfigError(
+                f"{where}={name} is not a teacher (a rule whose conf/method YAML says teacher: true); "
+                f"teachers: {', '.join(allowed)}"
+            )
 
 
 def preflight(cfg: DictConfig, entry: str) -> None:
@@ -618,7 +648,9 @@ def _policy_defaults(cfg: DictConfig, entry: str, methods: list[str]) -> dict:
         _, used = with_shipped_policies(methods, plain_config(cfg.get("method_overrides")) or {}, _bank_path(cfg))
         return {m: (None, paths) for m, paths in used.items()}
     if entry == "live":
-        ckpt = (cfg.get("live") or {}).get("policy_ckpt") or (SHIPPED_LIVE_POLICY if SHIPPED_LIVE_POLICY.exists() else None)
+        ckpt = (cfg.get("live") or {}).get("policy_ckpt") or (
+            SHIPPED_LIVE_POLICY if SHIPPED_LIVE_POLICY.exists() else None
+        )
         return {"MARA": (None, [str(ckpt)])} if ckpt else {}
     ckpt = cfg.get("policy_ckpt")
     if not ckpt:

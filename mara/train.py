@@ -9,6 +9,7 @@ only those. Stages (``stage=all`` runs them in order):
   ``policy``    — train the MAT allocator with PPO against the frozen predictor → ``<run>/policy/``;
   ``evaluate``  — evaluate the trained policy next to every baseline on identical episodes.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,8 +52,9 @@ def before_any_work(cfg: DictConfig) -> TrainSettings:
         import torch
 
         if not torch.cuda.is_available():
-            raise ConfigError(f"trainer.accelerator={settings.accelerator} (trainer=gpu) but torch sees no CUDA GPU; "
-                              "use trainer=cpu")
+            raise ConfigError(
+                f"trainer.accelerator={settings.accelerator} (trainer=gpu) but torch sees no CUDA GPU; use trainer=cpu"
+            )
     if settings.policy is not None and settings.runs("policy"):
         check_policy_files(settings.policy)
     return settings
@@ -97,9 +99,11 @@ def predictor_stage(run: RunSettings) -> tuple[RunSettings, dict | None]:
     nothing to train here); later stages read the checkpoint it wrote, ``<run>/predictor/<kind>.ckpt``."""
     fit = run.settings.predictor
     if fit is None:
-        log.info(f"predictor stage: nothing to train for predictor {run.settings.predictor_name!r} (its checkpoint is "
-                 "read as it is; the stage trains a predictor whose registry says pipeline: true; "
-                 "predictor_stage=train trains any predictor with a trainer)")
+        log.info(
+            f"predictor stage: nothing to train for predictor {run.settings.predictor_name!r} (its checkpoint is "
+            "read as it is; the stage trains a predictor whose registry says pipeline: true; "
+            "predictor_stage=train trains any predictor with a trainer)"
+        )
         return run, None
     folder = Path(run.folder) / "predictor"
     fit = replace(fit, output_dir=str(folder))
@@ -115,9 +119,14 @@ def policy_stage(run: RunSettings) -> dict:
         raise ConfigError("the policy stage needs a MAT recipe (mat=...)")
     folder = Path(run.folder) / "policy"
     policy = replace(policy, output_dir=str(folder))
-    return run_settled_stage(folder, lambda resume: train_policy(policy if resume is None else policy.resumed(resume)),
-                             run.settings.record("policy"), "policy", resume_file="checkpoints/last.ckpt",
-                             resume_given=bool(policy.ckpt_path))
+    return run_settled_stage(
+        folder,
+        lambda resume: train_policy(policy if resume is None else policy.resumed(resume)),
+        run.settings.record("policy"),
+        "policy",
+        resume_file="checkpoints/last.ckpt",
+        resume_given=bool(policy.ckpt_path),
+    )
 
 
 def evaluation_stage(run: RunSettings, policy_ckpt: str | None) -> dict:

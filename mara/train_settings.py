@@ -13,6 +13,7 @@ objects.
 
 ``mat_settings`` also reads a bare conf/mat recipe (``load_recipe``), as the bench and the tests train from one.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
@@ -129,8 +130,9 @@ def check_stage_and_reward(cfg: DictConfig) -> tuple[str, str]:
     if stage not in STAGES:
         raise ConfigError(f"stage must be one of {', '.join(STAGES)}, got {cfg.get('stage')!r}")
     if cfg.get("predictor_stage", "auto") not in PREDICTOR_STAGE:
-        raise ConfigError(f"predictor_stage must be one of {', '.join(PREDICTOR_STAGE)}, "
-                          f"got {cfg.get('predictor_stage')!r}")
+        raise ConfigError(
+            f"predictor_stage must be one of {', '.join(PREDICTOR_STAGE)}, got {cfg.get('predictor_stage')!r}"
+        )
     reward = cfg.get("reward", "dense")
     if reward not in ("dense", "sparse"):
         raise ConfigError(f"reward must be 'dense' or 'sparse', got {cfg.reward!r}")
@@ -143,17 +145,25 @@ def parse(cfg: DictConfig) -> TrainSettings:
     seed = check_number("seed", cfg.get("seed", 0), int)
     if cfg.get("experiment_kind") == "trace_policy":  # MARA's trace policy: its own block, none of the stages
         folder = folder_of(cfg)
-        return TrainSettings(stage=stage, seed=seed, reward=reward, trace_policy=trace_policy_settings(cfg),
-                             folder=None if folder is None else str(folder),
-                             task_name=str(cfg.get("task_name", "train")), fresh=bool(cfg.get("fresh", False)))
+        return TrainSettings(
+            stage=stage,
+            seed=seed,
+            reward=reward,
+            trace_policy=trace_policy_settings(cfg),
+            folder=None if folder is None else str(folder),
+            task_name=str(cfg.get("task_name", "train")),
+            fresh=bool(cfg.get("fresh", False)),
+        )
     protocol_settings(cfg)  # sim.* and eval.*
     node_options(cfg.sim)  # node speeds / switch costs reach the policy stage (mat=hetero: v3 node features)
     methods = tuple(cfg.get("methods") or ())
     evaluates = stage in ("all", "evaluate") and cfg.get("experiment_kind") != "paper"
     for m in methods:
         if load_method_cfg(m).get("trace_only") and evaluates:
-            raise ConfigError(f"method {m!r} schedules job traces only: run it with python -m mara.evaluate "
-                              "experiment=trace (docs/traces.md)")
+            raise ConfigError(
+                f"method {m!r} schedules job traces only: run it with python -m mara.evaluate "
+                "experiment=trace (docs/traces.md)"
+            )
     policy = None
     if cfg.get("mat") is not None:
         policy = mat_settings(cfg)
@@ -164,12 +174,24 @@ def parse(cfg: DictConfig) -> TrainSettings:
     evaluation = evaluation_settings(cfg) if evaluates else None
     folder = folder_of(cfg)
     return TrainSettings(
-        stage=stage, seed=seed, reward=reward, paper=paper, folder=None if folder is None else str(folder),
-        task_name=str(cfg.get("task_name", "train")), fresh=bool(cfg.get("fresh", False)), evaluation=evaluation,
-        accelerator=str((cfg.get("trainer") or {}).get("accelerator", "cpu")), predictor_config=pred,
-        predictor=_predictor_training(cfg, pred, stage), policy=policy, methods=methods,
-        method_overrides=plain_config(cfg.get("method_overrides")) or {}, policy_ckpt=cfg.get("policy_ckpt"),
-        predictor_key=run_predictor_key(cfg), records={name: stage_settings(cfg, name) for name in STAGE_SETTINGS})
+        stage=stage,
+        seed=seed,
+        reward=reward,
+        paper=paper,
+        folder=None if folder is None else str(folder),
+        task_name=str(cfg.get("task_name", "train")),
+        fresh=bool(cfg.get("fresh", False)),
+        evaluation=evaluation,
+        accelerator=str((cfg.get("trainer") or {}).get("accelerator", "cpu")),
+        predictor_config=pred,
+        predictor=_predictor_training(cfg, pred, stage),
+        policy=policy,
+        methods=methods,
+        method_overrides=plain_config(cfg.get("method_overrides")) or {},
+        policy_ckpt=cfg.get("policy_ckpt"),
+        predictor_key=run_predictor_key(cfg),
+        records={name: stage_settings(cfg, name) for name in STAGE_SETTINGS},
+    )
 
 
 def paper_settings(cfg: DictConfig) -> PaperSettings:
@@ -183,10 +205,15 @@ def paper_settings(cfg: DictConfig) -> PaperSettings:
         spec = spec or {}
         unknown = sorted(set(spec) - {"predictor", "reward", "mat"})
         if unknown:
-            raise ConfigError(f"paper.trained.{method}: unknown setting{'s' if len(unknown) > 1 else ''} "
-                              f"{', '.join(unknown)} (predictor, reward, mat)")
-        trained[str(method)] = TrainedSpec(str(spec.get("predictor", "fm")), str(spec.get("reward", "dense")),
-                                           None if spec.get("mat") is None else str(spec["mat"]))
+            raise ConfigError(
+                f"paper.trained.{method}: unknown setting{'s' if len(unknown) > 1 else ''} "
+                f"{', '.join(unknown)} (predictor, reward, mat)"
+            )
+        trained[str(method)] = TrainedSpec(
+            str(spec.get("predictor", "fm")),
+            str(spec.get("reward", "dense")),
+            None if spec.get("mat") is None else str(spec["mat"]),
+        )
         if registry.predictor_file(trained[str(method)].predictor) is None:
             raise ConfigError(f"paper.trained.{method}.predictor: no predictor {trained[str(method)].predictor!r}")
         if spec.get("mat") is not None and registry.find_conf("mat", f"{spec['mat']}.yaml") is None:
@@ -203,10 +230,15 @@ def paper_settings(cfg: DictConfig) -> PaperSettings:
     composed = cfg.copy()
     with open_dict(composed):
         composed.fresh = False  # the jobs' folders are inside the run's, which the run sets aside itself
-    return PaperSettings(methods=methods, trained=trained, seeds=tuple(int(s) for s in block.seeds),
-                         composed=OmegaConf.to_yaml(composed, resolve=True), workers=workers,
-                         train_predictor=bool(block.get("train_predictor", True)),
-                         stress_scenario=None if not block.get("stress_scenario") else str(block.stress_scenario))
+    return PaperSettings(
+        methods=methods,
+        trained=trained,
+        seeds=tuple(int(s) for s in block.seeds),
+        composed=OmegaConf.to_yaml(composed, resolve=True),
+        workers=workers,
+        train_predictor=bool(block.get("train_predictor", True)),
+        stress_scenario=None if not block.get("stress_scenario") else str(block.stress_scenario),
+    )
 
 
 def _predictor_training(cfg: DictConfig, pred: dict | None, stage: str) -> PredictorTraining | None:
@@ -225,18 +257,28 @@ def _predictor_training(cfg: DictConfig, pred: dict | None, stage: str) -> Predi
         full = plain_config(OmegaConf.merge(OmegaConf.load(registry.predictor_file(kind.name)), cfg.predictor))
         full.pop("registry", None)
         fit = registry.import_object(kind.settings).from_config(full)
-    return PredictorTraining(fit=fit, output_dir="predictor",  # the run's folder, set by the stage
-                             bank_path=(cfg.get("bank") or {}).get("path"), seed=int(cfg.get("seed", 0)),
-                             trainer=plain_config(cfg.get("trainer")) or {}, kind=kind.name,
-                             trained_by=str(kind.trainer), config=pred)
+    return PredictorTraining(
+        fit=fit,
+        output_dir="predictor",  # the run's folder, set by the stage
+        bank_path=(cfg.get("bank") or {}).get("path"),
+        seed=int(cfg.get("seed", 0)),
+        trainer=plain_config(cfg.get("trainer")) or {},
+        kind=kind.name,
+        trained_by=str(kind.trainer),
+        config=pred,
+    )
 
 
 def predictor_training(cfg: DictConfig) -> PredictorTraining:
     """The FM's training of a config with ``predictor``, ``bank.path``, ``seed``, ``trainer`` and ``paths.output_dir``
     (a job of the paper's pipeline)."""
-    return PredictorTraining(fit=FlowFitSettings.from_config(plain_config(cfg.predictor)),
-                             output_dir=str(cfg.paths.output_dir), bank_path=(cfg.get("bank") or {}).get("path"),
-                             seed=int(cfg.get("seed", 0)), trainer=plain_config(cfg.get("trainer")) or {})
+    return PredictorTraining(
+        fit=FlowFitSettings.from_config(plain_config(cfg.predictor)),
+        output_dir=str(cfg.paths.output_dir),
+        bank_path=(cfg.get("bank") or {}).get("path"),
+        seed=int(cfg.get("seed", 0)),
+        trainer=plain_config(cfg.get("trainer")) or {},
+    )
 
 
 # ----------------------------------------------------------------------------------------- MARA's trace policy
@@ -299,8 +341,10 @@ def trace_window_spec(spec, where: str) -> TraceWindowSpec:
             raise ConfigError(f"trace_mara.{where}: each entry needs {k} (path, cluster, start_day, days, count)")
     unknown = sorted(set(spec) - {f.name for f in fields(TraceWindowSpec)})
     if unknown:
-        raise ConfigError(f"trace_mara.{where}: unknown setting{'s' if len(unknown) > 1 else ''} "
-                          f"{', '.join(unknown)} (path, cluster, split, start_day, days, warmup_days, count)")
+        raise ConfigError(
+            f"trace_mara.{where}: unknown setting{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(unknown)} (path, cluster, split, start_day, days, warmup_days, count)"
+        )
     split = spec.get("split", "train")
     if split not in WARMUP_DAYS:
         raise ConfigError(f"trace_mara.{where}: split must be one of {', '.join(WARMUP_DAYS)}, got {split!r}")
@@ -308,8 +352,10 @@ def trace_window_spec(spec, where: str) -> TraceWindowSpec:
     number = {k: check_number(f"trace_mara.{where}.{k}", v, float) for k, v in given.items()}
     count = check_number(f"trace_mara.{where}.count", spec["count"], int)
     if number["days"] <= 0 or number["warmup_days"] < 0 or count < 1:
-        raise ConfigError(f"trace_mara.{where}: days must be > 0, warmup_days >= 0 and count >= 1, got "
-                          f"{number['days']:g}, {number['warmup_days']:g}, {count}")
+        raise ConfigError(
+            f"trace_mara.{where}: days must be > 0, warmup_days >= 0 and count >= 1, got "
+            f"{number['days']:g}, {number['warmup_days']:g}, {count}"
+        )
     out = TraceWindowSpec(path=str(spec["path"]), cluster=str(spec["cluster"]), count=count, split=split, **number)
     trace_windows(out, where)  # a missing trace or a spec no window fits stops here
     return out
@@ -345,8 +391,13 @@ def merged_recipe(cfg: DictConfig) -> dict:
     if cfg.get("bank") is not None and cfg.bank.get("path"):
         c["bank_path"] = cfg.bank.path
     if cfg.get("sim") is not None:
-        for ours, theirs in (("n_nodes", "nodes"), ("max_active", "max_active"), ("n_steps", "steps"),
-                             ("obs_every", "obs_every"), ("beta", "beta")):
+        for ours, theirs in (
+            ("n_nodes", "nodes"),
+            ("max_active", "max_active"),
+            ("n_steps", "steps"),
+            ("obs_every", "obs_every"),
+            ("beta", "beta"),
+        ):
             if cfg.sim.get(theirs) is not None:
                 c["sim"][ours] = cfg.sim[theirs]
         speed, cost = plain_config(cfg.sim.get("node_speed")), cfg.sim.get("switch_cost") or 0
@@ -372,8 +423,10 @@ def _suite_entry(i: int, s) -> SuiteEntry:
     s = dict(s)
     unknown = set(s) - {"nodes", "max_active", "node_speed", "switch_cost", "teacher"}
     if unknown or "nodes" not in s or "max_active" not in s:
-        raise ConfigError(f"mat.imitation.suite[{i}] needs nodes and max_active (and optionally node_speed, "
-                          f"switch_cost, teacher); got keys {sorted(s)}")
+        raise ConfigError(
+            f"mat.imitation.suite[{i}] needs nodes and max_active (and optionally node_speed, "
+            f"switch_cost, teacher); got keys {sorted(s)}"
+        )
     m, k = int(s["nodes"]), int(s["max_active"])
     if m < 1 or k < 1:
         raise ConfigError(f"mat.imitation.suite[{i}]: nodes and max_active must be >= 1, got {m}, {k}")
@@ -381,8 +434,13 @@ def _suite_entry(i: int, s) -> SuiteEntry:
     if speed is not None and len(speed) != m:
         raise ConfigError(f"mat.imitation.suite[{i}]: node_speed has {len(speed)} entries for {m} nodes")
     cost = s.get("switch_cost")
-    return SuiteEntry(m, k, None if speed is None else tuple(int(x) for x in speed),
-                      None if cost is None else int(cost), None if s.get("teacher") is None else str(s["teacher"]))
+    return SuiteEntry(
+        m,
+        k,
+        None if speed is None else tuple(int(x) for x in speed),
+        None if cost is None else int(cost),
+        None if s.get("teacher") is None else str(s["teacher"]),
+    )
 
 
 def mat_settings(cfg: DictConfig) -> MatSettings:
@@ -390,14 +448,20 @@ def mat_settings(cfg: DictConfig) -> MatSettings:
     c = merged_recipe(cfg)
     sim = c.get("sim") or {}
     try:
-        speed, cost = check_node_options(sim.get("node_speed"), sim.get("switch_cost") or 0, int(sim["n_nodes"]),
-                                         int(sim["obs_every"]))
+        speed, cost = check_node_options(
+            sim.get("node_speed"), sim.get("switch_cost") or 0, int(sim["n_nodes"]), int(sim["obs_every"])
+        )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    sim_settings = SimSettings(nodes=int(sim["n_nodes"]), max_active=int(sim["max_active"]), steps=int(sim["n_steps"]),
-                               obs_every=int(sim["obs_every"]), beta=sim["beta"],
-                               node_speed=None if speed is None else tuple(int(x) for x in speed),
-                               switch_cost=int(cost))
+    sim_settings = SimSettings(
+        nodes=int(sim["n_nodes"]),
+        max_active=int(sim["max_active"]),
+        steps=int(sim["n_steps"]),
+        obs_every=int(sim["obs_every"]),
+        beta=sim["beta"],
+        node_speed=None if speed is None else tuple(int(x) for x in speed),
+        switch_cost=int(cost),
+    )
     im = dict(c.get("imitation") or {})
     im["suite"] = tuple(_suite_entry(i, s) for i, s in enumerate(im.get("suite") or []))
     wl = dict(c["workload"])
@@ -407,16 +471,25 @@ def mat_settings(cfg: DictConfig) -> MatSettings:
     val["roots"] = tuple(val["roots"])
     pred = c.get("predictor")
     settings = MatSettings(
-        net=dict(c["net"]), sim=sim_settings, ppo=_section(PPOSettings, "mat.ppo", c["ppo"]),
+        net=dict(c["net"]),
+        sim=sim_settings,
+        ppo=_section(PPOSettings, "mat.ppo", c["ppo"]),
         rollout=_section(RolloutSettings, "mat.rollout", c["rollout"]),
         workload=_section(WorkloadSettings, "mat.workload", wl),
         validation=_section(ValidationSettings, "mat.validation", val),
         imitation=_section(ImitationSettings, "mat.imitation", im),
         trainer=_section(TrainerSettings, "mat.trainer", c["trainer"]),
-        reward=c.get("reward", "dense"), predictor={"name": pred} if isinstance(pred, str) else pred,
-        bank_path=c.get("bank_path"), seed=int(c.get("seed", 0)), total_env_steps=c["total_env_steps"],
-        num_threads=c.get("num_threads", 1), init_from=c.get("init_from"), ckpt_path=c.get("ckpt_path"),
-        output_dir=c.get("output_dir"), run_name=c.get("run_name"))
+        reward=c.get("reward", "dense"),
+        predictor={"name": pred} if isinstance(pred, str) else pred,
+        bank_path=c.get("bank_path"),
+        seed=int(c.get("seed", 0)),
+        total_env_steps=c["total_env_steps"],
+        num_threads=c.get("num_threads", 1),
+        init_from=c.get("init_from"),
+        ckpt_path=c.get("ckpt_path"),
+        output_dir=c.get("output_dir"),
+        run_name=c.get("run_name"),
+    )
     check_recipe(settings)
     return settings
 
@@ -457,16 +530,22 @@ def check_teacher_predictor(settings: MatSettings) -> None:
             why = None if reads_same_median_and_upper(given, predictor_config(wants)) else why
         if why or pred is None:
             have = None if pred is None else pred["name"]
-            raise ConfigError(f"mat.imitation.teacher={teacher} reads predictor {wants!r} but this policy is "
-                              f"trained with {have!r}: give the same predictor (e.g. `mat=default predictor=qr_q`) "
-                              f"or a teacher made for {have!r}")
+            raise ConfigError(
+                f"mat.imitation.teacher={teacher} reads predictor {wants!r} but this policy is "
+                f"trained with {have!r}: give the same predictor (e.g. `mat=default predictor=qr_q`) "
+                f"or a teacher made for {have!r}"
+            )
 
 
 def reads_same_median_and_upper(a, b) -> bool:
     """Two predictor configs of one kind and checkpoint whose bands share the median and the upper end."""
     band_a, band_b = (list(plain_config(x.get("band")) or []) for x in (a, b))
-    return (a.get("name") == b.get("name") and a.get("ckpt_path") == b.get("ckpt_path")
-            and len(band_a) == len(band_b) == 3 and band_a[1:] == band_b[1:])
+    return (
+        a.get("name") == b.get("name")
+        and a.get("ckpt_path") == b.get("ckpt_path")
+        and len(band_a) == len(band_b) == 3
+        and band_a[1:] == band_b[1:]
+    )
 
 
 def trained_method(cfg: DictConfig) -> str:
@@ -488,8 +567,11 @@ def run_predictor_key(cfg: DictConfig) -> str | None:
         pass
     preds = cfg.get("predictors") or {}
     if key is None:
-        same = [k for k, v in preds.items()
-                if v is not None and v.get("name") == pred.name and v.get("band") == pred.get("band")]
+        same = [
+            k
+            for k, v in preds.items()
+            if v is not None and v.get("name") == pred.name and v.get("band") == pred.get("band")
+        ]
         key = same[0] if same else str(pred.name)
     return key
 
@@ -567,5 +649,9 @@ def run_evaluation_settings(run: RunSettings, methods: list[str], overrides: dic
     key = run.predictor_key
     if key is not None and any((o or {}).get("predictor") == key for o in overrides.values()):
         preds[key] = None if own is None else dict(own)  # may carry this run's FM checkpoint or command-line overrides
-    return replace(evaluation, methods=tuple(methods), method_overrides=overrides,
-                   predictors={k: None if v is None else OmegaConf.create(v) for k, v in preds.items()})
+    return replace(
+        evaluation,
+        methods=tuple(methods),
+        method_overrides=overrides,
+        predictors={k: None if v is None else OmegaConf.create(v) for k, v in preds.items()},
+    )

@@ -4,6 +4,7 @@ a method unchanged, e.g. against a checkout of an earlier commit:
 
     python scripts/compare_results.py BEFORE/results.json AFTER/results.json
 """
+
 from __future__ import annotations
 
 import json

@@ -5,6 +5,7 @@ Usage: python scripts/paired_differences.py REF_LABEL=run_dir:Method OTHER_LABEL
 Prints, per load and over all loads, each method's mean success (%) and its paired difference to the first one
 (± s.e., mara.report.decomposition.paired_difference over the (task set, load, root, episode) keys).
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,9 @@ def per_episode(run_dir: str, method: str, seed: int | None = None) -> dict:
     out: dict = {}
     for r in rows:
         if r["method"] == method and (seed is None or r.get("train_seed") == seed):
-            out.setdefault((r["task_set"], float(r["load"]), r["root"], r["episode"]), []).append(100.0 * r["success_rate"])
+            out.setdefault((r["task_set"], float(r["load"]), r["root"], r["episode"]), []).append(
+                100.0 * r["success_rate"]
+            )
     if not out:
         raise SystemExit(f"no rows of {method} in {run_dir}")
     return {k: float(np.mean(v)) for k, v in out.items()}
@@ -41,11 +44,18 @@ def main(argv):
     for label, s in series:
         means = [np.mean([v for k, v in s.items() if k[1] == p]) for p in loads]
         d = paired_difference(s, ref)
-        per = [paired_difference({k: v for k, v in s.items() if k[1] == p}, {k: v for k, v in ref.items() if k[1] == p})
-               for p in loads]
+        per = [
+            paired_difference({k: v for k, v in s.items() if k[1] == p}, {k: v for k, v in ref.items() if k[1] == p})
+            for p in loads
+        ]
         dl = " / ".join(f"{x['diff']:+.2f} ± {x['se']:.2f}" for x in per)
-        print(f"| {label} | " + " | ".join(f"{m:.2f}" for m in means) + f" | {np.mean(means):.2f} | "
-              + ("" if s is ref else f"{d['diff']:+.2f} ± {d['se']:.2f} ({dl})") + " |")
+        print(
+            f"| {label} | "
+            + " | ".join(f"{m:.2f}" for m in means)
+            + f" | {np.mean(means):.2f} | "
+            + ("" if s is ref else f"{d['diff']:+.2f} ± {d['se']:.2f} ({dl})")
+            + " |"
+        )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ Results of the cases go to docs/fidelity/trace_peer.json (ratio, seconds, date, 
 that missed); a case/method already recorded for the same file is skipped unless --force. The peer runs under
 ``nice`` and one at a time, each with a time limit (a case's own, else --time-limit).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,13 @@ def run_cases(args, python: Path) -> None:
     record = load_record(args.record)
     cases = [case_named(n) for n in args.case] if args.case else list(CASES)
     # the methods both sides have go first over every case, the peer's others after
-    order = [(c, m) for core in (True, False) for c in cases for m in (args.method or c.methods)
-             if (m in CORE_METHODS) == core]
+    order = [
+        (c, m)
+        for core in (True, False)
+        for c in cases
+        for m in (args.method or c.methods)
+        if (m in CORE_METHODS) == core
+    ]
     for case, method in order:
         path = ensure_case_file(case, python, args.peer_root)
         with open(path) as f:
@@ -65,8 +71,16 @@ def run_cases(args, python: Path) -> None:
         if not args.force and not needs_run(entry, method, limit):
             print(_line(case.name, entry["results"][method]) + "   (recorded)")
             continue
-        result = run_peer(path, case.cluster, method, python=python, peer_root=args.peer_root, slot=args.slot,
-                          time_limit_s=limit, nice=args.nice)
+        result = run_peer(
+            path,
+            case.cluster,
+            method,
+            python=python,
+            peer_root=args.peer_root,
+            slot=args.slot,
+            time_limit_s=limit,
+            nice=args.nice,
+        )
         command = f"python scripts/peer_elasticflow.py --case {case.name} --method {method}"
         rec = put_result(entry, result, command + (f" --time-limit {limit:g}" if limit else ""))
         save_record(record, args.record)
@@ -105,8 +119,10 @@ def main(argv=None) -> None:
             if not args.trace.is_file():
                 _fail(f"trace not found: {args.trace}")
             if args.cluster not in cluster_spec_names(args.peer_root):
-                _fail(f"the peer has no cluster spec {args.cluster!r}; it has "
-                      f"{', '.join(cluster_spec_names(args.peer_root))}")
+                _fail(
+                    f"the peer has no cluster spec {args.cluster!r}; it has "
+                    f"{', '.join(cluster_spec_names(args.peer_root))}"
+                )
         python = ensure_venv(args.venv)
     except (ValueError, PeerUnavailable) as exc:
         _fail(str(exc))
@@ -115,8 +131,16 @@ def main(argv=None) -> None:
         return
     if args.trace is not None:
         for m in args.method or CORE_METHODS:
-            r = run_peer(args.trace, args.cluster, m, python=python, peer_root=args.peer_root, slot=args.slot,
-                         time_limit_s=args.time_limit, nice=args.nice)
+            r = run_peer(
+                args.trace,
+                args.cluster,
+                m,
+                python=python,
+                peer_root=args.peer_root,
+                slot=args.slot,
+                time_limit_s=args.time_limit,
+                nice=args.nice,
+            )
             print(_line(args.trace.name, r.as_record()) + (f"   {r.error}" if r.error else ""), flush=True)
         return
     run_cases(args, python)

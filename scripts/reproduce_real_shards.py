@@ -8,6 +8,7 @@ Data sets are read from ``$MARA_DATA_ROOT`` (default ``../shared/data`` next to 
 Prints, per curve, the recipe, the number of batches compared, how many are bit-for-bit equal, and the max abs
 difference per batch between the regenerated and the shipped losses.
 """
+
 import json
 import os
 import sys
@@ -37,8 +38,11 @@ def main(family: str, split: str, indices: list[int]) -> None:
         a, b = np.asarray(record["losses"]), np.asarray(shipped["losses"])
         n = min(len(a), len(b))
         d = np.abs(a[:n] - b[:n])
-        print(f"{job.curve_id} seed={record['seed']} bs={record['batch_size']} lr={record['lr']:.3g} batches={n} "
-              f"bitwise_equal={int((a[:n] == b[:n]).sum())}/{n} max_abs_diff={d.max():.3g}", flush=True)
+        print(
+            f"{job.curve_id} seed={record['seed']} bs={record['batch_size']} lr={record['lr']:.3g} batches={n} "
+            f"bitwise_equal={int((a[:n] == b[:n]).sum())}/{n} max_abs_diff={d.max():.3g}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ none in the suite's training; ``--size-ckpts MxK=...`` adds a policy trained for
 Each setting is one ``python -m mara.evaluate`` run under ``--out`` (resumable: finished methods are kept). Writes
 ``<out>/suite_summary.json`` and the figure ``<out>/suite_learned_vs_best.png`` (learned − best rule per setting).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,7 +39,10 @@ CLUSTERS = {
     "3,1,1,1,1,1,1 c1": {"nodes": 7, "max_active": 10, "node_speed": [3, 1, 1, 1, 1, 1, 1], "switch_cost": 1},
     "2,2,2,1,1,1,1 c3": {"nodes": 7, "max_active": 10, "node_speed": [2, 2, 2, 1, 1, 1, 1], "switch_cost": 3},
 }
-SIZES = {f"{m}x{k}": {"nodes": m, "max_active": k, "node_speed": None, "switch_cost": 0} for m, k in ((3, 6), (5, 8), (12, 16))}
+SIZES = {
+    f"{m}x{k}": {"nodes": m, "max_active": k, "node_speed": None, "switch_cost": 0}
+    for m, k in ((3, 6), (5, 8), (12, 16))
+}
 LOADS = (0.04, 0.05, 0.06, 0.07)
 RULES = "FIFO,EDF,LARA,Slack-WLS,Slack-FM,Slack-FM-q,Slack-QR,Slack-QR-q,Slack-QR-displace"
 LEARNED = ("MARA-suite", "MARA-nodes", "MARA-suite-ppo", "MARA-size")
@@ -48,12 +52,25 @@ def checkpoints(paths: str) -> str:
     return "[" + ",".join(f"{{train_seed: {i}, ckpt_path: '{p}'}}" for i, p in enumerate(paths.split(","))) + "]"
 
 
-def evaluate(out: Path, s: dict, methods: str, ckpts: str, roots: str, episodes: int, learned: str = "MARA-suite") -> Path:
+def evaluate(
+    out: Path, s: dict, methods: str, ckpts: str, roots: str, episodes: int, learned: str = "MARA-suite"
+) -> Path:
     """One ``mara.evaluate`` run of ``methods`` (``learned`` on ``ckpts``) on setting ``s``; -> its results.json."""
     loads = [round(p * s["nodes"] / 7, 6) for p in LOADS]
-    args = [sys.executable, "-m", "mara.evaluate", f"methods=[{methods}]", f"sim.nodes={s['nodes']}",
-            f"sim.max_active={s['max_active']}", f"sim.loads=[{','.join(map(str, loads))}]", f"sim.switch_cost={s['switch_cost']}",
-            f"eval.roots={roots}", f"eval.episodes={episodes}", "eval.tensorboard=false", f"hydra.run.dir={out}"]
+    args = [
+        sys.executable,
+        "-m",
+        "mara.evaluate",
+        f"methods=[{methods}]",
+        f"sim.nodes={s['nodes']}",
+        f"sim.max_active={s['max_active']}",
+        f"sim.loads=[{','.join(map(str, loads))}]",
+        f"sim.switch_cost={s['switch_cost']}",
+        f"eval.roots={roots}",
+        f"eval.episodes={episodes}",
+        "eval.tensorboard=false",
+        f"hydra.run.dir={out}",
+    ]
     if ckpts:
         args.append(f"+method_overrides={{{learned}: {{checkpoints: {checkpoints(ckpts)}}}}}")
     if s["node_speed"] is not None:
@@ -70,7 +87,11 @@ def table(name: str, rows: list[dict]) -> dict:
     print(f"\n### {name}\n\n| method | " + " | ".join(f"p = {p:g}" for p in loads) + " |\n|---|" + "---:|" * len(loads))
     per = {p: episode_success(rows, p) for p in loads}
     for m in methods:
-        print(f"| {m} | " + " | ".join(f"{np.mean(list(per[p][m].values())):.2f}" if m in per[p] else "–" for p in loads) + " |")
+        print(
+            f"| {m} | "
+            + " | ".join(f"{np.mean(list(per[p][m].values())):.2f}" if m in per[p] else "–" for p in loads)
+            + " |"
+        )
     out = {}
     for p in loads:
         rules = {m: float(np.mean(list(v.values()))) for m, v in per[p].items() if m not in LEARNED}
@@ -82,15 +103,29 @@ def table(name: str, rows: list[dict]) -> dict:
                 out[p][m + "_mean"] = float(np.mean(list(per[p][m].values())))
     for m in LEARNED:
         if all(m in out[p] for p in loads):
-            print(f"| **{m} − best rule** | " + " | ".join(f"{out[p][m]['diff']:+.2f} ± {out[p][m]['se']:.2f} ({out[p]['best']})"
-                                                         for p in loads) + " |")
+            print(
+                f"| **{m} − best rule** | "
+                + " | ".join(f"{out[p][m]['diff']:+.2f} ± {out[p][m]['se']:.2f} ({out[p]['best']})" for p in loads)
+                + " |"
+            )
     for m in ("MARA-nodes", "MARA-suite-ppo"):  # choosing nodes, or PPO after the imitation, against MARA-suite
         if m in methods and "MARA-suite" in methods:
-            print(f"| **{m} − MARA-suite** | " + " | ".join(
-                "{diff:+.2f} ± {se:.2f}".format(**paired_difference(per[p][m], per[p]["MARA-suite"])) for p in loads) + " |")
+            print(
+                f"| **{m} − MARA-suite** | "
+                + " | ".join(
+                    "{diff:+.2f} ± {se:.2f}".format(**paired_difference(per[p][m], per[p]["MARA-suite"])) for p in loads
+                )
+                + " |"
+            )
     if "MARA-size" in methods and "MARA-suite" in methods:
-        print("| **MARA-suite − MARA-size** | " + " | ".join(
-            "{diff:+.2f} ± {se:.2f}".format(**paired_difference(per[p]["MARA-suite"], per[p]["MARA-size"])) for p in loads) + " |")
+        print(
+            "| **MARA-suite − MARA-size** | "
+            + " | ".join(
+                "{diff:+.2f} ± {se:.2f}".format(**paired_difference(per[p]["MARA-suite"], per[p]["MARA-size"]))
+                for p in loads
+            )
+            + " |"
+        )
     return out
 
 
@@ -98,8 +133,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--learned", choices=("MARA-suite", "MARA-nodes", "MARA-suite-ppo"), default="MARA-suite")
-    ap.add_argument("--ckpts", default="", help="the learned method's policies, comma-separated (one per training "
-                    "seed); default: the shipped ones")
+    ap.add_argument(
+        "--ckpts",
+        default="",
+        help="the learned method's policies, comma-separated (one per training seed); default: the shipped ones",
+    )
     ap.add_argument("--rules-only", action="store_true", help="evaluate the rules, not the learned method")
     ap.add_argument("--settings", choices=("clusters", "sizes"), default="clusters")
     ap.add_argument("--size-ckpts", nargs="*", default=[], help="MxK=ckpt,ckpt,...: a policy trained for that size")
@@ -115,7 +153,9 @@ def main() -> None:
         methods = ("" if a.rules_only else a.learned + ",") + a.methods
         rows = json.loads(evaluate(d, s, methods, a.ckpts, a.roots, a.episodes, a.learned).read_text())["rows"]
         if name in own:  # the size's own policy, evaluated as MARA-suite in its own folder, renamed
-            extra = json.loads(evaluate(d / "size_policy", s, "MARA-suite", own[name], a.roots, a.episodes).read_text())["rows"]
+            extra = json.loads(
+                evaluate(d / "size_policy", s, "MARA-suite", own[name], a.roots, a.episodes).read_text()
+            )["rows"]
             rows += [{**r, "method": "MARA-size"} for r in extra]
         summary[name] = table(name, rows)
     means = {}

@@ -10,6 +10,7 @@ counts of jobs met by one ElasticFlow and not the other. ``--blocked`` replays E
 prior 0.5) and counts the arrivals it declines at decisions where a live job's plan on its estimate already misses
 its deadline (ElasticFlow declines every arrival of such a decision).
 """
+
 from __future__ import annotations
 
 import json
@@ -40,22 +41,34 @@ def breakdown(run: str, csv: str) -> None:
     tput, ml = job_speeds(tr, TraceElasticFlow.caps, gpus)
     alone = TraceElasticFlow()
     alone.reset(JobState(tr.submit, tr.deadline, tput, ml, decl.copy(), gpus))
-    bad = np.array([not alone.min_plan(j, FreeProfile(int(t), gpus), int(t), int(t), float(decl[j]))[4]
-                    for j, t in enumerate(tr.submit)])
+    bad = np.array(
+        [
+            not alone.min_plan(j, FreeProfile(int(t), gpus), int(t), int(t), float(decl[j]))[4]
+            for j, t in enumerate(tr.submit)
+        ]
+    )
     declined = np.array([ef[i]["declined"] for i in ids], bool)
     met = {m: np.array([by[m][i]["deadline_met"] for i in ids]) for m in by}
     print(run, {m: round(float(v.mean()), 3) for m, v in met.items()})
     fam = np.array([ef[i]["family"] for i in ids])
     ratio = decl / true
-    print("  declared/true at 10/25/50/75/90 %: " + " / ".join(f"{v:.2f}" for v in np.percentile(ratio, [10, 25, 50, 75, 90]))
-          + "; median by family: " + ", ".join(f"{f} {np.median(ratio[fam == f]):.2f}" for f in sorted(set(fam))))
-    print(f"  declared/true median {np.median(decl / true):.2f}; declared short {np.mean(decl < true):.3f}; "
-          f"infeasible alone on the declared count {bad.mean():.3f}; declined {declined.mean():.3f} "
-          f"(of them infeasible alone {bad[declined].mean():.3f})")
+    print(
+        "  declared/true at 10/25/50/75/90 %: "
+        + " / ".join(f"{v:.2f}" for v in np.percentile(ratio, [10, 25, 50, 75, 90]))
+        + "; median by family: "
+        + ", ".join(f"{f} {np.median(ratio[fam == f]):.2f}" for f in sorted(set(fam)))
+    )
+    print(
+        f"  declared/true median {np.median(decl / true):.2f}; declared short {np.mean(decl < true):.3f}; "
+        f"infeasible alone on the declared count {bad.mean():.3f}; declined {declined.mean():.3f} "
+        f"(of them infeasible alone {bad[declined].mean():.3f})"
+    )
     if "ElasticFlow-true" in met:
         a, b = met["ElasticFlow-true"], met["ElasticFlow"]
-        print(f"  met by ElasticFlow-true, not ElasticFlow: {np.mean((a == 1) & (b == 0)):.3f}; "
-              f"the reverse: {np.mean((a == 0) & (b == 1)):.3f}")
+        print(
+            f"  met by ElasticFlow-true, not ElasticFlow: {np.mean((a == 1) & (b == 0)):.3f}; "
+            f"the reverse: {np.mean((a == 0) & (b == 1)):.3f}"
+        )
 
 
 def blocked(csv: str, first_jobs: int, band: str) -> None:

@@ -10,6 +10,7 @@ speed-up, and writes the table to docs/fidelity/trace_fidelity.md and .json. Our
 is not available yet the table says so and still gives the peer's column. Fresh peer results also refresh
 docs/fidelity/trace_peer.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,8 +61,12 @@ def main(argv=None) -> None:
     ap.add_argument("--method", action="append", help="EDF or ElasticFlow (repeatable; default: both)")
     ap.add_argument("--recorded", action="store_true", help="use the peer's recorded results instead of running it")
     ap.add_argument("--time-limit", type=float, default=900.0, help="seconds per run of either side (default 900)")
-    ap.add_argument("--ours-override", action="append", default=None,
-                    help=f"override for our command, replacing the default {' '.join(WHOLE_FILE)} (repeatable)")
+    ap.add_argument(
+        "--ours-override",
+        action="append",
+        default=None,
+        help=f"override for our command, replacing the default {' '.join(WHOLE_FILE)} (repeatable)",
+    )
     ap.add_argument("--out", type=Path, default=OUT, help="table path without suffix (.md and .json are written)")
     ap.add_argument("--record", type=Path, default=DEFAULT_RECORD, help="the peer's results file")
     ap.add_argument("--peer-root", type=Path, default=DEFAULT_PEER_ROOT)
@@ -94,13 +99,28 @@ def main(argv=None) -> None:
             limit = case.limits.get(method, args.time_limit)
             peer = entry["results"].get(method) if args.recorded else None
             if peer is None:
-                res = run_peer(path, case.cluster, method, python=python, peer_root=args.peer_root,
-                               slot=DEFAULT_SLOT, time_limit_s=limit)
-                peer = put_result(entry, res, f"python scripts/peer_elasticflow.py --case {case.name} "
-                                              f"--method {method} --time-limit {limit:g}")
+                res = run_peer(
+                    path,
+                    case.cluster,
+                    method,
+                    python=python,
+                    peer_root=args.peer_root,
+                    slot=DEFAULT_SLOT,
+                    time_limit_s=limit,
+                )
+                peer = put_result(
+                    entry,
+                    res,
+                    f"python scripts/peer_elasticflow.py --case {case.name} --method {method} --time-limit {limit:g}",
+                )
                 save_record(record, args.record)
-            ours = run_ours(path, case.cluster, method, args.time_limit,
-                            WHOLE_FILE if args.ours_override is None else tuple(args.ours_override))
+            ours = run_ours(
+                path,
+                case.cluster,
+                method,
+                args.time_limit,
+                WHOLE_FILE if args.ours_override is None else tuple(args.ours_override),
+            )
             row = compare_row(case.name, method, peer, ours, ids)
             rows.append(row)
             print(markdown_table([row]).splitlines()[-1], flush=True)
@@ -112,9 +132,12 @@ def main(argv=None) -> None:
     args.out.with_suffix(".md").write_text(
         f"Peer (ElasticFlow authors' simulator) and ours on the same trace files; {when}, {machine()}; peer "
         f"{peer_note}. Command: `python scripts/trace_fidelity.py{' --recorded' if args.recorded else ''}`.\n\n"
-        + table + "\n")
-    args.out.with_suffix(".json").write_text(json.dumps({"date": when, "machine": machine(), "peer": peer_note,
-                                                         "rows": rows}, indent=1) + "\n")
+        + table
+        + "\n"
+    )
+    args.out.with_suffix(".json").write_text(
+        json.dumps({"date": when, "machine": machine(), "peer": peer_note, "rows": rows}, indent=1) + "\n"
+    )
     print(f"wrote {args.out.with_suffix('.md')} and .json")
 
 

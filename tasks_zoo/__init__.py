@@ -3,6 +3,7 @@
 Heavy imports (torch, torchvision, Lightning) happen on first use of ``build_run`` & co., so that
 configuration errors are reported quickly.
 """
+
 from tasks_zoo.errors import ZooError
 
 __all__ = ["ZooError", "build_datamodule", "build_run", "build_task", "known_families", "load_zoo_config"]

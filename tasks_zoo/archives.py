@@ -14,6 +14,7 @@ and its top folder is renamed into place only once extraction finished, so a kil
 partial folder that never passes as data (and is removed by the next unpack). A folder counts as data
 only if its ``required`` entries exist.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,15 +44,28 @@ class DataSpec:
 
 SPECS: dict[str, DataSpec] = {
     "cifar10": DataSpec(
-        "CIFAR-10", "cifar-10-batches-py", tuple(f"data_batch_{i}" for i in range(1, 6)) + ("batches.meta",),
-        ("cifar-10-python.tar.gz", "cifar-10-python-train50k-test1k.tar.gz"), legacy_parents=("cifar10",),
-        url="https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"),
+        "CIFAR-10",
+        "cifar-10-batches-py",
+        tuple(f"data_batch_{i}" for i in range(1, 6)) + ("batches.meta",),
+        ("cifar-10-python.tar.gz", "cifar-10-python-train50k-test1k.tar.gz"),
+        legacy_parents=("cifar10",),
+        url="https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+    ),
     "imdb": DataSpec(
-        "IMDB", "aclImdb", ("train/pos", "train/neg"), ("aclImdb_v1.tar.gz", "aclImdb_v1_labelled.tar.gz"),
-        url="https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"),
+        "IMDB",
+        "aclImdb",
+        ("train/pos", "train/neg"),
+        ("aclImdb_v1.tar.gz", "aclImdb_v1_labelled.tar.gz"),
+        url="https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz",
+    ),
     "yesno": DataSpec(
-        "YESNO", "waves_yesno", (), ("waves_yesno.tar.gz",), url="https://www.openslr.org/resources/1/waves_yesno.tar.gz",
-        glob="*.wav"),
+        "YESNO",
+        "waves_yesno",
+        (),
+        ("waves_yesno.tar.gz",),
+        url="https://www.openslr.org/resources/1/waves_yesno.tar.gz",
+        glob="*.wav",
+    ),
 }
 
 
@@ -119,8 +133,10 @@ def unpack(archive: Path, spec: DataSpec, cache_dir: Path) -> Path:
             os.rename(got, dest)
         except OSError:
             if not is_complete(dest, spec):  # another process finished first, or a stale non-data folder is in the way
-                raise ZooError(f"cannot unpack {archive} into {dest}: the path exists but holds no complete {spec.title}; "
-                               f"remove it") from None
+                raise ZooError(
+                    f"cannot unpack {archive} into {dest}: the path exists but holds no complete {spec.title}; "
+                    f"remove it"
+                ) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest
@@ -147,8 +163,10 @@ def download(spec: DataSpec, cache_dir: Path) -> Path:
             urllib.request.urlretrieve(spec.url, part)
         os.replace(part, target)  # concurrent downloads (e.g. torchrun ranks) each write their own file
     except Exception as exc:
-        raise ZooError(f"could not download {spec.title} from {spec.url} ({exc.__class__.__name__}); "
-                       f"put {' or '.join(spec.archives)} into the data folder instead") from None
+        raise ZooError(
+            f"could not download {spec.title} from {spec.url} ({exc.__class__.__name__}); "
+            f"put {' or '.join(spec.archives)} into the data folder instead"
+        ) from None
     return target
 
 
@@ -166,5 +184,6 @@ def locate(dataset: str, data_root, cache_dir, download_ok: bool = False) -> Pat
         raise ZooError(
             f"{spec.title} not found: {data_root} holds neither {spec.folder}/ nor an archive "
             f"({' or '.join(spec.archives)}); put one there, set data_root=<folder that has it>, "
-            f"download=true where the network allows, or source=synthetic")
+            f"download=true where the network allows, or source=synthetic"
+        )
     return unpack(archive, spec, cache_dir)

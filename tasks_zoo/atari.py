@@ -1,4 +1,5 @@
 """DAgger policy network for Atari: frame stacks [B, 4, 84, 84] -> action logits [B, 18]."""
+
 from __future__ import annotations
 
 import torch
@@ -11,10 +12,16 @@ class DAggerCNN(nn.Module):
     def __init__(self, frames: int = 4, actions: int = 18, hidden: int = 512):
         super().__init__()
         self.net = nn.Sequential(
-            nn.Conv2d(frames, 32, 8, stride=4), nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
-            nn.Flatten(), nn.Linear(64 * 7 * 7, hidden), nn.ReLU(), nn.Linear(hidden, actions),
+            nn.Conv2d(frames, 32, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(64 * 7 * 7, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, actions),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,5 @@
 """YESNO word classifier: Transformer encoder over log-mel frames [B, T, n_mels] -> 8 yes/no logits [B, 8]."""
+
 from __future__ import annotations
 
 import math
@@ -20,11 +21,22 @@ def sincos_1d(length: int, dim: int) -> torch.Tensor:
 class AudioTransformer(nn.Module):
     """Strided conv front-end, Transformer encoder, pooling into 8 word segments, shared linear head."""
 
-    def __init__(self, n_mels: int = 40, dim: int = 64, depth: int = 2, heads: int = 4, mlp: int = 128, words: int = 8, max_len: int = 512):
+    def __init__(
+        self,
+        n_mels: int = 40,
+        dim: int = 64,
+        depth: int = 2,
+        heads: int = 4,
+        mlp: int = 128,
+        words: int = 8,
+        max_len: int = 512,
+    ):
         super().__init__()
         self.front = nn.Conv1d(n_mels, dim, kernel_size=3, stride=2, padding=1)
         self.register_buffer("pos", sincos_1d(max_len, dim), persistent=False)
-        layer = nn.TransformerEncoderLayer(dim, heads, mlp, dropout=0.0, activation="gelu", batch_first=True, norm_first=True)
+        layer = nn.TransformerEncoderLayer(
+            dim, heads, mlp, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+        )
         self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
         self.pool = nn.AdaptiveAvgPool1d(words)
         self.head = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, 1))

@@ -10,6 +10,7 @@ permutation when the iterator is created, before the base seed, so it would reor
 ``EpochShuffleSampler`` keeps the bank's order and makes it resumable: its iterator's state is (generator state at the
 epoch start, indices yielded).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -89,8 +90,9 @@ def seeded_loader(dataset: Dataset, batch_size: int, seed: int, shuffle: bool = 
     sampler = EpochShuffleSampler(len(dataset), gen) if shuffle else SequentialSampler(dataset)
     with warnings.catch_warnings():  # torchdata 0.11 calls torch.set_vital, deprecated in torch 2.14: one line per job
         warnings.filterwarnings("ignore", message=".*set_vital.*")
-        return StatefulDataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True, generator=gen,
-                                  num_workers=0)
+        return StatefulDataLoader(
+            dataset, batch_size=batch_size, sampler=sampler, drop_last=True, generator=gen, num_workers=0
+        )
 
 
 class ResumableBatches:

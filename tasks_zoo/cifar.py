@@ -1,4 +1,5 @@
 """CIFAR-10 data: the real python batches or a learnable synthetic stand-in, as uint8 [N, 3, 32, 32]."""
+
 from __future__ import annotations
 
 import pickle
@@ -18,8 +19,12 @@ class _BatchUnpickler(pickle.Unpickler):
     """A python batch is a dict of a numpy array, lists, bytes and str: only numpy's array reconstruction may be
     named, so a tampered archive cannot run code when its batches are read."""
 
-    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-               ("numpy", "ndarray"), ("numpy", "dtype")}
+    ALLOWED = {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+    }
 
     def find_class(self, module: str, name: str):
         if (module, name) not in self.ALLOWED:

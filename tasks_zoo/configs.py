@@ -3,6 +3,7 @@
 Besides the package's ``conf/zoo/``, folders named in the environment variable ``MARA_ZOO_CONF`` (``os.pathsep``
 separated) are searched, so a family can live outside the repository (see tasks_zoo/README.md, "Adding a family").
 """
+
 from __future__ import annotations
 
 import os

@@ -7,6 +7,7 @@ set (cached per process, so the runs of one worker share it) and ``train_dataloa
 (``data_order: file``). A new data set subclasses ``ZooDataModule`` and implements ``real_dataset`` and
 ``synthetic_dataset`` (see tasks_zoo/README.md, "Adding a family").
 """
+
 from __future__ import annotations
 
 import functools
@@ -36,8 +37,16 @@ class ZooDataModule(L.LightningDataModule):
     #: archive key in ``tasks_zoo.archives.SPECS`` (None: the data set needs no archive)
     archive: str | None = None
 
-    def __init__(self, seed: int, batch_size: int, data_order: str = "shuffled", source: str = "synthetic",
-                 data_root: str = "data_cache", cache_dir: str = "data_cache", download: bool = False):
+    def __init__(
+        self,
+        seed: int,
+        batch_size: int,
+        data_order: str = "shuffled",
+        source: str = "synthetic",
+        data_root: str = "data_cache",
+        cache_dir: str = "data_cache",
+        download: bool = False,
+    ):
         super().__init__()
         if source not in SOURCES:
             raise ZooError(f"unknown data source {source!r} (use one of: {', '.join(SOURCES)})")

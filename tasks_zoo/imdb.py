@@ -1,5 +1,6 @@
 """IMDB sentiment data: ``aclImdb/{train,test}/{pos,neg}/*.txt`` -> token ids [N, L] + labels [N] (or a synthetic
 stand-in)."""
+
 from __future__ import annotations
 
 import re
@@ -35,19 +36,25 @@ def encode(docs: list[list[str]], vocab: dict[str, int], max_len: int) -> torch.
     return out
 
 
-def load_imdb(folder: str | Path, max_len: int = 200, vocab_size: int = 20_000, split: str = "train") -> tuple[torch.Tensor, torch.Tensor]:
+def load_imdb(
+    folder: str | Path, max_len: int = 200, vocab_size: int = 20_000, split: str = "train"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Real IMDB split from ``folder/<split>/{pos,neg}/*.txt`` (``folder`` = ``aclImdb``) -> ids int64 [N, max_len],
     y int64 [N] (1 = pos), rows in file order (pos, then neg; the training loader shuffles)."""
     folder = Path(folder) / split
     files = [(f, lab) for lab, sub in ((1, "pos"), (0, "neg")) for f in sorted((folder / sub).glob("*.txt"))]
     if not files:
-        raise ZooError(f"IMDB not found: no {split}/pos or {split}/neg *.txt in {folder.parent}, or use source=synthetic")
+        raise ZooError(
+            f"IMDB not found: no {split}/pos or {split}/neg *.txt in {folder.parent}, or use source=synthetic"
+        )
     docs = [tokenize(f.read_text(encoding="utf-8", errors="replace")) for f, _ in files]
     vocab = build_vocab(docs, vocab_size)
     return encode(docs, vocab, max_len), torch.tensor([lab for _, lab in files], dtype=torch.int64)
 
 
-def synthetic_imdb(n: int = 2048, max_len: int = 200, vocab_size: int = 5000, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def synthetic_imdb(
+    n: int = 2048, max_len: int = 200, vocab_size: int = 5000, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Zipf-like neutral text with a few class-marker tokens per review, variable length -> ids [n, max_len], y [n]."""
     g = torch.Generator().manual_seed(30_000 + seed)
     y = torch.randint(0, 2, (n,), generator=g)

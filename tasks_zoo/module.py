@@ -1,4 +1,5 @@
 """The LightningModule every zoo configuration trains: Adam (no weight decay, no scheduler), mean-reduced loss."""
+
 from __future__ import annotations
 
 import lightning as L
@@ -13,7 +14,9 @@ class ImageInput(nn.Module):
     def __init__(self, mean=None, std=None):
         super().__init__()
         c = len(mean) if mean is not None else 1
-        self.register_buffer("mean", torch.tensor(mean if mean is not None else [0.0]).view(1, c, 1, 1), persistent=False)
+        self.register_buffer(
+            "mean", torch.tensor(mean if mean is not None else [0.0]).view(1, c, 1, 1), persistent=False
+        )
         self.register_buffer("std", torch.tensor(std if std is not None else [1.0]).view(1, c, 1, 1), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

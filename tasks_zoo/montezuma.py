@@ -10,6 +10,7 @@ otherwise takes a uniformly random action (seeded), and every visited state is l
 expert's action. Frames: grayscale 210x160 resized (area) to 84x84, stacks of the last 4 frames
 (repeated first frame at episode start). Generated once per data seed and cached as a .pt file.
 """
+
 from __future__ import annotations
 
 import os
@@ -75,8 +76,10 @@ def collect(n: int, seed: int, p_expert: float = 0.7) -> dict[str, torch.Tensor]
         gym.register_envs(ale_py)
         env = gym.make("ALE/MontezumaRevenge-v5", obs_type="grayscale", repeat_action_probability=0.0)
     except Exception as exc:
-        raise ZooError(f"Montezuma's Revenge unavailable ({exc.__class__.__name__}: {exc}); install ale-py>=0.9, or "
-                       "use source=synthetic") from None
+        raise ZooError(
+            f"Montezuma's Revenge unavailable ({exc.__class__.__name__}: {exc}); install ale-py>=0.9, or "
+            "use source=synthetic"
+        ) from None
     rng = np.random.default_rng(seed)
     expert = ScriptedExpert()
     obs, _ = env.reset(seed=seed)
@@ -94,7 +97,11 @@ def collect(n: int, seed: int, p_expert: float = 0.7) -> dict[str, torch.Tensor]
             obs, _ = env.reset(seed=int(rng.integers(2**31)))
             expert.reset()
     env.close()
-    return {"frames": torch.stack(frames), "starts": torch.tensor(starts), "actions": torch.tensor(actions, dtype=torch.int64)}
+    return {
+        "frames": torch.stack(frames),
+        "starts": torch.tensor(starts),
+        "actions": torch.tensor(actions, dtype=torch.int64),
+    }
 
 
 def stack_index(starts: torch.Tensor) -> torch.Tensor:

@@ -5,6 +5,7 @@ as any LightningModule (``module: {_target_: pkg.Class, ...}``, built with ``lr=
 built-in data set (``dataset: cifar10 | imdb | yesno | montezuma``) or as any ``ZooDataModule`` subclass
 (``datamodule: {_target_: pkg.Class, ...}``). See tasks_zoo/README.md, "Adding a family".
 """
+
 from __future__ import annotations
 
 import torch
@@ -62,7 +63,9 @@ def _target(cfg, key: str):
     try:
         return get_class(target), spec
     except Exception as exc:  # hydra wraps ImportError / AttributeError
-        raise ZooError(f"zoo family {cfg.family}: {key}._target_ {target!r} cannot be imported ({type(exc).__name__})") from None
+        raise ZooError(
+            f"zoo family {cfg.family}: {key}._target_ {target!r} cannot be imported ({type(exc).__name__})"
+        ) from None
 
 
 def datamodule_class(cfg: DictConfig) -> tuple[type[ZooDataModule], dict]:
@@ -85,14 +88,30 @@ def load_dataset(dataset: str, source: str, data_root: str, cache_dir: str, down
     return cached_dataset(DATAMODULES[dataset], source, str(data_root), str(cache_dir), bool(download))
 
 
-def build_datamodule(family: str, *, seed: int, batch_size: int, source: str = "synthetic", data_root: str = "data_cache",
-                     cache_dir: str = "data_cache", download: bool = False) -> ZooDataModule:
+def build_datamodule(
+    family: str,
+    *,
+    seed: int,
+    batch_size: int,
+    source: str = "synthetic",
+    data_root: str = "data_cache",
+    cache_dir: str = "data_cache",
+    download: bool = False,
+) -> ZooDataModule:
     """One run's DataModule (not yet prepared): the family's data set, batch size, seed and data order."""
     cfg = load_zoo_config(family)
     order = data_order(cfg)
     cls, kw = datamodule_class(cfg)
-    return cls(seed=seed, batch_size=batch_size, data_order=order, source=source, data_root=str(data_root),
-               cache_dir=str(cache_dir), download=bool(download), **kw)
+    return cls(
+        seed=seed,
+        batch_size=batch_size,
+        data_order=order,
+        source=source,
+        data_root=str(data_root),
+        cache_dir=str(cache_dir),
+        download=bool(download),
+        **kw,
+    )
 
 
 def build_module(family: str, lr: float):
@@ -104,21 +123,54 @@ def build_module(family: str, lr: float):
     return ZooTask(build_net(cfg.model), cfg.loss, lr)
 
 
-def build_run(family: str, *, seed: int, batch_size: int, lr: float, source: str = "synthetic",
-              data_root: str = "data_cache", cache_dir: str = "data_cache", download: bool = False):
+def build_run(
+    family: str,
+    *,
+    seed: int,
+    batch_size: int,
+    lr: float,
+    source: str = "synthetic",
+    data_root: str = "data_cache",
+    cache_dir: str = "data_cache",
+    download: bool = False,
+):
     """One training run: (LightningModule, prepared LightningDataModule). The data set is loaded first and the seed
     then fixes the initialisation; the same seed fixes the data order (``trainer.fit(module, datamodule=dm)``)."""
-    dm = build_datamodule(family, seed=seed, batch_size=batch_size, source=source, data_root=data_root,
-                          cache_dir=cache_dir, download=download)
+    dm = build_datamodule(
+        family,
+        seed=seed,
+        batch_size=batch_size,
+        source=source,
+        data_root=data_root,
+        cache_dir=cache_dir,
+        download=download,
+    )
     dm.prepare_data()
     dm.setup("fit")
     torch.manual_seed(seed)
     return build_module(family, lr), dm
 
 
-def build_task(family: str, *, seed: int, batch_size: int, lr: float, source: str = "synthetic",
-               data_root: str = "data_cache", cache_dir: str = "data_cache", download: bool = False):
+def build_task(
+    family: str,
+    *,
+    seed: int,
+    batch_size: int,
+    lr: float,
+    source: str = "synthetic",
+    data_root: str = "data_cache",
+    cache_dir: str = "data_cache",
+    download: bool = False,
+):
     """One training run's LightningModule and its seeded full-batch loader (seed fixes init and data order)."""
-    module, dm = build_run(family, seed=seed, batch_size=batch_size, lr=lr, source=source, data_root=data_root,
-                           cache_dir=cache_dir, download=download)
+    module, dm = build_run(
+        family,
+        seed=seed,
+        batch_size=batch_size,
+        lr=lr,
+        source=source,
+        data_root=data_root,
+        cache_dir=cache_dir,
+        download=download,
+    )
     return module, dm.train_dataloader()

@@ -1,4 +1,5 @@
 """IMDB sentiment classifier: token ids [B, L] -> embedding -> LSTM -> attention pooling -> logits [B, 2]."""
+
 from __future__ import annotations
 
 import torch
@@ -8,7 +9,15 @@ import torch.nn as nn
 class AttentionLSTM(nn.Module):
     """Embedding, (bi)LSTM, additive attention over non-pad positions, linear head."""
 
-    def __init__(self, vocab: int = 20_000, embed: int = 64, hidden: int = 64, layers: int = 1, bidirectional: bool = False, classes: int = 2):
+    def __init__(
+        self,
+        vocab: int = 20_000,
+        embed: int = 64,
+        hidden: int = 64,
+        layers: int = 1,
+        bidirectional: bool = False,
+        classes: int = 2,
+    ):
         super().__init__()
         self.embedding = nn.Embedding(vocab, embed, padding_idx=0)
         self.lstm = nn.LSTM(embed, hidden, num_layers=layers, batch_first=True, bidirectional=bidirectional)

@@ -1,5 +1,6 @@
 """CIFAR-10 classifiers: small CNN, 32x32 ResNets, row-reading LSTM, SimpleViT. Input float [B, 3, 32, 32] ->
 logits [B, 10]."""
+
 from __future__ import annotations
 
 import torch
@@ -14,8 +15,12 @@ class SmallCNN(nn.Module):
         super().__init__()
         c1, c2 = channels
         self.features = nn.Sequential(
-            nn.Conv2d(3, c1, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(c1, c2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(3, c1, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(c1, c2, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
         )
         self.head = nn.Sequential(nn.Flatten(), nn.Linear(c2 * 8 * 8, hidden), nn.ReLU(), nn.Linear(hidden, classes))
 
@@ -66,7 +71,16 @@ def sincos_2d(h: int, w: int, dim: int, temperature: float = 10_000.0) -> torch.
 class SimpleViT(nn.Module):
     """Patch-embedding ViT (pre-norm blocks, sin-cos positions, mean pooling): [B, 3, 32, 32] -> [B, classes]."""
 
-    def __init__(self, patch: int = 4, dim: int = 64, depth: int = 4, heads: int = 4, mlp: int = 128, classes: int = 10, image: int = 32):
+    def __init__(
+        self,
+        patch: int = 4,
+        dim: int = 64,
+        depth: int = 4,
+        heads: int = 4,
+        mlp: int = 128,
+        classes: int = 10,
+        image: int = 32,
+    ):
         super().__init__()
         grid = image // patch
         self.embed = nn.Sequential(
@@ -75,7 +89,9 @@ class SimpleViT(nn.Module):
         )
         self.norm_in = nn.LayerNorm(dim)
         self.register_buffer("pos", sincos_2d(grid, grid, dim), persistent=False)
-        layer = nn.TransformerEncoderLayer(dim, heads, mlp, dropout=0.0, activation="gelu", batch_first=True, norm_first=True)
+        layer = nn.TransformerEncoderLayer(
+            dim, heads, mlp, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+        )
         self.blocks = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
         self.head = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, classes))
 

@@ -1,4 +1,5 @@
 """YESNO data (OpenSLR 1): 8 kHz recordings of eight yes/no words -> log-mel frames [N, 257, 40], labels [N, 8]."""
+
 from __future__ import annotations
 
 import math
@@ -41,7 +42,9 @@ def load_yesno(folder: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
     folder = Path(folder)
     files = sorted(folder.glob("*.wav"))
     if not files:
-        raise ZooError(f"YESNO not found: put the *.wav files of waves_yesno (OpenSLR SLR1) in {folder}, or use source=synthetic")
+        raise ZooError(
+            f"YESNO not found: put the *.wav files of waves_yesno (OpenSLR SLR1) in {folder}, or use source=synthetic"
+        )
     waves, labels = [], []
     for f in files:
         try:

@@ -1,5 +1,6 @@
 """Shared fixtures and helpers: small banks that the tests build themselves, a config composed as an entry point
 composes it, a Python command run from the repository root."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """tasks_zoo.archives on tiny fake archives: every accepted name and layout, atomic unpack, one-line errors."""
+
 from __future__ import annotations
 
 import io

@@ -4,6 +4,7 @@ exit status 2, no training or evaluation started, nothing written outside the ru
 The table runs each entry point's real ``main`` in this process (argv set, SystemExit caught, stderr captured);
 the work functions are replaced by ones that fail the case if reached. A few cases also run as real subprocesses.
 """
+
 import importlib.util
 import json
 import os
@@ -30,9 +31,17 @@ MAIN = {"train": mara.train.main, "evaluate": mara.evaluate.main, "live": mara.l
 # the folder is held (e.g. Clairvoyant's workers); never results, checkpoints or events
 HYDRA_FILES = {".hydra", "train.log", "evaluate.log", "live.log", "__main__.log", ".run.lock"}
 #: the functions that start work; reaching one fails the case
-WORK = [(mara.predictors.train, "train_predictor"), (mara.train, "train_policy"), (mara.pipelines.paper, "run_jobs"),
-        (mara.evaluate, "build_episodes"), (mara.evaluate, "evaluate_methods"), (mara.evaluate, "run_prediction"),
-        (mara.evaluate, "run_lofo_experiment"), (mara.live.run, "run_live_methods"), (mara.live.run, "export_bank")]
+WORK = [
+    (mara.predictors.train, "train_predictor"),
+    (mara.train, "train_policy"),
+    (mara.pipelines.paper, "run_jobs"),
+    (mara.evaluate, "build_episodes"),
+    (mara.evaluate, "evaluate_methods"),
+    (mara.evaluate, "run_prediction"),
+    (mara.evaluate, "run_lofo_experiment"),
+    (mara.live.run, "run_live_methods"),
+    (mara.live.run, "export_bank"),
+]
 
 
 def ow(method, ckpt):
@@ -66,24 +75,60 @@ CASES = [
     ("live", ["methods=[]"], "methods is empty"),
     ("evaluate", ["methods=FIFO"], "methods must be a list"),
     # method_overrides: every key a setting of that method, every name a method
-    ("evaluate", ["methods=[FIFO,MARA]", "+method_overrides={MARA: {ckpt_pth: mine.ckpt}}"], "did you mean 'ckpt_path'?"),
+    (
+        "evaluate",
+        ["methods=[FIFO,MARA]", "+method_overrides={MARA: {ckpt_pth: mine.ckpt}}"],
+        "did you mean 'ckpt_path'?",
+    ),
     ("evaluate", ["methods=[FIFO]", "+method_overrides={FIFO: {bogus: 1}}"], "FIFO has no setting 'bogus'"),
-    ("evaluate", ["methods=[FIFO]", "+method_overrides={FIFO: {ckpt_path: x.ckpt}}"], "FIFO has no setting 'ckpt_path'"),
-    ("evaluate", ["methods=[FIFO]", "+method_overrides={NoSuch: {x: 1}}"], "unknown method 'NoSuch' in method_overrides"),
+    (
+        "evaluate",
+        ["methods=[FIFO]", "+method_overrides={FIFO: {ckpt_path: x.ckpt}}"],
+        "FIFO has no setting 'ckpt_path'",
+    ),
+    (
+        "evaluate",
+        ["methods=[FIFO]", "+method_overrides={NoSuch: {x: 1}}"],
+        "unknown method 'NoSuch' in method_overrides",
+    ),
     ("evaluate", ["methods=[FIFO]", "+method_overrides={Slack-Fm: {predictor: fm}}"], "did you mean 'Slack-FM'?"),
-    ("evaluate", ["methods=[Clairvoyant]", "+method_overrides={Clairvoyant: {time_limt_s: 1}}"], "did you mean 'time_limit_s'?"),
-    ("evaluate", ["methods=[Clairvoyant]", "+method_overrides={Clairvoyant: {workers: abc}}"], "method_overrides.Clairvoyant"),
-    ("evaluate", ["methods=[Clairvoyant]", "+method_overrides={Clairvoyant: {admission_limit: maybe}}"],
-     "method_overrides.Clairvoyant.admission_limit: Value 'maybe' is not a valid bool"),
-    ("evaluate", ["methods=[Clairvoyant]", "+method_overrides={Clairvoyant: {workers: -1}}"], "workers must be an integer >= 0"),
+    (
+        "evaluate",
+        ["methods=[Clairvoyant]", "+method_overrides={Clairvoyant: {time_limt_s: 1}}"],
+        "did you mean 'time_limit_s'?",
+    ),
+    (
+        "evaluate",
+        ["methods=[Clairvoyant]", "+method_overrides={Clairvoyant: {workers: abc}}"],
+        "method_overrides.Clairvoyant",
+    ),
+    (
+        "evaluate",
+        ["methods=[Clairvoyant]", "+method_overrides={Clairvoyant: {admission_limit: maybe}}"],
+        "method_overrides.Clairvoyant.admission_limit: Value 'maybe' is not a valid bool",
+    ),
+    (
+        "evaluate",
+        ["methods=[Clairvoyant]", "+method_overrides={Clairvoyant: {workers: -1}}"],
+        "workers must be an integer >= 0",
+    ),
     ("evaluate", ["methods=[LARA]", "+method_overrides={LARA: {allocator: {warm_ob: 1}}}"], "did you mean 'warm_obs'?"),
     # allocator arguments of the scalar type the constructor declares (a string is not a switch, a bool not a count)
-    ("evaluate", ["experiment=hetero", "methods=[Plan-QR]", "+method_overrides={Plan-QR: {allocator: {arrivals: maybe}}}"],
-     "method_overrides.Plan-QR.allocator.arrivals: expected bool, got 'maybe'"),
-    ("evaluate", ["methods=[Plan-QR]", "+method_overrides={Plan-QR: {allocator: {samples: true}}}"],
-     "method_overrides.Plan-QR.allocator.samples: expected int, got True"),
-    ("evaluate", ["methods=[Slack-QR]", "+method_overrides={Slack-QR: {allocator: {displace: yes please}}}"],
-     "allocator.displace: expected bool"),
+    (
+        "evaluate",
+        ["experiment=hetero", "methods=[Plan-QR]", "+method_overrides={Plan-QR: {allocator: {arrivals: maybe}}}"],
+        "method_overrides.Plan-QR.allocator.arrivals: expected bool, got 'maybe'",
+    ),
+    (
+        "evaluate",
+        ["methods=[Plan-QR]", "+method_overrides={Plan-QR: {allocator: {samples: true}}}"],
+        "method_overrides.Plan-QR.allocator.samples: expected int, got True",
+    ),
+    (
+        "evaluate",
+        ["methods=[Slack-QR]", "+method_overrides={Slack-QR: {allocator: {displace: yes please}}}"],
+        "allocator.displace: expected bool",
+    ),
     ("evaluate", ["methods=[MARA]", "+method_overrides={MARA: {predictor: fmm}}"], "did you mean 'fm'?"),
     ("evaluate", ["methods=[MARA]", "+method_overrides={MARA: {predictor: truth}}"], "perfect-prediction bound"),
     ("train", ["+method_overrides={FIFO: {bogus: 1}}"], "FIFO has no setting 'bogus'"),
@@ -92,8 +137,11 @@ CASES = [
     ("train", ["seed=-1"], "seed must be an integer >= 0"),
     ("train", ["seed=1.5"], "seed must be an integer"),
     ("train", ["mat.total_env_steps=-5"], "mat.total_env_steps must be an integer >= 0"),
-    ("train", ["experiment=smoke", "mat.total_env_steps=0", "mat.imitation.enabled=false"],
-     "mat.total_env_steps must be an integer >= 1 when mat.imitation.enabled is false"),
+    (
+        "train",
+        ["experiment=smoke", "mat.total_env_steps=0", "mat.imitation.enabled=false"],
+        "mat.total_env_steps must be an integer >= 1 when mat.imitation.enabled is false",
+    ),
     ("train", ["mat.ppo.lr=0"], "mat.ppo.lr must be a number > 0"),
     ("train", ["mat.ppo.gamma=1.5"], "mat.ppo.gamma must be a number in [0, 1]"),
     ("train", ["mat.workload.load=[0.04,1.2]"], "mat.workload.load must be a number in [0, 1]"),
@@ -104,8 +152,11 @@ CASES = [
     ("train", ["sim.loads=[0.04,abc]"], "sim.loads must be a number, got 'abc'"),
     ("evaluate", ["experiment=prediction", "prediction.extra.QR=nope"], "prediction.extra.QR='nope': not a predictor"),
     ("evaluate", ["experiment=prediction", "+prediction.extra.FM=qr"], "FM and WLS are the benchmark's own rows"),
-    ("evaluate", ["experiment=prediction", "predictors.qr_cal.recalibrate.cal_bank=/nonexistent/cal.parquet"],
-     "predictors.qr_cal.recalibrate.cal_bank=/nonexistent/cal.parquet: no such file"),
+    (
+        "evaluate",
+        ["experiment=prediction", "predictors.qr_cal.recalibrate.cal_bank=/nonexistent/cal.parquet"],
+        "predictors.qr_cal.recalibrate.cal_bank=/nonexistent/cal.parquet: no such file",
+    ),
     ("evaluate", ["eval.roots=0"], "eval.roots must be >= 1"),
     ("evaluate", ["eval.roots=[-1]"], "eval.roots must be an integer >= 0"),
     ("evaluate", ["eval.episodes=0"], "eval.episodes"),
@@ -178,7 +229,7 @@ CASES = [
     ("train", ["stage=policy", "mat.init_from={bad}"], "mat.init_from: policy checkpoint"),
     ("train", ["stage=policy", "mat.init_from={missing}"], "no such policy checkpoint"),
     ("train", ["stage=policy", "ckpt_path={bad}"], "ckpt_path: policy checkpoint"),
-    ("train", ["stage=policy", "ckpt_path={missing}"], "ckpt_path=" ),
+    ("train", ["stage=policy", "ckpt_path={missing}"], "ckpt_path="),
     ("train", ["stage=policy", "ckpt_path=" + str(MARA_CKPT)], "not a MAT training checkpoint to resume"),
     ("train", ["stage=policy", "predictor.ckpt_path={bad}"], "predictor.ckpt_path: "),
     ("train", ["experiment=smoke", "stage=policy", "predictor.ckpt_path={bad}"], "is not an FM predictor checkpoint"),
@@ -204,7 +255,12 @@ def files(tmp_path_factory):
     (d / "bad.ckpt").write_text("garbage")
     (d / "plain_file").write_text("not a folder")
     (d / "corrupt.parquet").write_bytes(b"PAR1 but not really")
-    return {"bad": d / "bad.ckpt", "file": d / "plain_file", "parquet": d / "corrupt.parquet", "missing": d / "missing.ckpt"}
+    return {
+        "bad": d / "bad.ckpt",
+        "file": d / "plain_file",
+        "parquet": d / "corrupt.parquet",
+        "missing": d / "missing.ckpt",
+    }
 
 
 def _fill(arg: str, files: dict) -> str:
@@ -222,8 +278,10 @@ def test_bad_input_is_one_line_and_exit_2_before_any_work(entry, args, needle, f
     args = [_fill(a, files) for a in args]
     run = tmp_path / "run"
     for module, name in WORK:
+
         def started(*_a, _name=name, **_k):
             raise AssertionError(f"{_name} started")
+
         monkeypatch.setattr(module, name, started)
     if not any(a.startswith("hydra.run.dir=") for a in args):
         args = [*args, f"hydra.run.dir={run}"]
@@ -249,11 +307,14 @@ def _run(*args):
     return subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True, text=True, env=env)
 
 
-@pytest.mark.parametrize("entry,args,needle", [
-    ("mara.train", ["sim.nodez=3"], "did you mean 'sim.nodes'?"),
-    ("mara.evaluate", ["methods=[FIFO,MARA]", ow("MARA", "{bad}")], "not a readable PyTorch checkpoint"),
-    ("mara.live", ["+method_overrides={FIFO: {bogus: 1}}", "methods=[FIFO]"], "FIFO has no setting 'bogus'"),
-])
+@pytest.mark.parametrize(
+    "entry,args,needle",
+    [
+        ("mara.train", ["sim.nodez=3"], "did you mean 'sim.nodes'?"),
+        ("mara.evaluate", ["methods=[FIFO,MARA]", ow("MARA", "{bad}")], "not a readable PyTorch checkpoint"),
+        ("mara.live", ["+method_overrides={FIFO: {bogus: 1}}", "methods=[FIFO]"], "FIFO has no setting 'bogus'"),
+    ],
+)
 def test_bad_input_from_the_command_line(entry, args, needle, files, tmp_path):
     args = [_fill(a, files) for a in args]
     p = _run(entry, *args, f"hydra.run.dir={tmp_path}/run")
@@ -279,12 +340,27 @@ def test_good_inputs_pass_the_check(tmp_path):
     from mara.core.config import CONF_DIR
     from mara.preflight import preflight
 
-    runs = [("train", []), ("train", ["experiment=smoke"]), ("train", ["experiment=hetero"]), ("train", ["experiment=band"]),
-            ("evaluate", []), ("evaluate", ["methods=[MARA,MARA-QR,Slack-QR-q]"]), ("evaluate", ["experiment=hetero"]),
-            ("evaluate", [ow("MARA", MARA_CKPT), "methods=[MARA]"]), ("evaluate", ["experiment=prediction"]),
-            ("evaluate", ["+method_overrides={Clairvoyant: {workers: 2, time_limit_s: 1.5}}"]), ("live", []),
-            ("evaluate", ["methods=[Plan-QR]", "+method_overrides={Plan-QR: {allocator: {arrivals: true, samples: 2, min_gain: 1}}}"]),
-            ("live", ["action=export_bank"])]
+    runs = [
+        ("train", []),
+        ("train", ["experiment=smoke"]),
+        ("train", ["experiment=hetero"]),
+        ("train", ["experiment=band"]),
+        ("evaluate", []),
+        ("evaluate", ["methods=[MARA,MARA-QR,Slack-QR-q]"]),
+        ("evaluate", ["experiment=hetero"]),
+        ("evaluate", [ow("MARA", MARA_CKPT), "methods=[MARA]"]),
+        ("evaluate", ["experiment=prediction"]),
+        ("evaluate", ["+method_overrides={Clairvoyant: {workers: 2, time_limit_s: 1.5}}"]),
+        ("live", []),
+        (
+            "evaluate",
+            [
+                "methods=[Plan-QR]",
+                "+method_overrides={Plan-QR: {allocator: {arrivals: true, samples: 2, min_gain: 1}}}",
+            ],
+        ),
+        ("live", ["action=export_bank"]),
+    ]
     for entry, extra in runs:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose(entry, overrides=[f"paths.output_dir={tmp_path}/{entry}", *extra])
@@ -328,14 +404,17 @@ def _main(entry, args, monkeypatch, capsys):
     return code, [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
 
 
-@pytest.mark.parametrize("text, needle", [
-    ('{"rows": [', "is not a readable JSON file"),
-    ("\xff\xfe", "is not a readable JSON file"),
-    ("[1, 2]", "holds a JSON list"),
-    ('{"rows": 5}', "rows must be a list of result rows"),
-    ('{"rows": [{"no_method": 1}]}', "rows must be a list of result rows"),
-    ('{"rows": [], "summary": {"FIFO": 3}}', "do not have the shape of a finished experiment=paper run"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ('{"rows": [', "is not a readable JSON file"),
+        ("\xff\xfe", "is not a readable JSON file"),
+        ("[1, 2]", "holds a JSON list"),
+        ('{"rows": 5}', "rows must be a list of result rows"),
+        ('{"rows": [{"no_method": 1}]}', "rows must be a list of result rows"),
+        ('{"rows": [], "summary": {"FIFO": 3}}', "do not have the shape of a finished experiment=paper run"),
+    ],
+)
 def test_report_on_a_corrupt_results_json_is_one_line(text, needle, tmp_path, capsys):
     from mara.report.__main__ import main
 
@@ -351,7 +430,8 @@ def test_report_on_a_corrupt_results_json_is_one_line(text, needle, tmp_path, ca
 def job_modules(tmp_path, monkeypatch):
     """An importable module of things a job file may wrongly name: a class whose constructor writes a file, and a
     LightningModule whose loss is NaN."""
-    (tmp_path / "wrongjobs.py").write_text(textwrap.dedent(f"""
+    (tmp_path / "wrongjobs.py").write_text(
+        textwrap.dedent(f"""
         import torch
         from examples.user_jobs import MLPClassifier
 
@@ -365,7 +445,8 @@ def job_modules(tmp_path, monkeypatch):
         class NaNLoss(MLPClassifier):
             def training_step(self, batch, batch_idx):
                 return {{"loss": super().training_step(batch, batch_idx)["loss"] * float("nan")}}
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     return tmp_path
 
@@ -374,27 +455,45 @@ BLOBS_DATA = "{_target_: examples.user_jobs.BlobData, n: 64, batch_size: 16}"
 MLP_MODULE = "{_target_: examples.user_jobs.MLPClassifier, hidden: 8}"
 
 
-@pytest.mark.parametrize("module, data, needle", [
-    ('{_target_: os.system, command: "touch {out}"}', BLOBS_DATA, "module._target_: 'os.system' is a builtin_function"),
-    ("{_target_: wrongjobs.NotLightning}", BLOBS_DATA, "is the class wrongjobs.NotLightning, not a LightningModule"),
-    ("{_target_: wrongjobs.factory}", BLOBS_DATA, "'wrongjobs.factory' is a function, not a LightningModule"),
-    (MLP_MODULE, "{_target_: wrongjobs.NotLightning}", "data._target_: 'wrongjobs.NotLightning' is the class"),
-    (MLP_MODULE, "{_target_: examples.user_jobs.MLPClassifier}", "not a LightningDataModule subclass"),
-    ("{_target_: wrongjobs.NaNLoss, hidden: 8}", BLOBS_DATA, "the loss of the first batch is nan (not a finite number)"),
-])
+@pytest.mark.parametrize(
+    "module, data, needle",
+    [
+        (
+            '{_target_: os.system, command: "touch {out}"}',
+            BLOBS_DATA,
+            "module._target_: 'os.system' is a builtin_function",
+        ),
+        (
+            "{_target_: wrongjobs.NotLightning}",
+            BLOBS_DATA,
+            "is the class wrongjobs.NotLightning, not a LightningModule",
+        ),
+        ("{_target_: wrongjobs.factory}", BLOBS_DATA, "'wrongjobs.factory' is a function, not a LightningModule"),
+        (MLP_MODULE, "{_target_: wrongjobs.NotLightning}", "data._target_: 'wrongjobs.NotLightning' is the class"),
+        (MLP_MODULE, "{_target_: examples.user_jobs.MLPClassifier}", "not a LightningDataModule subclass"),
+        (
+            "{_target_: wrongjobs.NaNLoss, hidden: 8}",
+            BLOBS_DATA,
+            "the loss of the first batch is nan (not a finite number)",
+        ),
+    ],
+)
 def test_job_file_is_checked_before_anything_in_it_is_called(module, data, needle, job_modules, monkeypatch, capsys):
     """Every _target_ is imported and checked to be a Lightning class without calling it, for every job before the
     first job is built: nothing the file names runs (a harmless first job comes before the bad one)."""
     out = job_modules / "constructed"
     jobs = job_modules / "jobs.yaml"
-    jobs.write_text(textwrap.dedent(f"""
+    jobs.write_text(
+        textwrap.dedent(f"""
         jobs:
           - {{name: fine, module: {MLP_MODULE}, data: {BLOBS_DATA}, target: {{loss: 1.0}}, deadline: {{steps: 5}}}}
           - {{name: wrong, module: {module.replace("{out}", str(out))}, data: {data}, target: {{loss: 1.0}},
               deadline: {{steps: 5}}}}
-    """))
-    code, err = _main("live", [f"jobs={jobs}", f"hydra.run.dir={job_modules / 'run'}", "jobs_methods=[EDF]"],
-                      monkeypatch, capsys)
+    """)
+    )
+    code, err = _main(
+        "live", [f"jobs={jobs}", f"hydra.run.dir={job_modules / 'run'}", "jobs_methods=[EDF]"], monkeypatch, capsys
+    )
     assert code == 2 and len(err) == 1 and "job 'wrong': " in err[0] and needle in err[0], err
     assert not out.exists()  # neither os.system nor a constructor ran
     assert not (job_modules / "run" / "job_outcomes.json").exists()
@@ -410,11 +509,16 @@ def _stub_training(monkeypatch, calls: list, policy_file=None):
         best = Path(settings.output_dir) / "checkpoints" / "best.ckpt"
         best.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(policy_file, best)
-        return {"best_ckpt": str(best), "output_dir": settings.output_dir, "last_ckpt": str(best.with_name("last.ckpt"))}
+        return {
+            "best_ckpt": str(best),
+            "output_dir": settings.output_dir,
+            "last_ckpt": str(best.with_name("last.ckpt")),
+        }
 
     def run_evaluation(settings, folder):
-        calls.append({m: [c["ckpt_path"] for c in o.get("checkpoints") or []]
-                      for m, o in settings.method_overrides.items()})
+        calls.append(
+            {m: [c["ckpt_path"] for c in o.get("checkpoints") or []] for m, o in settings.method_overrides.items()}
+        )
         return {"rows": [{"method": "stub"}], "summary": {}}
 
     monkeypatch.setattr(mara.train, "train_policy", train_policy)

@@ -1,4 +1,5 @@
 """Curve bank: schema, writer, validating loader, derived views."""
+
 import json
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Bounds on the real simulator: every policy ≤ Clairvoyant ≤ Oracle; the stress scenario's known numbers."""
+
 import numpy as np
 import pytest
 
@@ -53,8 +54,15 @@ def test_clairvoyant_workers_give_the_same_rows(tmp_path, small_bank):
     """Episodes solved in 2 worker processes: the same bounds, in the same episode order, as one process."""
     rows = {}
     for w in (1, 2):
-        res = evaluate(tiny(tmp_path / f"w{w}", small_bank.path, "methods=[Clairvoyant]", "eval.episodes=3",
-                            f"+method_overrides={{Clairvoyant:{{workers:{w}}}}}"))
+        res = evaluate(
+            tiny(
+                tmp_path / f"w{w}",
+                small_bank.path,
+                "methods=[Clairvoyant]",
+                "eval.episodes=3",
+                f"+method_overrides={{Clairvoyant:{{workers:{w}}}}}",
+            )
+        )
         rows[w] = [(r["task_set"], r["root"], r["episode"], r["succeeded"], r["optimal"]) for r in res["rows"]]
     assert rows[1] == rows[2] and all(r[4] for r in rows[1]) and len(rows[1]) >= 3
 
@@ -63,13 +71,23 @@ def test_clairvoyant_workers_config_mistake(tmp_path, small_bank):
     from mara.core.config import ConfigError
 
     with pytest.raises(ConfigError, match="workers must be an integer >= 0"):
-        evaluate(tiny(tmp_path, small_bank.path, "methods=[Clairvoyant]", "+method_overrides={Clairvoyant:{workers:-1}}"))
+        evaluate(
+            tiny(tmp_path, small_bank.path, "methods=[Clairvoyant]", "+method_overrides={Clairvoyant:{workers:-1}}")
+        )
 
 
 def test_results_say_what_the_hetero_bound_is(tmp_path, small_bank):
     """With switch costs the Clairvoyant relaxes them: results.json and results.md say it is a bound."""
-    res = evaluate(tiny(tmp_path, small_bank.path, "methods=[FIFO,Clairvoyant]", "eval.episodes=1",
-                        "sim.node_speed=[2,2,1,1,1,1,1]", "sim.switch_cost=1"))
+    res = evaluate(
+        tiny(
+            tmp_path,
+            small_bank.path,
+            "methods=[FIFO,Clairvoyant]",
+            "eval.episodes=1",
+            "sim.node_speed=[2,2,1,1,1,1,1]",
+            "sim.switch_cost=1",
+        )
+    )
     assert res["clairvoyant"]["bound_kind"] == "bound: switch costs relaxed"
     assert "here it is a bound: switch costs relaxed" in (tmp_path / "results.md").read_text()
     plain = evaluate(tiny(tmp_path / "plain", small_bank.path, "methods=[Clairvoyant]", "eval.episodes=1"))

@@ -1,4 +1,5 @@
 """Calibration: per-family ε so that independent feasibility hits the target."""
+
 import shutil
 import subprocess
 import sys
@@ -38,8 +39,9 @@ def test_calibrate_bank_in_place(tmp_path, small_bank):
 def test_cli_calibrate(tmp_path, small_bank):
     path = tmp_path / "c.parquet"
     shutil.copy(small_bank.path, path)
-    p = subprocess.run([sys.executable, "-m", "mara.calibrate", f"bank.path={path}", "target=0.6"],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "mara.calibrate", f"bank.path={path}", "target=0.6"], capture_output=True, text=True
+    )
     assert p.returncode == 0, p.stderr
     assert "Oracle at p=0.04, ID" in p.stdout
     assert load_bank(path).bank_meta["calibration_target"] == 0.6

@@ -1,4 +1,5 @@
 """Per-family conformal calibration of the FM band (predictor fm_cal) and the benchmark's per-observation table."""
+
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
@@ -21,8 +22,11 @@ def _family_set(rng, n, width):
 
 def test_group_offsets_give_the_exact_split_conformal_coverage_per_family_and_bin():
     rng = np.random.default_rng(0)
-    parts = {("narrow", 5): _family_set(rng, 49, 0.1), ("narrow", 25): _family_set(rng, 39, 0.5),
-             ("wide", 5): _family_set(rng, 99, 1.0)}
+    parts = {
+        ("narrow", 5): _family_set(rng, 49, 0.1),
+        ("narrow", 25): _family_set(rng, 39, 0.5),
+        ("wide", 5): _family_set(rng, 99, 1.0),
+    }
     lo, hi, y = (np.concatenate([p[i] for p in parts.values()]) for i in range(3))
     fam = np.concatenate([[f] * len(p[0]) for (f, _), p in parts.items()])
     n_obs = np.concatenate([[k] * len(p[0]) for (_, k), p in parts.items()])
@@ -70,8 +74,10 @@ def test_fm_cal_keeps_the_fm_median_and_widens_by_the_family_offset(fm_cal):
     np.testing.assert_array_equal(band[warm, 1], raw[warm, 1])
     assert np.all(np.diff(band, axis=1) >= 0) and np.all(band[:, 2] <= q["cap"])
     np.testing.assert_array_equal(raw[:3], np.repeat(q["cap"][:3, None], 3, axis=1))
-    np.testing.assert_array_equal(band[:3], fm_cal.cold.predict_quantiles(S[:3], L[:3], n_obs[:3], q["eps"][:3],
-                                                                          q["cap"][:3], args[5][:3], fam[:3]))
+    np.testing.assert_array_equal(
+        band[:3],
+        fm_cal.cold.predict_quantiles(S[:3], L[:3], n_obs[:3], q["eps"][:3], q["cap"][:3], args[5][:3], fam[:3]),
+    )
     off = offsets_for(fam, n_obs, fm_cal.offsets, fm_cal.novel, fm_cal.obs_bins)
     lo, hi = apply_offset(raw[:, 0], raw[:, 1], raw[:, 2], off + 1e-9, q["cap"])
     np.testing.assert_allclose(band[warm, 0], lo[warm])
@@ -82,7 +88,9 @@ def test_fm_cal_offsets_are_fitted_on_held_out_curves_of_the_training_families_o
     bank = load_bank(default_bank_path())
     trained = {f for f in np.unique(bank.family) if len(bank.rows(f, "fm_train"))}
     # RL and ViT have no training curves: offsets of their own only from their cal curves (tests/test_level_shift.py)
-    assert trained <= set(fm_cal.offsets) and not any(len(bank.rows(f, "fm_train")) for f in set(fm_cal.offsets) - trained)
+    assert trained <= set(fm_cal.offsets) and not any(
+        len(bank.rows(f, "fm_train")) for f in set(fm_cal.offsets) - trained
+    )
     np.testing.assert_array_equal(fm_cal.novel, np.nanmax(np.stack([fm_cal.offsets[f] for f in trained]), axis=0))
     # refitting on the same calibration split reproduces the offsets, and the band then covers ≥ 80 % of it
     refit = calibrate(fm_cal.fm, bank, split="pool", obs_bins=fm_cal.obs_bins)
@@ -93,8 +101,9 @@ def test_fm_cal_offsets_are_fitted_on_held_out_curves_of_the_training_families_o
     q = build_queries(bank, fams, "pool", bank.family_params)
     rows = q["rows"]
     S, L = observe(bank, rows, q["n_obs"])
-    band = fm_cal.predict_quantiles(S, L, q["n_obs"], q["eps"], q["cap"], bank.batch_size[rows], bank.lr[rows],
-                                    family=bank.family[rows])
+    band = fm_cal.predict_quantiles(
+        S, L, q["n_obs"], q["eps"], q["cap"], bank.batch_size[rows], bank.lr[rows], family=bank.family[rows]
+    )
     bins = np.digitize(q["n_obs"], fm_cal.obs_bins)
     for f, b in {(f, b) for f in fams for b in range(len(fm_cal.obs_bins) + 1)}:
         m = (bank.family[rows] == f) & (bins == b)
@@ -132,7 +141,9 @@ def test_metrics_by_obs_known_answer():
     assert out["20–39"]["n"] == 0 and np.isnan(out["20–39"]["mae"])
     assert out["≥40"] == {"mae": 5.0, "budget_acc": 0.0, "coverage": 0.0, "n": 1}
     assert metrics_by_obs(n_obs, err, correct, None, truth)["4–5"]["coverage"] is None
-    md = by_obs_markdown({"ID": {"FM": {"by_obs": out}, "WLS": {"by_obs": metrics_by_obs(n_obs, err, correct, None, truth)}}})
+    md = by_obs_markdown(
+        {"ID": {"FM": {"by_obs": out}, "WLS": {"by_obs": metrics_by_obs(n_obs, err, correct, None, truth)}}}
+    )
     assert "| ID | FM | 15 / 50 / 50 (2) | 3 / 100 / 100 (1) |" in md and "| ID | WLS | 15 / 50 / – (2)" in md
 
 
@@ -148,14 +159,17 @@ def test_cold_prior_known_answer():
     # row 2: a family with no curves -> cap; row 3: no observation -> the two nearest by index order (all d = 0)
     S = np.array([[4.0, 0.0], [4.0, 16.0], [4.0, 0.0], [0.0, 0.0]])
     Lh = np.array([[1.9, 0.0], [4.0, 4.0], [1.0, 0.0], [0.0, 0.0]])
-    q = prior.predict_quantiles(S, Lh, np.array([1, 2, 1, 0]), np.full(4, 0.5), np.array([100, 100, 7, 4]), bs,
-                                np.array(["a", "a", "zzz", "a"]))
+    q = prior.predict_quantiles(
+        S, Lh, np.array([1, 2, 1, 0]), np.full(4, 0.5), np.array([100, 100, 7, 4]), bs, np.array(["a", "a", "zzz", "a"])
+    )
     np.testing.assert_allclose(q[0], [2.0, 3.5, 5.0])
     np.testing.assert_allclose(q[1], [2.0, 3.5, 5.0])
     np.testing.assert_allclose(q[2], [7.0, 7.0, 7.0])
     np.testing.assert_allclose(q[3], [3.0, 3.5, 4.0])  # remaining 3 and 6 capped at 4
-    np.testing.assert_array_equal(prior.predict_quantiles(S, Lh, np.array([1, 2, 1, 0]), np.full(4, 0.5),
-                                                          np.full(4, 9), bs, None), np.full((4, 3), 9.0))
+    np.testing.assert_array_equal(
+        prior.predict_quantiles(S, Lh, np.array([1, 2, 1, 0]), np.full(4, 0.5), np.full(4, 9), bs, None),
+        np.full((4, 3), 9.0),
+    )
 
 
 def test_cold_queries_and_fm_cal_cold_estimates(fm_cal):
@@ -174,8 +188,9 @@ def test_cold_queries_and_fm_cal_cold_estimates(fm_cal):
     novel = fam == "RLExpertConfig"  # no training curves: the cap, as without the cold prior
     np.testing.assert_array_equal(band[novel], np.repeat(q["cap"][novel, None], 3, axis=1))
     known = ~novel
-    np.testing.assert_array_equal(band[known], fm_cal.cold.predict_quantiles(*[a[known] for a in args[:5]],
-                                                                             args[5][known], fam[known]))
+    np.testing.assert_array_equal(
+        band[known], fm_cal.cold.predict_quantiles(*[a[known] for a in args[:5]], args[5][known], fam[known])
+    )
     assert (band[known, 1] < q["cap"][known]).mean() > 0.5  # informative, not the cap
 
 

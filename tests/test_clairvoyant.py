@@ -1,4 +1,5 @@
 """Clairvoyant: exact best success count with every need known (K relaxed)."""
+
 from __future__ import annotations
 
 import itertools
@@ -22,6 +23,7 @@ from mara.bounds.clairvoyant import (  # noqa: E402
 )
 
 # ----------------------------------------------------------------------------- independent checks
+
 
 def _edmonds_karp(n, cap, s, t):
     """Plain Edmonds-Karp on a dense capacity matrix (list of dicts)."""
@@ -130,6 +132,7 @@ def solve_and_verify(arrival, deadline, need, m, **kw):
 
 # ----------------------------------------------------------------------------- hand-worked cases
 
+
 def test_one_node_three_tasks():
     # A [0,4) need 3, B [0,4) need 2, C [2,6) need 2 on one node: A+B needs 5 slots in [0,4);
     # all three need 7 > 6 slots.  A+C and B+C fit, so the best is 2.
@@ -196,6 +199,7 @@ def test_infeasible_chosen_set_rejected():
 
 # ----------------------------------------------------------------------------- brute force
 
+
 def _tiny(rng):
     n = int(rng.integers(1, 7))
     m = int(rng.integers(1, 4))
@@ -218,6 +222,7 @@ def test_brute_force_tiny():
 
 
 # ----------------------------------------------------------------------------- random episodes
+
 
 @st.composite
 def episodes(draw):
@@ -275,6 +280,7 @@ def test_short_time_limit_gives_valid_bounds():
 
 
 # ----------------------------------------------------------------------------- missing OR-Tools
+
 
 def test_missing_ortools_message(monkeypatch):
     for name in ("ortools", "ortools.sat", "ortools.sat.python", "ortools.sat.python.cp_model"):

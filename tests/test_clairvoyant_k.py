@@ -1,4 +1,5 @@
 """Clairvoyant-K: exact best success count with every need known AND the admission limit K."""
+
 from __future__ import annotations
 
 import itertools
@@ -41,6 +42,7 @@ def task(arrival, need, budget, row=0):
 
 
 # ----------------------------------------------------------------------------- a tiny simulator
+
 
 class Tiny:
     """The simulator's rules for one episode, written plainly (independent of env.py and simulate_k).
@@ -113,6 +115,7 @@ def random_instance(rng, n_max=5, horizon=10):
 
 # ----------------------------------------------------------------------------- simulators agree
 
+
 class Replay:
     """Random valid allocator for BatchedEnv that records the task ids it served at each step."""
 
@@ -140,8 +143,9 @@ def test_simulators_agree_with_env(linear_bank, seed):
     m, k = int(rng.integers(1, 3)), int(rng.integers(1, 3))
     b, d, q = random_instance(rng, n_max=6, horizon=12)
     b, d = b.astype(int), np.maximum(d, b + 1).astype(int)
-    ep = episodes_from_tasks([[task(int(b[j]), int(q[j]), int(d[j] - b[j])) for j in range(len(b))]], linear_bank,
-                             n_steps=1)
+    ep = episodes_from_tasks(
+        [[task(int(b[j]), int(q[j]), int(d[j] - b[j])) for j in range(len(b))]], linear_bank, n_steps=1
+    )
     assert (ep.need[0, : len(b)] == q).all()
     alloc = Replay(seed, m)
     env = BatchedEnv(ep, linear_bank, n_nodes=m, max_active=k)
@@ -163,6 +167,7 @@ def test_simulators_agree_with_env(linear_bank, seed):
 
 
 # ----------------------------------------------------------------------------- exactness
+
 
 def test_hand_case_admission_binds():
     # K = 1, M = 1.  Task 0 never succeeds and holds the only slot until 6; task 1 (need 2, [1, 7))
@@ -207,6 +212,7 @@ def test_brute_force_k_large_equals_relaxed():
 
 # ----------------------------------------------------------------------------- random episodes
 
+
 class RandomValid:
     name = "random"
 
@@ -230,8 +236,9 @@ class RandomValid:
 @pytest.mark.parametrize("nodes, k, load, seed", [(2, 3, 0.2, 0), (3, 4, 0.15, 1), (2, 2, 0.1, 2), (4, 5, 0.25, 3)])
 def test_bound_order_on_random_episodes(small_bank, nodes, k, load, seed):
     ep = generate_episodes(small_bank, small_bank.family_params, PAPER_TASK_SETS["RL_OOD"], load, seed, 3, n_steps=40)
-    res = clairvoyant_k_batch(ep.arrival, ep.deadline, ep.need, ep.n_tasks, n_nodes=nodes, max_active=k,
-                              time_limit_s=5.0)
+    res = clairvoyant_k_batch(
+        ep.arrival, ep.deadline, ep.need, ep.n_tasks, n_nodes=nodes, max_active=k, time_limit_s=5.0
+    )
     policies = [FIFO(), EDF(), RandomValid(seed), RandomValid(seed + 100)]
     got = [run_episodes(BatchedEnv(ep, small_bank, n_nodes=nodes, max_active=k), p)["succeeded"] for p in policies]
     for e, r in enumerate(res):
@@ -247,15 +254,15 @@ def test_bound_order_on_random_episodes(small_bank, nodes, k, load, seed):
 
 def test_stress_scenario(small_bank):
     ep = generate_stress_episodes(small_bank, root=0, n_episodes=2)
-    res = clairvoyant_k_batch(ep.arrival, ep.deadline, ep.need, ep.n_tasks, n_nodes=7, max_active=10,
-                              time_limit_s=20.0)
+    res = clairvoyant_k_batch(ep.arrival, ep.deadline, ep.need, ep.n_tasks, n_nodes=7, max_active=10, time_limit_s=20.0)
     for r in res:
         assert r.optimal and r.successes == r.upper_bound == 13
 
 
 def test_batch_shapes_and_errors():
-    res = clairvoyant_k_batch(np.array([[0, 1, 0]]), np.array([[5, 6, 0]]), np.array([[2, 3, 0]]), [2],
-                              n_nodes=1, max_active=1)
+    res = clairvoyant_k_batch(
+        np.array([[0, 1, 0]]), np.array([[5, 6, 0]]), np.array([[2, 3, 0]]), [2], n_nodes=1, max_active=1
+    )
     assert len(res) == 1 and res[0].chosen.shape == (2,)
     with pytest.raises(ValueError, match="arrival order"):
         clairvoyant_k_episode([3, 1], [5, 6], [1, 1])
@@ -277,7 +284,9 @@ def test_admission_window_is_valid(seed):
     early, late = _admission_window(b, d, q, k, q <= d - b)
     pol = np.random.default_rng(seed)
     for _ in range(5):
-        ok, _, adm = simulate_k(b, d, q, m, k, lambda t, active, served: list(pol.permutation(active)[: pol.integers(0, m + 1)]))
+        ok, _, adm = simulate_k(
+            b, d, q, m, k, lambda t, active, served: list(pol.permutation(active)[: pol.integers(0, m + 1)])
+        )
         for j in range(len(b)):
             if early[j] < 0:
                 assert adm[j] < 0 and not ok[j]

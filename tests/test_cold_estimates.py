@@ -2,6 +2,7 @@
 observations are those of the plain predictor; on, a cold task of a family with training curves gets a finite band
 inside [0, cap] from its first observation, one without stays cold; the bound at that timing is the true remaining
 batches; the methods compose and run; a bad value stops the run with one line and exit status 2."""
+
 from __future__ import annotations
 
 import os
@@ -73,13 +74,19 @@ def test_on_cold_tasks_get_a_band_inside_zero_cap_from_the_first_observation(ban
     seen = informative = 0
     for obs, *_ in _trace(bank, _episodes(bank, "ID"), pred):
         m = obs.present & (obs.n_obs >= 1) & (obs.n_obs < WARMUP_OBS)
-        lo, med, hi, cap = obs.pred_remaining_lo[m], obs.pred_remaining[m], obs.pred_remaining_hi[m], obs.cap_remaining[m]
+        lo, med, hi, cap = (
+            obs.pred_remaining_lo[m],
+            obs.pred_remaining[m],
+            obs.pred_remaining_hi[m],
+            obs.cap_remaining[m],
+        )
         assert np.isfinite(med).all() and not obs.no_estimate[m].any()  # every ID family has training curves
         assert (0 <= lo).all() and (lo <= med).all() and (med <= hi).all() and (hi <= cap).all()
         seen += m.sum()
         informative += (med < cap).sum()
-        np.testing.assert_array_equal(obs.pred_remaining[obs.present & (obs.n_obs == 0)],
-                                      obs.cap_remaining[obs.present & (obs.n_obs == 0)])  # nothing observed: the cap
+        np.testing.assert_array_equal(
+            obs.pred_remaining[obs.present & (obs.n_obs == 0)], obs.cap_remaining[obs.present & (obs.n_obs == 0)]
+        )  # nothing observed: the cap
     assert seen > 100 and informative > seen // 2
 
 
@@ -97,8 +104,15 @@ def test_a_family_without_training_curves_stays_cold(bank):
         n_unknown += unknown.sum()
     assert n_unknown > 0
     # and the rule puts such a task with the cold ones, whatever its warm_obs
-    stage = slack_stage(np.ones((1, 3), bool), np.full((1, 3), 50), np.array([[1, 1, 1]]), np.array([[10.0, 50, 80]]),
-                        np.full((1, 3), 40.0), warm_obs=1, no_estimate=np.array([[False, True, False]]))
+    stage = slack_stage(
+        np.ones((1, 3), bool),
+        np.full((1, 3), 50),
+        np.array([[1, 1, 1]]),
+        np.array([[10.0, 50, 80]]),
+        np.full((1, 3), 40.0),
+        warm_obs=1,
+        no_estimate=np.array([[False, True, False]]),
+    )
     assert stage.tolist() == [[FINISHABLE, COLD, HOPELESS]]
 
 
@@ -119,15 +133,28 @@ def test_the_methods_compose_and_run(bank):
     sim = SimSettings()
     predictors = {name: predictor_config(name) for name in ("qr_q", "qr_q_cold", "truth", "truth_cold")}
     built = {}
-    for name, base, pred in (("Slack-QR-q-cold", "Slack-QR-q", "qr_q_cold"), ("Slack-Truth-cold", "Slack-Truth", "truth_cold")):
+    for name, base, pred in (
+        ("Slack-QR-q-cold", "Slack-QR-q", "qr_q_cold"),
+        ("Slack-Truth-cold", "Slack-Truth", "truth_cold"),
+    ):
         cfg = load_method_cfg(name)
         assert cfg.predictor == pred and cfg.allocator.name == name and cfg.allocator.warm_obs < WARMUP_OBS
-        rest = lambda c: {k: v for k, v in OmegaConf.to_container(c.allocator).items() if k not in ("name", "warm_obs")}  # noqa: E731
+
+        def rest(c):
+            return {k: v for k, v in OmegaConf.to_container(c.allocator).items() if k not in ("name", "warm_obs")}
+
         assert rest(cfg) == rest(load_method_cfg(base))  # only the timing differs from the base rule
         rows = evaluate_one(name, cfg, ep, bank, sim, predictors, built)
         assert len(rows) == ep.E and all(0 <= r["success_rate"] <= 1 for r in rows)
-    learned = OmegaConf.create({"name": "MARA", "kind": "policy", "predictor": "truth_cold", "ckpt_path": "x.ckpt",
-                                "allocator": {"_target_": "mara.mat.allocator.MATAllocator"}})
+    learned = OmegaConf.create(
+        {
+            "name": "MARA",
+            "kind": "policy",
+            "predictor": "truth_cold",
+            "ckpt_path": "x.ckpt",
+            "allocator": {"_target_": "mara.mat.allocator.MATAllocator"},
+        }
+    )
     with pytest.raises(ConfigError, match="perfect-prediction bound"):
         check_predictor_allowed(learned)
 
@@ -138,14 +165,24 @@ def test_first_obs_out_of_range_is_a_config_error(bank, value):
         predictor_from(_cfg("truth_cold", first_obs=value), bank.path)
 
 
-@pytest.mark.parametrize("arg,needle", [("predictors.qr_q_cold.first_obs=0", "predictors.qr_q_cold.first_obs must be an integer in [1, 4]"),
-                                        ("predictors.qr_q_cold.cold.k=0", "predictors.qr_q_cold.cold.k must be an integer >= 1"),
-                                        ("++predictors.qr_q_cold.cold.band=[0,0.5,0.9]", "predictors.qr_q_cold.cold.band must be a number in [0, 1]"),
-                                        ("++predictors.qr_q_cold.cold.band=[0.6,0.5,0.9]", "predictors.qr_q_cold.cold.band must be three levels")])
+@pytest.mark.parametrize(
+    "arg,needle",
+    [
+        ("predictors.qr_q_cold.first_obs=0", "predictors.qr_q_cold.first_obs must be an integer in [1, 4]"),
+        ("predictors.qr_q_cold.cold.k=0", "predictors.qr_q_cold.cold.k must be an integer >= 1"),
+        ("++predictors.qr_q_cold.cold.band=[0,0.5,0.9]", "predictors.qr_q_cold.cold.band must be a number in [0, 1]"),
+        ("++predictors.qr_q_cold.cold.band=[0.6,0.5,0.9]", "predictors.qr_q_cold.cold.band must be three levels"),
+    ],
+)
 def test_bad_value_is_one_line_and_exit_2(arg, needle, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    p = subprocess.run([sys.executable, "-m", "mara.evaluate", "methods=[Slack-QR-q-cold]", arg,
-                        f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True, cwd=tmp_path, env=env)
+    p = subprocess.run(
+        [sys.executable, "-m", "mara.evaluate", "methods=[Slack-QR-q-cold]", arg, f"hydra.run.dir={tmp_path / 'run'}"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert p.returncode == 2 and len(lines) == 1 and needle in lines[0], p.stderr[-2000:]
     assert not (tmp_path / "run" / "results.json").exists()

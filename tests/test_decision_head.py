@@ -1,5 +1,6 @@
 """The decision head: pinball loss and monotone quantiles on hand numbers, training examples,
 the predictor's band interface, the method configs and the one-line config errors."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -85,7 +86,9 @@ def test_decision_examples_follow_the_workload_and_the_split(small_bank):
     assert np.allclose(np.expm1(ex.y), np.minimum(need - s0, bank.lengths[ex.rows] - s0 + 1))
     assert ex.x.shape[0] == ex.static.shape[0] == 500 and ex.static.shape[1] == N_STATIC
     S, L = observe(bank, ex.rows[:7], ex.n_obs[:7], 10)  # the inputs are the simulator's view of the prefix
-    x, st = decision_inputs(S, L, ex.n_obs[:7], ex.eps[:7], ex.cap_left[:7], bank.batch_size[ex.rows[:7]], bank.lr[ex.rows[:7]])
+    x, st = decision_inputs(
+        S, L, ex.n_obs[:7], ex.eps[:7], ex.cap_left[:7], bank.batch_size[ex.rows[:7]], bank.lr[ex.rows[:7]]
+    )
     assert np.allclose(st, ex.static[:7]) and np.allclose(x, ex.x[:7, : x.shape[1]])
 
 
@@ -154,9 +157,19 @@ def test_cli_bad_band_is_one_line(tmp_path, head_ckpt):
     per-method failure path, exit 1 "no method produced a result", as for a missing FM checkpoint)."""
     from tests.test_entrypoints import _run
 
-    p = _run("-m", "mara.evaluate", "methods=[Slack-QR]", f"predictors.qr.ckpt_path={head_ckpt}",
-             "predictors.qr.band=[0.15,0.5,0.9]", "eval.roots=[1000]", "eval.episodes=1", "sim.loads=[0.04]",
-             "eval.task_sets=[ID]", "eval.tensorboard=false", f"hydra.run.dir={tmp_path}/run")
+    p = _run(
+        "-m",
+        "mara.evaluate",
+        "methods=[Slack-QR]",
+        f"predictors.qr.ckpt_path={head_ckpt}",
+        "predictors.qr.band=[0.15,0.5,0.9]",
+        "eval.roots=[1000]",
+        "eval.episodes=1",
+        "sim.loads=[0.04]",
+        "eval.task_sets=[ID]",
+        "eval.tensorboard=false",
+        f"hydra.run.dir={tmp_path}/run",
+    )
     assert p.returncode == 1, p.stderr
     lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and "not among the head's trained levels" in lines[0] and "Traceback" not in p.stderr

@@ -1,4 +1,5 @@
 """Decision-relevant prediction metrics (finish decisions by observations, slack Spearman), by hand."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -55,10 +56,15 @@ def test_benchmark_reports_decisions(tmp_path, small_bank):
 
     wls = predictor_from(OmegaConf.create({"name": "wls", "gamma": 0.9, "ridge": 1e-10, "min_obs": 4}))
     fams, split = TASK_SETS["ID"]
-    q = build_queries(small_bank, [f for f in fams if len(small_bank.rows(f, split))], split, small_bank.family_params, 4)
+    q = build_queries(
+        small_bank, [f for f in fams if len(small_bank.rows(f, split))], split, small_bank.family_params, 4
+    )
     res = decision_results(wls, wls, small_bank, q, quantiles=(0.05,))  # WLS in both roles: any predictor with a band
     assert {"FM median", "FM q10", "FM q90", "FM q0.05", "WLS median", "WLS q10"} <= set(res)
-    assert res["FM median"]["acc"] == res["WLS median"]["acc"] and res["FM median"]["slack_spearman"] == res["WLS median"]["slack_spearman"]
+    assert (
+        res["FM median"]["acc"] == res["WLS median"]["acc"]
+        and res["FM median"]["slack_spearman"] == res["WLS median"]["slack_spearman"]
+    )
     for r in res.values():
         assert 0.0 <= r["acc"] <= 1.0 and r["n"] == len(q["rows"])
         assert sum(b["n"] for b in r["by_obs"].values()) == r["n"]  # every query is warm (≥ 4 observations)
@@ -75,8 +81,9 @@ def test_extra_predictors_get_rows_of_their_own(tmp_path, small_bank, monkeypatc
 
     wls = predictor_from(OmegaConf.create({"name": "wls", "gamma": 0.9, "ridge": 1e-10, "min_obs": 4}))
     other = predictor_from(OmegaConf.create({"name": "wls", "gamma": 0.5, "ridge": 1e-10, "min_obs": 4}))
-    res = run_prediction_benchmark(small_bank, wls, wls, small_bank.family_params, tmp_path, n_ranks=4,
-                                   extra=(("WLS-0.5", other),))
+    res = run_prediction_benchmark(
+        small_bank, wls, wls, small_bank.family_params, tmp_path, n_ranks=4, extra=(("WLS-0.5", other),)
+    )
     ts = next(iter(res))
     assert [m for m in res[ts] if m not in ("decision", "cold")] == ["FM", "WLS", "WLS-0.5"]
     assert res[ts]["WLS-0.5"]["n_queries"] == res[ts]["WLS"]["n_queries"]
@@ -103,8 +110,16 @@ def test_band_levels_are_scored_against_the_truth_and_drawn(tmp_path, monkeypatc
 
     import mara.predictors.queries as queries
 
-    q = {"rows": np.arange(4), "n_obs": np.full(4, 5), "eps": np.ones(4), "cap": np.full(4, 99.0),
-         "truth": np.array([5.0, 15.0, 30.0, 40.0]), "budget": np.full(4, 100), "first": np.full(4, 90), "rank": np.zeros(4, int)}
+    q = {
+        "rows": np.arange(4),
+        "n_obs": np.full(4, 5),
+        "eps": np.ones(4),
+        "cap": np.full(4, 99.0),
+        "truth": np.array([5.0, 15.0, 30.0, 40.0]),
+        "budget": np.full(4, 100),
+        "first": np.full(4, 90),
+        "rank": np.zeros(4, int),
+    }
     monkeypatch.setattr(queries, "observe", lambda bank, rows, n, every: (np.zeros((4, 5)), np.zeros((4, 5))))
     res, _ = evaluate_predictor(Band(), Bank(), q, n_ranks=1)
     assert res["levels"] == [0.1, 0.5, 0.9] and res["level_hits"] == [0.25, 0.5, 1.0]
@@ -126,7 +141,9 @@ def test_decision_points_with_the_truth_are_perfect(small_bank):
     from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
 
     eps = generate_episodes(small_bank, small_bank.family_params, PAPER_TASK_SETS["ID"], 0.07, 1003, 4)
-    pts = collect_decision_points(BatchedEnv(eps, small_bank, predictor=TruthPredictor()), SlackRule(), quantiles=(0.05,))
+    pts = collect_decision_points(
+        BatchedEnv(eps, small_bank, predictor=TruthPredictor()), SlackRule(), quantiles=(0.05,)
+    )
     assert len(pts["tau"]) > 100 and set(pts) >= {"median", "q10", "q90", "q0.05"}
     assert np.all(pts["n_obs"] >= 4)
     np.testing.assert_allclose(pts["median"], pts["truth"])
@@ -141,8 +158,14 @@ def test_decision_points_from_config(tmp_path, small_bank):
     from mara.eval.settings import from_cfg
     from tests.test_entrypoints import tiny
 
-    cfg = tiny(tmp_path, small_bank.path, "experiment=prediction", "eval.task_sets=[ID]",
-               "prediction.decision_points.loads=[0.07]", "~prediction.decision_points.policies.FM")
+    cfg = tiny(
+        tmp_path,
+        small_bank.path,
+        "experiment=prediction",
+        "eval.task_sets=[ID]",
+        "prediction.decision_points.loads=[0.07]",
+        "~prediction.decision_points.policies.FM",
+    )
     settings = from_cfg(cfg)
     out = decision_points(settings.prediction.decision_points, settings.evaluation)
     assert out["_meta"]["n_episodes"] == 2 and set(out) == {"WLS", "_meta"}

@@ -1,4 +1,5 @@
 """The gap decomposition (allocation gap, prediction gap, share closed, learned − best rule), by hand."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,14 +14,30 @@ from mara.report.results import build_results, results_markdown
 
 
 def _rows(method, rates, seed=None, load=0.05):
-    return [{"method": method, "task_set": "ID", "load": load, "root": 0, "train_seed": seed, "episode": e,
-             "success_rate": r} for e, r in enumerate(rates)]
+    return [
+        {
+            "method": method,
+            "task_set": "ID",
+            "load": load,
+            "root": 0,
+            "train_seed": seed,
+            "episode": e,
+            "success_rate": r,
+        }
+        for e, r in enumerate(rates)
+    ]
 
 
 def hand_rows():
-    return (_rows("Clairvoyant", [0.8, 0.6]) + _rows("Slack-Truth", [0.7, 0.6]) + _rows("Slack-WLS", [0.5, 0.4])
-            + _rows("Slack-FM", [0.6, 0.5]) + _rows("MARA", [0.6, 0.5], seed=0) + _rows("MARA", [0.7, 0.5], seed=1)
-            + _rows("Oracle", [0.9, 0.9]))
+    return (
+        _rows("Clairvoyant", [0.8, 0.6])
+        + _rows("Slack-Truth", [0.7, 0.6])
+        + _rows("Slack-WLS", [0.5, 0.4])
+        + _rows("Slack-FM", [0.6, 0.5])
+        + _rows("MARA", [0.6, 0.5], seed=0)
+        + _rows("MARA", [0.7, 0.5], seed=1)
+        + _rows("Oracle", [0.9, 0.9])
+    )
 
 
 def test_hand_computed_decomposition():
@@ -29,14 +46,22 @@ def test_hand_computed_decomposition():
     assert d["allocation_gap"]["diff"] == pytest.approx(5.0) and d["allocation_gap"]["se"] == pytest.approx(5.0)
     # Slack-Truth − Slack-FM: 10, 10; − MARA (seed mean 65, 50): 5, 10 -> 7.5 ± 2.5
     assert d["prediction_gap"]["Slack-FM"]["diff"] == pytest.approx(10.0) and d["prediction_gap"]["Slack-FM"]["se"] == 0
-    assert d["prediction_gap"]["MARA"]["diff"] == pytest.approx(7.5) and d["prediction_gap"]["MARA"]["se"] == pytest.approx(2.5)
+    assert d["prediction_gap"]["MARA"]["diff"] == pytest.approx(7.5) and d["prediction_gap"]["MARA"][
+        "se"
+    ] == pytest.approx(2.5)
     assert "Oracle" not in d["prediction_gap"] and "Clairvoyant" not in d["prediction_gap"]
     # share of the WLS -> truth gap: FM (10, 10) / (20, 20) = 0.5; MARA (15, 10) / (20, 20) = 0.625 ± √(12.5/(400·2))
-    assert d["share_closed"]["Slack-FM"]["share"] == pytest.approx(0.5) and d["share_closed"]["Slack-FM"]["se"] == pytest.approx(0)
-    assert d["share_closed"]["MARA"]["share"] == pytest.approx(0.625) and d["share_closed"]["MARA"]["se"] == pytest.approx(0.125)
+    assert d["share_closed"]["Slack-FM"]["share"] == pytest.approx(0.5) and d["share_closed"]["Slack-FM"][
+        "se"
+    ] == pytest.approx(0)
+    assert d["share_closed"]["MARA"]["share"] == pytest.approx(0.625) and d["share_closed"]["MARA"][
+        "se"
+    ] == pytest.approx(0.125)
     # best rule: Slack-FM (55) over Slack-WLS (45); bounds and Slack-Truth excluded; MARA − Slack-FM: 5, 0
     assert d["best_rule"] == "Slack-FM"
-    assert d["minus_best_rule"]["MARA"]["diff"] == pytest.approx(2.5) and d["minus_best_rule"]["MARA"]["se"] == pytest.approx(2.5)
+    assert d["minus_best_rule"]["MARA"]["diff"] == pytest.approx(2.5) and d["minus_best_rule"]["MARA"][
+        "se"
+    ] == pytest.approx(2.5)
 
 
 def test_share_closed_delta_method_with_covariance():
@@ -51,7 +76,11 @@ def test_share_closed_delta_method_with_covariance():
 def test_only_parts_whose_methods_are_there():
     assert gap_decomposition(_rows("FIFO", [0.5, 0.4]) + _rows("Clairvoyant", [0.6, 0.6])) == {}
     d = gap_decomposition(_rows("Slack-FM", [0.5, 0.4]) + _rows("Slack-Truth", [0.6, 0.6]))["0.05"]
-    assert "allocation_gap" not in d and "share_closed" not in d and d["prediction_gap"]["Slack-FM"]["diff"] == pytest.approx(15)
+    assert (
+        "allocation_gap" not in d
+        and "share_closed" not in d
+        and d["prediction_gap"]["Slack-FM"]["diff"] == pytest.approx(15)
+    )
 
 
 def test_report_shows_the_decomposition():

@@ -1,5 +1,6 @@
 """The README and docs/: links and their #anchors resolve, the README stays short, its results table is the
 generated one."""
+
 import re
 from pathlib import Path
 
@@ -46,16 +47,16 @@ def test_every_anchor_resolves():
 
 
 def test_anchor_rule_on_known_headings():
-    text = "# Throughput (`python -m mara.bench`)\n## MARA's training recipe\n## Notes\n## Notes\n<a id=\"rules\"></a>\n"
+    text = '# Throughput (`python -m mara.bench`)\n## MARA\'s training recipe\n## Notes\n## Notes\n<a id="rules"></a>\n'
     assert _anchors(text) == {"throughput-python--m-marabench", "maras-training-recipe", "notes", "notes-1", "rules"}
 
 
 def test_readme_results_table_is_the_generated_one():
     """Each row of the README's short table appears, value for value, in docs/results.md's generated section."""
     readme = (ROOT / "README.md").read_text()
-    table = readme[readme.index("## Results"):readme.index("## Documentation")]
+    table = readme[readme.index("## Results") : readme.index("## Documentation")]
     generated = (ROOT / "docs" / "results.md").read_text()
-    block = generated[generated.index("<!-- results:begin -->"):generated.index("<!-- results:end -->")]
+    block = generated[generated.index("<!-- results:begin -->") : generated.index("<!-- results:end -->")]
     rows = [ln for ln in table.splitlines() if ln.startswith("| ") and "±" in ln]
     assert len(rows) >= 5
     for row in rows:

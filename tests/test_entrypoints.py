@@ -1,4 +1,5 @@
 """Entry points end to end on tiny configs; every config composes; config mistakes give one line."""
+
 import json
 from pathlib import Path
 
@@ -20,15 +21,28 @@ def cfg_for(name="evaluate", overrides=()):
 def tiny(tmp_path, bank_path, *extra, name="evaluate"):
     return cfg_for(
         name,
-        [f"bank.path={bank_path}", "eval.roots=1", "eval.episodes=2", "sim.loads=[0.04]", f"paths.output_dir={tmp_path}", "eval.tensorboard=false", *extra],
+        [
+            f"bank.path={bank_path}",
+            "eval.roots=1",
+            "eval.episodes=2",
+            "sim.loads=[0.04]",
+            f"paths.output_dir={tmp_path}",
+            "eval.tensorboard=false",
+            *extra,
+        ],
     )
 
 
 GROUPS = ["sim", "bank", "family_params", "scenario", "eval", "trainer"]
 
 
-@pytest.mark.parametrize("primary, keys", [("calibrate", {"bank", "target", "seed"}),
-                                           ("generate_curves", {"families", "counts", "workers", "data_root", "action"})])
+@pytest.mark.parametrize(
+    "primary, keys",
+    [
+        ("calibrate", {"bank", "target", "seed"}),
+        ("generate_curves", {"families", "counts", "workers", "data_root", "action"}),
+    ],
+)
 def test_other_primaries_compose(primary, keys):
     assert keys <= set(cfg_for(primary).keys())
 
@@ -66,7 +80,21 @@ def test_evaluate_end_to_end(tmp_path, small_bank):
     assert data["schema"] == "mara.results/1"
     assert len(data["rows"]) == 3 * 3 * 2  # methods × task sets × episodes
     row = data["rows"][0]
-    for key in ("method", "task_set", "load", "root", "train_seed", "episode", "n_tasks", "succeeded", "success_rate", "utilization", "queue_full", "waiting", "ready"):
+    for key in (
+        "method",
+        "task_set",
+        "load",
+        "root",
+        "train_seed",
+        "episode",
+        "n_tasks",
+        "succeeded",
+        "success_rate",
+        "utilization",
+        "queue_full",
+        "waiting",
+        "ready",
+    ):
         assert key in row
     assert set(data["summary"]) == {"FIFO", "EDF", "Oracle"}
     assert "Average" in data["summary"]["FIFO"]
@@ -123,7 +151,13 @@ _run = run_python
 
 
 def test_cli_evaluate_and_train_run(tmp_path, small_bank):
-    common = [f"bank.path={small_bank.path}", "eval.roots=1", "eval.episodes=1", "sim.loads=[0.04]", "eval.tensorboard=false"]
+    common = [
+        f"bank.path={small_bank.path}",
+        "eval.roots=1",
+        "eval.episodes=1",
+        "sim.loads=[0.04]",
+        "eval.tensorboard=false",
+    ]
     p = _run("-m", "mara.evaluate", "methods=[FIFO,Oracle]", f"hydra.run.dir={tmp_path}/ev", *common)
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "ev" / "results.json").exists()
@@ -178,7 +212,15 @@ def test_train_smoke_pipeline(tmp_path, small_bank):
     assert {"MARA", "LARA", "FIFO", "Oracle"} <= set(res["summary"])
     assert any(r["method"] == "MARA" and r["train_seed"] == 0 for r in res["rows"])
     # stage=evaluate in the finished run folder finds the run's policy (and predictor) checkpoints by itself
-    p = _run("-m", "mara.train", "experiment=smoke", "stage=evaluate", "methods=[MARA,FIFO]", f"bank.path={small_bank.path}", f"hydra.run.dir={run}")
+    p = _run(
+        "-m",
+        "mara.train",
+        "experiment=smoke",
+        "stage=evaluate",
+        "methods=[MARA,FIFO]",
+        f"bank.path={small_bank.path}",
+        f"hydra.run.dir={run}",
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     assert "using this run's policy" in p.stdout + p.stderr and "using this run's predictor" in p.stdout + p.stderr
     res = json.loads((run / "evaluation" / "results.json").read_text())

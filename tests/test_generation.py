@@ -1,4 +1,5 @@
 """Curve generation: job plan and recipes, resume skips finished jobs, 1 vs 2 workers agree, failures logged, merge."""
+
 from __future__ import annotations
 
 import json
@@ -43,7 +44,9 @@ def test_recipe_is_deterministic_and_in_range():
             seed, bs, lr = gen.job_recipe(job)
             assert (seed, bs, lr) == gen.job_recipe(job)
             assert bs in DOMAIN_BATCH_SIZES[FAMILY_DOMAIN[fam]] and LR_RANGE[0] <= lr <= LR_RANGE[1]
-    assert gen.job_recipe(gen.Job(FAM, "pool", 0, "synthetic")) != gen.job_recipe(gen.Job(FAM, "fm_train", 0, "synthetic"))
+    assert gen.job_recipe(gen.Job(FAM, "pool", 0, "synthetic")) != gen.job_recipe(
+        gen.Job(FAM, "fm_train", 0, "synthetic")
+    )
 
 
 def test_request_errors_are_one_line():
@@ -104,7 +107,11 @@ def test_torchrun_rank_takes_its_share(tmp_path, monkeypatch):
 
 
 def test_non_finite_run_is_logged_and_left_out(tmp_path, monkeypatch):
-    monkeypatch.setattr(training, "train_curve", lambda job, s, attempt=0, dev=None: (None, f"non-finite loss nan at batch {attempt + 2}"))
+    monkeypatch.setattr(
+        training,
+        "train_curve",
+        lambda job, s, attempt=0, dev=None: (None, f"non-finite loss nan at batch {attempt + 2}"),
+    )
     settings = gen.GenerationSettings(shard_dir=str(tmp_path), cap=5, max_attempts=2)
     res = gen.run_job(gen.Job(FAM, "pool", 0, "synthetic"), settings)
     assert res["status"] == "failed" and not list(tmp_path.glob("*.parquet"))
@@ -127,17 +134,39 @@ def test_recorder_stops_on_non_finite():
 
 
 def test_entry_point_prints_one_line_on_config_mistake(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "mara.generate_curves", "families=[Nope]", f"out_dir={tmp_path}",
-                          f"hydra.run.dir={tmp_path}/h"], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mara.generate_curves",
+            "families=[Nope]",
+            f"out_dir={tmp_path}",
+            f"hydra.run.dir={tmp_path}/h",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2
     lines = [x for x in out.stderr.splitlines() if x.strip()]
     assert lines == ["error: unknown family Nope (known: " + ", ".join(ALL_FAMILIES) + ")"]
 
 
 def test_missing_real_data_stops_before_training_with_one_line(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "mara.generate_curves", "families=[CNN_Cifar10,TSFM_Audio_1]", "source=real",
-                          f"data_root={tmp_path}/empty", f"cache_dir={tmp_path}/cache", f"out_dir={tmp_path}",
-                          f"hydra.run.dir={tmp_path}/h"], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mara.generate_curves",
+            "families=[CNN_Cifar10,TSFM_Audio_1]",
+            "source=real",
+            f"data_root={tmp_path}/empty",
+            f"cache_dir={tmp_path}/cache",
+            f"out_dir={tmp_path}",
+            f"hydra.run.dir={tmp_path}/h",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2
     lines = [x for x in out.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: CIFAR-10 not found: ") and f"{tmp_path}/empty" in lines[0]
@@ -150,9 +179,19 @@ def _gen_cfg(tmp_path, **kw):
 
     cfg = OmegaConf.load(CONF_DIR / "generate_curves.yaml")
     cfg.pop("hydra")
-    cfg.merge_with({"families": [FAM], "counts": {"pool": 2, "fm_val": 1, "fm_train": 0}, "cap": 5,
-                    "out_dir": str(tmp_path), "tensorboard_dir": None, "calibrate": False, "quiet": True,
-                    "source": "synthetic", **kw})
+    cfg.merge_with(
+        {
+            "families": [FAM],
+            "counts": {"pool": 2, "fm_val": 1, "fm_train": 0},
+            "cap": 5,
+            "out_dir": str(tmp_path),
+            "tensorboard_dir": None,
+            "calibrate": False,
+            "quiet": True,
+            "source": "synthetic",
+            **kw,
+        }
+    )
     return cfg
 
 
@@ -183,7 +222,9 @@ def test_merge_takes_only_the_plans_shards(tmp_path):
 
     gen.generate([FAM], {"pool": 2}, shard_dir=tmp_path / "shards", cap=5, quiet=True)  # synthetic shards
     stray = gen.Job(FAM, "pool", 0, "real")
-    (tmp_path / "shards" / stray.shard_name).write_bytes((tmp_path / "shards" / gen.Job(FAM, "pool", 0, "synthetic").shard_name).read_bytes())
+    (tmp_path / "shards" / stray.shard_name).write_bytes(
+        (tmp_path / "shards" / gen.Job(FAM, "pool", 0, "synthetic").shard_name).read_bytes()
+    )
     entry.run(_gen_cfg(tmp_path, action="merge", counts={"pool": 2}))
     assert len(load_bank(tmp_path / "zoo.parquet")) == 2
     from mara.curves.bank import BankError
@@ -224,7 +265,10 @@ def test_status_counts_shards_and_their_recorded_cost(tmp_path, capsys):
     assert curve_cost_s(shard_meta(paths[0])) == pytest.approx(80.0)  # (100 − 60) × 2
     rows = plan_status(jobs, shards, {FAM: 999.0})
     assert [(r["split"], r["done"], r["planned"]) for r in rows] == [("pool", 2, 3), ("fm_val", 0, 2)]
-    assert curve_cost_s(second) == second["cpu_time_s"] and curve_cost_s(second | {"cpu_time_s": None}) == second["wall_time_s"]
+    assert (
+        curve_cost_s(second) == second["cpu_time_s"]
+        and curve_cost_s(second | {"cpu_time_s": None}) == second["wall_time_s"]
+    )
     mean = (80.0 + float(second["cpu_time_s"])) / 2
     assert rows[0]["spent_s"] == pytest.approx(80.0 + float(second["cpu_time_s"]))
     assert rows[0]["remaining_s"] == pytest.approx(mean) and rows[1]["remaining_s"] == pytest.approx(2 * mean)

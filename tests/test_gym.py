@@ -1,4 +1,5 @@
 """The Gymnasium wrapper passes the environment checker and repairs invalid node choices."""
+
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env

@@ -1,5 +1,6 @@
 """Heterogeneous node speeds and switch costs — hand-worked episodes, the placement step,
 the default path unchanged, config validation, and every policy ≤ Clairvoyant (bound) ≤ Oracle."""
+
 import functools
 import subprocess
 import sys
@@ -94,7 +95,13 @@ def test_oracle_with_speeds(linear_bank):
 
 
 def test_trivial_options_take_the_default_path(linear_bank):
-    env = BatchedEnv(episodes_from_tasks([[task(0, 5, 10)]], linear_bank), linear_bank, n_nodes=3, node_speed=[1, 1, 1], switch_cost=0)
+    env = BatchedEnv(
+        episodes_from_tasks([[task(0, 5, 10)]], linear_bank),
+        linear_bank,
+        n_nodes=3,
+        node_speed=[1, 1, 1],
+        switch_cost=0,
+    )
     assert not env.hetero and env.node_speed is None and not env.observe().hetero
 
 
@@ -111,15 +118,18 @@ def test_general_path_reproduces_the_default(small_bank, load):
             np.testing.assert_array_equal(got[k], ref[k], err_msg=f"{make.__name__} {k}")
 
 
-@pytest.mark.parametrize("speed, cost, needle", [
-    ([1, 2], 0, "one entry per node"),
-    ([2, 0, 1], 0, ">= 1"),
-    ([2, 1.5, 1], 0, "integers"),
-    ([2, 11, 1], 0, "<= sim.obs_every"),
-    (None, -1, "switch_cost must be >= 0"),
-    (None, 1.5, "switch_cost must be an integer"),
-    ("fast", 0, "list of 3 positive integers"),
-])
+@pytest.mark.parametrize(
+    "speed, cost, needle",
+    [
+        ([1, 2], 0, "one entry per node"),
+        ([2, 0, 1], 0, ">= 1"),
+        ([2, 1.5, 1], 0, "integers"),
+        ([2, 11, 1], 0, "<= sim.obs_every"),
+        (None, -1, "switch_cost must be >= 0"),
+        (None, 1.5, "switch_cost must be an integer"),
+        ("fast", 0, "list of 3 positive integers"),
+    ],
+)
 def test_bad_node_options(speed, cost, needle):
     with pytest.raises(ValueError, match=needle):
         check_node_options(speed, cost, 3, 10)
@@ -128,6 +138,7 @@ def test_bad_node_options(speed, cost, needle):
 def test_live_hook_sees_each_steps_batches_and_changes_nothing(linear_bank):
     """Live mode (mara/live) drives the heterogeneous path through ``curve_source``: the hook is called after the
     step's batches are counted (speed 2: +2, set-up: +0), and a passive hook leaves every outcome unchanged."""
+
     class Hook:
         def __init__(self):
             self.seen = []
@@ -137,7 +148,9 @@ def test_live_hook_sees_each_steps_batches_and_changes_nothing(linear_bank):
 
     ep = episodes_from_tasks([[task(0, 5, 20), task(0, 3, 20)]], linear_bank)
     acts = [[0, 1], [1, 0], [1, 0], [1, 0], [IDLE, 0]]
-    envs = [BatchedEnv(ep, linear_bank, n_nodes=2, node_speed=[2, 1], switch_cost=2, curve_source=h) for h in (Hook(), None)]
+    envs = [
+        BatchedEnv(ep, linear_bank, n_nodes=2, node_speed=[2, 1], switch_cost=2, curve_source=h) for h in (Hook(), None)
+    ]
     for env in envs:
         env.reset()
         for a in acts:
@@ -159,24 +172,50 @@ def test_placement_is_sticky_when_moving_does_not_pay():
     last = np.array([[2, -1, -1]])  # slot 0 ran on node 2 (slow) at t-1
     started = np.array([[True, False, False]])
     # slot 0 has 3 batches left: staying takes 3 steps; moving to speed 2 takes 2 + 2 = 4 -> stays
-    out = assign_nodes(np.array([[0, 1, IDLE]]), [2, 2, 1], switch_cost=2, last_node=last, started=started,
-                       setup_left=np.zeros((1, K), int), remaining=np.array([[3, 50, 0]]))
+    out = assign_nodes(
+        np.array([[0, 1, IDLE]]),
+        [2, 2, 1],
+        switch_cost=2,
+        last_node=last,
+        started=started,
+        setup_left=np.zeros((1, K), int),
+        remaining=np.array([[3, 50, 0]]),
+    )
     assert out[0, 2] == 0 and out[0, 0] == 1  # slot 1 (new, free start) takes a fast node
     # with 30 batches left moving pays: 2 + 15 < 30
-    out = assign_nodes(np.array([[0, 1, IDLE]]), [2, 2, 1], switch_cost=2, last_node=last, started=started,
-                       setup_left=np.zeros((1, K), int), remaining=np.array([[30, 50, 0]]))
+    out = assign_nodes(
+        np.array([[0, 1, IDLE]]),
+        [2, 2, 1],
+        switch_cost=2,
+        last_node=last,
+        started=started,
+        setup_left=np.zeros((1, K), int),
+        remaining=np.array([[30, 50, 0]]),
+    )
     assert out[0, 0] == 0 and out[0, 1] == 1 and out[0, 2] == IDLE
 
 
 @pytest.mark.parametrize("cost", [0, 2])
 def test_placement_never_displaces_a_running_task(cost):
     # slot 0 ran on the fast node 0; slot 1 (a new task) is ranked first but may not take node 0
-    out = assign_nodes(np.array([[1, 0]]), [2, 1], switch_cost=cost, last_node=np.array([[0, -1]]),
-                       started=np.array([[True, False]]), remaining=np.array([[40, 40]]))
+    out = assign_nodes(
+        np.array([[1, 0]]),
+        [2, 1],
+        switch_cost=cost,
+        last_node=np.array([[0, -1]]),
+        started=np.array([[True, False]]),
+        remaining=np.array([[40, 40]]),
+    )
     assert out.tolist() == [[0, 1]]
     # once slot 0 is no longer chosen its node is free for the others
-    out = assign_nodes(np.array([[1, IDLE]]), [2, 1], switch_cost=cost, last_node=np.array([[0, -1]]),
-                       started=np.array([[True, False]]), remaining=np.array([[40, 40]]))
+    out = assign_nodes(
+        np.array([[1, IDLE]]),
+        [2, 1],
+        switch_cost=cost,
+        last_node=np.array([[0, -1]]),
+        started=np.array([[True, False]]),
+        remaining=np.array([[40, 40]]),
+    )
     assert out.tolist() == [[1, IDLE]]
 
 
@@ -185,8 +224,14 @@ def test_placement_best_fit_and_paused_tasks_pay():
     out = assign_nodes(np.array([[0, 1]]), [2, 1], remaining=np.array([[1, 40]]))
     assert out.tolist() == [[1, 0]]
     # a paused task (started, no last node) pays the switch cost everywhere: speed decides
-    out = assign_nodes(np.array([[0, IDLE]]), [1, 2], switch_cost=5, last_node=np.array([[-1]]),
-                       started=np.array([[True]]), remaining=np.array([[10]]))
+    out = assign_nodes(
+        np.array([[0, IDLE]]),
+        [1, 2],
+        switch_cost=5,
+        last_node=np.array([[-1]]),
+        started=np.array([[True]]),
+        remaining=np.array([[10]]),
+    )
     assert out.tolist() == [[IDLE, 0]]
 
 
@@ -198,8 +243,15 @@ def test_placement_keeps_every_pick_once():
         n = rng.integers(0, M + 1)
         P[e, rng.permutation(M)[:n]] = rng.permutation(K)[:n]
     last = rng.integers(-1, M, (E, K))
-    out = assign_nodes(P, rng.integers(1, 4, M), 2, last, rng.random((E, K)) < 0.5, rng.integers(0, 3, (E, K)),
-                       rng.integers(0, 50, (E, K)))
+    out = assign_nodes(
+        P,
+        rng.integers(1, 4, M),
+        2,
+        last,
+        rng.random((E, K)) < 0.5,
+        rng.integers(0, 3, (E, K)),
+        rng.integers(0, 50, (E, K)),
+    )
     for e in range(E):
         assert sorted(out[e][out[e] >= 0].tolist()) == sorted(P[e][P[e] >= 0].tolist())
 
@@ -241,15 +293,23 @@ def test_policies_below_clairvoyant_bound_below_oracle(small_bank, load, speed, 
 
     res = clairvoyant_batch(ep.arrival, ep.deadline, ep.need, ep.n_tasks, n_nodes=3, node_speed=speed, time_limit_s=20)
     relaxed = np.array([r.upper_bound for r in res])
-    res_k = clairvoyant_k_batch(ep.arrival, ep.deadline, ep.need, ep.n_tasks, n_nodes=3, max_active=10, node_speed=speed,
-                                time_limit_s=3)  # not always proven in time: the reported bound is still valid
+    res_k = clairvoyant_k_batch(
+        ep.arrival, ep.deadline, ep.need, ep.n_tasks, n_nodes=3, max_active=10, node_speed=speed, time_limit_s=3
+    )  # not always proven in time: the reported bound is still valid
     cv = np.array([r.upper_bound for r in res_k])  # with the admission limit: the tighter bound
     oracle = (isolated_feasible(ep.need, ep.budget, speed) & ep.valid).sum(axis=1)
     assert (cv <= relaxed).all() and (relaxed <= oracle).all()
     best = np.zeros(ep.E, int)
-    for alloc, pred in ((FIFO(), None), (EDF(), None), (LARA(), WLSPredictor()), (SlackRule(), WLSPredictor()),
-                        (RandomPolicy(1), None)):
-        m = run_episodes(BatchedEnv(ep, small_bank, n_nodes=3, predictor=pred, node_speed=speed, switch_cost=cost), alloc)
+    for alloc, pred in (
+        (FIFO(), None),
+        (EDF(), None),
+        (LARA(), WLSPredictor()),
+        (SlackRule(), WLSPredictor()),
+        (RandomPolicy(1), None),
+    ):
+        m = run_episodes(
+            BatchedEnv(ep, small_bank, n_nodes=3, predictor=pred, node_speed=speed, switch_cost=cost), alloc
+        )
         assert (m["succeeded"] <= cv).all(), alloc.name
         best = np.maximum(best, m["succeeded"])
     assert best.sum() > 0  # the check is not vacuous
@@ -277,8 +337,12 @@ def test_train_and_live_refuse_node_options_in_one_line():
     parse(cfg_for("train", ["experiment=hetero"]))  # training MARA here is supported (tests/test_mat_hetero.py)
     cfg = cfg_for("evaluate", ["experiment=hetero"])
     assert list(cfg.sim.node_speed) == [2, 2, 1, 1, 1, 1, 1] and cfg.sim.switch_cost == 2
-    out = subprocess.run([sys.executable, "-m", "mara.evaluate", "methods=[FIFO]", "sim.node_speed=[2,1]"],
-                         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    out = subprocess.run(
+        [sys.executable, "-m", "mara.evaluate", "methods=[FIFO]", "sim.node_speed=[2,1]"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert out.returncode == 2 and out.stderr.strip().count("\n") == 0 and "one entry per node" in out.stderr
 
 
@@ -322,8 +386,16 @@ def test_clairvoyant_k_is_exact_for_speeds_without_switch_costs():
         q = rng.integers(1, 9, n)
         truth = _brute_force_speeds(tuple(b), tuple(d), tuple(q), speeds)
         for heur in (True, False):  # the CP-SAT model alone, and with its heuristic incumbents
-            r = clairvoyant_k_episode(b, d, q, n_nodes=len(speeds), max_active=10, node_speed=list(speeds),
-                                      time_limit_s=10, _use_heuristics=heur)
+            r = clairvoyant_k_episode(
+                b,
+                d,
+                q,
+                n_nodes=len(speeds),
+                max_active=10,
+                node_speed=list(speeds),
+                time_limit_s=10,
+                _use_heuristics=heur,
+            )
             assert r.optimal and r.successes == r.upper_bound == truth, (speeds, b, d, q)
         looser += clairvoyant_episode(b, d, q, n_nodes=len(speeds), node_speed=list(speeds)).upper_bound > truth
     assert looser > 0  # instances where the speed-capacity relaxation is not exact: the check has teeth

@@ -1,6 +1,7 @@
 """Validation-metric targets of job-file jobs: parsing, the dry check (one line, exit 2), success decided by the metric
 (not the training loss the scheduler plans with), validation that leaves training untouched, exact under preemption and
 moves, a module whose validation breaks mid-run failing alone, and the outcomes and curve rows written."""
+
 import json
 import textwrap
 
@@ -18,7 +19,14 @@ from mara.live.validation import validate
 MLP = {"_target_": "examples.user_jobs.MLPClassifier", "hidden": 16, "lr": 0.003}
 BLOBS = {"_target_": "examples.user_jobs.BlobData", "n": 256, "batch_size": 16, "n_val": 128}
 ACC = {"metric": "val/acc", "mode": "max", "value": 0.5, "loss": 1.0}
-RUN = ["sim.nodes=2", "sim.steps=4", "sim.obs_every=2", "live.progress_every=1000", "live.figure=false", "live.tensorboard=false"]
+RUN = [
+    "sim.nodes=2",
+    "sim.steps=4",
+    "sim.obs_every=2",
+    "live.progress_every=1000",
+    "live.figure=false",
+    "live.tensorboard=false",
+]
 FIFO = [*RUN, "jobs_methods=[FIFO]", "sim.max_active=2"]
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -31,7 +39,8 @@ def job(name="a", **kw):
 @pytest.fixture
 def val_modules(tmp_path, monkeypatch):
     """Importable modules whose validation is wrong in one way each."""
-    (tmp_path / "valjobs.py").write_text(textwrap.dedent("""
+    (tmp_path / "valjobs.py").write_text(
+        textwrap.dedent("""
         import lightning as L
         import torch
         import torch.nn.functional as F
@@ -58,7 +67,8 @@ def val_modules(tmp_path, monkeypatch):
             def validation_step(self, batch, batch_idx):
                 torch.rand(1000)
                 super().validation_step(batch, batch_idx)
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     return "valjobs"
 
@@ -70,28 +80,36 @@ def test_metric_target_parses():
     assert (j.eps, j.metric, j.val_every) == (0.7, None, None)
 
 
-@pytest.mark.parametrize("target, field", [
-    ({**ACC, "mode": "up"}, "target.mode"),
-    ({k: v for k, v in ACC.items() if k != "value"}, "target.value"),
-    ({**ACC, "value": "high"}, "target.value"),
-    ({k: v for k, v in ACC.items() if k != "loss"}, "target.loss"),
-    ({**ACC, "metric": ""}, "target.metric"),
-    ({**ACC, "every": 0}, "target.every"),
-    ({**ACC, "patience": 3}, "target.patience"),
-    ({"value": 0.9}, "target"),
-])
+@pytest.mark.parametrize(
+    "target, field",
+    [
+        ({**ACC, "mode": "up"}, "target.mode"),
+        ({k: v for k, v in ACC.items() if k != "value"}, "target.value"),
+        ({**ACC, "value": "high"}, "target.value"),
+        ({k: v for k, v in ACC.items() if k != "loss"}, "target.loss"),
+        ({**ACC, "metric": ""}, "target.metric"),
+        ({**ACC, "every": 0}, "target.every"),
+        ({**ACC, "patience": 3}, "target.patience"),
+        ({"value": 0.9}, "target"),
+    ],
+)
 def test_bad_metric_target_names_job_and_field(target, field):
     with pytest.raises(ConfigError) as err:
         parse_jobs([job("ok"), job("bad", target=target)])
     assert "job 'bad'" in str(err.value) and f": {field}:" in str(err.value) and "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("change, expected", [
-    ({"module": {**MLP, "_target_": "valjobs.NoValidation"}}, "job 'bad': module.validation_step: missing"),
-    ({"data": {**BLOBS, "_target_": "valjobs.NoValData"}}, "job 'bad': data.val_dataloader: cannot build it"),
-    ({"target": {**ACC, "metric": "val/f1"}},
-     "job 'bad': target.metric: validation_step does not log 'val/f1' as a number (logged: val/acc, val/loss;"),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({"module": {**MLP, "_target_": "valjobs.NoValidation"}}, "job 'bad': module.validation_step: missing"),
+        ({"data": {**BLOBS, "_target_": "valjobs.NoValData"}}, "job 'bad': data.val_dataloader: cannot build it"),
+        (
+            {"target": {**ACC, "metric": "val/f1"}},
+            "job 'bad': target.metric: validation_step does not log 'val/f1' as a number (logged: val/acc, val/loss;",
+        ),
+    ],
+)
 def test_dry_check_is_one_line(val_modules, change, expected):
     with pytest.raises(ConfigError) as err:
         check_job(0, parse_jobs([job("bad", **change)])[0], "jobs")
@@ -101,8 +119,12 @@ def test_dry_check_is_one_line(val_modules, change, expected):
 def test_cli_metric_never_logged_exits_2_before_training(tmp_path, capsys):
     from tests.test_jobfile import live_cli
 
-    code, err = live_cli(tmp_path, [job("fine", target={"loss": 1.0}), job("nf", target={**ACC, "metric": "acc"})],
-                         tmp_path / "out", capsys)
+    code, err = live_cli(
+        tmp_path,
+        [job("fine", target={"loss": 1.0}), job("nf", target={**ACC, "metric": "acc"})],
+        tmp_path / "out",
+        capsys,
+    )
     assert code == 2
     assert len(err) == 1 and "job 'nf': target.metric: validation_step does not log 'acc'" in err[0]
     assert not (tmp_path / "out" / "job_outcomes.json").exists()
@@ -164,8 +186,10 @@ def test_success_is_decided_by_the_metric(tmp_path):
     crossed. 'miss' reaches its ε at once but never an accuracy above 1: it fails at its deadline. The replay (from
     the recorded losses and validations) agrees; the curve rows stay training-loss curves; TensorBoard has the
     metric."""
-    jobs = [job("reach", target={**ACC, "value": 0.3, "loss": 1e-4}),
-            job("miss", seed=3, target={**ACC, "value": 1.01, "loss": 100.0}, deadline={"steps": 12})]
+    jobs = [
+        job("reach", target={**ACC, "value": 0.3, "loss": 1e-4}),
+        job("miss", seed=3, target={**ACC, "value": 1.01, "loss": 100.0}, deadline={"steps": 12}),
+    ]
     res = schedule(jobs, [f"paths.output_dir={tmp_path}", *(o for o in FIFO if "tensorboard" not in o)])
     reach, miss = res["outcomes"]["FIFO"]
     m = reach["metric"]
@@ -188,17 +212,31 @@ def test_success_is_decided_by_the_metric(tmp_path):
 
     tb = EventAccumulator(str(tmp_path / "tensorboard"))
     tb.Reload()
-    assert [(e.step, e.value) for e in tb.Scalars("FIFO/reach/val/acc")] == [(b, pytest.approx(v)) for _, b, v in run["metrics"][0]]
+    assert [(e.step, e.value) for e in tb.Scalars("FIFO/reach/val/acc")] == [
+        (b, pytest.approx(v)) for _, b, v in run["metrics"][0]
+    ]
 
 
 def test_metric_values_exact_across_live_moves(tmp_path):
     """Two metric jobs and a loss job on 2 nodes with a switch cost (jobs reload from their serialised state when they
     move): every recorded validation equals an uninterrupted run's at the same batch. 'c' arrives with the earliest
     deadline, so EDF preempts a metric job for it and resumes it later."""
-    jobs = [job("a", target={**ACC, "value": 0.9, "every": 3}), job("b", seed=4, target={**ACC, "value": 0.9}),
-            job("c", seed=7, target={"loss": 0.01}, arrival=2, deadline={"steps": 6})]
-    res = schedule(jobs, [f"paths.output_dir={tmp_path}", *RUN, "jobs_methods=[EDF]", "sim.max_active=3", "sim.switch_cost=1",
-                          "live.replay=false"])
+    jobs = [
+        job("a", target={**ACC, "value": 0.9, "every": 3}),
+        job("b", seed=4, target={**ACC, "value": 0.9}),
+        job("c", seed=7, target={"loss": 0.01}, arrival=2, deadline={"steps": 6}),
+    ]
+    res = schedule(
+        jobs,
+        [
+            f"paths.output_dir={tmp_path}",
+            *RUN,
+            "jobs_methods=[EDF]",
+            "sim.max_active=3",
+            "sim.switch_cost=1",
+            "live.replay=false",
+        ],
+    )
     run = res["runs"][0]
     assert run["reloads"] > 0
     parsed = parse_jobs(jobs)
@@ -214,9 +252,15 @@ def test_metric_values_exact_across_live_moves(tmp_path):
 def test_validation_breaking_mid_run_fails_alone(tmp_path, val_modules):
     """The dry check passes (one validation batch); the first full pass fails on the second batch: that job fails with
     the reason, the other trains on."""
-    jobs = [job("breaks", module={**MLP, "_target_": "valjobs.BreaksOnSecondBatch"},
-                data={**BLOBS, "n_val": 300}, target={**ACC, "value": 0.99}),
-            job("fine", seed=4, target={"loss": 0.01})]
+    jobs = [
+        job(
+            "breaks",
+            module={**MLP, "_target_": "valjobs.BreaksOnSecondBatch"},
+            data={**BLOBS, "n_val": 300},
+            target={**ACC, "value": 0.99},
+        ),
+        job("fine", seed=4, target={"loss": 0.01}),
+    ]
     res = schedule(jobs, [f"paths.output_dir={tmp_path}", *FIFO])
     breaks, fine = res["outcomes"]["FIFO"]
     assert breaks["status"] == "failed" and "validation exploded (simulated)" in breaks["worker_failure"]

@@ -1,6 +1,7 @@
 """A user's job file: one-line checks (exit 2) before any training, exact preempt/resume of a user job, a 3-job live
 run end to end (outcomes, timeline, TensorBoard, curves replayed decision for decision), a crashing job failing
 alone."""
+
 import json
 import os
 import subprocess
@@ -35,7 +36,8 @@ def job(name="a", **kw):
 @pytest.fixture
 def bad_module(tmp_path, monkeypatch):
     """An importable module whose training_step returns no loss."""
-    (tmp_path / "badjobs.py").write_text(textwrap.dedent("""
+    (tmp_path / "badjobs.py").write_text(
+        textwrap.dedent("""
         import torch
         from examples.user_jobs import MLPClassifier
 
@@ -49,21 +51,28 @@ def bad_module(tmp_path, monkeypatch):
                 if batch_idx >= 4:
                     raise RuntimeError("out of memory (simulated)")
                 return super().training_step(batch, batch_idx)
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     return "badjobs.NoLoss"
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"module": "examples.user_jobs.MLPClassifier"}, "module"),  # not a {_target_: ...} mapping
-    ({"target": None}, "target"),
-    ({"deadline": {"steps": -5}}, "deadline.steps"),
-    ({"deadline": {"minutes": 0}}, "deadline.minutes"),
-    ({"deadline": {"hours": 2}}, "deadline"),
-    ({"arrival": -1}, "arrival"),
-    ({"target": {"metric": "val/acc", "mode": "max", "value": 0.9}}, "target.loss"),  # the scheduler's ε is required
-    ({"target": {"accuracy": 0.9}}, "target"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"module": "examples.user_jobs.MLPClassifier"}, "module"),  # not a {_target_: ...} mapping
+        ({"target": None}, "target"),
+        ({"deadline": {"steps": -5}}, "deadline.steps"),
+        ({"deadline": {"minutes": 0}}, "deadline.minutes"),
+        ({"deadline": {"hours": 2}}, "deadline"),
+        ({"arrival": -1}, "arrival"),
+        (
+            {"target": {"metric": "val/acc", "mode": "max", "value": 0.9}},
+            "target.loss",
+        ),  # the scheduler's ε is required
+        ({"target": {"accuracy": 0.9}}, "target"),
+    ],
+)
 def test_bad_job_names_job_and_field(change, field):
     with pytest.raises(ConfigError) as err:
         parse_jobs([job("ok"), {**job("bad"), **change}])
@@ -79,9 +88,14 @@ def test_deadline_in_minutes_becomes_steps():
 def test_band_check_known_curves():
     """A running mean that is an exact power law stays in its band; one whose loss jumps after the fit leaves it."""
     s = np.arange(1, 201, dtype=np.float64)
-    power = np.diff(np.concatenate([[0.0], 3.0 * s ** 0.7]))  # C(s) = 3 s^0.7, so L(s) = 3 s^-0.3 exactly
-    assert band_exit(power, 10) == {"checked": True, "fitted_batches": 100, "slope": pytest.approx(-0.3),
-                                    "slope_se": pytest.approx(0.0, abs=1e-6), "left_at_batch": None}
+    power = np.diff(np.concatenate([[0.0], 3.0 * s**0.7]))  # C(s) = 3 s^0.7, so L(s) = 3 s^-0.3 exactly
+    assert band_exit(power, 10) == {
+        "checked": True,
+        "fitted_batches": 100,
+        "slope": pytest.approx(-0.3),
+        "slope_se": pytest.approx(0.0, abs=1e-6),
+        "left_at_batch": None,
+    }
     jump = power.copy()
     jump[120:] = 5.0
     res = band_exit(jump, 10)
@@ -90,7 +104,9 @@ def test_band_check_known_curves():
 
 
 def test_unknown_import_path_is_one_line():
-    with pytest.raises(ConfigError, match=r"job 'bad': module._target_: cannot import 'examples.user_jobs.NoSuchModel'"):
+    with pytest.raises(
+        ConfigError, match=r"job 'bad': module._target_: cannot import 'examples.user_jobs.NoSuchModel'"
+    ):
         check_job(0, parse_jobs([job("bad", module={"_target_": "examples.user_jobs.NoSuchModel"})])[0], "jobs")
 
 
@@ -101,13 +117,24 @@ def test_training_step_without_loss_is_one_line(bad_module):
 
 def test_cli_bad_inputs_exit_2_with_one_line(tmp_path):
     """Through the entry point: a file that is not YAML, and a negative deadline, each one stderr line and status 2."""
-    cases = {"notyaml.yaml": ("jobs: [a, b\n  - : }", "not valid YAML"),
-             "negative.yaml": (json.dumps({"jobs": [job("neg", deadline={"steps": -3})]}), "job 'neg': deadline.steps: must be > 0")}
+    cases = {
+        "notyaml.yaml": ("jobs: [a, b\n  - : }", "not valid YAML"),
+        "negative.yaml": (
+            json.dumps({"jobs": [job("neg", deadline={"steps": -3})]}),
+            "job 'neg': deadline.steps: must be > 0",
+        ),
+    }
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for name, (text, expected) in cases.items():
         (tmp_path / name).write_text(text)
-        r = subprocess.run([sys.executable, "-m", "mara.live", f"jobs={tmp_path / name}", f"paths.output_dir={tmp_path / 'out'}"],
-                           check=False, cwd=REPO, env=env, capture_output=True, text=True)
+        r = subprocess.run(
+            [sys.executable, "-m", "mara.live", f"jobs={tmp_path / name}", f"paths.output_dir={tmp_path / 'out'}"],
+            check=False,
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert r.returncode == 2 and len(lines) == 1 and expected in lines[0], r.stderr
 
@@ -180,14 +207,26 @@ def test_metric_job_preempted_moved_resumed_validates_as_uninterrupted():
 def three_jobs():
     cnn = {"_target_": "examples.user_jobs.TinyCNN", "width": 4, "lr": 0.003}
     cifar = {"_target_": "examples.user_jobs.Cifar10Subset", "n": 256, "batch_size": 16, "source": "synthetic"}
-    return [job("mlp_a", target={"loss": 1.9}, deadline={"steps": 40}),
-            job("cnn", module=cnn, data=cifar, target={"loss": 2.25}, deadline={"steps": 30}, family="tiny_cnn"),
-            job("mlp_b", arrival=2, seed=3, target={"loss": 0.01}, deadline={"steps": 6})]
+    return [
+        job("mlp_a", target={"loss": 1.9}, deadline={"steps": 40}),
+        job("cnn", module=cnn, data=cifar, target={"loss": 2.25}, deadline={"steps": 30}, family="tiny_cnn"),
+        job("mlp_b", arrival=2, seed=3, target={"loss": 0.01}, deadline={"steps": 6}),
+    ]
 
 
 def test_three_user_jobs_end_to_end(tmp_path):
-    res = schedule(three_jobs(), [f"paths.output_dir={tmp_path}", "jobs_methods=[EDF]", "sim.nodes=2", "sim.max_active=3",
-                                  "sim.steps=4", "sim.obs_every=2", "live.progress_every=1000"])
+    res = schedule(
+        three_jobs(),
+        [
+            f"paths.output_dir={tmp_path}",
+            "jobs_methods=[EDF]",
+            "sim.nodes=2",
+            "sim.max_active=3",
+            "sim.steps=4",
+            "sim.obs_every=2",
+            "live.progress_every=1000",
+        ],
+    )
     outcomes = json.loads((tmp_path / "job_outcomes.json").read_text())["EDF"]
     assert [o["name"] for o in outcomes] == ["mlp_a", "cnn", "mlp_b"]  # arrival order
     assert outcomes[0]["status"] == "succeeded" and outcomes[0]["final_mean_loss"] <= 1.9
@@ -204,9 +243,22 @@ def test_live_preemptions_and_moves_keep_every_loss_exact(tmp_path):
     """Three user jobs on 2 nodes with a switch cost (a job landing on another node reloads from its serialised state
     in its worker): every job's recorded losses equal an uninterrupted run of the same job, batch for batch."""
     jobs = three_jobs()
-    res = schedule(jobs, [f"paths.output_dir={tmp_path}", "jobs_methods=[EDF]", "sim.nodes=2", "sim.max_active=3", "sim.steps=4",
-                          "sim.obs_every=2", "sim.switch_cost=1", "live.progress_every=1000", "live.figure=false",
-                          "live.tensorboard=false", "live.replay=false"])
+    res = schedule(
+        jobs,
+        [
+            f"paths.output_dir={tmp_path}",
+            "jobs_methods=[EDF]",
+            "sim.nodes=2",
+            "sim.max_active=3",
+            "sim.steps=4",
+            "sim.obs_every=2",
+            "sim.switch_cost=1",
+            "live.progress_every=1000",
+            "live.figure=false",
+            "live.tensorboard=false",
+            "live.replay=false",
+        ],
+    )
     run = res["runs"][0]
     assert run["reloads"] > 0 and run["switches"] > 0  # jobs really moved between nodes
     parsed = parse_jobs(jobs)
@@ -218,9 +270,20 @@ def test_live_preemptions_and_moves_keep_every_loss_exact(tmp_path):
 
 
 def test_crashing_user_job_fails_alone(tmp_path):
-    res = schedule(three_jobs()[:2] + [job("mlp_c", seed=9, target={"loss": 1.9}, deadline={"steps": 40})],
-                   [f"paths.output_dir={tmp_path}", "jobs_methods=[FIFO]", "sim.nodes=2", "sim.max_active=3", "sim.steps=4",
-                    "sim.obs_every=2", "live.progress_every=1000", "++live.crash={0: 3}", "live.replay=false"])
+    res = schedule(
+        three_jobs()[:2] + [job("mlp_c", seed=9, target={"loss": 1.9}, deadline={"steps": 40})],
+        [
+            f"paths.output_dir={tmp_path}",
+            "jobs_methods=[FIFO]",
+            "sim.nodes=2",
+            "sim.max_active=3",
+            "sim.steps=4",
+            "sim.obs_every=2",
+            "live.progress_every=1000",
+            "++live.crash={0: 3}",
+            "live.replay=false",
+        ],
+    )
     outcomes = res["outcomes"]["FIFO"]
     assert outcomes[0]["status"] == "failed" and "worker process of job 0" in outcomes[0]["worker_failure"]
     assert outcomes[0]["batches"] == 2  # the two batches before the crash are kept
@@ -231,20 +294,49 @@ def test_crashing_user_job_fails_alone(tmp_path):
 def test_bank_rows_for_predictor_training():
     from mara.live.jobs import bank_records
 
-    tasks = [{"name": f"j{i}", "family": "custom", "batch_size": 8, "lr": 1e-3, "arrival": 0, "budget": 90, "eps": 1.0, "cap": 90}
-             for i in range(6)]
+    tasks = [
+        {
+            "name": f"j{i}",
+            "family": "custom",
+            "batch_size": 8,
+            "lr": 1e-3,
+            "arrival": 0,
+            "budget": 90,
+            "eps": 1.0,
+            "cap": 90,
+        }
+        for i in range(6)
+    ]
     runs = [{"method": "EDF", "losses": [[1.0] * n for n in (90, 80, 79, 85, 100, 0)]}]
     assert [r["split"] for r in bank_records(tasks, runs)] == ["pool"] * 5
     rows = bank_records(tasks, runs, "fm", obs_every=10)  # 79 batches: under 8 observations, left out
-    assert [(r["meta"]["job"], r["split"]) for r in rows] == [("j0", "fm_train"), ("j1", "fm_train"), ("j3", "fm_train"),
-                                                              ("j4", "fm_val")]
+    assert [(r["meta"]["job"], r["split"]) for r in rows] == [
+        ("j0", "fm_train"),
+        ("j1", "fm_train"),
+        ("j3", "fm_train"),
+        ("j4", "fm_val"),
+    ]
 
 
 def test_job_raising_mid_run_fails_alone(tmp_path, bad_module):
     """A module whose training_step raises at its 5th batch: that job fails with the error, the others run on."""
-    jobs = [job("boom", module={"_target_": "badjobs.Explodes"}, deadline={"steps": 30}), job("fine", seed=4, deadline={"steps": 30})]
-    res = schedule(jobs, [f"paths.output_dir={tmp_path}", "jobs_methods=[FIFO]", "sim.nodes=2", "sim.max_active=2", "sim.steps=4",
-                          "live.progress_every=1000", "live.figure=false", "live.tensorboard=false"])
+    jobs = [
+        job("boom", module={"_target_": "badjobs.Explodes"}, deadline={"steps": 30}),
+        job("fine", seed=4, deadline={"steps": 30}),
+    ]
+    res = schedule(
+        jobs,
+        [
+            f"paths.output_dir={tmp_path}",
+            "jobs_methods=[FIFO]",
+            "sim.nodes=2",
+            "sim.max_active=2",
+            "sim.steps=4",
+            "live.progress_every=1000",
+            "live.figure=false",
+            "live.tensorboard=false",
+        ],
+    )
     boom, fine = res["outcomes"]["FIFO"]
     assert boom["status"] == "failed" and boom["batches"] == 4 and "out of memory (simulated)" in boom["worker_failure"]
     assert fine["worker_failure"] is None and fine["batches"] > 4
@@ -274,7 +366,9 @@ def test_run_cli_turns_job_file_mistakes_into_exit_2(tmp_path, capsys):
 
 def test_spec_round_trips_through_worker_state():
     spec = check_job(0, parse_jobs([job("mlp")])[0], "jobs")
-    assert isinstance(spec, UserJobSpec) and spec.batch_size == 16 and spec.lr == 0.003  # the DataModule's and optimiser's
+    assert (
+        isinstance(spec, UserJobSpec) and spec.batch_size == 16 and spec.lr == 0.003
+    )  # the DataModule's and optimiser's
     job_ = TrainingJob(spec)
     job_.step()
     again = TrainingJob.from_bytes(job_.to_bytes())

@@ -1,4 +1,5 @@
 """mara.core.jobs: the resumable job graph behind experiment=paper (order, failures, resume, per-job logs)."""
+
 import json
 import time
 
@@ -30,7 +31,10 @@ def test_dependencies_failures_and_resume(tmp_path):
     assert errors["bad"] == "ValueError: the data are bad"  # one line
     lines = trace.read_text().splitlines()
     assert [ln.split()[0] for ln in lines] == ["a", "c"]  # c waited for both of its dependencies
-    assert json.loads(lines[1].split(" ", 2)[2]) == {"a": {"tag": "a", "wall_s": pytest.approx(results["a"]["wall_s"])}, "bad": None}
+    assert json.loads(lines[1].split(" ", 2)[2]) == {
+        "a": {"tag": "a", "wall_s": pytest.approx(results["a"]["wall_s"])},
+        "bad": None,
+    }
     assert (tmp_path / "a" / "DONE.json").exists() and not (tmp_path / "bad" / "DONE.json").exists()
     assert "job a running" in (tmp_path / "a" / "job.log").read_text()  # the worker's prints go to its own log
     assert last_percent(tmp_path / "a" / "job.log") == 0.5
@@ -45,12 +49,18 @@ def test_bad_graphs_are_refused(tmp_path):
     with pytest.raises(ValueError, match="duplicate"):
         run_jobs([Job("a", tmp_path / "a", _write), Job("a", tmp_path / "b", _write)], workers=1)
     with pytest.raises(ValueError, match="cycle"):
-        run_jobs([Job("a", tmp_path / "a", _write, deps=("b",)), Job("b", tmp_path / "b", _write, deps=("a",))], workers=1)
+        run_jobs(
+            [Job("a", tmp_path / "a", _write, deps=("b",)), Job("b", tmp_path / "b", _write, deps=("a",))], workers=1
+        )
 
 
 def test_a_short_job_gating_long_ones_starts_first(tmp_path):
-    jobs = [Job("fm", tmp_path, _write, cost=4), Job("train", tmp_path, _write, deps=("fm",), cost=8),
-            Job("eval", tmp_path, _write, deps=("train",), cost=5), Job("bound", tmp_path, _write, cost=12)]
+    jobs = [
+        Job("fm", tmp_path, _write, cost=4),
+        Job("train", tmp_path, _write, deps=("fm",), cost=8),
+        Job("eval", tmp_path, _write, deps=("train",), cost=5),
+        Job("bound", tmp_path, _write, cost=12),
+    ]
     assert critical_path(jobs) == {"fm": 17, "train": 13, "eval": 5, "bound": 12}
 
 

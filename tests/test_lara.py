@@ -1,4 +1,5 @@
 """LARA on discrete nodes (LARA.md): feasibility test, tree search, dispatch, and the allocator in the simulator."""
+
 from __future__ import annotations
 
 import importlib
@@ -172,7 +173,9 @@ class PerfectPredictor:
             n = int(lengths[b])
             if n < 4:
                 continue
-            cand = np.flatnonzero((self.bank.batch_size == batch_size[b]) & np.all(self.Lobs[:, :n] == L[b, :n], axis=1))
+            cand = np.flatnonzero(
+                (self.bank.batch_size == batch_size[b]) & np.all(self.Lobs[:, :n] == L[b, :n], axis=1)
+            )
             if len(cand) == 0:
                 continue
             row = cand[0]
@@ -216,7 +219,15 @@ def _episodes(bank, task_set="ID", load=0.04, root=0, n=6):
     return generate_episodes(bank, bank.family_params, PAPER_TASK_SETS[task_set], load, root, n)
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"leftover": "idle"}, {"leftover": ["cold_edf", "warm_edf"], "plan_nodes": "all", "dispatch": "edf", "cold_order": "fifo"}, {"cold_reserve": 0}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"leftover": "idle"},
+        {"leftover": ["cold_edf", "warm_edf"], "plan_nodes": "all", "dispatch": "edf", "cold_order": "fifo"},
+        {"cold_reserve": 0},
+    ],
+)
 def test_lara_actions_valid_in_simulator(bank, kwargs):
     eps = _episodes(bank, "RL_OOD", load=0.07, root=3, n=6)
     alloc = CheckedAllocator(LARA(**kwargs))
@@ -253,9 +264,20 @@ def test_reserve_and_leftover_rules():
     pred = np.array([[999, 999, 10, 25, 100, 0]], dtype=float)  # slot 4: individually infeasible
     dl = tau + 7
     z = np.zeros((1, K), dtype=np.int64)
-    obs = SimpleNamespace(t=7, present=present, task=np.where(present, np.arange(K), -1), arrival=z, deadline=dl,
-                          remaining_time=tau, processed=z, n_obs=n_obs, cap_remaining=np.full((1, K), 999) * present,
-                          pred_remaining=pred, n_nodes=M, max_active=K)  # the Observation fields LARA reads
+    obs = SimpleNamespace(
+        t=7,
+        present=present,
+        task=np.where(present, np.arange(K), -1),
+        arrival=z,
+        deadline=dl,
+        remaining_time=tau,
+        processed=z,
+        n_obs=n_obs,
+        cap_remaining=np.full((1, K), 999) * present,
+        pred_remaining=pred,
+        n_nodes=M,
+        max_active=K,
+    )  # the Observation fields LARA reads
     a = LARA().act(obs)[0]
     assert a[0] == 1  # reserved: cold task with the earliest deadline
     assert list(a[1:]) == [3, 2]  # S = {2, 3} on M-1 = 2 nodes, least laxity (5 < 20) first

@@ -1,4 +1,5 @@
 """LARA-FM through the real evaluation path: the shipped FM checkpoint as the simulator's predictor."""
+
 from mara.evaluate import evaluate
 from tests.test_entrypoints import tiny
 

@@ -3,6 +3,7 @@ and relative imports included), no two packages import each other in a loop, and
 
 ``LAYERS`` is the one declaration of the order; docs/architecture.md ("Layers") explains it and lists it the same way.
 """
+
 import ast
 import re
 from pathlib import Path
@@ -21,9 +22,21 @@ LAYERS = (
     ("mara/mat/",),
     ("mara/eval/",),
     ("mara/report/",),
-    ("mara/pipelines/", "mara/train.py", "mara/train_settings.py", "mara/evaluate.py", "mara/generate_curves.py",
-     "mara/calibrate.py", "mara/fidelity.py", "mara/readme_tables.py", "mara/ckpt_convert.py", "mara/preflight.py",
-     "mara/live/", "mara/bench/", "mara/peers/"),
+    (
+        "mara/pipelines/",
+        "mara/train.py",
+        "mara/train_settings.py",
+        "mara/evaluate.py",
+        "mara/generate_curves.py",
+        "mara/calibrate.py",
+        "mara/fidelity.py",
+        "mara/readme_tables.py",
+        "mara/ckpt_convert.py",
+        "mara/preflight.py",
+        "mara/live/",
+        "mara/bench/",
+        "mara/peers/",
+    ),
 )
 
 
@@ -68,8 +81,12 @@ def imports(root: Path, rel: str, name: str, known: dict[str, str], nested=True)
 
 def unit_of(rel: str, layers=LAYERS) -> tuple[int, str] | None:
     """(layer index, unit) of a module path: the longest unit that names it."""
-    found = [(len(u), i, u) for i, layer in enumerate(layers) for u in layer
-             if rel == u or (u.endswith("/") and rel.startswith(u))]
+    found = [
+        (len(u), i, u)
+        for i, layer in enumerate(layers)
+        for u in layer
+        if rel == u or (u.endswith("/") and rel.startswith(u))
+    ]
     return max(found)[1:] if found else None
 
 
@@ -90,8 +107,10 @@ def layer_faults(root: Path, layers=LAYERS, packages=PACKAGES) -> list[str]:
             if there[0] == here[0]:
                 edges.setdefault(here[1], {}).setdefault(there[1], f"{rel}:{line}")
             elif there[0] > here[0]:
-                faults.append(f"{rel}:{line} imports {target}: {here[1]} (layer {here[0]}) may not import "
-                              f"{there[1]} (layer {there[0]})")
+                faults.append(
+                    f"{rel}:{line} imports {target}: {here[1]} (layer {here[0]}) may not import "
+                    f"{there[1]} (layer {there[0]})"
+                )
     return faults + [f"units import each other in a loop: {c}" for c in _cycles(edges)]
 
 
@@ -104,7 +123,7 @@ def _cycles(edges: dict[str, dict[str, str]]) -> list[str]:
         stack.append(u)
         for v in edges.get(u, {}):
             if state.get(v) == 1:
-                loop = stack[stack.index(v):] + [v]
+                loop = stack[stack.index(v) :] + [v]
                 found.append(" -> ".join(f"{b} ({edges[a][b]})" if a else b for a, b in zip([None] + loop, loop)))
             elif v not in state:
                 visit(v)
@@ -143,9 +162,14 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 
 
 TINY_LAYERS = (("pkg/__init__.py", "pkg/low/"), ("pkg/high/", "pkg/side.py"))
-TINY = {"pkg/__init__.py": "", "pkg/low/__init__.py": "", "pkg/low/a.py": "import os\n\nX = 1\n",
-        "pkg/high/__init__.py": "", "pkg/high/b.py": "from ..low import a\nfrom pkg.low.a import X\n",
-        "pkg/side.py": "import pkg.high.b\n"}
+TINY = {
+    "pkg/__init__.py": "",
+    "pkg/low/__init__.py": "",
+    "pkg/low/a.py": "import os\n\nX = 1\n",
+    "pkg/high/__init__.py": "",
+    "pkg/high/b.py": "from ..low import a\nfrom pkg.low.a import X\n",
+    "pkg/side.py": "import pkg.high.b\n",
+}
 
 
 def test_a_clean_tree_passes(tmp_path):
@@ -167,13 +191,15 @@ def test_a_loop_within_one_layer_and_a_module_in_no_layer_are_flagged(tmp_path):
     tree = _tree(tmp_path, TINY | {"pkg/high/c.py": "from pkg import side\n", "pkg/stray.py": ""})
     faults = layer_faults(tree, TINY_LAYERS, ("pkg",))
     assert "pkg/stray.py: in no layer (add it to LAYERS)" in faults
-    assert any(f.startswith("units import each other in a loop: ") and "pkg/side.py:1" in f and "pkg/high/c.py:1" in f
-               for f in faults), faults
+    assert any(
+        f.startswith("units import each other in a loop: ") and "pkg/side.py:1" in f and "pkg/high/c.py:1" in f
+        for f in faults
+    ), faults
 
 
 def test_the_architecture_page_lists_the_declared_layers():
     page = (ROOT / "docs" / "architecture.md").read_text()
-    section = page[page.index("## Layers"):]
+    section = page[page.index("## Layers") :]
     section = section[: section.find("\n## ", 1) if "\n## " in section[1:] else len(section)]
     items = re.findall(r"^\d+\. (.*?) — ", section, flags=re.M | re.S)  # each numbered item's units, up to its dash
     assert [re.findall(r"`([\w/.]+)`", units) for units in items] == [list(layer) for layer in LAYERS]
@@ -191,7 +217,7 @@ def test_no_module_level_import_cycle():
         stack.append(n)
         for d in graph[n]:
             if state.get(d) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(d):] + [d]))
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(d) :] + [d]))
             if d not in state:
                 visit(d)
         stack.pop()

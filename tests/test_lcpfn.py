@@ -1,6 +1,7 @@
 """LC-PFN written from its paper: the prior, the bar distribution, the PFN's attention, the crossing read-out, the
 predictor built through the factory, resumable training; and our prior against the ``lcpfn`` package's where it
 imports (the project never depends on it)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -47,8 +48,10 @@ def test_prior_curves_obey_the_rejection_rule():
     assert not accepted(np.array([[0.5, 0.4], [0.1, 1.2], [0.1, np.nan]])).any()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("lcpfn") is None,
-                    reason="the lcpfn package is not installed (pip install --no-deps lcpfn to compare priors)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("lcpfn") is None,
+    reason="the lcpfn package is not installed (pip install --no-deps lcpfn to compare priors)",
+)
 def test_prior_matches_the_lcpfn_package_prior():
     import lcpfn
 
@@ -209,7 +212,10 @@ def test_shipped_checkpoints_load(name, zoo_bank):
 
 
 def test_cli_bad_stage_is_one_line_exit_2():
-    r = subprocess.run([sys.executable, "-m", "mara.predictors.lcpfn_train", "stage=bogus"], check=False,
-                       capture_output=True,
-                       text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "mara.predictors.lcpfn_train", "stage=bogus"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "stage must be" in r.stderr

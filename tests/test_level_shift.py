@@ -2,6 +2,7 @@
 band shifted level by level (predictor qr_q_cal) and fm_cal's per-family offsets from them; the pure functions hold
 their levels on fresh draws, leave other families and cold rows alone, and the companion bank is found or refused in
 one line."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -34,7 +35,9 @@ def test_shifted_levels_hold_on_fresh_draws_of_the_same_family():
     shifts = level_shifts(band, y, LEVELS, np.full(len(y), "rl"), np.full(len(y), 5), (10, 20))
     assert np.isfinite(shifts["rl"][0]).all() and np.isnan(shifts["rl"][1:]).all()
     band2, y2 = _biased(rng, 4000, bias=0.6)
-    moved = apply_level_shifts(band2, np.full(len(y2), "rl"), np.full(len(y2), 5), shifts, (10, 20), np.full(len(y2), 1e9))
+    moved = apply_level_shifts(
+        band2, np.full(len(y2), "rl"), np.full(len(y2), 5), shifts, (10, 20), np.full(len(y2), 1e9)
+    )
     np.testing.assert_allclose((y2[:, None] <= moved).mean(0), LEVELS, atol=0.03)
 
 
@@ -46,14 +49,21 @@ def test_other_families_cold_rows_and_thin_bins_are_left_alone():
     shifts = level_shifts(band, y, LEVELS, fam, n_obs, (10, 20))
     assert np.isnan(shifts["vit"][0]).all() and np.isfinite(shifts["vit"][2]).all()  # 7 early vit queries: no shift
     rows = np.array([[10.0, 20.0, 30.0], [10.0, 20.0, 30.0], [np.nan] * 3, [10.0, 20.0, 30.0]])
-    out = apply_level_shifts(rows, np.array(["cnn", "vit", "rl", "rl"]), np.array([5, 5, 5, 5]), shifts, (10, 20),
-                             np.array([1e9, 1e9, 1e9, 35.0]))
+    out = apply_level_shifts(
+        rows,
+        np.array(["cnn", "vit", "rl", "rl"]),
+        np.array([5, 5, 5, 5]),
+        shifts,
+        (10, 20),
+        np.array([1e9, 1e9, 1e9, 35.0]),
+    )
     np.testing.assert_array_equal(out[0], rows[0])  # a training family
     np.testing.assert_array_equal(out[1], rows[1])  # a bin too thin to shift
     assert np.isnan(out[2]).all()  # no estimate stays no estimate
     assert (np.diff(out[3]) >= 0).all() and out[3].max() <= 35.0 and out[3][0] > 10.0  # ordered, capped, moved up
-    np.testing.assert_array_equal(apply_level_shifts(rows, None, np.full(4, 5), shifts, (10, 20), np.full(4, 1e9)),
-                                  rows)
+    np.testing.assert_array_equal(
+        apply_level_shifts(rows, None, np.full(4, 5), shifts, (10, 20), np.full(4, 1e9)), rows
+    )
 
 
 def test_the_companion_bank_is_found_beside_the_bank_or_refused_in_one_line(tmp_path):
@@ -90,7 +100,10 @@ def test_the_head_shifts_only_the_families_it_never_trained_on(pool_as_cal):
     rows = q["rows"]
     S, L = observe(cal, rows, q["n_obs"], 10)
     args = (S, L, q["n_obs"], q["eps"], q["cap"], cal.batch_size[rows], cal.lr[rows])
-    a, b = plain.predict_quantiles(*args, family=cal.family[rows]), shifted.predict_quantiles(*args, family=cal.family[rows])
+    a, b = (
+        plain.predict_quantiles(*args, family=cal.family[rows]),
+        shifted.predict_quantiles(*args, family=cal.family[rows]),
+    )
     assert not np.allclose(a, b)
     hit = lambda band: (q["truth"][:, None] <= band + 1e-9).mean(0)  # noqa: E731
     assert abs(hit(b)[2] - 0.9) < abs(hit(a)[2] - 0.9)  # the 0.9 level holds better on the curves it was fitted on
@@ -98,8 +111,10 @@ def test_the_head_shifts_only_the_families_it_never_trained_on(pool_as_cal):
     r = idq["rows"]
     S, L = observe(bank, r, idq["n_obs"], 10)
     idargs = (S, L, idq["n_obs"], idq["eps"], idq["cap"], bank.batch_size[r], bank.lr[r])
-    np.testing.assert_array_equal(plain.predict_quantiles(*idargs, family=bank.family[r]),
-                                  shifted.predict_quantiles(*idargs, family=bank.family[r]))
+    np.testing.assert_array_equal(
+        plain.predict_quantiles(*idargs, family=bank.family[r]),
+        shifted.predict_quantiles(*idargs, family=bank.family[r]),
+    )
 
 
 def test_fm_cal_fits_its_own_offset_for_a_family_with_cal_curves(pool_as_cal):

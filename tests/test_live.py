@@ -1,4 +1,5 @@
 """Live mode: exact preempt/resume, a tiny live episode replayed decision for decision, worker failures, entry point."""
+
 import json
 import os
 from pathlib import Path
@@ -54,10 +55,21 @@ class _BatchLog(L.LightningModule):
 
 def lightning_fed_order(ds, batch_size, seed, shuffle, steps):
     """The batches a Trainer fed from the loader the shipped bank was generated with (a plain seeded DataLoader)."""
-    loader = DataLoader(ds, batch_size=batch_size, shuffle=shuffle, drop_last=True, generator=torch.Generator().manual_seed(seed))
+    loader = DataLoader(
+        ds, batch_size=batch_size, shuffle=shuffle, drop_last=True, generator=torch.Generator().manual_seed(seed)
+    )
     log = _BatchLog()
-    L.Trainer(accelerator="cpu", max_steps=steps, max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-              enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0).fit(log, train_dataloaders=loader)
+    L.Trainer(
+        accelerator="cpu",
+        max_steps=steps,
+        max_epochs=-1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    ).fit(log, train_dataloaders=loader)
     return log.seen
 
 
@@ -93,8 +105,20 @@ def test_preempted_job_resumes_exactly_in_another_worker():
 
 def tiny_tasks(n=3, budget=6, cap=12, eps=(10.0, 0.0, 10.0)):
     # eps 10 > any loss: success at batch 1 once served; eps 0: never succeeds, fails at its deadline
-    return [{"arrival": a, "budget": budget, "eps": e, "family": FAM, "curve_row": j, "cap": cap, "batch_size": 4, "lr": 1e-3,
-             "recipe_row": "test"} for j, (a, e) in enumerate(zip([0, 0, 1][:n], eps))]
+    return [
+        {
+            "arrival": a,
+            "budget": budget,
+            "eps": e,
+            "family": FAM,
+            "curve_row": j,
+            "cap": cap,
+            "batch_size": 4,
+            "lr": 1e-3,
+            "recipe_row": "test",
+        }
+        for j, (a, e) in enumerate(zip([0, 0, 1][:n], eps))
+    ]
 
 
 @pytest.mark.parametrize("alloc", [FIFO, EDF])
@@ -112,8 +136,21 @@ def test_tiny_live_episode_completes_and_replay_matches_decision_for_decision(al
     assert len(set((t, m) for t, m, _ in live["timeline"])) == len(live["timeline"])  # a node runs one batch per step
     assert sum(live["batches"]) == len(live["timeline"])
     # recorded curves as bank rows (data_source=live), read back through the validating loader, then replayed
-    recs = [{"curve_id": f"live/{j}", "family": FAM, "split": "pool", "data_source": "live", "batch_size": 4, "lr": 1e-3,
-             "seed": specs[j].seed, "losses": ls, "meta": {"job": j}} for j, ls in enumerate(live["losses"]) if ls]
+    recs = [
+        {
+            "curve_id": f"live/{j}",
+            "family": FAM,
+            "split": "pool",
+            "data_source": "live",
+            "batch_size": 4,
+            "lr": 1e-3,
+            "seed": specs[j].seed,
+            "losses": ls,
+            "meta": {"job": j},
+        }
+        for j, ls in enumerate(live["losses"])
+        if ls
+    ]
     bank = load_bank(write_bank(tmp_path / "live.parquet", recs))
     losses = [[] for _ in tasks]
     for i in range(len(bank)):
@@ -155,8 +192,20 @@ HSIM = {"nodes": 2, "max_active": 3, "steps": 6, "obs_every": 2, "node_speed": [
 def hetero_tasks():
     # job 0 succeeds at once; 1 and 2 never reach ε (run to their deadlines); 3 arrives at step 3 with the earliest
     # deadline, so EDF pauses job 1 for it (a resume: set-up) and later moves job 1 to the fast node (set-up again)
-    return [{"arrival": a, "budget": b, "eps": e, "family": FAM, "curve_row": j, "cap": 16, "batch_size": 4, "lr": 1e-3,
-             "recipe_row": "test"} for j, (a, b, e) in enumerate(zip([0, 0, 1, 3], [4, 8, 6, 3], [10.0, 0.0, 0.0, 10.0]))]
+    return [
+        {
+            "arrival": a,
+            "budget": b,
+            "eps": e,
+            "family": FAM,
+            "curve_row": j,
+            "cap": 16,
+            "batch_size": 4,
+            "lr": 1e-3,
+            "recipe_row": "test",
+        }
+        for j, (a, b, e) in enumerate(zip([0, 0, 1, 3], [4, 8, 6, 3], [10.0, 0.0, 0.0, 10.0]))
+    ]
 
 
 @pytest.mark.parametrize("alloc", [EDF, FIFO])
@@ -177,7 +226,9 @@ def test_tiny_live_episode_on_fast_and_slow_nodes_with_a_switch_cost_equals_the_
     assert sum(live["batches"]) == sum(HSIM["node_speed"][m] for _, m, _ in live["timeline"])  # s batches per node-step
     assert not set(live["timeline"]) & set(live["setup_timeline"])
     assert live["stretch_s"] > 0 and live["setup_s"] >= live["reload_s"] > 0  # slow node slept; set-ups reloaded
-    assert live["status"][0] == 3 and live["batches"][0] == 2  # one step on the fast node: 2 batches, success at its end
+    assert (
+        live["status"][0] == 3 and live["batches"][0] == 2
+    )  # one step on the fast node: 2 batches, success at its end
     moved = [j for _, _, j in live["setup_timeline"]]
     pool = InlinePool()  # the switched jobs' curves equal uninterrupted runs of their recipes
     for j in set(moved):
@@ -201,9 +252,20 @@ def test_node_step_stretches_batches_and_idles_in_setup():
 
 def cfg_for(tmp_path, *extra):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("live", overrides=[f"paths.output_dir={tmp_path}", "live.data=synthetic", f"live.families=[{FAM}]",
-                                          "live.time_scale=0.05", "sim.steps=10", "live.load=0.3", "live.root=1000",
-                                          "live.tensorboard=false", *extra])
+        return compose(
+            "live",
+            overrides=[
+                f"paths.output_dir={tmp_path}",
+                "live.data=synthetic",
+                f"live.families=[{FAM}]",
+                "live.time_scale=0.05",
+                "sim.steps=10",
+                "live.load=0.3",
+                "live.root=1000",
+                "live.tensorboard=false",
+                *extra,
+            ],
+        )
 
 
 def test_entry_point_runs_fifo_edf_writes_results_and_agreement(tmp_path):
@@ -216,20 +278,28 @@ def test_entry_point_runs_fifo_edf_writes_results_and_agreement(tmp_path):
     assert (tmp_path / "live_timeline.png").stat().st_size > 0
     bank = load_bank(tmp_path / "live_curves.parquet")
     assert set(bank.data_source) == {"live"}
-    assert res["summary"]["FIFO"]["batches"] == sum(len(x) for r in out["runs"] if r["method"] == "FIFO" for x in r["losses"])
+    assert res["summary"]["FIFO"]["batches"] == sum(
+        len(x) for r in out["runs"] if r["method"] == "FIFO" for x in r["losses"]
+    )
 
 
-@pytest.mark.parametrize("override, needle", [
-    ("live.families=[NoSuchNet]", "unknown family NoSuchNet"),
-    ("sim.nodes=0", "sim.nodes (M) must be >= 1"),
-    ("++method_overrides={MARA: {ckpt_path: /nonexistent/best.ckpt}}", "policy checkpoint /nonexistent/best.ckpt not found"),
-    ("methods=[NoSuchMethod]", "unknown method"),
-    ("sim.node_speed=[2,1,1]", "sim.node_speed must have one entry per node (sim.nodes = 2), got 3"),
-    ("sim.node_speed=[2,0]", "sim.node_speed entries must be >= 1"),
-    ("sim.node_speed=[2,1.5]", "must be integers"),
-    ("sim.node_speed=[11,1]", "<= sim.obs_every = 10"),
-    ("sim.switch_cost=-1", "sim.switch_cost must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("live.families=[NoSuchNet]", "unknown family NoSuchNet"),
+        ("sim.nodes=0", "sim.nodes (M) must be >= 1"),
+        (
+            "++method_overrides={MARA: {ckpt_path: /nonexistent/best.ckpt}}",
+            "policy checkpoint /nonexistent/best.ckpt not found",
+        ),
+        ("methods=[NoSuchMethod]", "unknown method"),
+        ("sim.node_speed=[2,1,1]", "sim.node_speed must have one entry per node (sim.nodes = 2), got 3"),
+        ("sim.node_speed=[2,0]", "sim.node_speed entries must be >= 1"),
+        ("sim.node_speed=[2,1.5]", "must be integers"),
+        ("sim.node_speed=[11,1]", "<= sim.obs_every = 10"),
+        ("sim.switch_cost=-1", "sim.switch_cost must be >= 0"),
+    ],
+)
 def test_bad_input_ends_with_one_line(tmp_path, capsys, override, needle):
     cfg = cfg_for(tmp_path, "methods=[MARA,FIFO]", override)
     with pytest.raises(SystemExit) as exc:
@@ -240,12 +310,23 @@ def test_bad_input_ends_with_one_line(tmp_path, capsys, override, needle):
 
 
 def test_entry_point_on_heterogeneous_nodes_reports_switches_and_agreement(tmp_path):
-    res = live_main(cfg_for(tmp_path, "methods=[FIFO,Slack-WLS]", "sim.node_speed=[2,1]", "sim.switch_cost=1",
-                            "live.workers=inline", "live.figure=true"))
+    res = live_main(
+        cfg_for(
+            tmp_path,
+            "methods=[FIFO,Slack-WLS]",
+            "sim.node_speed=[2,1]",
+            "sim.switch_cost=1",
+            "live.workers=inline",
+            "live.figure=true",
+        )
+    )
     for m in ("FIFO", "Slack-WLS"):
         s = res["summary"][m]
         assert s["jobs"] > 0 and s["replay"]["decisions_identical"] and s["replay"]["outcomes_identical"]
-        assert s["replay"]["switches"] == s["switches"] == s["reloads"] > 0 and s["replay"]["setup_steps"] == s["setup_steps"]
+        assert (
+            s["replay"]["switches"] == s["switches"] == s["reloads"] > 0
+            and s["replay"]["setup_steps"] == s["setup_steps"]
+        )
     md = (tmp_path / "live_results.md").read_text()
     assert "Node speeds [2, 1]" in md and "| Switches (live / replay)" in md
 
@@ -268,7 +349,9 @@ def test_mara_without_any_checkpoint_is_skipped_with_a_note(tmp_path, monkeypatc
     import mara.live.run as run
 
     monkeypatch.setattr(run, "SHIPPED_POLICY", tmp_path / "absent.ckpt")
-    res = live_main(cfg_for(tmp_path, "methods=[MARA,FIFO]", "live.replay=false", "live.figure=false", "live.workers=inline"))
+    res = live_main(
+        cfg_for(tmp_path, "methods=[MARA,FIFO]", "live.replay=false", "live.figure=false", "live.workers=inline")
+    )
     assert list(res["summary"]) == ["FIFO"]
     assert any("MARA skipped: no policy checkpoint" in n for n in res["notes"])
 
@@ -289,7 +372,9 @@ def test_live_job_with_a_bank_recipe_reproduces_the_recorded_curve(tmp_path):
         if not (shared / "waves_yesno.tar.gz").is_file():
             pytest.skip(f"the shipped bank is real and YESNO is not in {shared}; set MARA_SHARED_DATA to its folder")
         kw = {"data_root": str(shared), "cache_dir": str(tmp_path)}
-    job = TrainingJob(JobSpec(0, fam, int(bank.seed[row]), int(bank.batch_size[row]), float(bank.lr[row]), source=source, **kw))
+    job = TrainingJob(
+        JobSpec(0, fam, int(bank.seed[row]), int(bank.batch_size[row]), float(bank.lr[row]), source=source, **kw)
+    )
     n = 2 * len(job.batches.loader) + 10  # past two epoch ends: each epoch is reshuffled as the bank's run was
     got = [job.step() for _ in range(n)]
     # bit for bit only where the row was recorded on the same kind of CPU: AVX2 and AVX-512 kernels round differently
@@ -301,9 +386,18 @@ def test_live_job_with_a_bank_recipe_reproduces_the_recorded_curve(tmp_path):
 
 
 def test_missing_real_data_falls_back_to_synthetic_with_a_flag(tmp_path):
-    res = live_main(cfg_for(tmp_path, "methods=[FIFO]", "live.data=real", f"live.data_root={tmp_path / 'nothing'}",
-                            f"live.cache_dir={tmp_path / 'cache'}",
-                            "live.replay=false", "live.figure=false", "live.workers=inline"))
+    res = live_main(
+        cfg_for(
+            tmp_path,
+            "methods=[FIFO]",
+            "live.data=real",
+            f"live.data_root={tmp_path / 'nothing'}",
+            f"live.cache_dir={tmp_path / 'cache'}",
+            "live.replay=false",
+            "live.figure=false",
+            "live.workers=inline",
+        )
+    )
     assert res["data"] == "synthetic"
     assert any(n.startswith("real data unavailable") for n in res["notes"])
 
@@ -318,12 +412,15 @@ def test_exported_training_bank_has_the_live_runs_epsilon(tmp_path):
 
     fams = ["TSFM_Audio_1", "LSTM_Cifar10", "ALSTM_Text_1"]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("live", overrides=[f"paths.output_dir={tmp_path}", "action=export_bank", f"bank_out={tmp_path / 'b.parquet'}"])
+        cfg = compose(
+            "live",
+            overrides=[f"paths.output_dir={tmp_path}", "action=export_bank", f"bank_out={tmp_path / 'b.parquet'}"],
+        )
     live_main(cfg)
     table = json.loads(pq.read_metadata(tmp_path / "b.parquet").metadata[b"mara.bank"])["family_params"]
     real = load_bank(shipped_bank_path("live_real"))
     assert calibration_bank(cfg, fams, "real").path == real.path  # auto + real data -> the shipped real-data curves
-    assert calibration_bank(cfg, fams, "synthetic") is None        # synthetic jobs -> the recipe bank's own curves
+    assert calibration_bank(cfg, fams, "synthetic") is None  # synthetic jobs -> the recipe bank's own curves
     bank = load_bank(shipped_bank_path("zoo"))
     want = scaled_family_params(real, fams, 0.25, 0.70, base=bank.family_params)
     for f in fams:
@@ -351,4 +448,3 @@ def test_a_file_order_family_trains_live_in_file_order():
     first = next(iter(loader))
     x, y = job.batches.next()
     assert torch.equal(x, first[0]) and torch.equal(y, first[1])
-

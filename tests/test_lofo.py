@@ -1,4 +1,5 @@
 """Leave-one-family-out benchmark: a held-out family's curves never reach training or validation."""
+
 import numpy as np
 import pytest
 import torch
@@ -17,11 +18,26 @@ FAMS = ("CNN_Cifar10", "TSFM_Audio_1", "ALSTM_Text_1")
 def lofo_bank(tmp_path_factory):
     """6 fm_train + 2 fm_val + 2 pool curves of three ID families, cut from the shipped bank."""
     bank = load_bank(default_bank_path())
-    rows = np.concatenate([np.concatenate([bank.rows(f, "fm_train")[:6], bank.rows(f, "fm_val")[:2], bank.rows(f, "pool")[:2]])
-                           for f in FAMS])
-    recs = [dict(curve_id=bank.curve_id[r], family=bank.family[r], split=bank.split[r], data_source=bank.data_source[r],
-                 batch_size=int(bank.batch_size[r]), lr=float(bank.lr[r]), seed=int(bank.seed[r]),
-                 losses=bank.ell[r, : bank.lengths[r]], meta=bank.meta[r]) for r in rows]
+    rows = np.concatenate(
+        [
+            np.concatenate([bank.rows(f, "fm_train")[:6], bank.rows(f, "fm_val")[:2], bank.rows(f, "pool")[:2]])
+            for f in FAMS
+        ]
+    )
+    recs = [
+        dict(
+            curve_id=bank.curve_id[r],
+            family=bank.family[r],
+            split=bank.split[r],
+            data_source=bank.data_source[r],
+            batch_size=int(bank.batch_size[r]),
+            lr=float(bank.lr[r]),
+            seed=int(bank.seed[r]),
+            losses=bank.ell[r, : bank.lengths[r]],
+            meta=bank.meta[r],
+        )
+        for r in rows
+    ]
     path = tmp_path_factory.mktemp("lofo") / "three.parquet"
     write_bank(path, records_to_table(recs), bank.bank_meta)
     return load_bank(path)
@@ -46,8 +62,16 @@ def test_datamodule_families_filter_every_example(lofo_bank):
 
 def test_lofo_never_trains_or_validates_on_the_held_out_family(lofo_bank, tmp_path):
     assert lofo_families(lofo_bank) == ["CNN_Cifar10", "TSFM_Audio_1", "ALSTM_Text_1"]
-    res = run_lofo(lofo_bank, small_fm_cfg(), OmegaConf.load("conf/predictor/wls.yaml"), tmp_path, max_epochs=1,
-                   train_examples=256, n_ranks=4, log=lambda s: None)
+    res = run_lofo(
+        lofo_bank,
+        small_fm_cfg(),
+        OmegaConf.load("conf/predictor/wls.yaml"),
+        tmp_path,
+        max_epochs=1,
+        train_examples=256,
+        n_ranks=4,
+        log=lambda s: None,
+    )
     for held in FAMS:
         seen = res["training"][held]["seen_families"]
         assert held not in seen and set(seen) == set(FAMS) - {held}
@@ -58,6 +82,13 @@ def test_lofo_never_trains_or_validates_on_the_held_out_family(lofo_bank, tmp_pa
     assert s["n_folds"] == 3 and 0 <= s["fm_wins"] <= 3
     assert "FM beats WLS on MAE" in (tmp_path / "lofo.md").read_text()
     # evaluation-only rerun from the saved fold checkpoints gives the same numbers
-    again = run_lofo(lofo_bank, small_fm_cfg(), OmegaConf.load("conf/predictor/wls.yaml"), tmp_path / "again",
-                     reuse_dir=tmp_path, n_ranks=4, log=lambda s: None)
+    again = run_lofo(
+        lofo_bank,
+        small_fm_cfg(),
+        OmegaConf.load("conf/predictor/wls.yaml"),
+        tmp_path / "again",
+        reuse_dir=tmp_path,
+        n_ranks=4,
+        log=lambda s: None,
+    )
     assert again["summary"] == pytest.approx(s)

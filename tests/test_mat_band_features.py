@@ -1,5 +1,6 @@
 """The v2 MAT tokens (band slacks, Slack-FM-q stage, observation count), the feature set in the
 policy / checkpoint, the imitation teacher from config, mixed-load episode batches."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,10 +22,23 @@ def hand_obs(pred=(100.0, 100.0, 50.0), lo=(95.0, 20.0, 40.0), hi=(150.0, 140.0,
     task = np.array([[0, 1, 2, -1]])
     s_ = np.array([[*s, 0]])
     f = lambda v: np.array([[*v, 0.0]])
-    return Observation(t=70, slot_task=task, slot_s=s_, slot_arrival=np.zeros((E, K), int),
-                       slot_deadline=np.full((E, K), 150), slot_cap=np.full((E, K), 300), slot_pred=f(pred),
-                       slot_pred_s=s_, n_queued=np.array([2]), done=np.array([False]), n_nodes=2, max_active=K,
-                       obs_every=10, slot_pred_lo=f(lo), slot_pred_hi=f(hi))
+    return Observation(
+        t=70,
+        slot_task=task,
+        slot_s=s_,
+        slot_arrival=np.zeros((E, K), int),
+        slot_deadline=np.full((E, K), 150),
+        slot_cap=np.full((E, K), 300),
+        slot_pred=f(pred),
+        slot_pred_s=s_,
+        n_queued=np.array([2]),
+        done=np.array([False]),
+        n_nodes=2,
+        max_active=K,
+        obs_every=10,
+        slot_pred_lo=f(lo),
+        slot_pred_hi=f(hi),
+    )
 
 
 def test_shapes_and_v1_part_unchanged():
@@ -38,7 +52,7 @@ def test_shapes_and_v1_part_unchanged():
     assert torch.equal(t2[..., :s1], t1[..., :s1])  # v1's slot features first
     assert torch.equal(t2[..., s2:], t1[..., s1:])  # same global features last
     assert torch.equal(t1, obs_to_tokens(o)[0])  # default = v1 (the shipped policies)
-    assert (t2[0, 3] [:s2] == 0).all()  # absent slot: zero slot features
+    assert (t2[0, 3][:s2] == 0).all()  # absent slot: zero slot features
     with pytest.raises(ValueError, match="mat.net.features"):
         obs_to_tokens(o, 350.0, "v9")
 
@@ -96,7 +110,9 @@ def test_imitation_teacher_from_config():
         default = compose("train", overrides=["mat=default"])  # MARA-QR: the band recipe on the decision head
         clone = compose("train", overrides=["mat=clone", "predictor=fm"])
     assert band.mat.imitation.teacher == "Slack-FM-q" and band.mat.net.features == "v2"
-    assert default.mat.imitation.teacher == "Slack-QR-q" and default.mat.net.features == "v2"  # band on the decision head
+    assert (
+        default.mat.imitation.teacher == "Slack-QR-q" and default.mat.net.features == "v2"
+    )  # band on the decision head
     assert list(default.mat.workload.load) == [0.04, 0.05, 0.06, 0.07] and default.mat.validation.n_episodes * 5 >= 180
     assert clone.mat.imitation.teacher == "Slack-FM" and clone.mat.net.get("features", "v1") == "v1"
     teacher = build_allocators(load_method_cfg(band.mat.imitation.teacher))[0][1]
@@ -150,5 +166,9 @@ def test_validation_load_with_mixed_training_loads():
 
     assert validation_load(MatSettings(net={}, workload=WorkloadSettings(load=0.04))) == 0.04
     assert validation_load(MatSettings(net={}, workload=WorkloadSettings(load=(0.04, 0.07, 0.05)))) == 0.07
-    assert validation_load(MatSettings(net={}, workload=WorkloadSettings(load=(0.04, 0.07)),
-                                       validation=ValidationSettings(load=0.06))) == 0.06
+    assert (
+        validation_load(
+            MatSettings(net={}, workload=WorkloadSettings(load=(0.04, 0.07)), validation=ValidationSettings(load=0.06))
+        )
+        == 0.06
+    )

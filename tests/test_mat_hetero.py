@@ -1,6 +1,7 @@
 """The learned allocator on heterogeneous nodes: v3 tokens (node features), the rules' placement applied to
 the policy's ordered picks, imitation labels before placement, the entry points (train accepts, evaluate drops the
 identical-node shipped policies)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,13 +23,35 @@ def hetero_obs(hetero=True):
     task = np.array([[0, 1, 2, -1]])
     s_ = np.array([[40, 40, 0, 0]])
     f = lambda v: np.array([[*v, 0.0]])  # noqa: E731
-    nodes = dict(node_speed=np.array([2, 1, 1]), switch_cost=2, last_node=np.array([[0, -1, -1, -1]]),
-                 started=np.array([[True, True, False, False]]), setup_left=np.array([[1, 0, 0, 0]])) if hetero else {}
-    return Observation(t=70, slot_task=task, slot_s=s_, slot_arrival=np.zeros((E, K), int),
-                       slot_deadline=np.full((E, K), 150), slot_cap=np.full((E, K), 300),
-                       slot_pred=f((100.0, 100.0, 50.0)), slot_pred_s=s_, n_queued=np.array([2]), done=np.array([False]),
-                       n_nodes=3, max_active=K, obs_every=10, slot_pred_lo=f((95.0, 20.0, 40.0)),
-                       slot_pred_hi=f((150.0, 140.0, 60.0)), **nodes)
+    nodes = (
+        dict(
+            node_speed=np.array([2, 1, 1]),
+            switch_cost=2,
+            last_node=np.array([[0, -1, -1, -1]]),
+            started=np.array([[True, True, False, False]]),
+            setup_left=np.array([[1, 0, 0, 0]]),
+        )
+        if hetero
+        else {}
+    )
+    return Observation(
+        t=70,
+        slot_task=task,
+        slot_s=s_,
+        slot_arrival=np.zeros((E, K), int),
+        slot_deadline=np.full((E, K), 150),
+        slot_cap=np.full((E, K), 300),
+        slot_pred=f((100.0, 100.0, 50.0)),
+        slot_pred_s=s_,
+        n_queued=np.array([2]),
+        done=np.array([False]),
+        n_nodes=3,
+        max_active=K,
+        obs_every=10,
+        slot_pred_lo=f((95.0, 20.0, 40.0)),
+        slot_pred_hi=f((150.0, 140.0, 60.0)),
+        **nodes,
+    )
 
 
 def test_v3_tokens_by_hand():
@@ -94,16 +117,28 @@ def test_policy_picks_are_placed_like_the_rules():
     tok, pres = obs_to_tokens(o, 350.0, "v3")
     raw = to_env_actions(pol.act(tok, pres, deterministic=True)[0], 4)
     np.testing.assert_array_equal(PolicyAllocator(pol).act(o), place(o, raw, o.pred_remaining))
-    np.testing.assert_array_equal(PolicyAllocator(pol).act(flat), to_env_actions(
-        pol.act(*obs_to_tokens(flat, 350.0, "v3"), deterministic=True)[0], 4))
+    np.testing.assert_array_equal(
+        PolicyAllocator(pol).act(flat),
+        to_env_actions(pol.act(*obs_to_tokens(flat, 350.0, "v3"), deterministic=True)[0], 4),
+    )
 
 
 def _hetero_env(bank, root, predictor, E=8):
     from mara.mat.rollout import EpisodeStream, TrainingEnv
 
     stream = EpisodeStream(bank, bank.family_params, "ID", 0.1, root, E, n_steps=120)
-    return TrainingEnv(stream, bank, predictor, "dense", n_nodes=3, max_active=5, n_groups=2, stagger=30,
-                       node_speed=[2, 1, 1], switch_cost=2)
+    return TrainingEnv(
+        stream,
+        bank,
+        predictor,
+        "dense",
+        n_nodes=3,
+        max_active=5,
+        n_groups=2,
+        stagger=30,
+        node_speed=[2, 1, 1],
+        switch_cost=2,
+    )
 
 
 def test_imitation_labels_are_picks_that_place_to_the_teacher_actions():
@@ -173,14 +208,31 @@ def test_value_warmup_head_only_leaves_the_policy_unchanged():
         tok, pres = obs_to_tokens(hetero_obs(), 350.0, "v3")
         tok, pres = tok.repeat(8, 1, 1) + 0.1 * torch.randn(8, 4, 34), pres.repeat(8, 1)
         a, logp, v = pol.act(tok, pres, generator=torch.Generator().manual_seed(1))
-        batch = {"tokens": tok, "present": pres, "actions": a, "logprobs": logp.detach(), "values": v.detach(),
-                 "advantages": torch.randn(8), "returns": torch.full((8,), 5.0)}
+        batch = {
+            "tokens": tok,
+            "present": pres,
+            "actions": a,
+            "logprobs": logp.detach(),
+            "values": v.detach(),
+            "advantages": torch.randn(8),
+            "returns": torch.full((8,), 5.0),
+        }
         before = {k: p.detach().clone() for k, p in pol.named_parameters()}
         opt = torch.optim.Adam(pol.parameters(), lr=1e-2)
-        cfg = PPOSettings(update_epochs=2, norm_adv=True, clip_coef=0.2, vf_coef=1.0, ent_coef=0.0,
-                          value_warmup_head_only=head_only)
-        ppo_step.update(pol, opt, batch, cfg, 2, torch.Generator().manual_seed(2), lambda l: l.backward(), lambda: None,
-                        value_only=True)
+        cfg = PPOSettings(
+            update_epochs=2, norm_adv=True, clip_coef=0.2, vf_coef=1.0, ent_coef=0.0, value_warmup_head_only=head_only
+        )
+        ppo_step.update(
+            pol,
+            opt,
+            batch,
+            cfg,
+            2,
+            torch.Generator().manual_seed(2),
+            lambda l: l.backward(),
+            lambda: None,
+            value_only=True,
+        )
         moved = {k for k, p in pol.named_parameters() if not torch.equal(p, before[k])}
         newlogp = pol.evaluate(tok, pres, a)[0]
         return moved, float((newlogp - logp).abs().max())

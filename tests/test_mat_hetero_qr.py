@@ -1,6 +1,7 @@
 """The recipe `mat=hetero` (MARA on heterogeneous nodes cloning Slack-QR, the decision
 head's median rule): it composes with `predictor=qr`, passes the teacher/predictor check, its tokens are read at the
 levels Slack-QR reads (the median; the head's band ends (0.1, 0.9)) and its v3 stage equals the teacher's."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,8 +20,8 @@ def _resolved(*overrides):
 
 def test_hetero_qr_recipe_composes_and_matches_slack_qr():
     from mara.core.config import build_allocators, load_method_cfg
-    from mara.train_settings import check_teacher_predictor
     from mara.predictors.factory import predictor_config
+    from mara.train_settings import check_teacher_predictor
 
     settings = _resolved()  # mat=hetero on predictor qr: a policy for experiment=hetero's nodes alone
     check_teacher_predictor(settings)  # the teacher reads MAT's own predictor
@@ -35,12 +36,15 @@ def test_hetero_qr_recipe_composes_and_matches_slack_qr():
     assert teacher.quantile is None and c["net"]["token_q"] == 0.5 == head_band[1]
     assert list(c["net"]["token_band"]) == list(teacher.band) == [head_band[0], head_band[2]]
     # everything else is the same tokens on the FM band cloning Slack-FM-q
-    base = _resolved("predictor=fm", "mat.imitation.teacher=Slack-FM-q", "~mat.net.token_q",
-                     "~mat.net.token_band").recorded()
+    base = _resolved(
+        "predictor=fm", "mat.imitation.teacher=Slack-FM-q", "~mat.net.token_q", "~mat.net.token_band"
+    ).recorded()
     strip = lambda d: {k: v for k, v in d.items() if k not in ("predictor", "imitation", "net")}
     assert strip(c) == strip(base)
     assert {k: v for k, v in c["net"].items() if not k.startswith("token_")} == base["net"]
-    assert {k: v for k, v in c["imitation"].items() if k != "teacher"} == {k: v for k, v in base["imitation"].items() if k != "teacher"}
+    assert {k: v for k, v in c["imitation"].items() if k != "teacher"} == {
+        k: v for k, v in base["imitation"].items() if k != "teacher"
+    }
 
 
 def test_hetero_qr_with_the_fm_predictor_is_refused():
@@ -60,13 +64,28 @@ def _obs():
     E, K = 1, 4
     s_ = np.array([[40, 40, 0, 0]])
     f = lambda v: np.array([[*v, 0.0]])
-    return Observation(t=70, slot_task=np.array([[0, 1, 2, -1]]), slot_s=s_, slot_arrival=np.zeros((E, K), int),
-                       slot_deadline=np.full((E, K), 150), slot_cap=np.full((E, K), 300),
-                       slot_pred=f((200.0, 100.0, 50.0)), slot_pred_s=s_, n_queued=np.array([2]), done=np.array([False]),
-                       n_nodes=3, max_active=K, obs_every=10, slot_pred_lo=f((95.0, 20.0, 40.0)),
-                       slot_pred_hi=f((300.0, 140.0, 60.0)), node_speed=np.array([2, 1, 1]), switch_cost=2,
-                       last_node=np.array([[0, -1, -1, -1]]), started=np.array([[True, True, False, False]]),
-                       setup_left=np.array([[1, 0, 0, 0]]))
+    return Observation(
+        t=70,
+        slot_task=np.array([[0, 1, 2, -1]]),
+        slot_s=s_,
+        slot_arrival=np.zeros((E, K), int),
+        slot_deadline=np.full((E, K), 150),
+        slot_cap=np.full((E, K), 300),
+        slot_pred=f((200.0, 100.0, 50.0)),
+        slot_pred_s=s_,
+        n_queued=np.array([2]),
+        done=np.array([False]),
+        n_nodes=3,
+        max_active=K,
+        obs_every=10,
+        slot_pred_lo=f((95.0, 20.0, 40.0)),
+        slot_pred_hi=f((300.0, 140.0, 60.0)),
+        node_speed=np.array([2, 1, 1]),
+        switch_cost=2,
+        last_node=np.array([[0, -1, -1, -1]]),
+        started=np.array([[True, True, False, False]]),
+        setup_left=np.array([[1, 0, 0, 0]]),
+    )
 
 
 def test_v3_stage_tokens_are_slack_qr_stages():
@@ -86,9 +105,11 @@ def test_v3_stage_tokens_are_slack_qr_stages():
     qr = obs_to_tokens(o, 350.0, "v3", q=0.5, band=(0.1, 0.9))[0][0].double().numpy()
     fm = obs_to_tokens(o, 350.0, "v3")[0][0].double().numpy()
     pred = np.asarray(o.pred_remaining, dtype=np.float64)
-    stage = slack_stage(o.present, o.cap_remaining, o.n_obs, fastest_node_steps(o, pred), o.remaining_time.astype(float))[0]
+    stage = slack_stage(
+        o.present, o.cap_remaining, o.n_obs, fastest_node_steps(o, pred), o.remaining_time.astype(float)
+    )[0]
     assert list(stage[:3]) == [HOPELESS, FINISHABLE, COLD]
     for k in range(3):  # the present slots
         want = [stage[k] == FINISHABLE, stage[k] == COLD, stage[k] == HOPELESS]
-        np.testing.assert_array_equal(qr[k, s2 + 7:s2 + 10], np.array(want, dtype=np.float64))
-    np.testing.assert_array_equal(fm[0, s2 + 7:s2 + 10], [1, 0, 0])
+        np.testing.assert_array_equal(qr[k, s2 + 7 : s2 + 10], np.array(want, dtype=np.float64))
+    np.testing.assert_array_equal(fm[0, s2 + 7 : s2 + 10], [1, 0, 0])

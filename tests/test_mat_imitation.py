@@ -1,4 +1,5 @@
 """Imitation warm start (mara/mat/imitation.py) and the validation-only checkpoint rule."""
+
 from __future__ import annotations
 
 import json
@@ -63,15 +64,37 @@ def test_cloning_reproduces_the_slack_teacher():
 
 def tiny_cfg(tmp_path, **over):
     cfg = load_recipe("band")
-    cfg.merge_with_dotlist([
-        f"output_dir={tmp_path / 'run'}", "predictor=null", "total_env_steps=256",
-        "sim.n_nodes=3", "sim.max_active=5", "sim.n_steps=100", "workload.load=0.06",
-        "rollout.n_episodes=8", "rollout.n_steps=16", "rollout.n_groups=4", "rollout.stagger=25", "ppo.update_epochs=2",
-        "ppo.n_minibatches=2", "validation.roots=[1000,1003]", "validation.n_episodes=2", "validation.every_n_iterations=1",
-        "validation.baselines=false", "validation.at_start=true", "net.d_model=16", "net.d_ff=32",
-        "imitation.enabled=true", "imitation.n_episodes=8", "imitation.n_steps=40", "imitation.stagger=20",
-        "imitation.dagger_rounds=1", "imitation.epochs=2", "ppo.value_warmup_iterations=1",
-    ])
+    cfg.merge_with_dotlist(
+        [
+            f"output_dir={tmp_path / 'run'}",
+            "predictor=null",
+            "total_env_steps=256",
+            "sim.n_nodes=3",
+            "sim.max_active=5",
+            "sim.n_steps=100",
+            "workload.load=0.06",
+            "rollout.n_episodes=8",
+            "rollout.n_steps=16",
+            "rollout.n_groups=4",
+            "rollout.stagger=25",
+            "ppo.update_epochs=2",
+            "ppo.n_minibatches=2",
+            "validation.roots=[1000,1003]",
+            "validation.n_episodes=2",
+            "validation.every_n_iterations=1",
+            "validation.baselines=false",
+            "validation.at_start=true",
+            "net.d_model=16",
+            "net.d_ff=32",
+            "imitation.enabled=true",
+            "imitation.n_episodes=8",
+            "imitation.n_steps=40",
+            "imitation.stagger=20",
+            "imitation.dagger_rounds=1",
+            "imitation.epochs=2",
+            "ppo.value_warmup_iterations=1",
+        ]
+    )
     cfg.merge_with_dotlist([f"{k}={v}" for k, v in over.items()])
     return cfg
 
@@ -89,6 +112,7 @@ def test_checkpoint_selection_reads_validation_roots_only(tmp_path, monkeypatch)
         def wrapped(bank, fp, ts, load, root, *a, **kw):
             seen[kind].append(int(root))
             return fn(bank, fp, ts, load, root, *a, **kw)
+
         return wrapped
 
     monkeypatch.setattr(callback, "generate_episodes", spy("validation", callback.generate_episodes))
@@ -108,13 +132,30 @@ def test_checkpoint_selection_reads_validation_roots_only(tmp_path, monkeypatch)
 def test_an_imitation_round_is_logged_as_a_line_for_people():
     from mara.mat.imitation import round_line
 
-    rec = {"round": 1, "states": 12000, "new_states": 3000, "loss": 0.41234, "agreement_train": 0.9312,
-           "agreement_new_before_training": 0.88, "seconds": 40.0}
+    rec = {
+        "round": 1,
+        "states": 12000,
+        "new_states": 3000,
+        "loss": 0.41234,
+        "agreement_train": 0.9312,
+        "agreement_new_before_training": 0.88,
+        "seconds": 40.0,
+    }
     line = round_line("imitation", rec, 4)
-    assert line == ("imitation round 2/4: 12,000 states (+3,000 new), loss 0.412, agreement 93.1 % on its data, "
-                    "88.0 % on the new states before training; 40 s, about 40 s left")
-    suite = {"round": 0, "states": 500, "loss": 1.0, "agreement_train": [0.5, 0.25],
-             "agreement_new_before_training": [None, None], "node_agreement_train": [None, None], "seconds": 3.0}
-    assert round_line("suite imitation", suite, 1) == ("suite imitation round 1/1: 500 states, loss 1.000, agreement "
-                                                       "50.0 / 25.0 % on its data; 3 s, about 0 s left")
+    assert line == (
+        "imitation round 2/4: 12,000 states (+3,000 new), loss 0.412, agreement 93.1 % on its data, "
+        "88.0 % on the new states before training; 40 s, about 40 s left"
+    )
+    suite = {
+        "round": 0,
+        "states": 500,
+        "loss": 1.0,
+        "agreement_train": [0.5, 0.25],
+        "agreement_new_before_training": [None, None],
+        "node_agreement_train": [None, None],
+        "seconds": 3.0,
+    }
+    assert round_line("suite imitation", suite, 1) == (
+        "suite imitation round 1/1: 500 states, loss 1.000, agreement 50.0 / 25.0 % on its data; 3 s, about 0 s left"
+    )
     assert "{" not in line and "{" not in round_line("suite imitation", suite, 1)

@@ -1,4 +1,5 @@
 """PPO math against hand-worked values: GAE (γ = 1), clipped surrogate, value loss; Eq. 15 for the shaped reward."""
+
 import numpy as np
 import pytest
 import torch

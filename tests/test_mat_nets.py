@@ -1,4 +1,5 @@
 """MAT network: masks (Eq. 2), teacher forcing = autoregressive decoding, causal dependence on earlier nodes."""
+
 import numpy as np
 import pytest
 import torch

@@ -1,5 +1,6 @@
 """Plackett–Luce decoder: exact log-probabilities against brute-force enumeration, sampling frequencies,
 argmax = best slots above idle, and the MATPolicy wiring (teacher forcing = sampling, masks, imitation)."""
+
 import itertools
 import math
 
@@ -29,8 +30,9 @@ def _sequence_prob(scores, present, seq):
     return p
 
 
-@pytest.mark.parametrize("K,M,present", [(3, 2, [1, 1, 1]), (3, 3, [1, 0, 1]), (4, 3, [1, 1, 1, 1]), (2, 4, [1, 1]),
-                                         (3, 2, [0, 0, 0])])
+@pytest.mark.parametrize(
+    "K,M,present", [(3, 2, [1, 1, 1]), (3, 3, [1, 0, 1]), (4, 3, [1, 1, 1, 1]), (2, 4, [1, 1]), (3, 2, [0, 0, 0])]
+)
 def test_log_prob_matches_brute_force_enumeration(K, M, present):
     g = torch.Generator().manual_seed(K * 10 + M)
     scores = torch.randn(1, K + 1, generator=g, dtype=torch.float64) * 1.5
@@ -182,6 +184,8 @@ def test_slot_buckets_change_nothing_but_cost():
     (lp2.sum() + ent2.sum()).backward()
     for (name, p1), p2 in zip(full.named_parameters(), packed.parameters()):
         torch.testing.assert_close(p2.grad, p1.grad, atol=1e-4, rtol=1e-3, msg=name)
-    assert torch.equal(packed.act(tokens, present, deterministic=True)[0], full.act(tokens, present, deterministic=True)[0])
+    assert torch.equal(
+        packed.act(tokens, present, deterministic=True)[0], full.act(tokens, present, deterministic=True)[0]
+    )
     assert MATPolicy(decoder="autoregressive", slot_buckets=[4]).buckets == [10]  # not used by the paper's decoder
     assert MATPolicy(n_slots=5, decoder="plackett_luce", slot_buckets=[4, 7]).buckets == [4, 5]

@@ -1,5 +1,6 @@
 """MAT trained on the decision head (`mat=default predictor=qr_q`): the recipe, the tokens at the head's
 level (`mat.net.token_q` / `token_band`), the policy / checkpoint carrying them, no FM sample cache for the head."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,8 +31,8 @@ def _compose(*overrides):
 
 def test_qr_recipe_is_band_with_the_head_and_its_rule():
     from mara.core.config import build_allocators, load_method_cfg
-    from mara.train_settings import mat_settings
     from mara.predictors.factory import predictor_config
+    from mara.train_settings import mat_settings
 
     qr = mat_settings(_compose("mat=default")).recorded()  # the `default` recipe (MARA-QR) on the default qr_q
     band = mat_settings(_compose("experiment=band")).recorded()
@@ -47,7 +48,9 @@ def test_qr_recipe_is_band_with_the_head_and_its_rule():
     strip = lambda c: {k: v for k, v in c.items() if k not in ("predictor", "imitation", "net")}  # noqa: E731
     assert strip(qr) == strip(band)
     assert {k: v for k, v in qr["net"].items() if not k.startswith("token_")} == band["net"]
-    assert {k: v for k, v in qr["imitation"].items() if k != "teacher"} == {k: v for k, v in band["imitation"].items() if k != "teacher"}
+    assert {k: v for k, v in qr["imitation"].items() if k != "teacher"} == {
+        k: v for k, v in band["imitation"].items() if k != "teacher"
+    }
     # the FM recipes record no token options: their checkpoints and tokens are unchanged
     assert "token_q" not in band["net"] and "token_q" not in mat_settings(_compose("mat=clone", "predictor=fm")).net
 
@@ -69,10 +72,10 @@ def test_tokens_at_the_head_level_by_hand():
     q_fm = band_quantile(85.0, 100.0, 150.0, BAND_Q)
     assert q_fm < tau
     np.testing.assert_allclose(y[0, s1 + 2], (tau - q_fm) / 350, atol=1e-6)
-    np.testing.assert_array_equal(x[0, s1 + 3:s1 + 6], [0, 0, 1])  # hopeless at the head's 0.05 level
-    np.testing.assert_array_equal(y[0, s1 + 3:s1 + 6], [1, 0, 0])  # finishable at the FM band's extrapolated 0.01
-    np.testing.assert_array_equal(x[1, s1 + 3:s1 + 6], [1, 0, 0])
-    np.testing.assert_array_equal(x[2, s1 + 3:s1 + 6], [0, 1, 0])
+    np.testing.assert_array_equal(x[0, s1 + 3 : s1 + 6], [0, 0, 1])  # hopeless at the head's 0.05 level
+    np.testing.assert_array_equal(y[0, s1 + 3 : s1 + 6], [1, 0, 0])  # finishable at the FM band's extrapolated 0.01
+    np.testing.assert_array_equal(x[1, s1 + 3 : s1 + 6], [1, 0, 0])
+    np.testing.assert_array_equal(x[2, s1 + 3 : s1 + 6], [0, 1, 0])
     # every other column is the same (the band ends, width, counts; v1 part; globals)
     other = [i for i in range(x.shape[1]) if i not in (s1 + 2, s1 + 3, s1 + 4, s1 + 5)]
     np.testing.assert_array_equal(x[:, other], y[:, other])
@@ -83,8 +86,16 @@ def test_tokens_at_the_head_level_by_hand():
 
 
 def test_policy_carries_its_token_options():
-    p = MATPolicy(n_slots=4, n_nodes=2, d_model=8, d_ff=16, decoder="plackett_luce", features="v2",
-                  token_q=0.05, token_band=[0.05, 0.9])
+    p = MATPolicy(
+        n_slots=4,
+        n_nodes=2,
+        d_model=8,
+        d_ff=16,
+        decoder="plackett_luce",
+        features="v2",
+        token_q=0.05,
+        token_band=[0.05, 0.9],
+    )
     assert token_options(p) == {"q": 0.05, "band": (0.05, 0.9)}
     old = MATPolicy(n_slots=4, n_nodes=2, d_model=8, d_ff=16, features="v2")  # hparams without token options
     assert token_options(old) == {"q": BAND_Q, "band": BAND_LEVELS}
@@ -102,19 +113,42 @@ def test_tiny_training_on_the_head(tmp_path):
 
     from mara.mat.allocator import MATAllocator
     from mara.mat.train import train_policy
-    from mara.train_settings import load_recipe, mat_settings
     from mara.predictors.quantile_head import QuantileHeadPredictor
+    from mara.train_settings import load_recipe, mat_settings
 
     cfg = load_recipe("default")
-    cfg.merge_with_dotlist([
-        f"output_dir={tmp_path / 'run'}", "predictor=qr_q", "total_env_steps=256", "rollout.fm_cache=true",
-        "sim.n_nodes=3", "sim.max_active=5", "sim.n_steps=100", "workload.load=0.06",
-        "rollout.n_episodes=8", "rollout.n_steps=16", "rollout.n_groups=4", "rollout.stagger=25", "ppo.n_minibatches=2",
-        "validation.roots=[1000]", "validation.n_episodes=2", "validation.every_n_iterations=100",
-        "validation.baselines=false", "net.d_model=16", "net.d_ff=32", "net.token_q=0.05", "net.token_band=[0.05,0.9]",
-        "imitation.teacher=Slack-QR-q", "imitation.n_episodes=8", "imitation.n_steps=40", "imitation.stagger=10",
-        "imitation.dagger_rounds=0", "imitation.epochs=1", "ppo.value_warmup_iterations=0",
-    ])
+    cfg.merge_with_dotlist(
+        [
+            f"output_dir={tmp_path / 'run'}",
+            "predictor=qr_q",
+            "total_env_steps=256",
+            "rollout.fm_cache=true",
+            "sim.n_nodes=3",
+            "sim.max_active=5",
+            "sim.n_steps=100",
+            "workload.load=0.06",
+            "rollout.n_episodes=8",
+            "rollout.n_steps=16",
+            "rollout.n_groups=4",
+            "rollout.stagger=25",
+            "ppo.n_minibatches=2",
+            "validation.roots=[1000]",
+            "validation.n_episodes=2",
+            "validation.every_n_iterations=100",
+            "validation.baselines=false",
+            "net.d_model=16",
+            "net.d_ff=32",
+            "net.token_q=0.05",
+            "net.token_band=[0.05,0.9]",
+            "imitation.teacher=Slack-QR-q",
+            "imitation.n_episodes=8",
+            "imitation.n_steps=40",
+            "imitation.stagger=10",
+            "imitation.dagger_rounds=0",
+            "imitation.epochs=1",
+            "ppo.value_warmup_iterations=0",
+        ]
+    )
     seen = {}
 
     class Spy(L.Callback):
@@ -125,4 +159,6 @@ def test_tiny_training_on_the_head(tmp_path):
     assert seen["cache"] is None and isinstance(seen["predictor"], QuantileHeadPredictor)
     assert seen["predictor"].quantiles[0] == 0.05 and seen["report"]["rounds"][0]["states"] > 0
     alloc = MATAllocator(r["best_ckpt"])
-    assert token_options(alloc.policy) == {"q": 0.05, "band": (0.05, 0.9)} and alloc.predictor_name == "qr_q"  # the bare spec
+    assert (
+        token_options(alloc.policy) == {"q": 0.05, "band": (0.05, 0.9)} and alloc.predictor_name == "qr_q"
+    )  # the bare spec

@@ -2,6 +2,7 @@
 same way), each composing to the values that made its shipped or stored numbers; the experiments (and
 conf/train.yaml for the default) pair each recipe with its predictor; the documented overrides for the variants that
 are not recipes compose and pass the teacher check."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,16 @@ REPO = Path(__file__).resolve().parents[1]
 # and the stored
 # paper-protocol tables (clone, paper). A change here changes what those numbers mean.
 EXPECTED = json.loads((REPO / "tests" / "data" / "mat_recipes.json").read_text())
-RECIPES = {"default": "qr_q", "band": "fm", "clone": "fm", "paper": "fm", "hetero": "qr", "suite": "qr_q",
-           "suite_nodes": "qr_q", "suite_ppo": "qr_q"}  # recipe -> its predictor
+RECIPES = {
+    "default": "qr_q",
+    "band": "fm",
+    "clone": "fm",
+    "paper": "fm",
+    "hetero": "qr",
+    "suite": "qr_q",
+    "suite_nodes": "qr_q",
+    "suite_ppo": "qr_q",
+}  # recipe -> its predictor
 
 
 def _compose(*overrides):
@@ -38,8 +47,11 @@ def _mat(cfg) -> dict:
 def test_eight_recipes_each_variant_written_as_its_differences():
     product = {p.stem for p in (CONF_DIR / "mat").glob("*.yaml")}
     assert product == {"clone", "band", "default", "paper", "suite"}  # the recipes that made a shipped checkpoint
-    files = {p.stem: yaml.safe_load(p.read_text()) for d in (CONF_DIR, CONF_DIR / "experiments")
-             for p in (d / "mat").glob("*.yaml")}
+    files = {
+        p.stem: yaml.safe_load(p.read_text())
+        for d in (CONF_DIR, CONF_DIR / "experiments")
+        for p in (d / "mat").glob("*.yaml")
+    }
     assert set(files) == set(RECIPES) == set(EXPECTED)
     roots = [name for name, body in files.items() if "defaults" not in body]
     assert roots == ["clone"]  # every other recipe starts from another and lists only what it changes
@@ -60,24 +72,34 @@ def test_recipe_composes_to_the_recorded_values(recipe):
     check_teacher_predictor(mat_settings(cfg))
 
 
-@pytest.mark.parametrize("overrides, recipe, predictor", [
-    ((), "suite", "qr_q"),                        # python -m mara.train: the one MARA
-    (("mat=default",), "default", "qr_q"),        # MARA-QR, on the 7 identical nodes only
-    (("experiment=band",), "band", "fm"),
-    (("experiment=hetero",), "suite", "qr_q"),    # the same one MARA, no per-setting checkpoint
-    (("experiment=hetero", "mat=hetero", "predictor=qr"), "hetero", "qr"),
-    (("experiment=paper",), "clone", "fm"),
-    (("experiment=suite",), "suite", "qr_q"),
-    (("experiment=suite", "mat=suite_nodes"), "suite_nodes", "qr_q"),
-    (("experiment=suite", "mat=suite_ppo"), "suite_ppo", "qr_q"),
-])
+@pytest.mark.parametrize(
+    "overrides, recipe, predictor",
+    [
+        ((), "suite", "qr_q"),  # python -m mara.train: the one MARA
+        (("mat=default",), "default", "qr_q"),  # MARA-QR, on the 7 identical nodes only
+        (("experiment=band",), "band", "fm"),
+        (("experiment=hetero",), "suite", "qr_q"),  # the same one MARA, no per-setting checkpoint
+        (("experiment=hetero", "mat=hetero", "predictor=qr"), "hetero", "qr"),
+        (("experiment=paper",), "clone", "fm"),
+        (("experiment=suite",), "suite", "qr_q"),
+        (("experiment=suite", "mat=suite_nodes"), "suite_nodes", "qr_q"),
+        (("experiment=suite", "mat=suite_ppo"), "suite_ppo", "qr_q"),
+    ],
+)
 def test_the_commands_pair_each_recipe_with_its_predictor(overrides, recipe, predictor):
     from mara.train_settings import trained_method as _trained_method
 
     cfg = _compose(*overrides)
     assert _mat(cfg) == EXPECTED[recipe]
-    names = {"default": "MARA-QR", "hetero": "MARA-QR", "band": "MARA", "clone": "MARA", "suite": "MARA-suite",
-             "suite_nodes": "MARA-nodes", "suite_ppo": "MARA-suite-ppo"}
+    names = {
+        "default": "MARA-QR",
+        "hetero": "MARA-QR",
+        "band": "MARA",
+        "clone": "MARA",
+        "suite": "MARA-suite",
+        "suite_nodes": "MARA-nodes",
+        "suite_ppo": "MARA-suite-ppo",
+    }
     assert _trained_method(cfg) == names[recipe]  # the method the run evaluates its policy as
     assert OmegaConf.to_container(cfg.predictor) == OmegaConf.to_container(_compose(f"predictor={predictor}").predictor)
     check_teacher_predictor(mat_settings(cfg))
@@ -116,18 +138,33 @@ def test_experiment_paper_trains_every_method_by_its_composed_recipe(tmp_path):
         assert OmegaConf.to_container(OmegaConf.create(got), resolve=True) == want, job["method"]
 
 
-@pytest.mark.parametrize("overrides, changed", [
-    # long: any recipe run longer (band and default already run 2 M env steps)
-    (("mat=clone", "predictor=fm", "mat.total_env_steps=2000000", "mat.validation.every_n_iterations=12"),
-     {"total_env_steps": 2000000}),
-    # a privileged DAgger teacher: Slack-Truth labels on the states the student visits (measured not to transfer)
-    (("mat=band", "predictor=fm", "mat.imitation.teacher=Slack-Truth", "mat.imitation.dagger_rounds=3"),
-     {"imitation": {"teacher": "Slack-Truth", "dagger_rounds": 3}}),
-    # heterogeneous nodes on the FM band cloning Slack-FM-q
-    (("experiment=hetero", "mat=hetero", "predictor=fm", "mat.imitation.teacher=Slack-FM-q", "~mat.net.token_q",
-      "~mat.net.token_band"),
-     {"imitation": {"teacher": "Slack-FM-q"}}),
-])
+@pytest.mark.parametrize(
+    "overrides, changed",
+    [
+        # long: any recipe run longer (band and default already run 2 M env steps)
+        (
+            ("mat=clone", "predictor=fm", "mat.total_env_steps=2000000", "mat.validation.every_n_iterations=12"),
+            {"total_env_steps": 2000000},
+        ),
+        # a privileged DAgger teacher: Slack-Truth labels on the states the student visits (measured not to transfer)
+        (
+            ("mat=band", "predictor=fm", "mat.imitation.teacher=Slack-Truth", "mat.imitation.dagger_rounds=3"),
+            {"imitation": {"teacher": "Slack-Truth", "dagger_rounds": 3}},
+        ),
+        # heterogeneous nodes on the FM band cloning Slack-FM-q
+        (
+            (
+                "experiment=hetero",
+                "mat=hetero",
+                "predictor=fm",
+                "mat.imitation.teacher=Slack-FM-q",
+                "~mat.net.token_q",
+                "~mat.net.token_band",
+            ),
+            {"imitation": {"teacher": "Slack-FM-q"}},
+        ),
+    ],
+)
 def test_documented_overrides_compose(overrides, changed):
     cfg = _compose(*overrides)
     check_teacher_predictor(mat_settings(cfg))

@@ -1,6 +1,7 @@
 """One policy for many clusters (mara/mat/suite.py, recipe mat=suite): the Plackett–Luce network acts at any M and K,
 the suite's settings and loads, cloning across settings of different sizes, the displacement placement of a policy's
 picks, the teacher/predictor check, the fit check that admits it at any size, and imitation-only training end to end."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,7 +30,9 @@ def test_plackett_luce_policy_acts_at_any_size(M, K):
     from mara.mat.features import n_features
 
     torch.manual_seed(0)
-    pol = MATPolicy(n_slots=10, n_nodes=7, d_model=16, d_ff=32, decoder="plackett_luce", features="v3", slot_buckets=[4, 7])
+    pol = MATPolicy(
+        n_slots=10, n_nodes=7, d_model=16, d_ff=32, decoder="plackett_luce", features="v3", slot_buckets=[4, 7]
+    )
     tok, present = _tokens(64, K, n_features("v3")[1])
     for det in (True, False):
         a, logp, v = pol.act(tok, present, deterministic=det, n_nodes=M)
@@ -76,18 +79,31 @@ def test_suite_settings_loads_and_sim():
     from mara.mat.suite import scaled_loads, setting_sim, suite_settings
     from mara.sim.settings import SimSettings
 
-    im = _suite_recipe([{"nodes": 14, "max_active": 20}, {"nodes": 3, "max_active": 5, "node_speed": [2, 1, 1],
-                                                          "switch_cost": 2, "teacher": "Slack-QR"}]).imitation
+    im = _suite_recipe(
+        [
+            {"nodes": 14, "max_active": 20},
+            {"nodes": 3, "max_active": 5, "node_speed": [2, 1, 1], "switch_cost": 2, "teacher": "Slack-QR"},
+        ]
+    ).imitation
     s = suite_settings(im, "Slack-QR-q")
     assert [x.teacher for x in s] == ["Slack-QR-q", "Slack-QR"] and s[1].node_speed == (2, 1, 1)
     assert im.recorded()["suite"][0] == {"nodes": 14, "max_active": 20}  # the checkpoint records the suite as given
     assert scaled_loads([0.04, 0.07], 14) == pytest.approx([0.08, 0.14]) and scaled_loads(0.5, 28) == [1.0]
     sim = SimSettings(nodes=7, max_active=10, obs_every=10, node_speed=(2,) * 7, switch_cost=1)
-    assert setting_sim(sim, s[0]).recorded() == {"n_nodes": 14, "max_active": 20, "obs_every": 10, "n_steps": 500,
-                                                 "beta": 0.1}
+    assert setting_sim(sim, s[0]).recorded() == {
+        "n_nodes": 14,
+        "max_active": 20,
+        "obs_every": 10,
+        "n_steps": 500,
+        "beta": 0.1,
+    }
     assert setting_sim(sim, s[1]).env_options() == {"node_speed": [2, 1, 1], "switch_cost": 2}
-    for bad, why in (([{"nodes": 3}], "needs nodes and max_active"), ([{"nodes": 3, "max_active": 4, "speed": 1}], "got keys"),
-                     ([{"nodes": 0, "max_active": 4}], ">= 1"), ([{"nodes": 3, "max_active": 4, "node_speed": [1]}], "1 entries for 3")):
+    for bad, why in (
+        ([{"nodes": 3}], "needs nodes and max_active"),
+        ([{"nodes": 3, "max_active": 4, "speed": 1}], "got keys"),
+        ([{"nodes": 0, "max_active": 4}], ">= 1"),
+        ([{"nodes": 3, "max_active": 4, "node_speed": [1]}], "1 entries for 3"),
+    ):
         with pytest.raises(ConfigError, match=why):
             _suite_recipe(bad)
 
@@ -128,8 +144,17 @@ def test_displace_placement_of_a_policy_is_slack_qr_displace():
     bank = load_bank(default_bank_path())
     rule = build_allocators(load_method_cfg("Slack-QR-displace"))[0][1]
     stream = EpisodeStream(bank, bank.family_params, "ID", 0.12, 100777, 8, n_steps=150)
-    env = TrainingEnv(stream, bank, predictor_from("qr_q", bank.path), "dense", n_nodes=4, max_active=7, n_groups=1,
-                      node_speed=[3, 1, 1, 1], switch_cost=1)
+    env = TrainingEnv(
+        stream,
+        bank,
+        predictor_from("qr_q", bank.path),
+        "dense",
+        n_nodes=4,
+        max_active=7,
+        n_groups=1,
+        node_speed=[3, 1, 1, 1],
+        switch_cost=1,
+    )
     moved = 0
     for _ in range(150):
         o = env.group_obs[0]
@@ -162,18 +187,33 @@ def train_tiny_suite(tmp_path, recipe: str, extra: tuple = (), callbacks=None, c
     from omegaconf import OmegaConf
 
     from mara.mat.train import train_policy
-    from mara.train_settings import load_recipe, mat_settings
     from mara.predictors.factory import predictor_config
+    from mara.train_settings import load_recipe, mat_settings
 
     cfg = load_recipe(recipe)
-    cfg.merge_with(OmegaConf.from_dotlist([
-        f"output_dir={tmp_path / 'run'}", "rollout.n_episodes=8", "rollout.n_groups=2", "sim.n_steps=100",
-        "imitation.n_episodes=4", "imitation.n_steps=25", "imitation.dagger_rounds=1", "imitation.epochs=1",
-        "validation.n_episodes=1", "validation.baselines=false", *extra]))
+    cfg.merge_with(
+        OmegaConf.from_dotlist(
+            [
+                f"output_dir={tmp_path / 'run'}",
+                "rollout.n_episodes=8",
+                "rollout.n_groups=2",
+                "sim.n_steps=100",
+                "imitation.n_episodes=4",
+                "imitation.n_steps=25",
+                "imitation.dagger_rounds=1",
+                "imitation.epochs=1",
+                "validation.n_episodes=1",
+                "validation.baselines=false",
+                *extra,
+            ]
+        )
+    )
     cfg.predictor = predictor_config("qr_q")
     cfg.ckpt_path = ckpt_path
-    cfg.imitation.suite = [{"nodes": 2, "max_active": 4}, {"nodes": 3, "max_active": 5, "node_speed": [2, 1, 1],
-                                                           "switch_cost": 1, "teacher": "Slack-QR-displace"}]
+    cfg.imitation.suite = [
+        {"nodes": 2, "max_active": 4},
+        {"nodes": 3, "max_active": 5, "node_speed": [2, 1, 1], "switch_cost": 1, "teacher": "Slack-QR-displace"},
+    ]
     return train_policy(mat_settings(cfg), callbacks=callbacks)
 
 
@@ -210,8 +250,10 @@ def test_suite_policy_trains_and_is_admitted_at_any_size(tmp_path):
     small = convert(path, tmp_path / "shipped.ckpt", "mat=suite", policy_only=True)
     ckpt = torch.load(small, weights_only=True)
     assert "mat_state" not in ckpt and "optimizer_states" not in ckpt and ckpt["recipe"] == "mat=suite"
-    again = run_episodes(BatchedEnv(ep, bank, n_nodes=5, max_active=8, predictor=predictor_from("qr_q", bank.path)),
-                         MATAllocator(str(small)))
+    again = run_episodes(
+        BatchedEnv(ep, bank, n_nodes=5, max_active=8, predictor=predictor_from("qr_q", bank.path)),
+        MATAllocator(str(small)),
+    )
     np.testing.assert_array_equal(again["success_rate"], m["success_rate"])
 
 
@@ -236,14 +278,21 @@ def test_ppo_steps_every_setting_in_turn_and_resumes(tmp_path):
     extra = ("total_env_steps=700", "ppo.value_warmup_iterations=1", "validation.every_n_iterations=1")
     summary = train_tiny_suite(tmp_path, "suite_ppo", extra, callbacks=[Clusters()])
     assert [n for n, _ in Clusters.seen] == [2, 3, 2]
-    assert all(len(h["val_settings"]) == 2 and h["val_success_rate"] == pytest.approx(np.mean(h["val_settings"]))
-               for h in summary["history"])
+    assert all(
+        len(h["val_settings"]) == 2 and h["val_success_rate"] == pytest.approx(np.mean(h["val_settings"]))
+        for h in summary["history"]
+    )
     ckpt = torch.load(summary["last_ckpt"], weights_only=True)
     assert len(ckpt["mat_state"]["suite_envs"]) == 1
     counters = {n: c for n, c in Clusters.seen}
     Clusters.seen = []
-    train_tiny_suite(tmp_path, "suite_ppo", ("total_env_steps=1400", *extra[1:]), callbacks=[Clusters()],
-                     ckpt_path=summary["last_ckpt"])
+    train_tiny_suite(
+        tmp_path,
+        "suite_ppo",
+        ("total_env_steps=1400", *extra[1:]),
+        callbacks=[Clusters()],
+        ckpt_path=summary["last_ckpt"],
+    )
     assert [n for n, _ in Clusters.seen][:2] == [3, 2]  # iteration 3 is setting 1's turn
     assert Clusters.seen[0][1] >= counters[3] and Clusters.seen[1][1] >= counters[2]
 
@@ -291,8 +340,13 @@ def test_ppo_across_the_suite_on_two_processes(tmp_path):
     episodes, and the checkpoint chosen on every setting's validation exists."""
     from tests.test_mat_train import _RanksAgreeOnSuite
 
-    extra = ("total_env_steps=1400", "ppo.value_warmup_iterations=1", "validation.every_n_iterations=1",
-             "trainer.devices=2", "trainer.strategy=ddp_spawn")
+    extra = (
+        "total_env_steps=1400",
+        "ppo.value_warmup_iterations=1",
+        "validation.every_n_iterations=1",
+        "trainer.devices=2",
+        "trainer.strategy=ddp_spawn",
+    )
     summary = train_tiny_suite(tmp_path, "suite_ppo", extra, callbacks=[_RanksAgreeOnSuite()])
     assert summary["env_steps"] >= 1400 and summary["best_ckpt"]
     assert all(len(h["val_settings"]) == 2 for h in summary["history"])

@@ -1,4 +1,5 @@
 """End to end on tiny configs: training beats a random policy, same seed → same result, resume, DDP, allocator."""
+
 import json
 from pathlib import Path
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from mara.core.config import CONF_DIR, load_method_cfg
+from mara.core.config import load_method_cfg
 from mara.mat.train import train_policy
 from mara.train_settings import load_recipe, mat_settings
 
@@ -17,14 +18,34 @@ torch.set_num_threads(1)
 def tiny_cfg(tmp_path, **over):
     """The FM recipe (mat=band) shrunk: 3 nodes, ≤ 5 active tasks, a 100-step arrival window, no predictor."""
     cfg = load_recipe("band")
-    cfg.merge_with_dotlist([
-        f"output_dir={tmp_path / 'run'}", "predictor=null", "total_env_steps=256",
-        "sim.n_nodes=3", "sim.max_active=5", "sim.n_steps=100", "workload.load=0.06",
-        "rollout.n_episodes=8", "rollout.n_steps=16", "rollout.n_groups=4", "rollout.stagger=25", "ppo.update_epochs=2", "ppo.n_minibatches=2",
-        "validation.roots=[1000]", "validation.n_episodes=2", "validation.every_n_iterations=100",
-        "validation.baselines=false", "net.d_model=16", "net.d_ff=32", "imitation.enabled=false", "validation.at_start=false",
-        "ppo.value_warmup_iterations=0", "ppo.ent_coef=0.01", "ppo.lr=2.5e-4",  # the paper protocol (conf/mat/paper.yaml)
-    ])
+    cfg.merge_with_dotlist(
+        [
+            f"output_dir={tmp_path / 'run'}",
+            "predictor=null",
+            "total_env_steps=256",
+            "sim.n_nodes=3",
+            "sim.max_active=5",
+            "sim.n_steps=100",
+            "workload.load=0.06",
+            "rollout.n_episodes=8",
+            "rollout.n_steps=16",
+            "rollout.n_groups=4",
+            "rollout.stagger=25",
+            "ppo.update_epochs=2",
+            "ppo.n_minibatches=2",
+            "validation.roots=[1000]",
+            "validation.n_episodes=2",
+            "validation.every_n_iterations=100",
+            "validation.baselines=false",
+            "net.d_model=16",
+            "net.d_ff=32",
+            "imitation.enabled=false",
+            "validation.at_start=false",
+            "ppo.value_warmup_iterations=0",
+            "ppo.ent_coef=0.01",
+            "ppo.lr=2.5e-4",  # the paper protocol (conf/mat/paper.yaml)
+        ]
+    )
     cfg.merge_with_dotlist([f"{k}={v}" for k, v in over.items()])
     return cfg
 
@@ -52,8 +73,9 @@ def test_resume_continues_exactly(tmp_path):
     const = {"ppo.anneal_lr": False}
     full = train_policy(mat_settings(tiny_cfg(tmp_path / "full", total_env_steps=512, **const)))
     half = train_policy(mat_settings(tiny_cfg(tmp_path / "part", total_env_steps=256, **const)))
-    resumed = train_policy(mat_settings(tiny_cfg(tmp_path / "part", total_env_steps=512, ckpt_path=half["last_ckpt"],
-                                                 **const)))
+    resumed = train_policy(
+        mat_settings(tiny_cfg(tmp_path / "part", total_env_steps=512, ckpt_path=half["last_ckpt"], **const))
+    )
     assert resumed["env_steps"] == full["env_steps"]
     w_full, w_res = _weights(full["last_ckpt"]), _weights(resumed["last_ckpt"])
     assert all(torch.allclose(w_full[k], w_res[k], atol=1e-6) for k in w_full)
@@ -92,14 +114,26 @@ def test_training_beats_random_policy(tmp_path):
     from mara.mat.nets import MATPolicy
     from mara.sim.env import BatchedEnv, run_episodes
 
-    cfg = tiny_cfg(tmp_path, total_env_steps=6000, **{"rollout.n_episodes": 16, "rollout.n_steps": 32, "net.idle_bias": 0.0,
-                                                     "ppo.lr": 0.002, "ppo.update_epochs": 4, "validation.n_episodes": 6,
-                                                     "bank_path": str(shipped_bank_path("parametric"))})
+    cfg = tiny_cfg(
+        tmp_path,
+        total_env_steps=6000,
+        **{
+            "rollout.n_episodes": 16,
+            "rollout.n_steps": 32,
+            "net.idle_bias": 0.0,
+            "ppo.lr": 0.002,
+            "ppo.update_epochs": 4,
+            "validation.n_episodes": 6,
+            "bank_path": str(shipped_bank_path("parametric")),
+        },
+    )
     r = train_policy(mat_settings(cfg))
     bank = load_bank(shipped_bank_path("parametric"))
     ep = validation_episodes(bank, [1000], 6, n_steps=100, load=0.06)
     torch.manual_seed(0)
-    random_policy = PolicyAllocator(MATPolicy(n_slots=5, n_nodes=3, d_model=16, d_ff=32, idle_bias=0.0), deterministic=False)
+    random_policy = PolicyAllocator(
+        MATPolicy(n_slots=5, n_nodes=3, d_model=16, d_ff=32, idle_bias=0.0), deterministic=False
+    )
     rand = np.mean(run_episodes(BatchedEnv(ep, bank, n_nodes=3, max_active=5), random_policy)["success_rate"])
     assert r["val_success_rate"] > rand + 0.05, (r["val_success_rate"], rand)
 
@@ -127,8 +161,15 @@ class _RanksAgreeOnSuite(_RanksAgree):
 
 @pytest.mark.ddp
 def test_ddp_two_processes(tmp_path):
-    cfg = tiny_cfg(tmp_path, **{"trainer.devices": 2, "trainer.strategy": "ddp_spawn", "total_env_steps": 512,
-                                "ppo.value_warmup_iterations": 1})  # value-only updates must still reach every parameter
+    cfg = tiny_cfg(
+        tmp_path,
+        **{
+            "trainer.devices": 2,
+            "trainer.strategy": "ddp_spawn",
+            "total_env_steps": 512,
+            "ppo.value_warmup_iterations": 1,
+        },
+    )  # value-only updates must still reach every parameter
     r = train_policy(mat_settings(cfg), callbacks=[_RanksAgree()])
     assert r["env_steps"] >= 512  # both ranks' steps count
     summary = json.loads((Path(r["output_dir"]) / "checkpoints" / "validation.json").read_text())

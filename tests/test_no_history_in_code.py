@@ -1,4 +1,5 @@
 """The code speaks of concepts: no issue / part / stop tags in code, configs and docs, no machine's absolute paths."""
+
 import re
 from pathlib import Path
 
@@ -13,7 +14,7 @@ TAGS_ALLOWED = ("docs/history.md", "conf/mat/")
 def _files(*tops: str):
     for top in tops:
         path = ROOT / top
-        for f in ([path] if path.is_file() else sorted(path.rglob("*"))):
+        for f in [path] if path.is_file() else sorted(path.rglob("*")):
             if f.is_file() and f.suffix in TEXT and "__pycache__" not in f.parts:
                 yield f, f.relative_to(ROOT).as_posix()
 
@@ -42,7 +43,12 @@ def test_no_machine_paths():
 
 def test_the_patterns_catch_what_they_are_for():
     issue, part, stop = "issue", "part", "stop"  # spelled apart so a grep of the tree does not find this test
-    assert TAG.search(f"({issue} 25)") and TAG.search(f"{issue.title()} #14") and TAG.search(f"{issue}21") and TAG.search(f"{part} 5")
+    assert (
+        TAG.search(f"({issue} 25)")
+        and TAG.search(f"{issue.title()} #14")
+        and TAG.search(f"{issue}21")
+        and TAG.search(f"{part} 5")
+    )
     assert TAG.search(f"since {stop} 27")
     assert not TAG.search("an issue of scale") and not TAG.search("the part of the band")
     assert MACHINE_PATH.search("/" + "work/main/mara/data") and MACHINE_PATH.search("/" + "tmp/paper_tiny")

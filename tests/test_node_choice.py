@@ -2,6 +2,7 @@
 an exact and normalised log-probability, valid decoding, the head's sampled log-probability equal to its teacher-forced
 one, identical nodes untouched, imitation that learns a rule's placement, the rules' placed actions as labels, and the
 recipe trained end to end."""
+
 from __future__ import annotations
 
 import itertools
@@ -21,8 +22,17 @@ torch.set_num_threads(1)
 
 def _policy(node_head=True, seed=0):
     torch.manual_seed(seed)
-    return MATPolicy(n_slots=4, n_nodes=3, d_model=16, d_ff=32, decoder="plackett_luce", features="v3",
-                     node_head=node_head, token_q=0.05, token_band=[0.05, 0.9])
+    return MATPolicy(
+        n_slots=4,
+        n_nodes=3,
+        d_model=16,
+        d_ff=32,
+        decoder="plackett_luce",
+        features="v3",
+        node_head=node_head,
+        token_q=0.05,
+        token_band=[0.05, 0.9],
+    )
 
 
 def test_pair_features_by_hand():
@@ -32,11 +42,17 @@ def test_pair_features_by_hand():
     assert x.shape == (1, 3, 4, node_choice.N_PAIR) and x.dtype == np.float32
     s = 350.0
     # node 0, slot 0: its own node, 1 set-up step, then ceil(100 / 2) = 50 steps
-    np.testing.assert_allclose(x[0, 0, 0], [1.0, 1.0, 0.1, (80 - 51) / s, (80 - 49) / s, (80 - 76) / s, 51 / s], rtol=1e-6)
+    np.testing.assert_allclose(
+        x[0, 0, 0], [1.0, 1.0, 0.1, (80 - 51) / s, (80 - 49) / s, (80 - 76) / s, 51 / s], rtol=1e-6
+    )
     # node 1, slot 0: half speed, a move pays the switch cost 2
-    np.testing.assert_allclose(x[0, 1, 0], [0.5, 0.0, 0.2, (80 - 102) / s, (80 - 97) / s, (80 - 152) / s, 102 / s], rtol=1e-6)
+    np.testing.assert_allclose(
+        x[0, 1, 0], [0.5, 0.0, 0.2, (80 - 102) / s, (80 - 97) / s, (80 - 152) / s, 102 / s], rtol=1e-6
+    )
     # node 2, slot 1: resumed (switch cost), band ends 20 and 140
-    np.testing.assert_allclose(x[0, 2, 1], [0.5, 0.0, 0.2, (80 - 102) / s, (80 - 22) / s, (80 - 142) / s, 102 / s], rtol=1e-6)
+    np.testing.assert_allclose(
+        x[0, 2, 1], [0.5, 0.0, 0.2, (80 - 102) / s, (80 - 22) / s, (80 - 142) / s, 102 / s], rtol=1e-6
+    )
     assert not x[0, :, 3].any()  # the empty slot
     assert list(node_choice.node_order([1, 3, 1, 3])) == [1, 3, 0, 2]
 
@@ -83,7 +99,9 @@ def test_act_nodes_log_prob_equals_the_teacher_forced_one():
     pairs = torch.as_tensor(node_choice.pair_features(hetero_obs(), 350.0)).expand(16, -1, -1, -1)
     order = torch.as_tensor(node_choice.node_order([2, 1, 1]))
     picks, nodes, logp, _ = pol.act_nodes(tok, present, pairs, order, False, torch.Generator().manual_seed(0))
-    torch.testing.assert_close(pol.evaluate_nodes(tok, present, picks, pairs, nodes, order)[0], logp, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        pol.evaluate_nodes(tok, present, picks, pairs, nodes, order)[0], logp, atol=1e-5, rtol=1e-5
+    )
     assert len({tuple(r) for r in nodes.tolist()}) > 1  # sampled: the check covers several placements
 
 
@@ -94,8 +112,9 @@ def test_identical_nodes_act_on_picks_alone():
     flat = hetero_obs(hetero=False)
     with_head, without = _policy(True), _policy(False)
     without.load_state_dict({k: v for k, v in with_head.state_dict().items() if k in without.state_dict()})
-    np.testing.assert_array_equal(PolicyAllocator(with_head, scale=350.0).act(flat),
-                                  PolicyAllocator(without, scale=350.0).act(flat))
+    np.testing.assert_array_equal(
+        PolicyAllocator(with_head, scale=350.0).act(flat), PolicyAllocator(without, scale=350.0).act(flat)
+    )
 
 
 def test_head_needs_plackett_luce():
@@ -134,8 +153,9 @@ def test_imitation_learns_the_rules_placement():
     bank = load_bank(default_bank_path())
     teacher = SlackRule(quantile=0.05, displace=True)
     pol = MATPolicy(n_slots=5, n_nodes=3, d_model=16, d_ff=32, decoder="plackett_luce", features="v3", node_head=True)
-    data = collect_labelled_states(_hetero_env(bank, 100321, WLSPredictor(), E=16), teacher, 100, feature_set="v3",
-                                   node_labels=True)
+    data = collect_labelled_states(
+        _hetero_env(bank, 100321, WLSPredictor(), E=16), teacher, 100, feature_set="v3", node_labels=True
+    )
     assert data["pairs"].shape[1:] == (3, 5, node_choice.N_PAIR) and data["nodes"].shape == data["actions"].shape
     before = node_agreement(pol, data)
     clone(pol, data, 15, 3e-3, 256, torch.Generator().manual_seed(0))
@@ -158,8 +178,15 @@ def test_suite_nodes_recipe_trains_and_acts_on_unequal_nodes(tmp_path):
     assert alloc.policy.node_head
     bank = load_bank(default_bank_path())
     ep = generate_episodes(bank, bank.family_params, PAPER_TASK_SETS["ID"], 0.06, 1000, 2, n_steps=80)
-    env = BatchedEnv(ep, bank, n_nodes=4, max_active=6, predictor=predictor_from("qr_q", bank.path),
-                     node_speed=[3, 1, 1, 1], switch_cost=1)
+    env = BatchedEnv(
+        ep,
+        bank,
+        n_nodes=4,
+        max_active=6,
+        predictor=predictor_from("qr_q", bank.path),
+        node_speed=[3, 1, 1, 1],
+        switch_cost=1,
+    )
     assert len(run_episodes(env, alloc)["success_rate"]) == 2
     assert n_features("v3")[1] == alloc.policy.slot_in.in_features
 
@@ -179,10 +206,13 @@ def test_ppo_with_the_node_head_scores_what_it_sampled():
     assert buf.nodes.shape == buf.actions.shape and buf.pairs.shape[2:] == (3, 5, node_choice.N_PAIR)
     adv, ret = gae(buf.rewards, buf.values, buf.dones, buf.last_value, 1.0, 0.95)
     batch = ppo.flatten(buf, adv, ret)
-    lp, _, _ = pol.evaluate_nodes(batch["tokens"], batch["present"], batch["actions"], batch["pairs"], batch["nodes"],
-                                  batch["order"])
+    lp, _, _ = pol.evaluate_nodes(
+        batch["tokens"], batch["present"], batch["actions"], batch["pairs"], batch["nodes"], batch["order"]
+    )
     torch.testing.assert_close(lp, batch["logprobs"], atol=1e-4, rtol=1e-4)
     cfg = PPOSettings(update_epochs=1, norm_adv=True, clip_coef=0.2, vf_coef=1.0, ent_coef=0.0)
     opt = torch.optim.Adam(pol.parameters(), lr=1e-3)
-    stats = ppo.update(pol, opt, batch, cfg, 2, torch.Generator().manual_seed(0), lambda loss: loss.backward(), lambda: None)
+    stats = ppo.update(
+        pol, opt, batch, cfg, 2, torch.Generator().manual_seed(0), lambda loss: loss.backward(), lambda: None
+    )
     assert len(stats["policy_loss"]) == 2

@@ -1,5 +1,6 @@
 """The harness around the ElasticFlow authors' simulator: reading its output, the trace cases, the results record,
 the side-by-side table; and (slow, needs the peer's environment) a real run of the peer on a tiny trace."""
+
 import csv
 import json
 import subprocess
@@ -61,8 +62,10 @@ def test_job_outcomes_per_row_best_effort_uncounted():
 
 def test_read_ratio_takes_the_last_row(tmp_path):
     f = tmp_path / "final_result.csv"
-    f.write_text("time,ddl_satis_ratio,cluster_spec,trace_file,scheduler,scheme\n"
-                 "t0,0.5,a,b,edf,elastic\nt1,0.757,a,b,ef-accessctrl,elastic\n")
+    f.write_text(
+        "time,ddl_satis_ratio,cluster_spec,trace_file,scheduler,scheme\n"
+        "t0,0.5,a,b,edf,elastic\nt1,0.757,a,b,ef-accessctrl,elastic\n"
+    )
     assert read_ratio(f) == pytest.approx(0.757)
     f.write_text("time,ddl_satis_ratio\n")
     with pytest.raises(ValueError):
@@ -125,19 +128,37 @@ def test_read_ours_ratio_and_jobs_from_results_rows(tmp_path):
 
 def test_side_by_side_row_and_table():
     ids = ["a", "b", "c", "d"]
-    peer = {"status": "ok", "ratio": 0.5, "seconds": 100.0, "cpu_seconds": 40.0, "missed_rows": [1, 3],
-            "jobs_counted": 4}
+    peer = {
+        "status": "ok",
+        "ratio": 0.5,
+        "seconds": 100.0,
+        "cpu_seconds": 40.0,
+        "missed_rows": [1, 3],
+        "jobs_counted": 4,
+    }
     from mara.peers.side_by_side import OurRun
 
-    ours = OurRun("EDF", "ok", seconds=2.0, replay_seconds=0.5, replay_cpu_seconds=0.4, ratio=0.75,
-                  met_by_job={"a": 1, "b": 1, "c": 1, "d": 0})
+    ours = OurRun(
+        "EDF",
+        "ok",
+        seconds=2.0,
+        replay_seconds=0.5,
+        replay_cpu_seconds=0.4,
+        ratio=0.75,
+        met_by_job={"a": 1, "b": 1, "c": 1, "d": 0},
+    )
     assert per_job_agreement(peer["missed_rows"], 4, ids, ours.met_by_job) == (3, 4)
     row = compare_row("x", "EDF", peer, ours, ids)
     assert row["difference"] == pytest.approx(0.25) and row["speedup"] == pytest.approx(50.0)
     assert row["replay_speedup"] == pytest.approx(200.0) and row["replay_cpu_speedup"] == pytest.approx(100.0)
     assert (row["jobs_agree"], row["jobs_compared"]) == (3, 4)
-    cut = compare_row("x", "ElasticFlow", {"status": "timeout", "seconds": 600.0, "limit_s": 600},
-                      OurRun("ElasticFlow", "unavailable", error="not here"), ids)
+    cut = compare_row(
+        "x",
+        "ElasticFlow",
+        {"status": "timeout", "seconds": 600.0, "limit_s": 600},
+        OurRun("ElasticFlow", "unavailable", error="not here"),
+        ids,
+    )
     table = markdown_table([row, cut])
     assert "| x | EDF | 0.500 | 0.750 | +0.250 | 3/4 | 100.0 | 40.0 | 2.0 | 0.50 | 200.0 | 100.0 |" in table
     assert "| x | ElasticFlow | timeout | unavailable | - | - | > 600 (limit) | - | - | - | - | - |" in table
@@ -146,8 +167,11 @@ def test_side_by_side_row_and_table():
 
 
 def test_scripts_refuse_bad_input_with_one_line():
-    commands = (["scripts/peer_elasticflow.py", "--method", "Bogus"], ["scripts/trace_fidelity.py", "--case", "nope"],
-                ["-m", "mara.bench", "--peer", "--peer-case", "nope"])
+    commands = (
+        ["scripts/peer_elasticflow.py", "--method", "Bogus"],
+        ["scripts/trace_fidelity.py", "--case", "nope"],
+        ["-m", "mara.bench", "--peer", "--peer-case", "nope"],
+    )
     for args in commands:
         out = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, check=False)
         assert out.returncode == 2, out.stderr
@@ -155,10 +179,12 @@ def test_scripts_refuse_bad_input_with_one_line():
 
 
 # a tiny trace with known answers: job a needs ~4,700 s of its best speed but has 600 s; b and c are easy
-TINY = ("job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,duration\n"
-        "a,0,100000,resnet50,600,128,1,1000\n"
-        "b,20000,1000,resnet50,30000,128,1,300\n"
-        "c,40000,2000,resnet50,50000,64,1,300\n")
+TINY = (
+    "job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,duration\n"
+    "a,0,100000,resnet50,600,128,1,1000\n"
+    "b,20000,1000,resnet50,30000,128,1,300\n"
+    "c,40000,2000,resnet50,50000,64,1,300\n"
+)
 
 
 @pytest.mark.slow
@@ -184,16 +210,41 @@ def test_peer_runs_a_tiny_trace_and_its_outcomes_are_read(tmp_path, method):
 def test_bench_rows_say_a_time_limit_and_a_lower_bound(capsys):
     from mara.peers.bench import print_peer_rows
 
-    print_peer_rows([
-        {"case": "c", "method": "EDF", "peer_seconds": 12.0, "peer_status": "ok", "peer_cpu_seconds": 6.0,
-         "limit_s": 300, "peer_ratio": 0.4, "our_status": "ok", "our_seconds": 30.0, "our_ratio": 0.41,
-         "our_replay_seconds": 0.25, "our_replay_cpu_seconds": 0.2, "speedup": 0.4, "replay_speedup": 48.0,
-         "replay_cpu_speedup": 30.0},
-        {"case": "c", "method": "ElasticFlow", "peer_seconds": 300.2, "peer_status": "timeout", "limit_s": 300,
-         "peer_ratio": None, "our_status": "ok", "our_seconds": 31.0, "our_ratio": 0.7, "our_replay_seconds": 2.0,
-         "replay_speedup": 150.1},
-        {"error": "no peer environment"},
-    ])
+    print_peer_rows(
+        [
+            {
+                "case": "c",
+                "method": "EDF",
+                "peer_seconds": 12.0,
+                "peer_status": "ok",
+                "peer_cpu_seconds": 6.0,
+                "limit_s": 300,
+                "peer_ratio": 0.4,
+                "our_status": "ok",
+                "our_seconds": 30.0,
+                "our_ratio": 0.41,
+                "our_replay_seconds": 0.25,
+                "our_replay_cpu_seconds": 0.2,
+                "speedup": 0.4,
+                "replay_speedup": 48.0,
+                "replay_cpu_speedup": 30.0,
+            },
+            {
+                "case": "c",
+                "method": "ElasticFlow",
+                "peer_seconds": 300.2,
+                "peer_status": "timeout",
+                "limit_s": 300,
+                "peer_ratio": None,
+                "our_status": "ok",
+                "our_seconds": 31.0,
+                "our_ratio": 0.7,
+                "our_replay_seconds": 2.0,
+                "replay_speedup": 150.1,
+            },
+            {"error": "no peer environment"},
+        ]
+    )
     out = capsys.readouterr().out.splitlines()
     assert "12.00" in out[0] and "ratio 0.4" in out[0] and "6.00" in out[1]
     assert "30.00" in out[2] and "start-up included" in out[2] and "0.250" in out[3]

@@ -1,5 +1,6 @@
 """The placement's displacement move on unequal nodes (hand-worked cases: it fires when it should, not otherwise),
 bit-identity on identical nodes, and the placement search (Plan-*) against the least-slack rule on a tiny instance."""
+
 import numpy as np
 import pytest
 
@@ -35,11 +36,14 @@ def test_displacement_fires_when_the_tight_task_makes_it_only_on_the_fast_node()
     assert swap_case().tolist() == [[1, 0]]
 
 
-@pytest.mark.parametrize("kw, why", [
-    (dict(rem_a=6), "a makes it where it is (6 <= 6)"),
-    (dict(rem_a=10), "a misses even on the fast node (2 + 5 = 7 > 6)"),
-    (dict(tau_b=5), "b would miss on the slow node (2 + 4 = 6 > 5)"),
-])
+@pytest.mark.parametrize(
+    "kw, why",
+    [
+        (dict(rem_a=6), "a makes it where it is (6 <= 6)"),
+        (dict(rem_a=10), "a misses even on the fast node (2 + 5 = 7 > 6)"),
+        (dict(tau_b=5), "b would miss on the slow node (2 + 4 = 6 > 5)"),
+    ],
+)
 def test_displacement_does_not_fire_otherwise(kw, why):
     assert swap_case(**kw).tolist() == [[0, 1]], why
 
@@ -92,7 +96,9 @@ def test_displacement_keeps_every_pick_once():
     speed = rng.integers(1, 4, M)
     last, started = rng.integers(-1, M, (E, K)), rng.random((E, K)) < 0.7
     setup, rem, tau = rng.integers(0, 3, (E, K)), rng.integers(0, 40, (E, K)), rng.integers(1, 30, (E, K))
-    out = displace_running(assign_nodes(P, speed, 2, last, started, setup, rem), P, speed, 2, last, started, setup, rem, tau)
+    out = displace_running(
+        assign_nodes(P, speed, 2, last, started, setup, rem), P, speed, 2, last, started, setup, rem, tau
+    )
     for e in range(E):
         assert sorted(out[e][out[e] >= 0].tolist()) == sorted(P[e][P[e] >= 0].tolist())
 
@@ -110,12 +116,16 @@ def test_identical_nodes_bit_identical_with_displacement(small_bank, speed, cost
     ep = generate_episodes(small_bank, small_bank.family_params, PAPER_TASK_SETS["ID"], 0.08, 4, 7, n_steps=200)
 
     def run(alloc):
-        return run_episodes(BatchedEnv(ep, small_bank, n_nodes=3, predictor=WLSPredictor(), node_speed=speed,
-                                       switch_cost=cost), alloc)
+        return run_episodes(
+            BatchedEnv(ep, small_bank, n_nodes=3, predictor=WLSPredictor(), node_speed=speed, switch_cost=cost), alloc
+        )
 
     ref = run(SlackRule())
-    for alloc in (SlackRule(displace=True), SlackRule(displace=True, displace_at="upper", displace_margin=2),
-                  PlanRule(samples=2, horizon=20)):
+    for alloc in (
+        SlackRule(displace=True),
+        SlackRule(displace=True, displace_at="upper", displace_margin=2),
+        PlanRule(samples=2, horizon=20),
+    ):
         got = run(alloc)
         for k in ("succeeded", "failed", "utilization", "ready", "waiting", "steps"):
             np.testing.assert_array_equal(got[k], ref[k], err_msg=f"{alloc} {k}")
@@ -125,7 +135,10 @@ def test_band_sample_is_the_band_quantile():
     lo, med, hi = np.array([3.0, 10.0]), np.array([8.0, 10.0]), np.array([20.0, 10.0])
     for q in (0.05, 0.1, 0.3, 0.5, 0.8, 0.9, 0.97):
         from statistics import NormalDist
-        np.testing.assert_allclose(band_sample(lo, med, hi, NormalDist().inv_cdf(q)), band_quantile(lo, med, hi, q), rtol=1e-9)
+
+        np.testing.assert_allclose(
+            band_sample(lo, med, hi, NormalDist().inv_cdf(q)), band_quantile(lo, med, hi, q), rtol=1e-9
+        )
 
 
 def test_planner_and_displacement_save_the_task_greedy_placement_loses(linear_bank):
@@ -137,7 +150,9 @@ def test_planner_and_displacement_save_the_task_greedy_placement_loses(linear_ba
     ep = episodes_from_tasks([[task(0, 34, 42), task(2, 16, 14)]], linear_bank)
 
     def run(alloc):
-        env = BatchedEnv(ep, linear_bank, n_nodes=2, obs_every=2, node_speed=[2, 1], switch_cost=2, predictor=TruthPredictor())
+        env = BatchedEnv(
+            ep, linear_bank, n_nodes=2, obs_every=2, node_speed=[2, 1], switch_cost=2, predictor=TruthPredictor()
+        )
         return int(run_episodes(env, alloc)["succeeded"][0])
 
     assert run(SlackRule()) == 1
@@ -149,17 +164,41 @@ def test_planner_and_displacement_save_the_task_greedy_placement_loses(linear_ba
 def test_rollout_counts_the_swap_by_hand():
     # the state of the case above when A turns warm: B 14 batches left, 32 steps; A 8 left, 6 steps
     need = np.array([[14, 8], [14, 8]])
-    args = dict(est=need.astype(float), warm=np.ones((2, 2), bool), tau=np.array([[32, 6]] * 2),
-                cap=np.array([[40, 52]] * 2), deadline=np.array([[42, 16]] * 2), task=np.array([[0, 1]] * 2),
-                last=np.array([[0, 1]] * 2), started=np.ones((2, 2), bool), setup=np.zeros((2, 2), np.int64))
+    args = dict(
+        est=need.astype(float),
+        warm=np.ones((2, 2), bool),
+        tau=np.array([[32, 6]] * 2),
+        cap=np.array([[40, 52]] * 2),
+        deadline=np.array([[42, 16]] * 2),
+        task=np.array([[0, 1]] * 2),
+        last=np.array([[0, 1]] * 2),
+        started=np.ones((2, 2), bool),
+        setup=np.zeros((2, 2), np.int64),
+    )
     got = rollout_successes(np.array([[0, 1], [1, 0]]), need, node_speed=SPEED, switch_cost=COST, horizon=32, **args)
     assert got.tolist() == [1, 2]
-    assert rollout_successes(np.array([[1, 0]]), need[:1] + np.array([[0, 1]]), node_speed=SPEED, switch_cost=COST,
-                             horizon=32, **{k: v[:1] for k, v in args.items()}).tolist() == [1]  # one batch more: A misses
+    assert rollout_successes(
+        np.array([[1, 0]]),
+        need[:1] + np.array([[0, 1]]),
+        node_speed=SPEED,
+        switch_cost=COST,
+        horizon=32,
+        **{k: v[:1] for k, v in args.items()},
+    ).tolist() == [1]  # one batch more: A misses
 
 
-@pytest.mark.parametrize("name", ["Slack-QR-displace", "Slack-Truth-displace", "Plan-QR", "Plan-Truth", "Slack-Truth-chosen",
-                                  "Plan-QR-arrivals", "Plan-Truth-arrivals"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Slack-QR-displace",
+        "Slack-Truth-displace",
+        "Plan-QR",
+        "Plan-Truth",
+        "Slack-Truth-chosen",
+        "Plan-QR-arrivals",
+        "Plan-Truth-arrivals",
+    ],
+)
 def test_method_configs_build(name):
     from mara.core.config import build_allocators, load_method_cfg
 
@@ -167,10 +206,13 @@ def test_method_configs_build(name):
     assert alloc.name == name
 
 
-@pytest.mark.parametrize("name, override, needle", [
-    ("Plan-QR", {"allocator": {"samples": 0}}, "samples must be >= 1"),
-    ("Slack-QR-displace", {"allocator": {"displace_at": "q90"}}, "displace_at must be"),
-])
+@pytest.mark.parametrize(
+    "name, override, needle",
+    [
+        ("Plan-QR", {"allocator": {"samples": 0}}, "samples must be >= 1"),
+        ("Slack-QR-displace", {"allocator": {"displace_at": "q90"}}, "displace_at must be"),
+    ],
+)
 def test_bad_options_are_one_config_error(name, override, needle):
     from mara.core.config import ConfigError, build_allocators, load_method_cfg
 
@@ -182,16 +224,33 @@ def test_bad_options_are_one_config_error(name, override, needle):
 def _one_node(tau_a=10, need_a=100):
     """One node, two slots: slot 0 holds A (``need_a`` batches, ``tau_a`` steps left), slot 1 is free."""
     big = 10**9
-    return dict(actions=np.array([[0]]), need=np.array([[need_a, big]]), est=np.array([[float(need_a), 1e9]]),
-                warm=np.array([[True, False]]), tau=np.array([[tau_a, 0]]), cap=np.array([[200, 0]]),
-                deadline=np.array([[tau_a, 0]]), task=np.array([[0, -1]]), last=np.array([[0, IDLE]]),
-                started=np.array([[True, False]]), setup=np.zeros((1, 2), np.int64), node_speed=np.array([1]),
-                switch_cost=0, horizon=40)
+    return dict(
+        actions=np.array([[0]]),
+        need=np.array([[need_a, big]]),
+        est=np.array([[float(need_a), 1e9]]),
+        warm=np.array([[True, False]]),
+        tau=np.array([[tau_a, 0]]),
+        cap=np.array([[200, 0]]),
+        deadline=np.array([[tau_a, 0]]),
+        task=np.array([[0, -1]]),
+        last=np.array([[0, IDLE]]),
+        started=np.array([[True, False]]),
+        setup=np.zeros((1, 2), np.int64),
+        node_speed=np.array([1]),
+        switch_cost=0,
+        horizon=40,
+    )
 
 
 def _joins(step, need=5, budget=20, cap=50, A=2):
-    out = {"step": np.full((1, A), 10**9), "need": np.full((1, A), need), "est": np.full((1, A), float(need)),
-           "budget": np.full((1, A), budget), "cap": np.full((1, A), cap), "obs_every": 2}
+    out = {
+        "step": np.full((1, A), 10**9),
+        "need": np.full((1, A), need),
+        "est": np.full((1, A), float(need)),
+        "budget": np.full((1, A), budget),
+        "cap": np.full((1, A), cap),
+        "obs_every": 2,
+    }
     out["step"][0, 0] = step
     return out
 
@@ -210,7 +269,9 @@ def test_rollout_arrival_waits_for_a_slot_and_its_deadline_counts_from_joining()
     """With A's slot the only one (K = 1), the task that joins at step 1 waits until A leaves at step 10: 20 − 9 = 11
     steps left then, enough for 5 batches, not for 12."""
     case = _one_node()
-    one = {k: (v[:, :1] if isinstance(v, np.ndarray) and v.ndim == 2 and v.shape[1] == 2 else v) for k, v in case.items()}
+    one = {
+        k: (v[:, :1] if isinstance(v, np.ndarray) and v.ndim == 2 and v.shape[1] == 2 else v) for k, v in case.items()
+    }
     assert rollout_successes(**one, arrivals=_joins(1)).tolist() == [1]
     assert rollout_successes(**one, arrivals=_joins(1, need=12)).tolist() == [0]
 
@@ -221,8 +282,14 @@ def test_a_joining_task_turns_warm_and_is_judged_on_its_estimate():
     steps, hopeless, so cold X takes the node and makes it in exactly its 12 steps. Were Y never judged, it would
     keep the node and both would fail."""
     case = _one_node(tau_a=1)  # A leaves at once: both slots free from step 1
-    arr = {"step": np.array([[1, 1]]), "need": np.array([[30, 12]]), "est": np.array([[30.0, 12.0]]),
-           "budget": np.array([[20, 20]]), "cap": np.array([[40, 100]]), "obs_every": 2}
+    arr = {
+        "step": np.array([[1, 1]]),
+        "need": np.array([[30, 12]]),
+        "est": np.array([[30.0, 12.0]]),
+        "budget": np.array([[20, 20]]),
+        "cap": np.array([[40, 100]]),
+        "obs_every": 2,
+    }
     assert rollout_successes(**case, arrivals=arr).tolist() == [1]
     assert rollout_successes(**case, arrivals=dict(arr, obs_every=100)).tolist() == [0]  # never warm
 

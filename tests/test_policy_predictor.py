@@ -1,6 +1,7 @@
 """A learned policy runs on the predictor it was trained with: its tokens are that predictor's
 estimates and band. The shipped decision-head policies are their own method (MARA-QR); a policy given another
 predictor, or a teacher rule made for another predictor, is a one-line config error before any work."""
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,18 @@ def test_mara_qr_takes_its_shipped_policies():
 def test_evaluate_mara_qr_with_the_shipped_policies(tmp_path):
     from mara.evaluate import evaluate
 
-    cfg = cfg_for("evaluate", ["methods=[MARA-QR]", "eval.roots=[0]", "eval.episodes=1", "sim.loads=[0.05]",
-                               "eval.task_sets=[ID]", f"paths.output_dir={tmp_path}", "eval.tensorboard=false"])
+    cfg = cfg_for(
+        "evaluate",
+        [
+            "methods=[MARA-QR]",
+            "eval.roots=[0]",
+            "eval.episodes=1",
+            "sim.loads=[0.05]",
+            "eval.task_sets=[ID]",
+            f"paths.output_dir={tmp_path}",
+            "eval.tensorboard=false",
+        ],
+    )
     res = evaluate(cfg)
     assert not res.get("failed") and not res.get("skipped")
     rows = [r for r in json.loads((tmp_path / "results.json").read_text())["rows"] if r["method"] == "MARA-QR"]
@@ -68,8 +79,18 @@ def test_mara_qr_cal_is_the_shipped_policies_on_the_recalibrated_head(tmp_path):
 
     over, _ = with_shipped_policies(["MARA-QR-cal"], {}, default_bank_path())
     assert [c["ckpt_path"] for c in over["MARA-QR-cal"]["checkpoints"]] == [str(p) for p in QR_SHIPPED]
-    cfg = cfg_for("evaluate", ["methods=[MARA-QR,MARA-QR-cal]", "eval.roots=[0]", "eval.episodes=2", "sim.loads=[0.06]",
-                               "eval.task_sets=[ID]", f"paths.output_dir={tmp_path}", "eval.tensorboard=false"])
+    cfg = cfg_for(
+        "evaluate",
+        [
+            "methods=[MARA-QR,MARA-QR-cal]",
+            "eval.roots=[0]",
+            "eval.episodes=2",
+            "sim.loads=[0.06]",
+            "eval.task_sets=[ID]",
+            f"paths.output_dir={tmp_path}",
+            "eval.tensorboard=false",
+        ],
+    )
     res = evaluate(cfg)
     assert not res.get("failed") and not res.get("skipped")
     rows = json.loads((tmp_path / "results.json").read_text())["rows"]
@@ -82,9 +103,17 @@ def test_mara_qr_cal_is_the_shipped_policies_on_the_recalibrated_head(tmp_path):
 def test_policy_given_another_predictor_stops_before_any_work(tmp_path):
     """The decision-head policy run as MARA (predictor fm): one line, exit 2, no results written."""
     ck = QR_SHIPPED[0]
-    p = _run("-m", "mara.evaluate", "methods=[MARA,FIFO]", "eval.roots=1", "eval.episodes=1", "sim.loads=[0.04]",
-             "eval.tensorboard=false", f"hydra.run.dir={tmp_path}/run",
-             f"+method_overrides={{MARA:{{checkpoints:[{{train_seed:0,ckpt_path:{ck}}}]}}}}")
+    p = _run(
+        "-m",
+        "mara.evaluate",
+        "methods=[MARA,FIFO]",
+        "eval.roots=1",
+        "eval.episodes=1",
+        "sim.loads=[0.04]",
+        "eval.tensorboard=false",
+        f"hydra.run.dir={tmp_path}/run",
+        f"+method_overrides={{MARA:{{checkpoints:[{{train_seed:0,ckpt_path:{ck}}}]}}}}",
+    )
     assert p.returncode == 2, p.stderr[-2000:]
     lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and "trained with predictor 'qr'" in lines[0] and "MARA-QR" in lines[0], p.stderr[-2000:]
@@ -155,9 +184,8 @@ def test_every_listed_method_has_its_predictor_configured(experiment):
 
 
 def test_experiment_hetero_trains_the_one_mara_or_mara_qr_on_the_head():
-    from mara.train_settings import check_teacher_predictor, mat_settings
+    from mara.train_settings import check_teacher_predictor, mat_settings, run_predictor_key
     from mara.train_settings import trained_method as _trained_method
-    from mara.train_settings import run_predictor_key
 
     one = _compose("experiment=hetero")  # the main command's recipe: no per-setting checkpoint
     assert _trained_method(one) == "MARA-suite" and run_predictor_key(one) == "qr_q"
@@ -168,7 +196,14 @@ def test_experiment_hetero_trains_the_one_mara_or_mara_qr_on_the_head():
     check_teacher_predictor(mat_settings(cfg))
     assert _trained_method(cfg) == "MARA-QR"
     assert run_predictor_key(cfg) == "qr"
-    old = _compose("experiment=hetero", "mat=hetero", "predictor=fm", "mat.imitation.teacher=Slack-FM-q", "~mat.net.token_q", "~mat.net.token_band")  # the FM-band variant stays runnable
+    old = _compose(
+        "experiment=hetero",
+        "mat=hetero",
+        "predictor=fm",
+        "mat.imitation.teacher=Slack-FM-q",
+        "~mat.net.token_q",
+        "~mat.net.token_band",
+    )  # the FM-band variant stays runnable
     check_teacher_predictor(mat_settings(old))
     assert _trained_method(old) == "MARA" and run_predictor_key(old) == "fm"
     ev = cfg_for("evaluate", ["experiment=hetero"])  # mara.evaluate composes the same experiment
@@ -190,10 +225,21 @@ def test_run_predictor_key_carries_the_run_predictor(tmp_path):
 def test_train_evaluates_its_policy_with_its_predictor(tmp_path):
     """stage=evaluate of a policy trained on the head: evaluated as MARA-QR on the run's predictor (no refusal)."""
     ck = QR_SHIPPED[0]
-    p = _run("-m", "mara.train", "stage=evaluate", "predictor=qr_q", f"+policy_ckpt={ck}", "methods=[MARA,FIFO]",
-             "eval.roots=1", "eval.episodes=1", "sim.loads=[0.05]", "eval.task_sets=[ID]", "eval.tensorboard=false",
-             "sim.steps=60",  # a short arrival window: the policy's predictor is what is checked, not a long episode
-             f"hydra.run.dir={tmp_path}/run")
+    p = _run(
+        "-m",
+        "mara.train",
+        "stage=evaluate",
+        "predictor=qr_q",
+        f"+policy_ckpt={ck}",
+        "methods=[MARA,FIFO]",
+        "eval.roots=1",
+        "eval.episodes=1",
+        "sim.loads=[0.05]",
+        "eval.task_sets=[ID]",
+        "eval.tensorboard=false",
+        "sim.steps=60",  # a short arrival window: the policy's predictor is what is checked, not a long episode
+        f"hydra.run.dir={tmp_path}/run",
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     res = json.loads((tmp_path / "run" / "evaluation" / "results.json").read_text())
     assert {r["method"] for r in res["rows"]} == {"MARA-QR", "FIFO"} and not res.get("failed")
@@ -214,9 +260,16 @@ def test_rules_on_any_predictor_stay_valid_teachers():
         check_teacher_predictor(mat_settings(_compose("mat=default", "predictor=wls")))
 
 
-@pytest.mark.parametrize("stem, method", [("mara_zoo_seed0", "MARA"), ("mara_qr_zoo_seed0", "MARA-QR"),
-                                          ("mara_suite_zoo_seed0", "MARA-suite"), ("mara_suite_ppo_zoo_seed0", "MARA-suite-ppo"),
-                                          ("mara_nodes_zoo_seed0", "MARA-nodes")])
+@pytest.mark.parametrize(
+    "stem, method",
+    [
+        ("mara_zoo_seed0", "MARA"),
+        ("mara_qr_zoo_seed0", "MARA-QR"),
+        ("mara_suite_zoo_seed0", "MARA-suite"),
+        ("mara_suite_ppo_zoo_seed0", "MARA-suite-ppo"),
+        ("mara_nodes_zoo_seed0", "MARA-nodes"),
+    ],
+)
 def test_a_checkpoint_is_named_by_what_it_was_trained_as(stem, method):
     """A run given a policy (stage=evaluate +policy_ckpt=...) names it from the checkpoint's recorded training, not from
     the recipe the command composes (the main command's is mat=suite)."""

@@ -1,4 +1,5 @@
 """FM sample cache: reusing the network outputs per observed history changes no estimate."""
+
 import numpy as np
 import pytest
 import torch
@@ -72,8 +73,9 @@ def test_cached_call_equals_uncached_call_on_the_same_batch(bank, fm):
     # the horizon is part of the key: another cap for the same (row, n) is a different history query
     other = [(r, k, c + 17) for r, k, c in keys]
     before = cache.misses
-    fm.predict_quantiles(S, L, n, eps, cap + 17, bank.batch_size[rows], bank.lr[rows], family=bank.family[rows],
-                         keys=other, cache=cache)
+    fm.predict_quantiles(
+        S, L, n, eps, cap + 17, bank.batch_size[rows], bank.lr[rows], family=bank.family[rows], keys=other, cache=cache
+    )
     assert cache.misses == before + len(set(other))
 
 
@@ -98,7 +100,9 @@ def test_step_envs_matches_separate_steps(bank, fm):
     """Several envs stepped together (one batched predictor call per step) observe what separate steps observe."""
     from mara.sim.env import step_envs
 
-    eps = [generate_episodes(bank, bank.family_params, PAPER_TASK_SETS["ID"], 0.06, r, 4, n_steps=150) for r in (77, 78)]
+    eps = [
+        generate_episodes(bank, bank.family_params, PAPER_TASK_SETS["ID"], 0.06, r, 4, n_steps=150) for r in (77, 78)
+    ]
     sep = [BatchedEnv(e, bank, predictor=fm) for e in eps]
     tog = [BatchedEnv(e, bank, predictor=fm, fm_cache=FlowSampleCache()) for e in eps]
     obs_s, obs_t = [env.reset() for env in sep], [env.reset() for env in tog]

@@ -1,4 +1,5 @@
 """The one predictor builder: names, configs, a run's configured predictors (each built once), clear errors."""
+
 import pytest
 from omegaconf import OmegaConf
 

@@ -1,4 +1,5 @@
 """Quantile bands, conformal offsets, the prefix-only fallback score, scale-free features and augmentation."""
+
 import numpy as np
 import pytest
 import torch
@@ -55,8 +56,14 @@ def test_v2_features_are_scale_free_and_v1_are_not():
     L = np.array([[2.0, 1.8, 1.7, 1.65]])
     n = np.array([4])
     for fs, same in (("v2", True), ("v1", False)):
-        a = history_features(S, L, n, np.array([16]), fs), static_context(np.array([16]), np.array([1e-3]), L[:, -1], np.array([3200.0]), fs)
-        b = history_features(S * 4, L * 3, n, np.array([64]), fs), static_context(np.array([64]), np.array([1e-3]), 3 * L[:, -1], np.array([12800.0]), fs)
+        a = (
+            history_features(S, L, n, np.array([16]), fs),
+            static_context(np.array([16]), np.array([1e-3]), L[:, -1], np.array([3200.0]), fs),
+        )
+        b = (
+            history_features(S * 4, L * 3, n, np.array([64]), fs),
+            static_context(np.array([64]), np.array([1e-3]), 3 * L[:, -1], np.array([12800.0]), fs),
+        )
         assert all(np.allclose(x, y) for x, y in zip(a, b)) == same
     with pytest.raises(ValueError):
         FlowNet(feature_set="v9")
@@ -124,8 +131,11 @@ def test_fallback_score_uses_the_prefix_only():
     cfg.ckpt_path = OLD_CKPT
     cfg.fallback = {"threshold": 0.5, "wls_weight": 0.5, "widen": 0.3}
     fm = FlowPredictor.from_config(cfg)
-    d = OmegaConf.to_container(cfg.data, resolve=True) | {"train_examples": 512, "val_examples": 256,
-                                                          "feature_set": fm.net.feature_set}
+    d = OmegaConf.to_container(cfg.data, resolve=True) | {
+        "train_examples": 512,
+        "val_examples": 256,
+        "feature_set": fm.net.feature_set,
+    }
     fm.novelty = compute_novelty(fm.net, CurveDataModule(bank, families=fams, **d))
     q, (S, L, n, eps, cap, bs, lr) = _queries(bank, fams + ["ALSTM_Text_1"])
     n_full = np.full_like(n, int(n.max()) + 5)
@@ -149,7 +159,7 @@ def test_fallback_score_uses_the_prefix_only():
 
 def test_wls_band_brackets_its_point_estimate():
     S = np.array([[160.0, 320, 480, 640, 800, 960]])
-    L = 3.0 * S ** -0.2 * (1 + 0.01 * np.array([[1, -1, 1, -1, 1, -1]]))
+    L = 3.0 * S**-0.2 * (1 + 0.01 * np.array([[1, -1, 1, -1, 1, -1]]))
     args = (S, L, np.array([6]), np.array([0.5]), np.array([5000.0]), np.array([16]), np.array([1e-3]))
     p = WLSPredictor()
     lo, med, hi = p.predict_quantiles(*args)[0]
@@ -192,8 +202,9 @@ def test_shipped_v3_checkpoint_reproduces_table1(tmp_path):
     cfg.ckpt_variant = "v3"
     fm = predictor_from(cfg, bank.path)
     assert fm.net.feature_set == "v3" and fm.novelty is not None and fm.band_offset != 0.0
-    res = run_prediction_benchmark(bank, fm, predictor_from(OmegaConf.load("conf/predictor/wls.yaml")),
-                                   bank.family_params, tmp_path)
+    res = run_prediction_benchmark(
+        bank, fm, predictor_from(OmegaConf.load("conf/predictor/wls.yaml")), bank.family_params, tmp_path
+    )
     for ts, (mae, acc, cov) in TABLE1_V3.items():
         r = res[ts]["FM"]
         assert r["mae"] == pytest.approx(mae, rel=0.02), ts

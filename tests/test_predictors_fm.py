@@ -1,4 +1,5 @@
 """Flow predictor end to end on tiny configs: determinism, training lowers MAE, protocol/config, 2-process DDP."""
+
 import subprocess
 import sys
 
@@ -24,10 +25,23 @@ TINY_FAMILIES = ("CNN_Cifar10", "TSFM_Audio_1")
 def tiny_bank_path(tmp_path_factory):
     """8 fm_train + 3 fm_val curves of two ID families, cut from the shipped bank."""
     bank = load_bank(default_bank_path())
-    rows = np.concatenate([np.concatenate([bank.rows(f, "fm_train")[:8], bank.rows(f, "fm_val")[:3]]) for f in TINY_FAMILIES])
-    recs = [dict(curve_id=bank.curve_id[r], family=bank.family[r], split=bank.split[r], data_source=bank.data_source[r],
-                 batch_size=int(bank.batch_size[r]), lr=float(bank.lr[r]), seed=int(bank.seed[r]),
-                 losses=bank.ell[r, : bank.lengths[r]], meta=bank.meta[r]) for r in rows]
+    rows = np.concatenate(
+        [np.concatenate([bank.rows(f, "fm_train")[:8], bank.rows(f, "fm_val")[:3]]) for f in TINY_FAMILIES]
+    )
+    recs = [
+        dict(
+            curve_id=bank.curve_id[r],
+            family=bank.family[r],
+            split=bank.split[r],
+            data_source=bank.data_source[r],
+            batch_size=int(bank.batch_size[r]),
+            lr=float(bank.lr[r]),
+            seed=int(bank.seed[r]),
+            losses=bank.ell[r, : bank.lengths[r]],
+            meta=bank.meta[r],
+        )
+        for r in rows
+    ]
     path = tmp_path_factory.mktemp("bank") / "tiny.parquet"
     write_bank(path, records_to_table(recs), bank.bank_meta)
     return path
@@ -40,9 +54,21 @@ def tiny_cfg(bank_path, out_dir, max_epochs=6, **trainer):
     pred.data.batch_size = 128
     pred.train.figure_every_n_epochs = 3
     pred.train.patience = 100
-    return OmegaConf.create({"seed": 0, "bank": {"path": str(bank_path)}, "predictor": pred, "paths": {"output_dir": str(out_dir)},
-                             "trainer": {"max_epochs": max_epochs, "accelerator": "cpu", "devices": 1,
-                                         "enable_progress_bar": False, **trainer}})
+    return OmegaConf.create(
+        {
+            "seed": 0,
+            "bank": {"path": str(bank_path)},
+            "predictor": pred,
+            "paths": {"output_dir": str(out_dir)},
+            "trainer": {
+                "max_epochs": max_epochs,
+                "accelerator": "cpu",
+                "devices": 1,
+                "enable_progress_bar": False,
+                **trainer,
+            },
+        }
+    )
 
 
 def test_training_on_tiny_bank_lowers_val_mae(tiny_bank_path, tmp_path):
@@ -99,8 +125,9 @@ def test_ddp_two_process_cpu_training(tiny_bank_path, tmp_path):
     cfg.predictor.data.train_examples = 512
     cfg_path = tmp_path / "cfg.yaml"
     OmegaConf.save(cfg, cfg_path)
-    proc = subprocess.run([sys.executable, "-m", "mara.predictors.train", str(cfg_path)], capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mara.predictors.train", str(cfg_path)], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "fm.ckpt").exists()
     load_net(tmp_path / "fm.ckpt")

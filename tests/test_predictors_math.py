@@ -1,4 +1,5 @@
 """Known answers for the predictor math: Eq. 5→6 round trip, WLS on a power law, crossing decoder, Sobol noise."""
+
 import numpy as np
 import torch
 
@@ -79,17 +80,28 @@ def test_wls_batch_fit_equals_running_statistics():
 def test_wls_predictor_warmup_and_bounds():
     p = WLSPredictor()
     S = np.tile(np.arange(1, 9) * 160.0, (3, 1))
-    L = 2.0 * S ** -0.3
-    out = p.predict_remaining(S, L, np.array([3, 8, 8]), np.array([0.1, 0.1, 10.0]), np.array([100, 50, 40]),
-                              np.array([16, 16, 16]), np.array([1e-3] * 3))
+    L = 2.0 * S**-0.3
+    out = p.predict_remaining(
+        S,
+        L,
+        np.array([3, 8, 8]),
+        np.array([0.1, 0.1, 10.0]),
+        np.array([100, 50, 40]),
+        np.array([16, 16, 16]),
+        np.array([1e-3] * 3),
+    )
     assert out[0] == 100 and out[1] == 50 and out[2] == 0
 
 
 def test_decode_crossing_known_answers():
     s = np.array([100.0, 200.0, 300.0, 400.0])
-    L = np.array([[2.0, 1.5, 1.0, 0.5],   # ε=1.25 crosses halfway between 200 and 300 -> s*=250 -> 150 samples
-                  [2.0, 1.9, 1.8, 1.7],   # never -> cap
-                  [1.0, 0.9, 0.8, 0.7]])  # already at/below ε at s0 -> 0
+    L = np.array(
+        [
+            [2.0, 1.5, 1.0, 0.5],  # ε=1.25 crosses halfway between 200 and 300 -> s*=250 -> 150 samples
+            [2.0, 1.9, 1.8, 1.7],  # never -> cap
+            [1.0, 0.9, 0.8, 0.7],
+        ]
+    )  # already at/below ε at s0 -> 0
     eps = np.array([1.25, 1.0, 1.0])
     out = decode_crossing(s[None, :], L, eps, np.array([10.0, 10.0, 10.0]), np.array([1000, 33, 50]))
     np.testing.assert_array_equal(out, [15, 33, 0])

@@ -247,8 +247,9 @@ def test_a_kind_with_registered_settings_trains_on_its_typed_settings(small_bank
     training = parse(compose_config("train", *overrides)).predictor
     assert training.kind == "qr" and isinstance(training.fit, HeadFitSettings) and training.fit.net["levels"]
     assert parse(compose_config("train", *overrides[:1])).predictor is None  # auto: the head says pipeline: false
-    fit = replace(training.fit, train_examples=64, val_examples=32, batch_size=32,
-                  train=replace(training.fit.train, max_epochs=1))
+    fit = replace(
+        training.fit, train_examples=64, val_examples=32, batch_size=32, train=replace(training.fit.train, max_epochs=1)
+    )
     result = run_trainer(replace(training, fit=fit, output_dir=str(tmp_path / "predictor")))
     assert (tmp_path / "predictor" / "qr.ckpt").is_file() and result["epochs"] >= 0
     load_heads(str(tmp_path / "predictor" / "qr.ckpt"))

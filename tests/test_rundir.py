@@ -1,5 +1,6 @@
 """Run folders: one live run per folder (a lock the kernel drops with the process), results merged by method, a
 rerun of the pipeline resumes what finished (a killed policy stage from its last checkpoint, exactly), fresh=true."""
+
 import json
 import os
 import signal
@@ -26,8 +27,14 @@ def _env():
 
 
 def _start(*args, log=None):
-    return subprocess.Popen([sys.executable, *args], cwd=REPO, env=_env(), text=True,
-                            stdout=subprocess.PIPE if log is None else log, stderr=subprocess.STDOUT if log else subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, *args],
+        cwd=REPO,
+        env=_env(),
+        text=True,
+        stdout=subprocess.PIPE if log is None else log,
+        stderr=subprocess.STDOUT if log else subprocess.PIPE,
+    )
 
 
 def _run(*args):
@@ -36,8 +43,18 @@ def _run(*args):
 
 def tiny(tmp_path, bank_path, *extra):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("evaluate", overrides=[f"bank.path={bank_path}", "eval.roots=1", "eval.episodes=2", "sim.loads=[0.04]",
-                                              f"paths.output_dir={tmp_path}", "eval.tensorboard=false", *extra])
+        return compose(
+            "evaluate",
+            overrides=[
+                f"bank.path={bank_path}",
+                "eval.roots=1",
+                "eval.episodes=2",
+                "sim.loads=[0.04]",
+                f"paths.output_dir={tmp_path}",
+                "eval.tensorboard=false",
+                *extra,
+            ],
+        )
 
 
 def _rows(path):
@@ -47,8 +64,11 @@ def _rows(path):
 
 # ------------------------------------------------------------------------------------------------------- the lock
 def test_lock_is_exclusive_reentrant_and_released(tmp_path):
-    holder = _start("-c", f"from mara.core import rundir; import time; rundir.acquire({str(tmp_path)!r}); "
-                          "print('held', flush=True); time.sleep(60)")
+    holder = _start(
+        "-c",
+        f"from mara.core import rundir; import time; rundir.acquire({str(tmp_path)!r}); "
+        "print('held', flush=True); time.sleep(60)",
+    )
     assert holder.stdout.readline().strip() == "held"
     with pytest.raises(rundir.RunFolderBusy, match=f"pid {holder.pid}"):
         rundir.acquire(tmp_path)
@@ -64,8 +84,14 @@ def test_lock_is_exclusive_reentrant_and_released(tmp_path):
 
 
 def test_busy_folder_refused_with_one_line_then_rerun_merges(tmp_path, small_bank):
-    common = [f"bank.path={small_bank.path}", "eval.roots=1", "eval.episodes=1", "sim.loads=[0.04]", "eval.tensorboard=false",
-              f"hydra.run.dir={tmp_path}"]
+    common = [
+        f"bank.path={small_bank.path}",
+        "eval.roots=1",
+        "eval.episodes=1",
+        "sim.loads=[0.04]",
+        "eval.tensorboard=false",
+        f"hydra.run.dir={tmp_path}",
+    ]
     rundir.acquire(tmp_path)  # a live run holds the folder
     try:
         p = _run("-m", "mara.evaluate", "methods=[EDF]", *common)
@@ -89,11 +115,15 @@ def test_busy_folder_refused_with_one_line_then_rerun_merges(tmp_path, small_ban
 
 # ------------------------------------------------------------------------------------------------------ the results
 def test_results_merge_by_method_and_keep_their_settings(tmp_path, small_bank):
-    evaluate(tiny(tmp_path, small_bank.path, "methods=[FIFO,Clairvoyant]", "+method_overrides={Clairvoyant: {workers: 1}}"))
+    evaluate(
+        tiny(tmp_path, small_bank.path, "methods=[FIFO,Clairvoyant]", "+method_overrides={Clairvoyant: {workers: 1}}")
+    )
     first = _rows(tmp_path / "results.json")
     res = evaluate(tiny(tmp_path, small_bank.path, "methods=[Oracle]"))  # another method: the earlier rows stay
     data = json.loads((tmp_path / "results.json").read_text())
-    assert {r["method"] for r in data["rows"]} == {"FIFO", "Clairvoyant", "Oracle"} and set(res["timings"]) == {"Oracle"}
+    assert {r["method"] for r in data["rows"]} == {"FIFO", "Clairvoyant", "Oracle"} and set(res["timings"]) == {
+        "Oracle"
+    }
     assert data["method_overrides"] == {"Clairvoyant": {"workers": 1}}  # kept with the rows it belongs to
     assert [r for r in _rows(tmp_path / "results.json") if dict(r)["method"] != "Oracle"] == first
     res = evaluate(tiny(tmp_path, small_bank.path, "methods=[FIFO]"))  # resume by default: FIFO not evaluated again
@@ -103,7 +133,11 @@ def test_results_merge_by_method_and_keep_their_settings(tmp_path, small_bank):
     # another protocol: the earlier file is moved aside, not replaced
     evaluate(tiny(tmp_path, small_bank.path, "methods=[FIFO]", "eval.episodes=1"))
     aside = list(tmp_path.glob("results.superseded-*.json"))
-    assert len(aside) == 1 and {r["method"] for r in json.loads(aside[0].read_text())["rows"]} == {"FIFO", "Clairvoyant", "Oracle"}
+    assert len(aside) == 1 and {r["method"] for r in json.loads(aside[0].read_text())["rows"]} == {
+        "FIFO",
+        "Clairvoyant",
+        "Oracle",
+    }
     assert {r["method"] for r in json.loads((tmp_path / "results.json").read_text())["rows"]} == {"FIFO"}
 
 
@@ -113,7 +147,9 @@ def test_changed_checkpoint_is_evaluated_again(tmp_path):
     over = {"MARA": {"checkpoints": [{"train_seed": 0, "ckpt_path": str(ckpt)}]}}
     base = {"protocol": {"episodes": 1}, "bank": "b", "method_overrides": over}
     row = {"method": "MARA", "success_rate": 0.5}
-    (tmp_path / "results.json").write_text(json.dumps({**base, "rows": [row], "checkpoint_digests": rundir.checkpoint_digests(over)}))
+    (tmp_path / "results.json").write_text(
+        json.dumps({**base, "rows": [row], "checkpoint_digests": rundir.checkpoint_digests(over)})
+    )
     assert rundir.earlier_results(tmp_path / "results.json", base, ["MARA"]).done == {"MARA": [row]}
     ckpt.write_bytes(b"two")  # same path, another policy
     assert rundir.earlier_results(tmp_path / "results.json", base, ["MARA"]).done == {}
@@ -130,8 +166,18 @@ def test_fresh_sets_everything_aside(tmp_path, small_bank):
 
 # ------------------------------------------------------------------------------------------------------ the stages
 def test_stage_reused_resumed_or_refused(tmp_path):
-    cfg = OmegaConf.create({"seed": 0, "predictor": {"name": "fm", "lr": 1.0}, "bank": {"path": None}, "trainer": {},
-                            "mat": {"x": 1}, "reward": "dense", "sim": {"loads": [0.04], "nodes": 7}, "ckpt_path": None})
+    cfg = OmegaConf.create(
+        {
+            "seed": 0,
+            "predictor": {"name": "fm", "lr": 1.0},
+            "bank": {"path": None},
+            "trainer": {},
+            "mat": {"x": 1},
+            "reward": "dense",
+            "sim": {"loads": [0.04], "nodes": 7},
+            "ckpt_path": None,
+        }
+    )
     calls = []
 
     def work(c):
@@ -141,7 +187,9 @@ def test_stage_reused_resumed_or_refused(tmp_path):
     stage = tmp_path / "policy"
     rundir.plan_stage(stage, rundir.stage_settings(cfg, "policy"))
     assert rundir.run_stage(stage, work, cfg, "policy", resume_file="last.ckpt") == {"n": 1}
-    assert rundir.run_stage(stage, work, cfg, "policy", resume_file="last.ckpt") == {"n": 1} and calls == [None]  # reused
+    assert rundir.run_stage(stage, work, cfg, "policy", resume_file="last.ckpt") == {"n": 1} and calls == [
+        None
+    ]  # reused
     # an attempt that stopped: resumed from its checkpoint, its TensorBoard events set aside
     (stage / "stage.json").write_text(json.dumps({"settings": rundir.stage_settings(cfg, "policy"), "done": False}))
     (stage / "last.ckpt").write_bytes(b"")
@@ -171,7 +219,9 @@ def test_killed_training_resumes_exactly(tmp_path):
     (docs/protocol.md)."""
     cmd = ["-m", "mara.train", "experiment=smoke", "eval.tensorboard=false"]
     whole_log = open(tmp_path / "whole.log", "w")
-    whole = _start(*cmd, f"hydra.run.dir={tmp_path}/whole", log=whole_log)  # the uninterrupted reference, beside the killed one
+    whole = _start(
+        *cmd, f"hydra.run.dir={tmp_path}/whole", log=whole_log
+    )  # the uninterrupted reference, beside the killed one
     run = tmp_path / "killed"
     with open(tmp_path / "first.log", "w") as out:
         first = _start(*cmd, f"hydra.run.dir={run}", log=out)
@@ -193,8 +243,14 @@ def test_killed_training_resumes_exactly(tmp_path):
     assert fm.stat().st_mtime_ns == fm_mtime and "predictor (FM)" not in said  # the FM was not retrained
     assert list((run / "policy" / "tb").glob("attempt_1/events.out.tfevents.*"))  # the killed attempt's events apart
     assert _rows(run / "evaluation" / "results.json") == _rows(tmp_path / "whole" / "evaluation" / "results.json")
-    weights = [torch.load(d / "policy" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["state_dict"]
-               for d in (run, tmp_path / "whole")]
+    weights = [
+        torch.load(d / "policy" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["state_dict"]
+        for d in (run, tmp_path / "whole")
+    ]
     assert weights[0].keys() == weights[1].keys() and all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
-    val = [json.loads((d / "policy" / "checkpoints" / "validation.json").read_text()) for d in (run, tmp_path / "whole")]
-    assert [[(h["iteration"], h["val_success_rate"]) for h in v["history"]] for v in val] == [[(h["iteration"], h["val_success_rate"]) for h in val[1]["history"]]] * 2
+    val = [
+        json.loads((d / "policy" / "checkpoints" / "validation.json").read_text()) for d in (run, tmp_path / "whole")
+    ]
+    assert [[(h["iteration"], h["val_success_rate"]) for h in v["history"]] for v in val] == [
+        [(h["iteration"], h["val_success_rate"]) for h in val[1]["history"]]
+    ] * 2

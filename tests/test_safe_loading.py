@@ -1,5 +1,6 @@
 """A checkpoint path or a worker's state never runs code: every loader and every path option refuses a crafted file
 (its payload would create a marker file) with one line naming the path; converted shipped files load as data."""
+
 import io
 import os
 import pathlib
@@ -89,11 +90,18 @@ def test_every_loader_refuses_a_crafted_file(tmp_path, marker):
     pol = crafted_policy(tmp_path / "policy.ckpt", marker)
     fm = crafted_predictor(tmp_path / "fm.ckpt", marker)
     qr = crafted_predictor(tmp_path / "qr.ckpt", marker, shipped="qr_zoo.ckpt")
-    calls = [lambda: MATAllocator(str(pol)), lambda: read_policy_checkpoint(pol), lambda: read_policy_meta(pol),
-             lambda: load_net(fm), lambda: FlowPredictor.from_config(OmegaConf.create({"ckpt_path": str(fm)})),
-             lambda: load_heads(qr), lambda: QuantileHeadPredictor.from_config(OmegaConf.create({"ckpt_path": str(qr)})),
-             lambda: save_ensemble([qr], tmp_path / "ens.ckpt"), lambda: convert(pol, tmp_path / "conv.ckpt"),
-             lambda: TrainingJob.from_bytes(pol.read_bytes())]
+    calls = [
+        lambda: MATAllocator(str(pol)),
+        lambda: read_policy_checkpoint(pol),
+        lambda: read_policy_meta(pol),
+        lambda: load_net(fm),
+        lambda: FlowPredictor.from_config(OmegaConf.create({"ckpt_path": str(fm)})),
+        lambda: load_heads(qr),
+        lambda: QuantileHeadPredictor.from_config(OmegaConf.create({"ckpt_path": str(qr)})),
+        lambda: save_ensemble([qr], tmp_path / "ens.ckpt"),
+        lambda: convert(pol, tmp_path / "conv.ckpt"),
+        lambda: TrainingJob.from_bytes(pol.read_bytes()),
+    ]
     for call in calls:
         with pytest.raises(CheckpointError) as exc:
             call()
@@ -133,11 +141,13 @@ def test_not_a_checkpoint_and_the_wrong_kind_are_one_line(tmp_path):
             with pytest.raises(CheckpointError, match=rf"{re.escape(str(bad))} is not a readable PyTorch checkpoint"):
                 load(bad)
     fm, qr, pol = (SHIPPED_CKPT_DIR / f for f in ("fm_zoo.ckpt", "qr_zoo.ckpt", "mara_zoo_seed0.ckpt"))
-    cases = [(read_policy_checkpoint, fm, "is not a MAT policy checkpoint (it is an FM predictor checkpoint)"),
-             (read_policy_checkpoint, qr, "is not a MAT policy checkpoint (it is a decision-head"),
-             (load_net, pol, "is not an FM predictor checkpoint (it is a MAT policy checkpoint)"),
-             (load_net, qr, "is not an FM predictor checkpoint (it is a decision-head"),
-             (load_heads, fm, "is not a decision-head (qr) checkpoint (it is an FM predictor checkpoint)")]
+    cases = [
+        (read_policy_checkpoint, fm, "is not a MAT policy checkpoint (it is an FM predictor checkpoint)"),
+        (read_policy_checkpoint, qr, "is not a MAT policy checkpoint (it is a decision-head"),
+        (load_net, pol, "is not an FM predictor checkpoint (it is a MAT policy checkpoint)"),
+        (load_net, qr, "is not an FM predictor checkpoint (it is a decision-head"),
+        (load_heads, fm, "is not a decision-head (qr) checkpoint (it is an FM predictor checkpoint)"),
+    ]
     for load, path, needle in cases:
         with pytest.raises(CheckpointError) as exc:
             load(path)
@@ -157,7 +167,14 @@ def test_shipped_checkpoints_load_as_data_and_name_their_recipe():
     assert {f.name for f in files} == set(SHIPPED_RECIPES)
     for f in files:
         ckpt = torch.load(f, map_location="cpu", weights_only=True)
-        assert ckpt["recipe"] == SHIPPED_RECIPES[f.name] and ckpt["kind"] in ("policy", "fm", "qr", "lcpfn", "qr_ctx", "trace_policy")
+        assert ckpt["recipe"] == SHIPPED_RECIPES[f.name] and ckpt["kind"] in (
+            "policy",
+            "fm",
+            "qr",
+            "lcpfn",
+            "qr_ctx",
+            "trace_policy",
+        )
         assert "blob" not in (ckpt.get("mat_state") or {}).get("env", {})
     assert read_policy_meta(SHIPPED_CKPT_DIR / "mara_zoo_seed0.ckpt")["recipe"] == "mat=band"
     meta = read_policy_meta(SHIPPED_CKPT_DIR / "mara_live.ckpt")
@@ -179,7 +196,10 @@ def test_converter_keeps_weights_and_rewrites_old_state(tmp_path):
     state = from_plain(good["mat_state"]["env"], _STATE_CLASSES)
     blob = pickle.dumps(state)
     old = {k: v for k, v in good.items() if k not in ("kind", "recipe")}
-    old["mat_state"] = {**good["mat_state"], "env": {"blob": torch.frombuffer(bytearray(blob), dtype=torch.uint8).clone()}}
+    old["mat_state"] = {
+        **good["mat_state"],
+        "env": {"blob": torch.frombuffer(bytearray(blob), dtype=torch.uint8).clone()},
+    }
     src = tmp_path / "old.ckpt"
     torch.save(old, src)
     assert main([str(src), "--recipe", "mat=default"]) == 0
@@ -202,8 +222,12 @@ def test_plain_state_round_trip_keeps_dtypes_values_and_sharing():
     from mara.mat.rollout import _STATE_CLASSES
 
     shared = np.arange(6, dtype=np.int8).reshape(2, 3)
-    state = {"a": shared, "b": [shared, np.float64(2.5), np.array(["x", "yz"])], "t": (np.bool_(True), None, 3),
-             "f": np.array([np.nan, 1.0], np.float32)}
+    state = {
+        "a": shared,
+        "b": [shared, np.float64(2.5), np.array(["x", "yz"])],
+        "t": (np.bool_(True), None, 3),
+        "f": np.array([np.nan, 1.0], np.float32),
+    }
     plain = to_plain(state, _STATE_CLASSES)
     buf = io.BytesIO()
     torch.save(plain, buf)
@@ -220,8 +244,13 @@ def test_plain_state_round_trip_keeps_dtypes_values_and_sharing():
 def test_live_job_state_from_another_worker_is_data_only(marker):
     from mara.live.job import JobSpec, TrainingJob
 
-    state = {"spec": JobSpec(0, "CNN_Cifar10", 0, 4, 1e-3, source="synthetic").to_dict(), "model": {}, "optimizer": {},
-             "batches": {}, "processed": Payload(marker)}
+    state = {
+        "spec": JobSpec(0, "CNN_Cifar10", 0, 4, 1e-3, source="synthetic").to_dict(),
+        "model": {},
+        "optimizer": {},
+        "batches": {},
+        "processed": Payload(marker),
+    }
     buf = io.BytesIO()
     torch.save(state, buf)
     with pytest.raises(CheckpointError, match="live job state <bytes> is not loadable as data"):
@@ -247,20 +276,34 @@ def _exit_line(capsys, fn, cfg) -> str:
 def test_train_policy_refuses_crafted_resume_and_predictor_files(tmp_path, marker, capsys, small_bank):
     from mara.train import train
 
-    for ckpt, needle in ((crafted_last_ckpt(tmp_path / "last.ckpt", marker), "pickled bytes"),
-                         (crafted_policy(tmp_path / "policy.ckpt", marker), "not loadable as data"),
-                         (SHIPPED_CKPT_DIR / "fm_zoo.ckpt", "is not a MAT policy checkpoint"),
-                         (SHIPPED_CKPT_DIR / "mara_zoo_seed0.ckpt", "not a MAT training checkpoint to resume")):
+    for ckpt, needle in (
+        (crafted_last_ckpt(tmp_path / "last.ckpt", marker), "pickled bytes"),
+        (crafted_policy(tmp_path / "policy.ckpt", marker), "not loadable as data"),
+        (SHIPPED_CKPT_DIR / "fm_zoo.ckpt", "is not a MAT policy checkpoint"),
+        (SHIPPED_CKPT_DIR / "mara_zoo_seed0.ckpt", "not a MAT training checkpoint to resume"),
+    ):
         out = tmp_path / f"run_{ckpt.stem}"
-        cfg = _compose("train", "experiment=smoke", "stage=policy", f"ckpt_path={ckpt}", f"bank.path={small_bank.path}",
-                       f"paths.output_dir={out}")
+        cfg = _compose(
+            "train",
+            "experiment=smoke",
+            "stage=policy",
+            f"ckpt_path={ckpt}",
+            f"bank.path={small_bank.path}",
+            f"paths.output_dir={out}",
+        )
         line = _exit_line(capsys, train, cfg)
         assert str(ckpt) in line and needle in line, line
         assert not marker.exists() and not (out / "policy" / "checkpoints").exists()
     fm = crafted_predictor(tmp_path / "fm.ckpt", marker)  # the policy's frozen predictor
     out = tmp_path / "run_fm"
-    cfg = _compose("train", "experiment=smoke", "stage=policy", f"predictor.ckpt_path={fm}", f"bank.path={small_bank.path}",
-                   f"paths.output_dir={out}")
+    cfg = _compose(
+        "train",
+        "experiment=smoke",
+        "stage=policy",
+        f"predictor.ckpt_path={fm}",
+        f"bank.path={small_bank.path}",
+        f"paths.output_dir={out}",
+    )
     line = _exit_line(capsys, train, cfg)
     assert str(fm) in line and "not loadable as data" in line, line
     assert not marker.exists() and not (out / "policy" / "checkpoints").exists()
@@ -270,9 +313,17 @@ def test_live_policy_options_refuse_a_crafted_file(tmp_path, marker, capsys):
     from mara.live.run import live_main
 
     pol = crafted_policy(tmp_path / "policy.ckpt", marker)
-    base = [f"paths.output_dir={tmp_path / 'live'}", "live.data=synthetic", "live.families=[CNN_Cifar10]",
-            "live.time_scale=0.05", "sim.steps=10", "live.load=0.3", "live.root=1000", "live.tensorboard=false",
-            "methods=[MARA,FIFO]"]
+    base = [
+        f"paths.output_dir={tmp_path / 'live'}",
+        "live.data=synthetic",
+        "live.families=[CNN_Cifar10]",
+        "live.time_scale=0.05",
+        "sim.steps=10",
+        "live.load=0.3",
+        "live.root=1000",
+        "live.tensorboard=false",
+        "methods=[MARA,FIFO]",
+    ]
     for option in (f"live.policy_ckpt={pol}", f"++method_overrides={{MARA: {{ckpt_path: {pol}}}}}"):
         line = _exit_line(capsys, live_main, _compose("live", *base, option))
         assert str(pol) in line and "not loadable as data" in line
@@ -282,8 +333,9 @@ def test_live_policy_options_refuse_a_crafted_file(tmp_path, marker, capsys):
 def _evaluate_cli(tmp_path, *overrides):
     common = ["eval.roots=1", "eval.episodes=1", "sim.loads=[0.04]", "eval.tensorboard=false"]
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    return subprocess.run([sys.executable, "-m", "mara.evaluate", *common, *overrides], cwd=REPO, capture_output=True,
-                          text=True, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "mara.evaluate", *common, *overrides], cwd=REPO, capture_output=True, text=True, env=env
+    )
 
 
 def test_evaluate_path_options_refuse_a_crafted_file(tmp_path, marker, small_bank):
@@ -293,11 +345,16 @@ def test_evaluate_path_options_refuse_a_crafted_file(tmp_path, marker, small_ban
     pol = crafted_policy(tmp_path / "policy.ckpt", marker)
     fm = crafted_predictor(tmp_path / "fm.ckpt", marker)
     qr = crafted_predictor(tmp_path / "qr.ckpt", marker, shipped="qr_zoo.ckpt")
-    for i, (method, option, path) in enumerate([("MARA", f"+method_overrides={{MARA: {{ckpt_path: {pol}}}}}", pol),
-                                                ("Slack-FM", f"predictors.fm.ckpt_path={fm}", fm),
-                                                ("Slack-QR", f"predictors.qr.ckpt_path={qr}", qr)]):
-        p = _evaluate_cli(tmp_path, f"methods=[{method}]", option, f"bank.path={small_bank.path}",
-                          f"hydra.run.dir={tmp_path}/run{i}")
+    for i, (method, option, path) in enumerate(
+        [
+            ("MARA", f"+method_overrides={{MARA: {{ckpt_path: {pol}}}}}", pol),
+            ("Slack-FM", f"predictors.fm.ckpt_path={fm}", fm),
+            ("Slack-QR", f"predictors.qr.ckpt_path={qr}", qr),
+        ]
+    ):
+        p = _evaluate_cli(
+            tmp_path, f"methods=[{method}]", option, f"bank.path={small_bank.path}", f"hydra.run.dir={tmp_path}/run{i}"
+        )
         assert p.returncode in (1, 2), p.stderr[-2000:]
         lines = [ln for ln in p.stderr.strip().splitlines() if ln.startswith("error:")]
         assert len(lines) == 1 and str(path) in lines[0] and "not loadable as data" in lines[0], p.stderr[-2000:]

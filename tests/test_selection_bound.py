@@ -1,5 +1,6 @@
 """The selection bound Slack-Truth-chosen: the least-slack rule on the true remaining batches, serving only the tasks
 the Clairvoyant's best schedule completes; its schedule runs in the simulator with the switch costs."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -35,8 +36,9 @@ def test_chosen_rule_serves_only_the_chosen_tasks_and_stays_below_the_bound(smal
     from mara.bounds.clairvoyant_k import clairvoyant_k_batch
 
     ep = generate_episodes(small_bank, small_bank.family_params, PAPER_TASK_SETS["ID"], 0.1, 23, 4, n_steps=150)
-    res = clairvoyant_k_batch(ep.arrival, ep.deadline, ep.need, ep.n_tasks, n_nodes=3, max_active=10, node_speed=speed,
-                              time_limit_s=3)
+    res = clairvoyant_k_batch(
+        ep.arrival, ep.deadline, ep.need, ep.n_tasks, n_nodes=3, max_active=10, node_speed=speed, time_limit_s=3
+    )
     chosen = chosen_tasks(res, ep.arrival.shape[1])
     assert chosen.sum(axis=1).tolist() == [r.successes for r in res]
     rule = SlackRule(name="Slack-Truth-chosen", displace=True)
@@ -50,9 +52,13 @@ def test_chosen_rule_serves_only_the_chosen_tasks_and_stays_below_the_bound(smal
     bound = np.array([r.upper_bound for r in res])
     assert (m["succeeded"] <= bound).all() and m["succeeded"].sum() > 0
     rule.restrict_to(None)  # unrestricted again: the plain rule's actions
-    plain = run(BatchedEnv(ep, small_bank, n_nodes=3, predictor=TruthPredictor(), node_speed=speed, switch_cost=cost),
-                SlackRule(displace=True))
-    again = run(BatchedEnv(ep, small_bank, n_nodes=3, predictor=TruthPredictor(), node_speed=speed, switch_cost=cost), rule)
+    plain = run(
+        BatchedEnv(ep, small_bank, n_nodes=3, predictor=TruthPredictor(), node_speed=speed, switch_cost=cost),
+        SlackRule(displace=True),
+    )
+    again = run(
+        BatchedEnv(ep, small_bank, n_nodes=3, predictor=TruthPredictor(), node_speed=speed, switch_cost=cost), rule
+    )
     np.testing.assert_array_equal(plain["succeeded"], again["succeeded"])
 
 

@@ -1,5 +1,6 @@
 """Typed settings: the composed config is parsed once (mara/eval/settings.py) and the evaluation modules never read
 it."""
+
 import ast
 import dataclasses
 from pathlib import Path
@@ -17,9 +18,22 @@ TAKE_SETTINGS = ("runner", "prediction", "prediction_cli", "decision_points", "l
 
 
 def test_evaluation_settings_hold_the_composed_values():
-    cfg = cfg_for("evaluate", ["sim.nodes=3", "sim.max_active=4", "sim.loads=[0.05,0.07]", "sim.queue_capacity=2",
-                               "sim.node_speed=[1,2,3]", "sim.switch_cost=1", "eval.roots=2", "eval.episodes=3",
-                               "eval.task_sets=[ID]", "eval.resume=false", "methods=[FIFO,EDF]"])
+    cfg = cfg_for(
+        "evaluate",
+        [
+            "sim.nodes=3",
+            "sim.max_active=4",
+            "sim.loads=[0.05,0.07]",
+            "sim.queue_capacity=2",
+            "sim.node_speed=[1,2,3]",
+            "sim.switch_cost=1",
+            "eval.roots=2",
+            "eval.episodes=3",
+            "eval.task_sets=[ID]",
+            "eval.resume=false",
+            "methods=[FIFO,EDF]",
+        ],
+    )
     s = from_cfg(cfg)
     assert s.kind == "evaluate" and s.prediction is None and s.lofo is None
     run = s.evaluation
@@ -51,15 +65,25 @@ def test_only_the_experiment_kind_is_parsed():
     pred = from_cfg(cfg_for("evaluate", ["experiment=prediction"]))
     points = pred.prediction.decision_points
     assert pred.evaluation is not None and points.loads == (0.04, 0.07) and points.quantiles == (0.01, 0.05)
-    assert points.policies == {"FM": "Slack-FM", "WLS": "Slack-WLS"} and pred.prediction.decision_quantiles == (0.01, 0.05)
-    off = from_cfg(cfg_for("evaluate", ["experiment=prediction", "prediction.decision_points.enabled=false", "eval.episodes=0"]))
+    assert points.policies == {"FM": "Slack-FM", "WLS": "Slack-WLS"} and pred.prediction.decision_quantiles == (
+        0.01,
+        0.05,
+    )
+    off = from_cfg(
+        cfg_for("evaluate", ["experiment=prediction", "prediction.decision_points.enabled=false", "eval.episodes=0"])
+    )
     assert off.evaluation is None and off.prediction.decision_points is None
 
 
-@pytest.mark.parametrize("override, needle", [("sim.loads=[0.04,abc]", "sim.loads must be a number"),
-                                              ("sim.nodes=0", "sim.nodes must be >= 1"),
-                                              ("eval.roots=abc", "eval.roots must be an integer"),
-                                              ("sim.node_speed=[1,2]", "one entry per node")])
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("sim.loads=[0.04,abc]", "sim.loads must be a number"),
+        ("sim.nodes=0", "sim.nodes must be >= 1"),
+        ("eval.roots=abc", "eval.roots must be an integer"),
+        ("sim.node_speed=[1,2]", "one entry per node"),
+    ],
+)
 def test_wrong_values_are_one_config_error(override, needle):
     with pytest.raises(ConfigError, match=needle):
         from_cfg(cfg_for("evaluate", [override]))

@@ -1,4 +1,5 @@
 """`python -m mara.evaluate methods=[MARA]` evaluates the shipped MARA policies when given no checkpoint."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,18 @@ def test_evaluate_mara_uses_the_shipped_policies(tmp_path):
     from mara.evaluate import evaluate
     from tests.test_entrypoints import cfg_for
 
-    cfg = cfg_for("evaluate", ["methods=[MARA]", "eval.roots=[0]", "eval.episodes=1", "sim.loads=[0.05]",
-                               "eval.task_sets=[ID]", f"paths.output_dir={tmp_path}", "eval.tensorboard=false"])
+    cfg = cfg_for(
+        "evaluate",
+        [
+            "methods=[MARA]",
+            "eval.roots=[0]",
+            "eval.episodes=1",
+            "sim.loads=[0.05]",
+            "eval.task_sets=[ID]",
+            f"paths.output_dir={tmp_path}",
+            "eval.tensorboard=false",
+        ],
+    )
     res = evaluate(cfg)
     assert not res.get("failed") and not res.get("skipped")
     data = json.loads((tmp_path / "results.json").read_text())

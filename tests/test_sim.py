@@ -1,4 +1,5 @@
 """Batched simulator: hand-worked episodes and property tests over random episodes."""
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -115,7 +116,9 @@ class RecordingRandom:
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 10_000), load=st.sampled_from([0.04, 0.07, 0.2]), nodes=st.integers(1, 7), k=st.integers(1, 10))
+@given(
+    seed=st.integers(0, 10_000), load=st.sampled_from([0.04, 0.07, 0.2]), nodes=st.integers(1, 7), k=st.integers(1, 10)
+)
 def test_invariants_random_episodes(small_bank, seed, load, nodes, k):
     ep = generate_episodes(small_bank, small_bank.family_params, PAPER_TASK_SETS["RL_OOD"], load, seed, 3, n_steps=120)
     alloc = RecordingRandom(seed, nodes)

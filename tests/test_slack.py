@@ -1,4 +1,5 @@
 """The predictor-guided least-slack rule (Slack-FM / Slack-WLS): ordering, Eq. 2, work conservation."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,8 +25,17 @@ def random_obs(rng, E=300, K=10, M=7):
     cap = np.where(present, rng.integers(0, 3, (E, K)) * rng.integers(1, 50, (E, K)), 0)  # ~1/3 exhausted
     pred = np.where(n_obs >= 4, rng.integers(0, 60, (E, K)).astype(float), cap.astype(float))
     pred = np.where(rng.random((E, K)) < 0.1, tau.astype(float), pred)  # ties p̂ = τ (finishable, slack 0)
-    return SimpleNamespace(present=present, task=task, remaining_time=tau, deadline=dl, n_obs=n_obs * present,
-                           cap_remaining=cap, pred_remaining=pred * present, n_nodes=M, max_active=K)
+    return SimpleNamespace(
+        present=present,
+        task=task,
+        remaining_time=tau,
+        deadline=dl,
+        n_obs=n_obs * present,
+        cap_remaining=cap,
+        pred_remaining=pred * present,
+        n_nodes=M,
+        max_active=K,
+    )
 
 
 def brute_force_order(obs, e):
@@ -60,8 +70,17 @@ def test_hand_made_observation():
     tau = np.array([[50, 40, 30, 30, 30, 10]])
     pred = np.array([[999, 35, 10, 28, 999, 50]], dtype=float)  # slot 5 hopeless (50 > 10)
     cap = np.array([[999, 999, 999, 999, 999, 999]])
-    obs = SimpleNamespace(present=present, task=np.arange(K)[None], remaining_time=tau, deadline=tau + 3, n_obs=n_obs,
-                          cap_remaining=cap, pred_remaining=pred, n_nodes=M, max_active=K)
+    obs = SimpleNamespace(
+        present=present,
+        task=np.arange(K)[None],
+        remaining_time=tau,
+        deadline=tau + 3,
+        n_obs=n_obs,
+        cap_remaining=cap,
+        pred_remaining=pred,
+        n_nodes=M,
+        max_active=K,
+    )
     # finishable by slack: slot 3 (2), slot 1 (5), slot 2 (20); then cold by deadline: slot 4 (33) before slot 0 (53)
     assert list(SlackRule().act(obs)[0]) == [3, 1, 2, 4]
     obs.cap_remaining = np.array([[999, 999, 999, 0, 999, 999]])  # slot 3 exhausted: skipped

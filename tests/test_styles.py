@@ -1,5 +1,6 @@
 """Method styles (mara/report/styles.py): one distinct style per method, read from its registration (conf/method), the
 kinds told apart, the same style in every figure the package draws."""
+
 from __future__ import annotations
 
 import subprocess
@@ -28,7 +29,9 @@ def test_kinds_bounds_dashed_rules_solid_learned_thick():
         if m in bounds():
             assert s["linestyle"] == "--", m
             cfg = load_method_cfg(m)
-            assert cfg.kind == "bound" or cfg.get("predictor") in privileged_predictors(), m  # fed true remaining batches
+            assert cfg.kind == "bound" or cfg.get("predictor") in privileged_predictors(), (
+                m
+            )  # fed true remaining batches
         elif registry.method(m).learned:
             assert s["linestyle"] == "-" and s["linewidth"] >= 2 * method_style("FIFO")["linewidth"] and s["marker"], m
             assert s["zorder"] > method_style("Slack-QR-q")["zorder"]  # drawn over the rules
@@ -83,4 +86,8 @@ def test_figures_draw_each_method_in_its_style(figure, tmp_path, monkeypatch):
     for m in METHODS:
         s, line = method_style(m), drawn[m]
         assert (line.get_color(), line.get_linestyle(), line.get_marker(), line.get_linewidth()) == (
-            s["color"], s["linestyle"], s["marker"], s["linewidth"]), m
+            s["color"],
+            s["linestyle"],
+            s["marker"],
+            s["linewidth"],
+        ), m

@@ -1,4 +1,5 @@
 """Job-trace replay: hand-worked tiny traces for EDF and ElasticFlow, the trace checks, windows, the one command."""
+
 from __future__ import annotations
 
 import json
@@ -89,15 +90,18 @@ def test_raw_schema_jobs_are_rigid_work_with_a_deadline_factor(tmp_path):
     assert tput[1, 2] == pytest.approx(1.0) and ml[1] == 2  # 4 GPUs: one unit of work per second, at most 4 GPUs
 
 
-@pytest.mark.parametrize("body,needle", [
-    ("", "empty file"),
-    (HEADER, "no jobs"),
-    ("job_id,submission_time,num_gpu\na,0,1\n", "missing column(s) duration"),
-    (HEADER + "a,0,100,resnet50,500,64,1,-5\n", "column duration: must be a non-negative integer"),
-    (HEADER + "a,0,100,resnet50,500,64,1,abc\n", "column duration: not a number"),
-    (HEADER + "a,0,100,resnet50,500,64,16,100\n", "more than cluster n1g8 has (8)"),
-    (HEADER + "a,0,100,alexnet,500,64,1,100\n", "no throughput table for model_name='alexnet'"),
-])
+@pytest.mark.parametrize(
+    "body,needle",
+    [
+        ("", "empty file"),
+        (HEADER, "no jobs"),
+        ("job_id,submission_time,num_gpu\na,0,1\n", "missing column(s) duration"),
+        (HEADER + "a,0,100,resnet50,500,64,1,-5\n", "column duration: must be a non-negative integer"),
+        (HEADER + "a,0,100,resnet50,500,64,1,abc\n", "column duration: not a number"),
+        (HEADER + "a,0,100,resnet50,500,64,16,100\n", "more than cluster n1g8 has (8)"),
+        (HEADER + "a,0,100,alexnet,500,64,1,100\n", "no throughput table for model_name='alexnet'"),
+    ],
+)
 def test_malformed_traces_are_one_line_errors(tmp_path, body, needle):
     p = _write(tmp_path, body)
     with pytest.raises(TraceError, match=None) as exc:
@@ -137,8 +141,15 @@ def test_a_trace_only_method_is_refused_outside_the_trace_experiment():
 
 def _run(args, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "mara.evaluate", "experiment=trace", f"paths.output_dir={tmp_path / 'run'}",
-                           *args], check=False, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "mara.evaluate", "experiment=trace", f"paths.output_dir={tmp_path / 'run'}", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+    )
 
 
 def test_the_command_refuses_a_trace_asking_more_gpus_than_the_cluster(tmp_path):

@@ -1,5 +1,6 @@
 """Target-loss trace jobs: hand-worked crossings and quantiles, the stretch, what a declared-count scheduler sees,
 ElasticFlow on declared counts against the true ones, and the setting's one-line refusals."""
+
 from __future__ import annotations
 
 import json
@@ -116,8 +117,17 @@ def test_the_true_count_is_not_in_anything_a_declared_count_scheduler_sees_but_t
         st.status[0] = 0
         sched.decide(0, np.array([0]))
         view = sched.view
-        seen.append((view.iter_left.tolist(), view.submit.tolist(), view.ddl.tolist(), view.tput.tolist(),
-                     st.gpus.tolist(), st.finish.tolist(), st.status.tolist()))
+        seen.append(
+            (
+                view.iter_left.tolist(),
+                view.submit.tolist(),
+                view.ddl.tolist(),
+                view.tput.tolist(),
+                st.gpus.tolist(),
+                st.finish.tolist(),
+                st.status.tolist(),
+            )
+        )
     assert seen[0] == seen[1]
     k = np.arange(1, int(true[0]))
     la = stretched_loss(bank.L[pool[a]], x[a], true[0], k)
@@ -129,8 +139,14 @@ def _one_gpu_state(true, ddl):
     J = len(true)
     tput = np.zeros((J, len(LEVELS)))
     tput[:, 0] = 1.0  # one iteration per second on one GPU, the only level
-    return JobState(np.zeros(J, dtype=np.int64), np.asarray(ddl, dtype=np.int64), tput, np.zeros(J, dtype=np.int64),
-                    np.asarray(true, dtype=np.float64), 1)
+    return JobState(
+        np.zeros(J, dtype=np.int64),
+        np.asarray(ddl, dtype=np.int64),
+        tput,
+        np.zeros(J, dtype=np.int64),
+        np.asarray(true, dtype=np.float64),
+        1,
+    )
 
 
 def test_elasticflow_on_declared_counts_declines_what_the_true_count_admits():
@@ -169,9 +185,16 @@ def test_an_estimate_that_runs_short_is_replanned_never_a_success(bank, deadline
     # predictor says 10 more at every look. ElasticFlow's plans end early again and again; the job still ends when
     # it reaches its target, at 600, and meets a deadline of 2000, not one of 500.
     row = bank.rows("CNN_Cifar10", JOB_SPLIT)[0]
-    tl = TargetLossJobs(family=np.array(["CNN_Cifar10"]), row=np.array([row]), target=np.array([1.8]),
-                        x_star=np.array([60.0]), scale=np.array([10.0]), true=np.array([600.0]),
-                        declared=np.array([1000.0]), past_batches=np.array([100.0]))
+    tl = TargetLossJobs(
+        family=np.array(["CNN_Cifar10"]),
+        row=np.array([row]),
+        target=np.array([1.8]),
+        x_star=np.array([60.0]),
+        scale=np.array([10.0]),
+        true=np.array([600.0]),
+        declared=np.array([1000.0]),
+        past_batches=np.array([100.0]),
+    )
     sched = PredictedCount(TraceElasticFlow(overhead=False), tl, bank, _ShortSighted(), 1, np.array([100.0]))
     rep = replay(_one_gpu_state([600], [deadline]), sched, np.zeros(1, dtype=np.int64), 1)
     assert rep.finish.tolist() == [600.0] and rep.met.tolist() == [met]
@@ -179,19 +202,37 @@ def test_an_estimate_that_runs_short_is_replanned_never_a_success(bank, deadline
 
 def _run(args, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "mara.evaluate", "experiment=trace", f"paths.output_dir={tmp_path / 'run'}",
-                           *args], check=False, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "mara.evaluate", "experiment=trace", f"paths.output_dir={tmp_path / 'run'}", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+    )
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["trace.jobs=targets"], "trace.jobs must be iterations or target_loss"),
-    (["trace.jobs=target_loss", "trace.target_seed=-1"], "trace.target_seed must be an integer >= 0"),
-    (["trace.jobs=target_loss", "trace.declare_quantile=1.5"], "trace.declare_quantile must be a number in (0, 1]"),
-    (["trace.jobs=target_loss", "methods=[ElasticFlow-predicted]", "+method_overrides.ElasticFlow-predicted.trace_band=mid"],
-     "trace_band must be one of lo, median, hi"),
-    (["trace.jobs=target_loss", "trace.path=mara/data/traces/itp_cluster01_first300_raw.csv"],
-     "needs the elasticflow schema"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["trace.jobs=targets"], "trace.jobs must be iterations or target_loss"),
+        (["trace.jobs=target_loss", "trace.target_seed=-1"], "trace.target_seed must be an integer >= 0"),
+        (["trace.jobs=target_loss", "trace.declare_quantile=1.5"], "trace.declare_quantile must be a number in (0, 1]"),
+        (
+            [
+                "trace.jobs=target_loss",
+                "methods=[ElasticFlow-predicted]",
+                "+method_overrides.ElasticFlow-predicted.trace_band=mid",
+            ],
+            "trace_band must be one of lo, median, hi",
+        ),
+        (
+            ["trace.jobs=target_loss", "trace.path=mara/data/traces/itp_cluster01_first300_raw.csv"],
+            "needs the elasticflow schema",
+        ),
+    ],
+)
 def test_bad_target_loss_settings_are_refused_in_one_line(tmp_path, args, needle):
     r = _run(args, tmp_path)
     assert r.returncode == 2, r.stderr[-2000:]
@@ -205,5 +246,7 @@ def test_the_command_runs_target_loss_jobs_with_each_jobs_counts(tmp_path):
     res = json.loads((tmp_path / "run" / "results.json").read_text())
     rows = res["rows"]
     assert len(rows) == 90 and {row["deadline_met"] for row in rows} <= {0, 1}
-    short = [row for row in rows if row["method"] == "ElasticFlow" and row["declared_iterations"] < row["true_iterations"]]
+    short = [
+        row for row in rows if row["method"] == "ElasticFlow" and row["declared_iterations"] < row["true_iterations"]
+    ]
     assert all(row["deadline_met"] == 0 for row in short)

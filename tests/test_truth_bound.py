@@ -1,4 +1,5 @@
 """The perfect-prediction bound (predictor truth, Slack-Truth) and the band-aware rule (Slack-FM-q)."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -37,9 +38,16 @@ class NeedMinusProcessed:
         env = self.env
         left = (env.slot_need - env.slot_s).astype(np.float64)
         fed = np.where(obs.n_obs >= WARMUP_OBS, left, obs.cap_remaining)
-        shown = SimpleNamespace(present=obs.present, task=obs.task, remaining_time=obs.remaining_time,
-                                deadline=obs.deadline, n_obs=obs.n_obs, cap_remaining=obs.cap_remaining,
-                                pred_remaining=np.where(obs.present, fed, 0.0), n_nodes=obs.n_nodes)
+        shown = SimpleNamespace(
+            present=obs.present,
+            task=obs.task,
+            remaining_time=obs.remaining_time,
+            deadline=obs.deadline,
+            n_obs=obs.n_obs,
+            cap_remaining=obs.cap_remaining,
+            pred_remaining=np.where(obs.present, fed, 0.0),
+            n_nodes=obs.n_nodes,
+        )
         return self.rule.act(shown)
 
 
@@ -101,8 +109,13 @@ def test_learned_policy_refused_the_truth_predictor():
 def test_cli_refuses_mara_with_truth(tmp_path):
     from tests.test_entrypoints import _run
 
-    p = _run("-m", "mara.evaluate", "methods=[MARA]", "++method_overrides={MARA: {predictor: truth}}",
-             f"hydra.run.dir={tmp_path}/run")
+    p = _run(
+        "-m",
+        "mara.evaluate",
+        "methods=[MARA]",
+        "++method_overrides={MARA: {predictor: truth}}",
+        f"hydra.run.dir={tmp_path}/run",
+    )
     assert p.returncode == 2, p.stderr
     lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and "refused to learned policies" in lines[0] and "Traceback" not in p.stderr
@@ -128,18 +141,33 @@ def test_band_quantile_hand_cases():
 def _obs(pred, lo, hi, tau, n_obs, M):
     K = len(pred)
     present = np.ones((1, K), bool)
-    return SimpleNamespace(present=present, task=np.arange(K)[None], remaining_time=np.array([tau]),
-                           deadline=np.array([tau]) + 3, n_obs=np.array([n_obs]), cap_remaining=np.full((1, K), 999),
-                           pred_remaining=np.array([pred], float), pred_remaining_lo=np.array([lo], float),
-                           pred_remaining_hi=np.array([hi], float), n_nodes=M, max_active=K)
+    return SimpleNamespace(
+        present=present,
+        task=np.arange(K)[None],
+        remaining_time=np.array([tau]),
+        deadline=np.array([tau]) + 3,
+        n_obs=np.array([n_obs]),
+        cap_remaining=np.full((1, K), 999),
+        pred_remaining=np.array([pred], float),
+        pred_remaining_lo=np.array([lo], float),
+        pred_remaining_hi=np.array([hi], float),
+        n_nodes=M,
+        max_active=K,
+    )
 
 
 def test_quantile_rule_changes_feasibility_and_order():
     # slot 0: median 50 > tau 40 (hopeless by the median) but q10 = 20 (finishable at q10)
     # slot 1: median 30, q10 25, tau 40 (finishable either way); slot 2: cold (deadline 13) ; slot 3: median 99, q10 80
-    obs = _obs(pred=[50, 30, 999, 99], lo=[20, 25, 999, 80], hi=[90, 60, 999, 200], tau=[40, 40, 10, 40],
-               n_obs=[5, 5, 2, 5], M=2)
-    assert list(SlackRule().act(obs)[0]) == [1, 2]              # median: slot 1 (slack 10), then the cold slot 2
+    obs = _obs(
+        pred=[50, 30, 999, 99],
+        lo=[20, 25, 999, 80],
+        hi=[90, 60, 999, 200],
+        tau=[40, 40, 10, 40],
+        n_obs=[5, 5, 2, 5],
+        M=2,
+    )
+    assert list(SlackRule().act(obs)[0]) == [1, 2]  # median: slot 1 (slack 10), then the cold slot 2
     # q10, order by the median slack: slot 0 (slack 40 − 50 = −10) before slot 1 (10)
     assert list(SlackRule(quantile=0.1).act(obs)[0]) == [0, 1]
     # q10, order by the q10 slack: slot 1 (40 − 25 = 15) before slot 0 (40 − 20 = 20)
@@ -157,4 +185,9 @@ def test_slack_fm_q_config_reads_a_band():
 
     cfg = load_method_cfg("Slack-FM-q")
     alloc = instantiate(cfg.allocator)
-    assert cfg.predictor == "fm" and isinstance(alloc, SlackRule) and alloc.quantile is not None and 0 < alloc.quantile < 0.5
+    assert (
+        cfg.predictor == "fm"
+        and isinstance(alloc, SlackRule)
+        and alloc.quantile is not None
+        and 0 < alloc.quantile < 0.5
+    )

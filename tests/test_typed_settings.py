@@ -6,6 +6,7 @@ sections) are read as attributes of frozen dataclasses. The few functions that r
 why: a policy checkpoint's record (data written by an earlier run), a method's own config (read through
 mara/core/config.py), or a command line's own parse.
 """
+
 from __future__ import annotations
 
 import ast
@@ -17,11 +18,14 @@ from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING = sorted((ROOT / "mara" / "mat").glob("*.py")) + [
-    ROOT / "mara" / "predictors" / name for name in ("train.py", "quantile_train.py", "fit_settings.py")]
+    ROOT / "mara" / "predictors" / name for name in ("train.py", "quantile_train.py", "fit_settings.py")
+]
 ENTRY = ROOT / "mara" / "train.py"
 #: the MAT recipes: the product's (conf/mat) and the experiments' (conf/experiments/mat, on Hydra's search path)
-RECIPE_FILES = [*sorted((ROOT / "conf" / "mat").glob("*.yaml")),
-                *sorted((ROOT / "conf" / "experiments" / "mat").glob("*.yaml"))]
+RECIPE_FILES = [
+    *sorted((ROOT / "conf" / "mat").glob("*.yaml")),
+    *sorted((ROOT / "conf" / "experiments" / "mat").glob("*.yaml")),
+]
 
 #: (module, function) → why it may read settings' names by key
 READS_A_RECORD = {
@@ -60,8 +64,7 @@ def _keys(node, out: set) -> set:
 def settings_keys() -> set[str]:
     """Every key name of the training recipes, the simulator, the trainer and the predictors' training sections."""
     keys: set[str] = set()
-    for path in [*RECIPE_FILES, ROOT / "conf" / "sim" / "default.yaml",
-                 *(ROOT / "conf" / "trainer").glob("*.yaml")]:
+    for path in [*RECIPE_FILES, ROOT / "conf" / "sim" / "default.yaml", *(ROOT / "conf" / "trainer").glob("*.yaml")]:
         _keys(OmegaConf.to_container(OmegaConf.load(path)), keys)
     for name in ("fm", "qr"):
         pred = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "predictor" / f"{name}.yaml"))
@@ -72,11 +75,13 @@ def settings_keys() -> set[str]:
 
 def _functions(tree):
     """(node, name of the innermost enclosing function or None) for every node."""
+
     def walk(node, fn):
         for child in ast.iter_child_nodes(node):
             inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else fn
             yield child, inner
             yield from walk(child, inner)
+
     yield from walk(tree, None)
 
 
@@ -88,8 +93,13 @@ def key_reads(path: Path, keys: set[str], root: Path = ROOT) -> list[str]:
         key = None
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and isinstance(node.slice, ast.Constant):
             key = node.slice.value
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
-              and node.args and isinstance(node.args[0], ast.Constant)):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
             key = node.args[0].value
         if isinstance(key, str) and key in keys and (rel, fn) not in READS_A_RECORD:
             found.append(f"{rel}:{node.lineno} in {fn}: reads {key!r} by key")
@@ -126,8 +136,9 @@ def test_the_check_finds_a_key_read(tmp_path):
     """The scan is not blind: a dict-key read of a setting and a config import in a training module are found."""
     mod = tmp_path / "mara" / "mat" / "crept.py"
     mod.parent.mkdir(parents=True)
-    mod.write_text("from omegaconf import DictConfig\n\n"
-                   "def f(c):\n    return c['sim']['n_nodes'] + c.get('dagger_rounds')\n")
+    mod.write_text(
+        "from omegaconf import DictConfig\n\ndef f(c):\n    return c['sim']['n_nodes'] + c.get('dagger_rounds')\n"
+    )
     found = key_reads(mod, settings_keys(), tmp_path) + config_uses(mod, tmp_path)
     assert len(found) == 4, found  # 'sim', 'n_nodes', 'dagger_rounds' and the import
 
@@ -136,17 +147,27 @@ def test_the_entry_point_hands_its_config_on_unread():
     """mara/train.py passes the composed config only as an argument (to the parse, the pre-flight, the run folder,
     the paper's pipeline): it never reads a key of it."""
     tree = ast.parse(ENTRY.read_text())
-    passed = {id(a) for node in ast.walk(tree) if isinstance(node, ast.Call)
-              for a in [*node.args, *(k.value for k in node.keywords)]}
-    reads = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Name) and node.id == "cfg"
-             and isinstance(node.ctx, ast.Load) and id(node) not in passed]
+    passed = {
+        id(a)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        for a in [*node.args, *(k.value for k in node.keywords)]
+    }
+    reads = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Name) and node.id == "cfg" and isinstance(node.ctx, ast.Load) and id(node) not in passed
+    ]
     assert not reads, f"mara/train.py reads its config at lines {reads}"
     assert key_reads(ENTRY, settings_keys()) == []
     # and hands it only to the parse and the checks before any work: the stages, the evaluation and the paper's
     # pipeline get the parsed settings
-    given = {node.func.id if isinstance(node.func, ast.Name) else node.func.attr for node in ast.walk(tree)
-             if isinstance(node, ast.Call) and any(isinstance(a, ast.Name) and a.id == "cfg"
-                                                    for a in [*node.args, *(k.value for k in node.keywords)])}
+    given = {
+        node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and any(isinstance(a, ast.Name) and a.id == "cfg" for a in [*node.args, *(k.value for k in node.keywords)])
+    }
     assert given <= {"before_any_work", "check_stage_and_reward", "preflight", "parse", "run_cli"}, given
 
 
@@ -160,10 +181,16 @@ def test_the_stages_after_the_parse_take_typed_settings():
     from mara.pipelines.paper import run_paper
     from mara.train import run_training
 
-    first = {f.__name__: next(iter(inspect.signature(f).parameters.values())).annotation
-             for f in (run_training, run_evaluation, run_paper, train_trace_policy)}
-    assert first == {"run_training": "TrainSettings", "run_evaluation": "EvaluationSettings",
-                     "run_paper": "PaperSettings", "train_trace_policy": "TracePolicySettings"}
+    first = {
+        f.__name__: next(iter(inspect.signature(f).parameters.values())).annotation
+        for f in (run_training, run_evaluation, run_paper, train_trace_policy)
+    }
+    assert first == {
+        "run_training": "TrainSettings",
+        "run_evaluation": "EvaluationSettings",
+        "run_paper": "PaperSettings",
+        "train_trace_policy": "TracePolicySettings",
+    }
 
 
 def test_settings_are_frozen_and_recorded_as_before():
@@ -176,11 +203,29 @@ def test_settings_are_frozen_and_recorded_as_before():
     with pytest.raises(dataclasses.FrozenInstanceError):
         policy.seed = 1
     rec = policy.recorded()
-    assert set(rec) == {"net", "ppo", "rollout", "sim", "workload", "reward", "predictor", "bank_path", "seed",
-                        "total_env_steps", "num_threads", "imitation", "init_from"}
+    assert set(rec) == {
+        "net",
+        "ppo",
+        "rollout",
+        "sim",
+        "workload",
+        "reward",
+        "predictor",
+        "bank_path",
+        "seed",
+        "total_env_steps",
+        "num_threads",
+        "imitation",
+        "init_from",
+    }
     assert rec["sim"] == {"n_nodes": 7, "max_active": 10, "obs_every": 10, "n_steps": 500, "beta": 0.1}
-    assert rec["imitation"]["suite"][5] == {"nodes": 7, "max_active": 10, "node_speed": [2, 2, 1, 1, 1, 1, 1],
-                                            "switch_cost": 2, "teacher": "Slack-QR-displace"}
+    assert rec["imitation"]["suite"][5] == {
+        "nodes": 7,
+        "max_active": 10,
+        "node_speed": [2, 2, 1, 1, 1, 1, 1],
+        "switch_cost": 2,
+        "teacher": "Slack-QR-displace",
+    }
     assert settings.predictor is None  # the decision head trains elsewhere: nothing to train in the predictor stage
     fm = parse(cfg_for("train", ["experiment=smoke"]))
     assert fm.predictor.fit.data["train_examples"] == 256 and fm.predictor.fit.train.patience == 1

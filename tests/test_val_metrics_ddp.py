@@ -1,5 +1,6 @@
 """Validation metrics under DDP: two CPU gloo processes, each scoring its share, reduce to the one-process values
 (FM module's MAE / budget accuracy / band coverage on real bank queries; MAT's mean validation success rate)."""
+
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
 """Real-format loaders read tiny fixture files; missing data gives one clear line; synthetic stand-ins have real
 shapes."""
+
 from __future__ import annotations
 
 import pickle
@@ -26,8 +27,12 @@ def _write_cifar(root, n=4):
     names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
     for k, name in enumerate(names):
         # the real files are Python-2 pickles whose str keys load as str under encoding="latin1"
-        batch = {"batch_label": name, "labels": [(k + j) % 10 for j in range(n)],
-                 "data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), "filenames": ["x.png"] * n}
+        batch = {
+            "batch_label": name,
+            "labels": [(k + j) % 10 for j in range(n)],
+            "data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+            "filenames": ["x.png"] * n,
+        }
         with open(folder / name, "wb") as fh:
             pickle.dump(batch, fh)
     with open(folder / "batches.meta", "wb") as fh:
@@ -43,8 +48,11 @@ def test_cifar10_python_batches(tmp_path):
 
 
 def test_imdb_acl_layout(tmp_path):
-    for sub, name, text in [("pos", "0_9.txt", "A great movie!<br />Great acting."), ("pos", "1_8.txt", "Loved it"),
-                            ("neg", "2_1.txt", "Terrible, boring film.")]:
+    for sub, name, text in [
+        ("pos", "0_9.txt", "A great movie!<br />Great acting."),
+        ("pos", "1_8.txt", "Loved it"),
+        ("neg", "2_1.txt", "Terrible, boring film."),
+    ]:
         d = tmp_path / "aclImdb" / "train" / sub
         d.mkdir(parents=True, exist_ok=True)
         (d / name).write_text(text)

@@ -1,6 +1,7 @@
 """Zoo data layer: a DataModule per data set, the resumable loader in the bank's order, mid-run resume of a
 generation job, a family added with a LightningModule + DataModule + one YAML, and the shipped real-data curves
 regenerated through ``trainer.fit(task, datamodule=dm)``."""
+
 from __future__ import annotations
 
 import io
@@ -32,8 +33,12 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def test_every_family_has_its_data_sets_datamodule():
-    want = {"cifar10": zdm.Cifar10DataModule, "imdb": zdm.ImdbDataModule, "yesno": zdm.YesnoDataModule,
-            "montezuma": zdm.MontezumaDataModule}
+    want = {
+        "cifar10": zdm.Cifar10DataModule,
+        "imdb": zdm.ImdbDataModule,
+        "yesno": zdm.YesnoDataModule,
+        "montezuma": zdm.MontezumaDataModule,
+    }
     for fam in ALL_FAMILIES:
         dm = build_datamodule(fam, seed=1, batch_size=4, source="synthetic")
         assert type(dm) is want[load_zoo_config(fam).dataset]
@@ -154,12 +159,17 @@ def test_a_family_added_with_a_module_a_datamodule_and_one_yaml_generates_curves
     done = gen.generate(["ToyLines"], {"pool": 2, "fm_val": 1}, shard_dir=shards, quiet=True)
     assert [r["status"] for r in done] == ["done"] * 3
     bank = load_bank(gen.merge(shards, tmp_path / "toy.parquet"))
-    assert sorted(bank.curve_id) == ["ToyLines/synthetic/fm_val/0000", "ToyLines/synthetic/pool/0000",
-                                     "ToyLines/synthetic/pool/0001"]
+    assert sorted(bank.curve_id) == [
+        "ToyLines/synthetic/fm_val/0000",
+        "ToyLines/synthetic/pool/0000",
+        "ToyLines/synthetic/pool/0001",
+    ]
     assert set(bank.lengths) == {20} and set(bank.batch_size) <= {8, 16}
     ell = bank.ell[:, :20]
     assert np.isfinite(ell).all() and (ell[:, -5:].mean(1) < ell[:, :5].mean(1)).all()  # it learns
-    again = gen.train_curve(gen.Job("ToyLines", "pool", 0, "synthetic"), gen.GenerationSettings(shard_dir=str(shards)))[0]
+    again = gen.train_curve(gen.Job("ToyLines", "pool", 0, "synthetic"), gen.GenerationSettings(shard_dir=str(shards)))[
+        0
+    ]
     assert again["losses"] == bank.ell[list(bank.curve_id).index("ToyLines/synthetic/pool/0000"), :20].tolist()
     (tmp_path / "zoo" / "ToyLines.yaml").write_text(TOY_YAML.replace("toyzoo.LineTask", "toyzoo.Nope"))
     with pytest.raises(ZooError, match="module._target_ 'toyzoo.Nope' cannot be imported"):
@@ -174,9 +184,11 @@ def test_regenerated_real_curves_equal_the_shipped_shards(tmp_path):
         pytest.skip(f"needs {shard.name} and {SHARED}/waves_yesno.tar.gz (set MARA_SHARED_DATA)")
     shipped = pq.read_table(shard).to_pylist()[0]
     job = gen.Job("TSFM_Audio_1", "pool", 0, "real")
-    record, why = gen.train_curve(job, gen.GenerationSettings(shard_dir=str(tmp_path), data_root=str(SHARED),
-                                                              cache_dir=str(tmp_path / "cache")),
-                                  json.loads(shipped["meta"]).get("attempt", 0))
+    record, why = gen.train_curve(
+        job,
+        gen.GenerationSettings(shard_dir=str(tmp_path), data_root=str(SHARED), cache_dir=str(tmp_path / "cache")),
+        json.loads(shipped["meta"]).get("attempt", 0),
+    )
     assert why is None and (record["seed"], record["batch_size"]) == (shipped["seed"], shipped["batch_size"])
     got, want = np.asarray(record["losses"]), np.asarray(shipped["losses"])
     assert len(got) == len(want) == 700

@@ -1,4 +1,5 @@
 """Every zoo family builds from its Hydra config and trains 3 batches on synthetic data with finite losses."""
+
 from __future__ import annotations
 
 import math
@@ -17,9 +18,20 @@ from tasks_zoo.vision import SimpleViT, resnet_cifar
 def _train(family: str, steps: int = 3, batch_size: int = 2, seed: int = 0) -> list[float]:
     module, loader = build_task(family, seed=seed, batch_size=batch_size, lr=1e-3, source="synthetic")
     rec = LossRecorder()
-    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=steps, max_epochs=-1, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, callbacks=[rec], use_distributed_sampler=False,
-                        num_sanity_val_steps=0, limit_val_batches=0)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=steps,
+        max_epochs=-1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[rec],
+        use_distributed_sampler=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
     trainer.fit(module, train_dataloaders=loader)
     return rec.losses
 

@@ -4,6 +4,7 @@ The session's data folder holds the CIFAR-10 and YESNO archives (links to the sh
 under the names they have there) and a real IMDB slice (the first reviews of each polarity, streamed out
 of the shared archive); archives are unpacked once into a temporary cache.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,11 +24,23 @@ from tasks_zoo.registry import build_task, load_dataset, load_zoo_config
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("MARA_SHARED_DATA", REPO.parent / "shared" / "data"))
-ARCHIVES = {"cifar10": "cifar-10-python-train50k-test1k.tar.gz", "imdb": "aclImdb_v1_labelled.tar.gz",
-            "yesno": "waves_yesno.tar.gz"}
+ARCHIVES = {
+    "cifar10": "cifar-10-python-train50k-test1k.tar.gz",
+    "imdb": "aclImdb_v1_labelled.tar.gz",
+    "yesno": "waves_yesno.tar.gz",
+}
 IMDB_PER_CLASS = 48
-REAL_FAMILIES = ["CNN_Cifar10", "ResNet18_Cifar10", "ResNet34_Cifar10", "LSTM_Cifar10", "ViT_Cifar10_1",
-                 "TSFM_Audio_1", "TSFM_Audio_2", "ALSTM_Text_1", "ALSTM_Text_2"]
+REAL_FAMILIES = [
+    "CNN_Cifar10",
+    "ResNet18_Cifar10",
+    "ResNet34_Cifar10",
+    "LSTM_Cifar10",
+    "ViT_Cifar10_1",
+    "TSFM_Audio_1",
+    "TSFM_Audio_2",
+    "ALSTM_Text_1",
+    "ALSTM_Text_2",
+]
 
 
 def _imdb_slice(archive: Path, dest: Path, per_class: int) -> None:
@@ -51,7 +64,9 @@ def real(tmp_path_factory):
     """(data_root, cache_dir) for the real data sets; skips (with the reason printed) without ../shared/data."""
     missing = [name for name in ARCHIVES.values() if not (SHARED / name).is_file()]
     if missing:
-        pytest.skip(f"real data archives not found in {SHARED} ({', '.join(missing)}); set MARA_SHARED_DATA to their folder")
+        pytest.skip(
+            f"real data archives not found in {SHARED} ({', '.join(missing)}); set MARA_SHARED_DATA to their folder"
+        )
     root, cache = tmp_path_factory.mktemp("real_root"), tmp_path_factory.mktemp("real_cache")
     for key in ("cifar10", "yesno"):
         (root / ARCHIVES[key]).symlink_to(SHARED / ARCHIVES[key])
@@ -85,7 +100,9 @@ def test_real_yesno(real):
 @pytest.mark.parametrize("family", REAL_FAMILIES)
 def test_one_training_step_on_real_data(real, family):
     batch = min(DOMAIN_BATCH_SIZES[FAMILY_DOMAIN[family]])
-    module, loader = build_task(family, seed=0, batch_size=batch, lr=1e-3, source="real", data_root=real[0], cache_dir=real[1])
+    module, loader = build_task(
+        family, seed=0, batch_size=batch, lr=1e-3, source="real", data_root=real[0], cache_dir=real[1]
+    )
     opt = module.configure_optimizers()
     x, y = next(iter(loader))
     loss = module.training_step((x, y), 0)
@@ -94,15 +111,26 @@ def test_one_training_step_on_real_data(real, family):
     loss.backward()
     opt.step()
     chance = {"cross_entropy": np.log(10 if load_zoo_config(family).dataset == "cifar10" else 2), "bce": np.log(2)}
-    assert torch.isfinite(loss) and 0.3 * chance[load_zoo_config(family).loss] < float(loss) < 3 * chance[load_zoo_config(family).loss]
+    assert (
+        torch.isfinite(loss)
+        and 0.3 * chance[load_zoo_config(family).loss] < float(loss) < 3 * chance[load_zoo_config(family).loss]
+    )
     assert any(not torch.equal(a, b) for a, b in zip(before, module.parameters()))
     assert torch.isfinite(module.training_step((x, y), 0))
 
 
 @pytest.mark.parametrize("family", ["CNN_Cifar10", "ALSTM_Text_1", "TSFM_Audio_1"])
 def test_generation_on_real_data_writes_a_real_shard(real, tmp_path, family):
-    res = generate([family], {"pool": 1}, shard_dir=tmp_path, cap=3, source="real", data_root=real[0], cache_dir=real[1],
-                   quiet=True)
+    res = generate(
+        [family],
+        {"pool": 1},
+        shard_dir=tmp_path,
+        cap=3,
+        source="real",
+        data_root=real[0],
+        cache_dir=real[1],
+        quiet=True,
+    )
     assert [r["status"] for r in res] == ["done"]
     bank = load_bank(tmp_path / f"{family}__real__pool__0000.parquet")
     assert bank.data_source.tolist() == ["real"] and bank.lengths.tolist() == [3] and np.isfinite(bank.ell).all()

@@ -3,6 +3,7 @@
 An allocator gets the batched ``Observation`` of step t and returns ``actions [E, M]``: for each node a
 slot index in ``[0, K)`` or ``IDLE`` (-1), never the same slot twice in a row (Eq. 2).
 """
+
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable

@@ -36,6 +36,7 @@ The math is in pure functions (``feasible``, ``breakpoints``, ``largest_feasible
 runs only for episodes whose whole warm set (after dropping individually infeasible tasks) is
 infeasible.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -213,7 +214,9 @@ class LARA:
         E, K = p.shape
         cand = warm & (p <= tau) & (m[:, None] > 0)  # a task that cannot fit alone is never in S
         # breakpoints of every candidate (superset of each subset's breakpoints: checking more T is exact)
-        T = np.concatenate([np.zeros((E, 1), np.int64), np.where(cand, tau, 0), np.where(cand, np.maximum(tau - p, 0), 0)], axis=1)
+        T = np.concatenate(
+            [np.zeros((E, 1), np.int64), np.where(cand, tau, 0), np.where(cand, np.maximum(tau - p, 0), 0)], axis=1
+        )
         D = np.maximum(0, p[:, :, None] - np.maximum(0, tau[:, :, None] - T[:, None, :]))  # [E, K, J]
         load = np.where(cand[:, :, None], D, 0).sum(axis=1)  # [E, J]
         ok = np.all(load <= m[:, None] * T, axis=1)

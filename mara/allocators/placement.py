@@ -42,6 +42,7 @@ reshuffling its ranks does not make tasks trade nodes back and forth (a placemen
 finish earlier nearly tripled the switches and lost about a point). On equal speeds nothing is faster: the move
 never fires, so identical nodes keep their placement bit for bit.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -59,8 +60,9 @@ def demand(remaining, shape) -> np.ndarray:
     return np.clip(r, 0, _UNKNOWN).astype(np.int64)
 
 
-def assign_nodes(picks, node_speed, switch_cost: int = 0, last_node=None, started=None, setup_left=None,
-                 remaining=None) -> np.ndarray:
+def assign_nodes(
+    picks, node_speed, switch_cost: int = 0, last_node=None, started=None, setup_left=None, remaining=None
+) -> np.ndarray:
     """Place the chosen tasks on nodes (module docstring).
 
     picks [E, M] slot indices in priority order (best first; ``IDLE`` entries are skipped, wherever they are);
@@ -113,8 +115,19 @@ def assign_nodes(picks, node_speed, switch_cost: int = 0, last_node=None, starte
     return out
 
 
-def displace_running(actions, picks, node_speed, switch_cost: int, last_node, started, setup_left, remaining,
-                     remaining_time, remaining_displaced=None, margin: int = 0) -> np.ndarray:
+def displace_running(
+    actions,
+    picks,
+    node_speed,
+    switch_cost: int,
+    last_node,
+    started,
+    setup_left,
+    remaining,
+    remaining_time,
+    remaining_displaced=None,
+    margin: int = 0,
+) -> np.ndarray:
     """The displacement move on a greedy placement (module docstring, "Displacement"): a tight task takes a faster
     node from a running task that can still finish on the tight task's node; returns new actions [E, M].
 
@@ -175,8 +188,14 @@ def displace_running(actions, picks, node_speed, switch_cost: int, last_node, st
     return out
 
 
-def place(obs: Observation, picks: np.ndarray, remaining=None, displace: bool = False, remaining_displaced=None,
-          margin: int = 0) -> np.ndarray:
+def place(
+    obs: Observation,
+    picks: np.ndarray,
+    remaining=None,
+    displace: bool = False,
+    remaining_displaced=None,
+    margin: int = 0,
+) -> np.ndarray:
     """A rule's actions on the observation's nodes: unchanged on identical nodes with free preemption, else
     ``assign_nodes`` with the observation's node speeds, switch cost and per-slot history, then (``displace``)
     the displacement move ``displace_running`` with the tasks' remaining time."""
@@ -184,8 +203,19 @@ def place(obs: Observation, picks: np.ndarray, remaining=None, displace: bool = 
         return picks
     out = assign_nodes(picks, obs.node_speed, obs.switch_cost, obs.last_node, obs.started, obs.setup_left, remaining)
     if displace:
-        out = displace_running(out, picks, obs.node_speed, obs.switch_cost, obs.last_node, obs.started, obs.setup_left,
-                               remaining, obs.remaining_time, remaining_displaced, margin)
+        out = displace_running(
+            out,
+            picks,
+            obs.node_speed,
+            obs.switch_cost,
+            obs.last_node,
+            obs.started,
+            obs.setup_left,
+            remaining,
+            obs.remaining_time,
+            remaining_displaced,
+            margin,
+        )
     return out
 
 

@@ -29,6 +29,7 @@ The planner reads only the observation, so ``Plan-QR`` is a schedule anyone coul
 true remaining batches (``predictor: truth``), a privileged bound. ``timing`` holds the seconds spent in ``act``
 and the episode-decisions made (ms per decision = 1000 · seconds / decisions).
 """
+
 from __future__ import annotations
 
 import time
@@ -53,8 +54,24 @@ def band_sample(lo, med, hi, z, band=(0.1, 0.9)) -> np.ndarray:
     return np.maximum(np.expm1(x), 0.0)
 
 
-def rollout_successes(actions, need, est, warm, tau, cap, deadline, task, last, started, setup, node_speed,
-                      switch_cost: int, horizon: int, displace: bool = False, arrivals: dict | None = None) -> np.ndarray:
+def rollout_successes(
+    actions,
+    need,
+    est,
+    warm,
+    tau,
+    cap,
+    deadline,
+    task,
+    last,
+    started,
+    setup,
+    node_speed,
+    switch_cost: int,
+    horizon: int,
+    displace: bool = False,
+    arrivals: dict | None = None,
+) -> np.ndarray:
     """Tasks that succeed when the first step serves ``actions`` [R, M] and the least-slack rule with the greedy
     placement serves the rest, over ``horizon`` steps -> successes [R] (module docstring).
 
@@ -87,10 +104,27 @@ def rollout_successes(actions, need, est, warm, tau, cap, deadline, task, last, 
     for step in range(horizon):
         if step > 0:
             if arrivals is not None:
-                _admit(arrivals, step, nxt, present, joined, need, est, tau, cap, deadline, task, last, started, setup,
-                       done)
+                _admit(
+                    arrivals,
+                    step,
+                    nxt,
+                    present,
+                    joined,
+                    need,
+                    est,
+                    tau,
+                    cap,
+                    deadline,
+                    task,
+                    last,
+                    started,
+                    setup,
+                    done,
+                )
                 n_obs = np.where(joined, np.minimum(done, cap) // int(arrivals["obs_every"]), n_obs)
-            read = est if arrivals is None else np.where(joined & (n_obs < WARMUP_OBS), cap, est)  # a cold arrival: its cap
+            read = (
+                est if arrivals is None else np.where(joined & (n_obs < WARMUP_OBS), cap, est)
+            )  # a cold arrival: its cap
             e = np.maximum(read - done, 0.0)
             stage = slack_stage(present, cap - done, n_obs, e / top, tau)
             keys = slack_keys(stage, e / top, tau, deadline, task)
@@ -129,8 +163,9 @@ def _pending(arrivals: dict, nxt, horizon: int) -> np.ndarray:
     return (nxt < a_step.shape[1]) & (a_step[np.arange(len(nxt)), i] < horizon)
 
 
-def _admit(arrivals: dict, step: int, nxt, present, joined, need, est, tau, cap, deadline, task, last, started, setup,
-           done) -> None:
+def _admit(
+    arrivals: dict, step: int, nxt, present, joined, need, est, tau, cap, deadline, task, last, started, setup, done
+) -> None:
     """Fill free slots, lowest first, with the rollout arrivals that have joined by ``step``, in order (in place)."""
     a_step = arrivals["step"]
     R, A = a_step.shape
@@ -185,9 +220,15 @@ class TaskProfiles:
                 continue
             self._known[e].add(t)
             done = float(obs.processed[e, k])
-            self.profiles[e].append((int(obs.deadline[e, k] - obs.arrival[e, k]), int(obs.cap_remaining[e, k] + done),
-                                     float(obs.pred_remaining_lo[e, k]) + done, float(obs.pred_remaining[e, k]) + done,
-                                     float(obs.pred_remaining_hi[e, k]) + done))
+            self.profiles[e].append(
+                (
+                    int(obs.deadline[e, k] - obs.arrival[e, k]),
+                    int(obs.cap_remaining[e, k] + done),
+                    float(obs.pred_remaining_lo[e, k]) + done,
+                    float(obs.pred_remaining[e, k]) + done,
+                    float(obs.pred_remaining_hi[e, k]) + done,
+                )
+            )
 
     def sample(self, obs: Observation, eps: np.ndarray, S: int, horizon: int, rng, band) -> dict:
         """Joining tasks for each episode of ``eps`` and future: ``{step, need, est, budget, cap}`` each [len(eps),
@@ -195,17 +236,23 @@ class TaskProfiles:
         / (t + 1). Their demand is counted from their arrival (``need`` = a draw from the profile's band, ``est``
         its median)."""
         A = int(obs.n_queued[eps].max()) + horizon
-        out = {"step": np.full((len(eps), S, A), 10**9, np.int64), "need": np.ones((len(eps), S, A), np.int64),
-               "est": np.ones((len(eps), S, A)), "budget": np.zeros((len(eps), S, A), np.int64),
-               "cap": np.ones((len(eps), S, A), np.int64)}
+        out = {
+            "step": np.full((len(eps), S, A), 10**9, np.int64),
+            "need": np.ones((len(eps), S, A), np.int64),
+            "est": np.ones((len(eps), S, A)),
+            "budget": np.zeros((len(eps), S, A), np.int64),
+            "cap": np.ones((len(eps), S, A), np.int64),
+        }
         for n, e in enumerate(eps):
             prof = np.asarray(self.profiles[e], dtype=np.float64).reshape(-1, 5)
             if not len(prof):
                 continue  # nothing seen to draw from: no arrivals
             rate = min(float(self.arrived[e] + obs.n_queued[e]) / (float(obs.t) + 1.0), 1.0)
             q = int(obs.n_queued[e])
-            joins = np.concatenate([np.zeros((S, q), np.int64),
-                                    np.where(rng.random((S, horizon)) < rate, np.arange(horizon), 10**9)], axis=1)
+            joins = np.concatenate(
+                [np.zeros((S, q), np.int64), np.where(rng.random((S, horizon)) < rate, np.arange(horizon), 10**9)],
+                axis=1,
+            )
             joins.sort(axis=1)
             pick = rng.integers(0, len(prof), size=(S, A))
             z = np.clip(rng.standard_normal((S, A)), -3.0, 3.0)
@@ -223,9 +270,19 @@ class PlanRule:
 
     name = "Plan"
 
-    def __init__(self, warm_obs: int = WARMUP_OBS, name: str | None = None, samples: int = 8, horizon: int = 60,
-                 min_gain: float = 0.0, seed: int = 0, band=(0.1, 0.9), displace: bool = False,
-                 displace_at: str = "median", arrivals: bool = False) -> None:
+    def __init__(
+        self,
+        warm_obs: int = WARMUP_OBS,
+        name: str | None = None,
+        samples: int = 8,
+        horizon: int = 60,
+        min_gain: float = 0.0,
+        seed: int = 0,
+        band=(0.1, 0.9),
+        displace: bool = False,
+        displace_at: str = "median",
+        arrivals: bool = False,
+    ) -> None:
         if samples < 1:
             raise ValueError(f"Plan.samples must be >= 1, got {samples}")
         if horizon < 1:
@@ -234,7 +291,12 @@ class PlanRule:
             raise ValueError(f"Plan.min_gain must be >= 0, got {min_gain}")
         self.rule = SlackRule(warm_obs=warm_obs, displace=displace, displace_at=displace_at)
         self.warm_obs, self.samples, self.horizon = int(warm_obs), int(samples), int(horizon)
-        self.min_gain, self.seed, self.band, self.displace = float(min_gain), int(seed), (float(band[0]), float(band[1])), bool(displace)
+        self.min_gain, self.seed, self.band, self.displace = (
+            float(min_gain),
+            int(seed),
+            (float(band[0]), float(band[1])),
+            bool(displace),
+        )
         self.arrivals = bool(arrivals)
         if name:
             self.name = name
@@ -276,7 +338,9 @@ class PlanRule:
                 ok = (a >= 0) & (b >= 0)
                 aa, bb = np.maximum(a, 0), np.maximum(b, 0)
                 ok &= warm[rows, aa] & warm[rows, bb]
-                da_j = np.where(obs.last_node[rows, aa] == j, obs.setup_left[rows, aa], np.where(obs.started[rows, aa], c, 0))
+                da_j = np.where(
+                    obs.last_node[rows, aa] == j, obs.setup_left[rows, aa], np.where(obs.started[rows, aa], c, 0)
+                )
                 da_i = np.where(obs.started[rows, aa], c, 0)
                 ok &= da_j + -(-hi[rows, aa] // speed[j]) > tau[rows, aa]  # a may miss its deadline where it is
                 ok &= da_i + -(-lo[rows, aa] // speed[i]) <= tau[rows, aa]  # ... and may make it on the faster node
@@ -306,7 +370,9 @@ class PlanRule:
         warm = obs.n_obs >= self.warm_obs
         med = np.asarray(obs.pred_remaining, dtype=np.float64)
         draw = band_sample(obs.pred_remaining_lo[:, None], med[:, None], obs.pred_remaining_hi[:, None], z, self.band)
-        need = np.where(warm[:, None], np.ceil(draw - 1e-6), obs.cap_remaining[:, None])  # [E, S, K]; the log round trip's error must not add a batch
+        need = np.where(
+            warm[:, None], np.ceil(draw - 1e-6), obs.cap_remaining[:, None]
+        )  # [E, S, K]; the log round trip's error must not add a batch
         need = np.where(obs.present[:, None], np.maximum(need, 1), 10**9).astype(np.int64)
         r_ep = np.repeat(ep_of, S)  # [R] rows: candidate-major, future-minor
         r_s = np.tile(np.arange(S), len(ep_of))
@@ -319,9 +385,23 @@ class PlanRule:
             arr = {k: v[pos, r_s] for k, v in joins.items()}
             arr["obs_every"] = obs.obs_every
         succ = rollout_successes(
-            np.repeat(act_of, S, axis=0), need[r_ep, r_s], np.nan_to_num(med, nan=1e9)[r_ep], warm[r_ep], tau[r_ep],
-            obs.cap_remaining[r_ep], obs.deadline[r_ep], obs.task[r_ep], obs.last_node[r_ep], obs.started[r_ep],
-            obs.setup_left[r_ep], obs.node_speed, obs.switch_cost, horizon, self.displace, arr)
+            np.repeat(act_of, S, axis=0),
+            need[r_ep, r_s],
+            np.nan_to_num(med, nan=1e9)[r_ep],
+            warm[r_ep],
+            tau[r_ep],
+            obs.cap_remaining[r_ep],
+            obs.deadline[r_ep],
+            obs.task[r_ep],
+            obs.last_node[r_ep],
+            obs.started[r_ep],
+            obs.setup_left[r_ep],
+            obs.node_speed,
+            obs.switch_cost,
+            horizon,
+            self.displace,
+            arr,
+        )
         score = succ.reshape(len(ep_of), S).mean(axis=1)
         best = greedy.copy()
         best_score = np.full(E, -np.inf)

@@ -5,6 +5,7 @@ On heterogeneous nodes / with switch costs the chosen tasks are placed by
 use no predictor): the earliest-ranked task first, each on the free node where it would finish soonest,
 running tasks kept on their node unless a faster node pays for the set-up. ``choose`` returns the priority order
 before placement (an imitation label), ``act`` the placed actions."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,7 +26,9 @@ class FIFO:
     def choose(self, obs: Observation) -> tuple[np.ndarray, np.ndarray]:
         """(picks [E, M] in priority order, remaining demand for the placement)."""
         # task index is the arrival order, so it breaks arrival ties deterministically
-        return take_smallest(obs.task, obs.present, obs.n_nodes), obs.cap_remaining if getattr(obs, "hetero", False) else None
+        return take_smallest(obs.task, obs.present, obs.n_nodes), obs.cap_remaining if getattr(
+            obs, "hetero", False
+        ) else None
 
     def act(self, obs: Observation) -> np.ndarray:
         return place(obs, *self.choose(obs))
@@ -42,7 +45,9 @@ class EDF:
     def choose(self, obs: Observation) -> tuple[np.ndarray, np.ndarray]:
         """(picks [E, M] in priority order, remaining demand for the placement)."""
         key = obs.deadline.astype(np.float64) * 1e6 + obs.task
-        return take_smallest(key, obs.present, obs.n_nodes), obs.cap_remaining if getattr(obs, "hetero", False) else None
+        return take_smallest(key, obs.present, obs.n_nodes), obs.cap_remaining if getattr(
+            obs, "hetero", False
+        ) else None
 
     def act(self, obs: Observation) -> np.ndarray:
         return place(obs, *self.choose(obs))

@@ -17,6 +17,7 @@ the predictor's band instead of its median (``band_quantile``: a split log-norma
 q90 in log1p batches), and ``slack_at`` says which estimate the least-slack order reads (``median`` or
 ``quantile``). ``quantile: null`` is the plain rule.
 """
+
 from __future__ import annotations
 
 from statistics import NormalDist
@@ -77,9 +78,17 @@ class SlackRule:
 
     name = "Slack"
 
-    def __init__(self, warm_obs: int = WARMUP_OBS, name: str | None = None, quantile: float | None = None,
-                 slack_at: str = "median", band=(0.1, 0.9), displace: bool = False,
-                 displace_margin: int = 0, displace_at: str = "median") -> None:
+    def __init__(
+        self,
+        warm_obs: int = WARMUP_OBS,
+        name: str | None = None,
+        quantile: float | None = None,
+        slack_at: str = "median",
+        band=(0.1, 0.9),
+        displace: bool = False,
+        displace_margin: int = 0,
+        displace_at: str = "median",
+    ) -> None:
         if warm_obs < 1:
             raise ValueError(f"Slack.warm_obs must be >= 1, got {warm_obs}")
         if quantile is not None and not 0.0 < float(quantile) < 1.0:
@@ -112,8 +121,14 @@ class SlackRule:
     def act(self, obs: Observation) -> np.ndarray:
         picks, pred = self.choose(obs)
         upper = self.displace and self.displace_at == "upper" and getattr(obs, "hetero", False)
-        return place(obs, picks, pred, displace=self.displace, margin=self.displace_margin,  # identity on identical nodes
-                     remaining_displaced=obs.pred_remaining_hi if upper else None)
+        return place(
+            obs,
+            picks,
+            pred,
+            displace=self.displace,
+            margin=self.displace_margin,  # identity on identical nodes
+            remaining_displaced=obs.pred_remaining_hi if upper else None,
+        )
 
     def choose(self, obs: Observation) -> tuple[np.ndarray, np.ndarray]:
         """(picks [E, M]: the served slots in priority order, IDLE after; the median estimate the placement reads).
@@ -122,15 +137,26 @@ class SlackRule:
         pred = np.nan_to_num(np.asarray(obs.pred_remaining, dtype=np.float64), nan=np.inf)
         feas = pred
         if self.quantile is not None:
-            feas = np.nan_to_num(band_quantile(obs.pred_remaining_lo, pred, obs.pred_remaining_hi, self.quantile, self.band), nan=np.inf)
+            feas = np.nan_to_num(
+                band_quantile(obs.pred_remaining_lo, pred, obs.pred_remaining_hi, self.quantile, self.band), nan=np.inf
+            )
         feas_steps = fastest_node_steps(obs, feas)  # == feas on the paper's identical nodes
-        stage = slack_stage(obs.present, obs.cap_remaining, obs.n_obs, feas_steps, tau, self.warm_obs,
-                            getattr(obs, "no_estimate", None))
+        stage = slack_stage(
+            obs.present, obs.cap_remaining, obs.n_obs, feas_steps, tau, self.warm_obs, getattr(obs, "no_estimate", None)
+        )
         if self.only_tasks is not None:
             rows = np.arange(stage.shape[0])[:, None]
-            allowed = obs.present & self.only_tasks[rows, np.maximum(obs.task, 0)]  # absent slots (-1): masked by present
+            allowed = (
+                obs.present & self.only_tasks[rows, np.maximum(obs.task, 0)]
+            )  # absent slots (-1): masked by present
             stage = np.where(allowed, stage, SKIP)
-        keys = slack_keys(stage, feas_steps if self.slack_at == "quantile" else fastest_node_steps(obs, pred), tau, obs.deadline, obs.task)
+        keys = slack_keys(
+            stage,
+            feas_steps if self.slack_at == "quantile" else fastest_node_steps(obs, pred),
+            tau,
+            obs.deadline,
+            obs.task,
+        )
         order = np.lexsort(tuple(reversed(keys)), axis=-1)  # lexsort: last key is primary
         M = obs.n_nodes
         m = min(M, order.shape[1])

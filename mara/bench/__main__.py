@@ -17,6 +17,7 @@ beside our replay of the same file and the speed-up (target ≥ 20×; mara/peers
 every predictor's band (``predict_band``, what the simulator asks at a decision) on the same prefixes: ms for a
 decision that refreshes one task, and ms per prefix when a decision refreshes 64 (one thread, interleaved).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,13 +37,13 @@ from mara.mat.nets import MATPolicy
 from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout
 from mara.peers.bench import DEFAULT_CASES, peer_rows, print_peer_rows
 from mara.peers.cases import case_named
-from mara.train_settings import load_recipe, mat_settings
 from mara.predictors.cache import FlowSampleCache
 from mara.predictors.data import observe
 from mara.predictors.factory import predictor_from
 from mara.predictors.protocol import predict_band
 from mara.sim.env import BatchedEnv
 from mara.sim.workload import PAPER_TASK_SETS, EpisodeBatch, generate_episodes
+from mara.train_settings import load_recipe, mat_settings
 
 
 def env_steps_per_second(bank, E: int, load: float = 0.04, repeats: int = 1) -> tuple[float, int]:
@@ -66,7 +67,12 @@ def rule_protocol_seconds(bank, loads=(0.04, 0.05, 0.06, 0.07), roots=5, episode
     """Wall time of FIFO, EDF and Oracle over the whole protocol; returns (seconds, mean success %)."""
     t0 = time.perf_counter()
     ep = EpisodeBatch.concat(
-        [generate_episodes(bank, bank.family_params, ts, p, r, episodes) for ts in PAPER_TASK_SETS.values() for p in loads for r in range(roots)]
+        [
+            generate_episodes(bank, bank.family_params, ts, p, r, episodes)
+            for ts in PAPER_TASK_SETS.values()
+            for p in loads
+            for r in range(roots)
+        ]
     )
     rates = {}
     for alloc in (FIFO(), EDF()):
@@ -83,9 +89,17 @@ def clairvoyant_seconds(bank, roots=5, episodes=12, time_limit_s=10.0) -> tuple[
     """Wall time of Clairvoyant (admission limit modelled) over the p = 0.04 protocol; returns (seconds, optimal
     count, episodes)."""
 
-    ep = EpisodeBatch.concat([generate_episodes(bank, bank.family_params, ts, 0.04, r, episodes) for ts in PAPER_TASK_SETS.values() for r in range(roots)])
+    ep = EpisodeBatch.concat(
+        [
+            generate_episodes(bank, bank.family_params, ts, 0.04, r, episodes)
+            for ts in PAPER_TASK_SETS.values()
+            for r in range(roots)
+        ]
+    )
     t0 = time.perf_counter()
-    res = clairvoyant_k_batch(ep.arrival, ep.deadline, ep.need, ep.n_tasks, n_nodes=7, max_active=10, time_limit_s=time_limit_s)
+    res = clairvoyant_k_batch(
+        ep.arrival, ep.deadline, ep.need, ep.n_tasks, n_nodes=7, max_active=10, time_limit_s=time_limit_s
+    )
     return time.perf_counter() - t0, sum(r.optimal for r in res), len(res)
 
 
@@ -139,8 +153,16 @@ def predictor_ms_per_decision(bank, names=DECISION_PREDICTORS, repeats: int = 5)
     return {n: (1e3 * best[(n, 1)], 1e3 * best[(n, 64)]) for n in names}
 
 
-def mat_throughput(bank, predictor_name: str | None = "fm", iterations: int = 3, threads: int = 1, recipe: str = "band",
-                   overrides: list[str] | None = None, device: str = "cpu", warmup: int = 1) -> dict:
+def mat_throughput(
+    bank,
+    predictor_name: str | None = "fm",
+    iterations: int = 3,
+    threads: int = 1,
+    recipe: str = "band",
+    overrides: list[str] | None = None,
+    device: str = "cpu",
+    warmup: int = 1,
+) -> dict:
     """MAT env-steps/s of a training recipe (conf/mat/<recipe>.yaml, default: band, the FM recipe) on ``device``:
     rollout only (sampling the policy in the staggered training env, FM estimates included, through the recipe's FM
     cache) and whole PPO iterations (rollout + GAE + the recipe's update epochs × minibatches, mara/mat/ppo.py).
@@ -156,11 +178,25 @@ def mat_throughput(bank, predictor_name: str | None = "fm", iterations: int = 3,
     ro, ppo, sim = c["rollout"], c["ppo"], c["sim"]
     typed = mat_settings(cfg)  # what the PPO update reads
     predictor = predictor_from(predictor_name, bank.path)
-    cache = FlowSampleCache(int(ro.get("fm_cache_entries", 100_000))) \
-        if ro.get("fm_cache") and getattr(predictor, "supports_cache", False) else None
+    cache = (
+        FlowSampleCache(int(ro.get("fm_cache_entries", 100_000)))
+        if ro.get("fm_cache") and getattr(predictor, "supports_cache", False)
+        else None
+    )
     stream = EpisodeStream(bank, bank.family_params, "ID", 0.04, 424242, ro["n_episodes"], n_steps=sim["n_steps"])
-    env = TrainingEnv(stream, bank, predictor, "dense", sim["beta"], sim["n_nodes"], sim["max_active"], sim["obs_every"],
-                      ro["n_groups"], ro["stagger"], fm_cache=cache)
+    env = TrainingEnv(
+        stream,
+        bank,
+        predictor,
+        "dense",
+        sim["beta"],
+        sim["n_nodes"],
+        sim["max_active"],
+        sim["obs_every"],
+        ro["n_groups"],
+        ro["stagger"],
+        fm_cache=cache,
+    )
     torch.manual_seed(0)
     policy = MATPolicy(n_slots=sim["max_active"], n_nodes=sim["n_nodes"], **c["net"]).to(device)
     opt = torch.optim.Adam(policy.parameters(), lr=ppo["lr"], eps=1e-5)
@@ -187,9 +223,19 @@ def mat_throughput(bank, predictor_name: str | None = "fm", iterations: int = 3,
             t_roll += t1 - t0
             t_all += t2 - t0
             steps += int(buf.live.sum())
-    out = {"rollout": steps / t_roll, "train": steps / t_all, "env_steps": steps, "iterations": iterations,
-           "decoder": c["net"].get("decoder", "autoregressive"), "n_episodes": ro["n_episodes"], "n_steps": ro["n_steps"],
-           "update_epochs": ppo["update_epochs"], "n_minibatches": n_mb, "device": device, "threads": threads}
+    out = {
+        "rollout": steps / t_roll,
+        "train": steps / t_all,
+        "env_steps": steps,
+        "iterations": iterations,
+        "decoder": c["net"].get("decoder", "autoregressive"),
+        "n_episodes": ro["n_episodes"],
+        "n_steps": ro["n_steps"],
+        "update_epochs": ppo["update_epochs"],
+        "n_minibatches": n_mb,
+        "device": device,
+        "threads": threads,
+    }
     if cache is not None:
         out["fm_cache"] = cache.stats()
     return out
@@ -213,8 +259,9 @@ def _peer_bench(args) -> None:
         from pathlib import Path
 
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"peer": rows, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")},
-                                              indent=1))
+        Path(args.json).write_text(
+            json.dumps({"peer": rows, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=1)
+        )
         print(f"wrote {args.json}")
 
 
@@ -225,33 +272,71 @@ def main(argv=None) -> None:
     ap.add_argument("--clairvoyant", action="store_true", help="also time Clairvoyant over the p=0.04 protocol")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test of the benchmark itself)")
     ap.add_argument("--predictors", action="store_true", help="only time the shipped FM checkpoints (v1, v3)")
-    ap.add_argument("--decision-ms", action="store_true",
-                    help="only time every predictor's band per decision (1 and 64 refreshed tasks)")
+    ap.add_argument(
+        "--decision-ms",
+        action="store_true",
+        help="only time every predictor's band per decision (1 and 64 refreshed tasks)",
+    )
     ap.add_argument("--no-mat", action="store_true", help="skip the MAT rollout/training throughput")
-    ap.add_argument("--json", default=None, metavar="FILE",
-                    help="also write {sim_env_steps_per_s, mat_rollout_env_steps_per_s, mat_ppo_env_steps_per_s, ...} "
-                         "measured in this run (band recipe, FM predictor) to FILE")
-    ap.add_argument("--recipe", default="band", help="MAT recipe for the MAT figures (conf/mat/<recipe>.yaml; band: the FM recipe)")
-    ap.add_argument("--device", default="cpu", help="device of the MAT policy (cpu | cuda); the simulator runs on the CPU")
+    ap.add_argument(
+        "--json",
+        default=None,
+        metavar="FILE",
+        help="also write {sim_env_steps_per_s, mat_rollout_env_steps_per_s, mat_ppo_env_steps_per_s, ...} "
+        "measured in this run (band recipe, FM predictor) to FILE",
+    )
+    ap.add_argument(
+        "--recipe", default="band", help="MAT recipe for the MAT figures (conf/mat/<recipe>.yaml; band: the FM recipe)"
+    )
+    ap.add_argument(
+        "--device", default="cpu", help="device of the MAT policy (cpu | cuda); the simulator runs on the CPU"
+    )
     ap.add_argument("--mat-iterations", type=int, default=None, help="timed PPO iterations (default 3; 1 with --quick)")
-    ap.add_argument("--peer", action="store_true",
-                    help="only time the ElasticFlow authors' simulator on trace cases, beside our replay (mara/peers)")
-    ap.add_argument("--peer-case", action="append", default=None, help="trace case for --peer (repeatable; "
-                    "default cluster01_first300; cases: scripts/peer_elasticflow.py --list)")
+    ap.add_argument(
+        "--peer",
+        action="store_true",
+        help="only time the ElasticFlow authors' simulator on trace cases, beside our replay (mara/peers)",
+    )
+    ap.add_argument(
+        "--peer-case",
+        action="append",
+        default=None,
+        help="trace case for --peer (repeatable; "
+        "default cluster01_first300; cases: scripts/peer_elasticflow.py --list)",
+    )
     ap.add_argument("--peer-limit", type=float, default=300.0, help="seconds per peer run under --peer (default 300)")
-    ap.add_argument("--traces", nargs="*", default=None, metavar="CSV:CLUSTER",
-                    help="only the trace-replay rows: EDF and ElasticFlow on each CSV:n<nodes>g<gpus> (none given: the "
-                         "shipped sample on n64g8), and decision time per slot on 64 ... 1,024 GPUs")
-    ap.add_argument("--trace-limit", type=float, default=600.0, help="seconds a trace replay may run before it is "
-                                                                     "reported as over the limit")
-    ap.add_argument("--trace-sweep", type=int, nargs="*", default=[8, 16, 32, 64, 128], metavar="NODES",
-                    help="cluster sizes (nodes of 8 GPUs) of the decision-time sweep; none: skip it")
+    ap.add_argument(
+        "--traces",
+        nargs="*",
+        default=None,
+        metavar="CSV:CLUSTER",
+        help="only the trace-replay rows: EDF and ElasticFlow on each CSV:n<nodes>g<gpus> (none given: the "
+        "shipped sample on n64g8), and decision time per slot on 64 ... 1,024 GPUs",
+    )
+    ap.add_argument(
+        "--trace-limit",
+        type=float,
+        default=600.0,
+        help="seconds a trace replay may run before it is reported as over the limit",
+    )
+    ap.add_argument(
+        "--trace-sweep",
+        type=int,
+        nargs="*",
+        default=[8, 16, 32, 64, 128],
+        metavar="NODES",
+        help="cluster sizes (nodes of 8 GPUs) of the decision-time sweep; none: skip it",
+    )
     ap.add_argument("--trace-methods", nargs="+", default=["EDF", "ElasticFlow"], help="trace schedulers timed")
     args = ap.parse_args(argv)
     if args.traces is not None:
         print(f"{'benchmark':<44}{'value':>16}")
-        rec = trace_rows(parse_traces(args.traces), methods=tuple(args.trace_methods), sizes=tuple(args.trace_sweep),
-                         time_limit=args.trace_limit)
+        rec = trace_rows(
+            parse_traces(args.traces),
+            methods=tuple(args.trace_methods),
+            sizes=tuple(args.trace_sweep),
+            time_limit=args.trace_limit,
+        )
         if args.json:
             import json
             from pathlib import Path
@@ -289,12 +374,18 @@ def main(argv=None) -> None:
     print(f"{'  mean success (%)':<44}{'  '.join(f'{k} {v:.1f}' for k, v in rates.items()):>16}")
     if not args.no_mat:
         its = args.mat_iterations or (1 if args.quick else 3)
-        quick = ["rollout.n_episodes=16", "rollout.n_steps=8", "rollout.n_groups=2", "rollout.stagger=20"] if args.quick else []
+        quick = (
+            ["rollout.n_episodes=16", "rollout.n_steps=8", "rollout.n_groups=2", "rollout.stagger=20"]
+            if args.quick
+            else []
+        )
         for pred in ("fm", None):
             r = mat_throughput(bank, pred, iterations=its, recipe=args.recipe, overrides=quick, device=args.device)
             label = "FM estimates" if pred else "no predictor"
             what = f"{r['decoder']}, E={r['n_episodes']}x{r['n_steps']}, {r['update_epochs']}x{r['n_minibatches']} mb"
-            print(f"{f'MAT rollout env-steps/s ({label}, 1 thread)':<44}{r['rollout']:>16,.0f}  ({args.recipe}: {what})")
+            print(
+                f"{f'MAT rollout env-steps/s ({label}, 1 thread)':<44}{r['rollout']:>16,.0f}  ({args.recipe}: {what})"
+            )
             print(f"{f'MAT PPO training env-steps/s ({label})':<44}{r['train']:>16,.0f}  >= 15,000 (FM, default)")
             if pred == "fm":
                 record.update(mat_rollout_env_steps_per_s=r["rollout"], mat_ppo_env_steps_per_s=r["train"], mat=r)
@@ -310,8 +401,13 @@ def main(argv=None) -> None:
         import json
         from pathlib import Path
 
-        record.update(bank=str(bank.path), quick=bool(args.quick), recipe=args.recipe, device=args.device,
-                      measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        record.update(
+            bank=str(bank.path),
+            quick=bool(args.quick),
+            recipe=args.recipe,
+            device=args.device,
+            measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        )
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(record, indent=1))
         print(f"wrote {args.json}")

@@ -1,4 +1,5 @@
 """Trace-replay benchmark rows: replay seconds per scheduler per trace, decision time per slot against cluster size."""
+
 from __future__ import annotations
 
 import time
@@ -27,12 +28,19 @@ def replay_once(path, cluster: str, method: str, first_jobs=None, time_limit=Non
     except TimeoutError:
         return {"seconds": time.perf_counter() - t0, "timed_out": True}
     ms = rep.decision_s * 1e3
-    return {"seconds": time.perf_counter() - t0, "met": float(rep.met.mean()), "decisions": rep.n_decisions,
-            "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)), "jobs": tr.n_jobs}
+    return {
+        "seconds": time.perf_counter() - t0,
+        "met": float(rep.met.mean()),
+        "decisions": rep.n_decisions,
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+        "jobs": tr.n_jobs,
+    }
 
 
-def trace_rows(traces, methods=("EDF", "ElasticFlow"), sizes=(8, 16, 32, 64, 128), time_limit=600.0,
-               sweep_jobs: int = 100) -> dict:
+def trace_rows(
+    traces, methods=("EDF", "ElasticFlow"), sizes=(8, 16, 32, 64, 128), time_limit=600.0, sweep_jobs: int = 100
+) -> dict:
     """Print and return the trace rows: ``traces`` = [(path, cluster)]; ``sizes``: nodes of 8 GPUs for the
     decision-time sweep on the first ``sweep_jobs`` jobs of the shipped sample."""
     rec: dict = {"replay": [], "decision_ms": []}
@@ -52,8 +60,10 @@ def trace_rows(traces, methods=("EDF", "ElasticFlow"), sizes=(8, 16, 32, 64, 128
             if r.get("timed_out"):
                 print(f"{f'decision ms {m}, {8 * n} GPUs (p50/p99)':<44}{'time limit':>16}")
             else:
-                print(f"{f'decision ms {m}, {8 * n} GPUs (p50/p99)':<44}{r['p50_ms']:>8.2f}/{r['p99_ms']:<7.2f}"
-                      f"  {sweep_jobs} sample jobs, {r['decisions']} decisions")
+                print(
+                    f"{f'decision ms {m}, {8 * n} GPUs (p50/p99)':<44}{r['p50_ms']:>8.2f}/{r['p99_ms']:<7.2f}"
+                    f"  {sweep_jobs} sample jobs, {r['decisions']} decisions"
+                )
     return rec
 
 
@@ -66,6 +76,3 @@ def parse_traces(specs) -> list:
         path, _, cl = str(s).rpartition(":")
         out.append((path, cl) if path else (cl, "n64g8"))
     return out
-
-
-

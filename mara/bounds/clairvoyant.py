@@ -62,6 +62,7 @@ soon as a solution meets it (that also proves optimality).  If optimality is not
 flow-checked greedy, and ``upper_bound`` is the smaller of CP-SAT's proven bound and the window
 bound (such results depend on machine speed).
 """
+
 from __future__ import annotations
 
 import time
@@ -72,8 +73,16 @@ import numpy as np
 from mara.bounds import cpsat
 from mara.bounds.cpsat import MissingORTools, stop_at_bound, time_components
 
-__all__ = ["NEVER", "ClairvoyantResult", "MissingORTools", "clairvoyant_batch", "clairvoyant_episode",
-           "feasible_schedule", "independent_feasible", "per_episode"]
+__all__ = [
+    "NEVER",
+    "ClairvoyantResult",
+    "MissingORTools",
+    "clairvoyant_batch",
+    "clairvoyant_episode",
+    "feasible_schedule",
+    "independent_feasible",
+    "per_episode",
+]
 
 NEVER = int(np.iinfo(np.int32).max)
 
@@ -207,7 +216,7 @@ def _window_bound(b, d, q, idx, n_nodes, unit=1) -> int:
     best = len(idx)
     big = np.iinfo(np.int64).max // (len(idx) + 1)
     for a, s in enumerate(times[:-1]):
-        ends = times[a + 1:, None]  # every window [s, e) at once: [n_windows, n]
+        ends = times[a + 1 :, None]  # every window [s, e) at once: [n_windows, n]
         ov = np.clip(np.minimum(dd, ends) - np.maximum(bb, s), 0, None)
         mand = np.maximum(0, qq - unit * (dd - bb - ov))
         free = (mand == 0).sum(axis=1)
@@ -227,8 +236,9 @@ def _greedy_group(b, d, q, idx, n_nodes, unit=1) -> np.ndarray:
     return keep
 
 
-def clairvoyant_episode(arrival, deadline, need, n_nodes: int = 7,
-                        time_limit_s: float = 10.0, node_speed=None) -> ClairvoyantResult:
+def clairvoyant_episode(
+    arrival, deadline, need, n_nodes: int = 7, time_limit_s: float = 10.0, node_speed=None
+) -> ClairvoyantResult:
     """Best success count of one episode (1-D int arrays over its tasks), K relaxed.
 
     ``node_speed`` (M positive ints): solve the speed-capacity relaxation instead (module
@@ -251,8 +261,13 @@ def clairvoyant_episode(arrival, deadline, need, n_nodes: int = 7,
         best += gb
         bound += gu
         optimal &= gopt
-    return ClairvoyantResult(successes=int(best), upper_bound=int(bound), optimal=bool(optimal),
-                             solve_time_s=time.perf_counter() - t0, chosen=chosen)
+    return ClairvoyantResult(
+        successes=int(best),
+        upper_bound=int(bound),
+        optimal=bool(optimal),
+        solve_time_s=time.perf_counter() - t0,
+        chosen=chosen,
+    )
 
 
 def per_episode(solve, arrival, deadline, need, n_tasks, *args) -> list[ClairvoyantResult]:
@@ -268,13 +283,15 @@ def per_episode(solve, arrival, deadline, need, n_tasks, *args) -> list[Clairvoy
     return [solve(arrival[e, :m], deadline[e, :m], need[e, :m], *args) for e, m in enumerate(n_tasks)]
 
 
-def clairvoyant_batch(arrival, deadline, need, n_tasks, n_nodes: int = 7,
-                      time_limit_s: float = 10.0, node_speed=None) -> list[ClairvoyantResult]:
+def clairvoyant_batch(
+    arrival, deadline, need, n_tasks, n_nodes: int = 7, time_limit_s: float = 10.0, node_speed=None
+) -> list[ClairvoyantResult]:
     """Per-episode :func:`clairvoyant_episode` over padded ``[E, N]`` arrays; ``time_limit_s`` per episode."""
     return per_episode(clairvoyant_episode, arrival, deadline, need, n_tasks, n_nodes, time_limit_s, node_speed)
 
 
 # --------------------------------------------------------------------------- realising a schedule
+
 
 def _max_flow(edges: list[tuple[int, int, int]], s: int, t: int):
     """Max-flow on integer capacities (OR-Tools' ``SimpleMaxFlow``) over a non-empty list of edges

@@ -87,6 +87,7 @@ stops the search (it is then optimal).  When optimality is not proven in ``time_
 of the whole episode), ``successes`` is the best realised schedule and ``upper_bound`` the minimum
 of CP-SAT's proven bound and ``U`` (such results depend on machine speed).
 """
+
 from __future__ import annotations
 
 import time
@@ -119,8 +120,16 @@ def _check(arrival, deadline, need):
 
 # --------------------------------------------------------------------------- exact simulator
 
-def simulate_k(arrival, deadline, need, n_nodes: int, max_active: int,
-               choose: Callable[[int, list, np.ndarray], Sequence[int]], node_speed=None):
+
+def simulate_k(
+    arrival,
+    deadline,
+    need,
+    n_nodes: int,
+    max_active: int,
+    choose: Callable[[int, list, np.ndarray], Sequence[int]],
+    node_speed=None,
+):
     """Pure-python re-implementation of the simulator's rules for one episode.
 
     ``choose(t, active, served)`` gets the step, the active task indices (admission order) and the
@@ -178,10 +187,10 @@ def _priority_policy(b, d, q, n_nodes, targets, key, unit=1):
 
 
 _KEYS = {
-    "edf": lambda b, d, q: (lambda t, k, r: d[k]),
-    "llf": lambda b, d, q: (lambda t, k, r: d[k] - t - r),
-    "srpt": lambda b, d, q: (lambda t, k, r: r),
-    "fifo": lambda b, d, q: (lambda t, k, r: k),
+    "edf": lambda b, d, q: lambda t, k, r: d[k],
+    "llf": lambda b, d, q: lambda t, k, r: d[k] - t - r,
+    "srpt": lambda b, d, q: lambda t, k, r: r,
+    "fifo": lambda b, d, q: lambda t, k, r: k,
 }
 
 
@@ -191,14 +200,16 @@ def _heuristics(b, d, q, n_nodes, max_active, target_sets, node_speed=None):
     unit = 1 if node_speed is None else int(max(node_speed))
     for targets in target_sets:
         for name, mk in _KEYS.items():
-            ok, steps, adm = simulate_k(b, d, q, n_nodes, max_active,
-                                        _priority_policy(b, d, q, n_nodes, targets, mk(b, d, q), unit), node_speed)
+            ok, steps, adm = simulate_k(
+                b, d, q, n_nodes, max_active, _priority_policy(b, d, q, n_nodes, targets, mk(b, d, q), unit), node_speed
+            )
             if best is None or ok.sum() > best[0].sum():
                 best = (ok, steps, adm)
     return best
 
 
 # --------------------------------------------------------------------------- admission bounds
+
 
 def _admissions(b, d, q, K, fast):
     """FIFO-eager admission steps (-1: expires in the queue) when every task departs as early as
@@ -235,6 +246,7 @@ def _admission_window(b, d, q, K, cand):
 
 # --------------------------------------------------------------------------- exact model
 
+
 @dataclass
 class _Group:
     """One time-connected group of tasks (local arrays, index = arrival order) and what the model derives from it."""
@@ -269,7 +281,7 @@ def _group(b, d, q, n_nodes, max_active, node_speed) -> _Group:
     t0, t1 = int(b.min()), int(d.max())
     alive = np.zeros((n, t1 - t0), dtype=bool)
     for k in range(n):
-        alive[k, b[k] - t0:d[k] - t0] = True
+        alive[k, b[k] - t0 : d[k] - t0] = True
     return _Group(b, d, q, n_nodes, max_active, node_speed, classes, qs, t0, t1, alive, qs <= d - b)
 
 
@@ -282,8 +294,14 @@ def _cut_windows(g: _Group) -> None:
 def _relaxed_on_windows(g: _Group, time_limit_s: float) -> ClairvoyantResult:
     """The K-relaxed optimum with every window cut to [early_k, d_k): a valid bound ``U`` on the group."""
     eb = np.where(g.early >= 0, g.early, g.b)
-    return clairvoyant_episode(eb, g.d, np.where(g.cand, g.q, NEVER), n_nodes=g.M,
-                               time_limit_s=max(time_limit_s / 3, 0.05), node_speed=g.node_speed)
+    return clairvoyant_episode(
+        eb,
+        g.d,
+        np.where(g.cand, g.q, NEVER),
+        n_nodes=g.M,
+        time_limit_s=max(time_limit_s / 3, 0.05),
+        node_speed=g.node_speed,
+    )
 
 
 @dataclass
@@ -308,7 +326,7 @@ def _admission_literals(m: _ModelK, g: _Group) -> None:
     sure = g.alive & (np.cumsum(g.alive, axis=0) <= g.K)  # k cannot be waiting at t
     for k in range(len(g.b)):
         if g.late[k] >= 0:
-            sure[k, g.late[k] - t0:g.d[k] - t0] = True
+            sure[k, g.late[k] - t0 : g.d[k] - t0] = True
     for k in range(len(g.b)):
         fixed = False
         for t in range(int(g.b[k]), int(g.d[k])):
@@ -377,8 +395,9 @@ def _step_rows(m: _ModelK, g: _Group) -> None:
 
     def occupancy(t):  # occ[k, t] = adm[k, t] - fin[k, t - 1] over the tasks alive at t
         terms = [(m.adm[int(k), t], m.fin.get((int(k), t - 1))) for k in np.flatnonzero(g.alive[:, t - g.t0])]
-        return (sum((1 if a is one else a) for a, _ in terms if a is not zero)
-                - sum(f for _, f in terms if f is not None))
+        return sum((1 if a is one else a) for a, _ in terms if a is not zero) - sum(
+            f for _, f in terms if f is not None
+        )
 
     for t in range(g.t0, g.t1):
         col = g.alive[:, t - g.t0]
@@ -440,8 +459,9 @@ def _replay(m: _ModelK, g: _Group, solver, sol) -> np.ndarray:
             c = next((c for c in range(len(g.classes)) if solver.Value(m.y[k, t, c])), 0) if g.hetero else 0
             plan.setdefault(t, []).append((c, k))
     plan = {t: [k for _, k in sorted(v)] for t, v in plan.items()}
-    real, _, _ = simulate_k(g.b, g.d, g.q, g.M, g.K,
-                            lambda t, active, served: [k for k in plan.get(t, ()) if k in active], g.node_speed)
+    real, _, _ = simulate_k(
+        g.b, g.d, g.q, g.M, g.K, lambda t, active, served: [k for k in plan.get(t, ()) if k in active], g.node_speed
+    )
     assert real[sol].all(), "Clairvoyant-K: a model schedule did not replay in the simulator"
     return real
 
@@ -503,8 +523,17 @@ def _solve_group_k(cp_model, b, d, q, n_nodes, max_active, time_limit_s, use_heu
     return chosen, best, bound, best == bound
 
 
-def clairvoyant_k_episode(arrival, deadline, need, n_nodes: int = 7, max_active: int = 10,
-                          time_limit_s: float = 10.0, *, _use_heuristics: bool = True, node_speed=None) -> ClairvoyantResult:
+def clairvoyant_k_episode(
+    arrival,
+    deadline,
+    need,
+    n_nodes: int = 7,
+    max_active: int = 10,
+    time_limit_s: float = 10.0,
+    *,
+    _use_heuristics: bool = True,
+    node_speed=None,
+) -> ClairvoyantResult:
     """Best success count of one episode (1-D int arrays over its tasks) under the admission
     limit ``max_active`` (FIFO, eager), every need known.  ``time_limit_s`` is the episode budget.
     ``node_speed`` (M positive ints): the speed-capacity relaxation (module docstring), a bound.
@@ -525,22 +554,49 @@ def clairvoyant_k_episode(arrival, deadline, need, n_nodes: int = 7, max_active:
         for gi, g in enumerate(groups):
             left = time_limit_s - (time.perf_counter() - t_start)
             share = max(left / (len(groups) - gi), 1e-3)
-            ch, gb, gu, gopt = _solve_group_k(cp_model, b[g], d[g], q[g], n_nodes, max_active, share,
-                                              use_heuristics=_use_heuristics, node_speed=node_speed)
+            ch, gb, gu, gopt = _solve_group_k(
+                cp_model,
+                b[g],
+                d[g],
+                q[g],
+                n_nodes,
+                max_active,
+                share,
+                use_heuristics=_use_heuristics,
+                node_speed=node_speed,
+            )
             chosen[g] = ch
             best += gb
             bound += gu
             optimal &= gopt
-    return ClairvoyantResult(successes=int(best), upper_bound=int(bound), optimal=bool(optimal),
-                             solve_time_s=time.perf_counter() - t_start, chosen=chosen)
+    return ClairvoyantResult(
+        successes=int(best),
+        upper_bound=int(bound),
+        optimal=bool(optimal),
+        solve_time_s=time.perf_counter() - t_start,
+        chosen=chosen,
+    )
 
 
-def clairvoyant_k_batch(arrival, deadline, need, n_tasks, n_nodes: int = 7, max_active: int = 10,
-                        time_limit_s: float = 10.0, node_speed=None) -> list[ClairvoyantResult]:
+def clairvoyant_k_batch(
+    arrival,
+    deadline,
+    need,
+    n_tasks,
+    n_nodes: int = 7,
+    max_active: int = 10,
+    time_limit_s: float = 10.0,
+    node_speed=None,
+) -> list[ClairvoyantResult]:
     """Per-episode :func:`clairvoyant_k_episode` over padded ``[E, N]`` arrays; ``time_limit_s`` per episode."""
     if node_speed is not None:
         node_speed = [int(v) for v in node_speed]
         if len(node_speed) != n_nodes or min(node_speed) < 1:
             raise ValueError(f"node_speed must be {n_nodes} positive integers, got {node_speed}")
-    return per_episode(lambda b, d, q: clairvoyant_k_episode(b, d, q, n_nodes, max_active, time_limit_s, node_speed=node_speed),
-                       arrival, deadline, need, n_tasks)
+    return per_episode(
+        lambda b, d, q: clairvoyant_k_episode(b, d, q, n_nodes, max_active, time_limit_s, node_speed=node_speed),
+        arrival,
+        deadline,
+        need,
+        n_tasks,
+    )

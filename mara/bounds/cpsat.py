@@ -1,5 +1,6 @@
 """What the two Clairvoyant bounds share: OR-Tools loaded lazily (one clear line when it is missing), a deterministic
 CP-SAT solver, a stop once a solution meets a known bound, and the split of an episode into time-connected groups."""
+
 from __future__ import annotations
 
 import numpy as np

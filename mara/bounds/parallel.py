@@ -3,6 +3,7 @@
 ``map_episodes(fn, jobs, workers)`` is ``[fn(*job) for job in jobs]``, in order, with ``workers`` forked processes
 when ``workers > 1`` (``0``: one per CPU core). ``fn`` must be a module-level function (it is pickled by name).
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -18,7 +19,9 @@ def resolve_workers(workers) -> int:
     return workers or (os.cpu_count() or 1)
 
 
-def map_episodes(fn: Callable, jobs: Sequence[tuple], workers: int = 1, progress: Callable[[float], None] | None = None) -> list:
+def map_episodes(
+    fn: Callable, jobs: Sequence[tuple], workers: int = 1, progress: Callable[[float], None] | None = None
+) -> list:
     """``[fn(*job) for job in jobs]`` (order kept); ``progress(fraction done)`` after each job."""
     workers = min(resolve_workers(workers), max(len(jobs), 1))
     if workers <= 1:

@@ -1,4 +1,5 @@
 """Shared helpers for the thin Hydra entry points: run folder and one-line errors."""
+
 from __future__ import annotations
 
 import difflib
@@ -112,8 +113,16 @@ def composition_error(config_name: str, argv: list[str], conf_dir: Path = CONF_D
 
 #: keys a ``+key=value`` may add although no config declares them: settings the code reads only when given, and
 #: mappings whose keys are the user's own names (methods, predictors, extra benchmark rows)
-ADDABLE = ("method_overrides", "policy_ckpt", "ckpt_path", "predictors", "prediction.extra", "live.crash",
-           "mat.ppo.value_warmup_head_only", "hydra")
+ADDABLE = (
+    "method_overrides",
+    "policy_ckpt",
+    "ckpt_path",
+    "predictors",
+    "prediction.extra",
+    "live.crash",
+    "mat.ppo.value_warmup_head_only",
+    "hydra",
+)
 
 
 def _is_multirun(argv: list[str]) -> bool:
@@ -150,8 +159,10 @@ def _unknown_addition(config_name: str, parsed, conf_dir: Path) -> str | None:
         match = difflib.get_close_matches(leaf, known, n=1, cutoff=0.6)
         hint = f" (did you mean {(parent + '.' if parent else '') + match[0]!r}?)" if match else ""
         where = f"{parent!r} has" if parent else "the configuration has"
-        return (f"unknown config key {key!r} in {o.input_line}{hint}: nothing reads it; {where}: "
-                f"{', '.join(known) or 'no settings'}")
+        return (
+            f"unknown config key {key!r} in {o.input_line}{hint}: nothing reads it; {where}: "
+            f"{', '.join(known) or 'no settings'}"
+        )
     return None
 
 
@@ -172,7 +183,9 @@ def _unwritable_run_dir(cfg) -> str | None:
     while not p.exists() and p != p.parent:
         p = p.parent
     if not p.is_dir() or not os.access(p, os.W_OK | os.X_OK):
-        return f"hydra.run.dir {run_dir} cannot be created: {p} is {'not a folder' if not p.is_dir() else 'not writable'}"
+        return (
+            f"hydra.run.dir {run_dir} cannot be created: {p} is {'not a folder' if not p.is_dir() else 'not writable'}"
+        )
     return None
 
 
@@ -195,7 +208,9 @@ def _explain_composition(exc: BaseException, config_name: str) -> str:
     key = m.group(1)
     parent, _, leaf = key.rpartition(".")
     try:
-        node = OmegaConf.select(compose(config_name=config_name), parent) if parent else compose(config_name=config_name)
+        node = (
+            OmegaConf.select(compose(config_name=config_name), parent) if parent else compose(config_name=config_name)
+        )
         known = list(node.keys()) if OmegaConf.is_dict(node) else []
     except Exception:
         known = []
@@ -219,9 +234,15 @@ def sweep_error(config_name: str, argv: list[str], check, conf_dir: Path = CONF_
 
     parsed = OverridesParser.create().parse_overrides([a for a in argv if not a.startswith("-")])
     try:
-        axes = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override()
-                else [o.input_line] for o in parsed]
-    except Exception:  # a sweep only its sweeper can enumerate (interval, glob): the sweeper's jobs are checked as they run
+        axes = [
+            [f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()]
+            if o.is_sweep_override()
+            else [o.input_line]
+            for o in parsed
+        ]
+    except (
+        Exception
+    ):  # a sweep only its sweeper can enumerate (interval, glob): the sweeper's jobs are checked as they run
         return None
     jobs = list(itertools.product(*axes))
     GlobalHydra.instance().clear()

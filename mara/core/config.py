@@ -7,6 +7,7 @@ the episode by ``compute``), ``predictor`` (a conf/predictor name: the simulator
 for policies, ``allocator`` (a Hydra ``_target_`` spec), besides its registration (the registry's docstring).
 ``checkpoints: [{train_seed, ckpt_path}, ...]`` evaluates one allocator per training seed (learned policies).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -53,8 +54,10 @@ def check_predictor_allowed(cfg: DictConfig) -> None:
     """A learned policy may never be evaluated with a privileged (bound-only) predictor: one-line ConfigError."""
     pred = cfg.get("predictor")
     if pred in privileged_predictors() and is_learned(cfg):
-        raise ConfigError(f"method {cfg.name!r}: predictor {pred!r} is a perfect-prediction bound (it reads the task's "
-                          f"own curve) and is refused to learned policies at evaluation time; use fm or wls")
+        raise ConfigError(
+            f"method {cfg.name!r}: predictor {pred!r} is a perfect-prediction bound (it reads the task's "
+            f"own curve) and is refused to learned policies at evaluation time; use fm or wls"
+        )
 
 
 def check_method_cfg(cfg: DictConfig) -> None:

@@ -1,4 +1,5 @@
 """Writing files that other processes may read while they are written (results, job markers, the README)."""
+
 from __future__ import annotations
 
 import os

@@ -6,6 +6,7 @@ failed — and receives ``{dependency name: its result, or None if it failed}``;
 without a failed dependency. Ready jobs start costliest first, so the long ones do not trail at the end; a rerun
 skips every job with a marker. The parent logs one progress line (done, running, ETA) at least every ``poll_s``.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,12 +30,12 @@ LOG = "job.log"
 
 @dataclass
 class Job:
-    name: str                       # unique, shown in the progress lines
-    folder: Path                    # job.log and DONE.json go here
-    fn: Callable                    # module-level fn(*args, deps: dict) -> dict (JSON-able), run in a worker
+    name: str  # unique, shown in the progress lines
+    folder: Path  # job.log and DONE.json go here
+    fn: Callable  # module-level fn(*args, deps: dict) -> dict (JSON-able), run in a worker
     args: tuple = ()
     deps: tuple[str, ...] = ()
-    cost: float = 1.0               # relative CPU cost: start order and the ETA's weights
+    cost: float = 1.0  # relative CPU cost: start order and the ETA's weights
     log_name: str = field(default=LOG)
 
 
@@ -165,9 +166,13 @@ def run_jobs(jobs: list[Job], workers: int, title: str = "jobs", poll_s: float =
             done_cost = sum(by_name[n].cost for n in this_run if n in results or n in errors)
             partial = sum(j.cost * last_percent(Path(j.folder) / j.log_name) for j, _ in running.values())
             n_finished = len(jobs) - len(pending) - len(running)
-            run_txt = ", ".join(f"{j.name} {100 * last_percent(Path(j.folder) / j.log_name):.0f}%" for j, _ in running.values())
-            progress.update(min((done_cost + partial) / total_cost, 0.999) if (pending or running) else 1.0,
-                            f"· {n_finished}/{len(jobs)} finished" + (f"; running: {run_txt}" if run_txt else ""))
+            run_txt = ", ".join(
+                f"{j.name} {100 * last_percent(Path(j.folder) / j.log_name):.0f}%" for j, _ in running.values()
+            )
+            progress.update(
+                min((done_cost + partial) / total_cost, 0.999) if (pending or running) else 1.0,
+                f"· {n_finished}/{len(jobs)} finished" + (f"; running: {run_txt}" if run_txt else ""),
+            )
             if not running:  # unreachable: unknown dependencies and cycles are refused above
                 raise RuntimeError(f"{title}: no job can start ({', '.join(j.name for j in pending)})")
             finished, _ = wait(list(running), timeout=poll_s, return_when=FIRST_COMPLETED)
@@ -178,12 +183,17 @@ def run_jobs(jobs: list[Job], workers: int, title: str = "jobs", poll_s: float =
                 except Exception as exc:  # one failed job does not stop the others
                     reason = " ".join(str(exc).split()) or type(exc).__name__
                     errors[j.name] = f"{type(exc).__name__}: {reason}"[:500]
-                    log.error(f"{title}: {j.name} failed after {fmt_seconds(time.time() - started)}: {errors[j.name]} "
-                              f"(log: {Path(j.folder) / j.log_name})")
+                    log.error(
+                        f"{title}: {j.name} failed after {fmt_seconds(time.time() - started)}: {errors[j.name]} "
+                        f"(log: {Path(j.folder) / j.log_name})"
+                    )
                 else:
                     mark_done(j.folder, info)
                     results[j.name] = info
                     log.info(f"{title}: {j.name} done in {fmt_seconds(time.time() - started)}")
     progress.update(1.0, f"· {len(jobs) - len(pending)}/{len(jobs)} finished")
-    log.info(f"{title}: finished in {fmt_seconds(time.time() - t0)}" + (f", {len(errors)} failed: {', '.join(errors)}" if errors else ""))
+    log.info(
+        f"{title}: finished in {fmt_seconds(time.time() - t0)}"
+        + (f", {len(errors)} failed: {', '.join(errors)}" if errors else "")
+    )
     return results, errors

@@ -1,6 +1,7 @@
 """A Lightning callback that logs a training's progress with an ETA (mara.core.runlog.Progress), rank 0 only.
 
 A module-level class with plain attributes, so ``ddp_spawn`` can pickle it."""
+
 from __future__ import annotations
 
 import lightning as L

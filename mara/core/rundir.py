@@ -20,6 +20,7 @@ ones it was evaluated with (``eval.resume``, default true). Results of another p
 **Fresh.** ``fresh=true`` moves everything the folder holds (but Hydra's ``.hydra/``, the logs and the lock) to
 ``<run>/superseded/<time>/`` and starts over.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -75,8 +76,10 @@ def acquire(folder: Path) -> None:
         f.seek(0)
         holder = f.read().strip() or "another process"
         f.close()
-        raise RunFolderBusy(f"run folder {folder} is in use by a live run ({holder}); wait for it to finish "
-                            f"or choose another hydra.run.dir") from None
+        raise RunFolderBusy(
+            f"run folder {folder} is in use by a live run ({holder}); wait for it to finish "
+            f"or choose another hydra.run.dir"
+        ) from None
     f.seek(0)
     f.truncate()
     f.write(f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(sys.argv)}\n")
@@ -213,8 +216,11 @@ def _flat(d, prefix: str = "") -> dict:
 
 def stage_settings(cfg: DictConfig, stage: str) -> dict:
     """The settings ``stage``'s product depends on, flat and JSON-plain (``{"mat.total_env_steps": 1536, ...}``)."""
-    plain = {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
-             for k in STAGE_SETTINGS[stage] if k in cfg}
+    plain = {
+        k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
+        for k in STAGE_SETTINGS[stage]
+        if k in cfg
+    }
     flat = {k: v for k, v in _flat(plain).items() if k not in IGNORED_SETTINGS}
     return json.loads(json.dumps(flat, default=str))
 
@@ -242,9 +248,13 @@ def plan_stage(folder: Path, settings: dict) -> None:
     if rec is not None and rec.get("settings") != settings:
         was = rec.get("settings") or {}
         keys = sorted(k for k in set(was) | set(settings) if was.get(k) != settings.get(k))
-        shown = ", ".join(f"{k}: {was.get(k)!r} → {settings.get(k)!r}" for k in keys[:3]) + (" ..." if len(keys) > 3 else "")
-        raise ConfigError(f"{folder} was made with other settings ({shown}); rerun with fresh=true to start over, "
-                          f"or choose another hydra.run.dir")
+        shown = ", ".join(f"{k}: {was.get(k)!r} → {settings.get(k)!r}" for k in keys[:3]) + (
+            " ..." if len(keys) > 3 else ""
+        )
+        raise ConfigError(
+            f"{folder} was made with other settings ({shown}); rerun with fresh=true to start over, "
+            f"or choose another hydra.run.dir"
+        )
     _planned[str(Path(folder).resolve())] = settings
 
 
@@ -261,12 +271,14 @@ def run_stage(folder: Path, work, cfg: DictConfig, stage: str, resume_file: str 
             resumed.ckpt_path = ckpt
         return work(resumed)
 
-    return run_settled_stage(folder, with_resume, stage_settings(cfg, stage), stage, resume_file,
-                             resume_given=bool(cfg.get("ckpt_path")))
+    return run_settled_stage(
+        folder, with_resume, stage_settings(cfg, stage), stage, resume_file, resume_given=bool(cfg.get("ckpt_path"))
+    )
 
 
-def run_settled_stage(folder: Path, work, settings: dict, stage: str, resume_file: str | None = None,
-                      resume_given: bool = False) -> dict:
+def run_settled_stage(
+    folder: Path, work, settings: dict, stage: str, resume_file: str | None = None, resume_given: bool = False
+) -> dict:
     """``work(resume)`` for the pipeline stage in ``folder`` whose product depends on ``settings`` (the flat record
     of ``stage_settings``), unless it finished there with the same settings (then its recorded result, reused).
     ``resume``: ``folder/resume_file`` when an unfinished earlier attempt left it and no checkpoint is given
@@ -276,8 +288,10 @@ def run_settled_stage(folder: Path, work, settings: dict, stage: str, resume_fil
     rec = _read_stage(folder)
     if rec is not None and rec.get("settings") == settings and rec.get("done"):
         result, used = recorded_result(folder, rec)
-        log.info(f"resume: {stage} stage finished in this run folder, reused ({folder})"
-                 + (f": {', '.join(used)}" if used else ""))
+        log.info(
+            f"resume: {stage} stage finished in this run folder, reused ({folder})"
+            + (f": {', '.join(used)}" if used else "")
+        )
         return result
     resume = None
     if rec is not None:  # an earlier attempt with these settings did not finish
@@ -292,8 +306,9 @@ def run_settled_stage(folder: Path, work, settings: dict, stage: str, resume_fil
     _write_json(folder / STAGE_FILE, {"stage": stage, "settings": settings, "done": False})
     result = work(resume)
     stored, paths = relative_paths(result, folder)
-    _write_json(folder / STAGE_FILE, {"stage": stage, "settings": settings, "done": True, "result": stored,
-                                      "paths": paths})
+    _write_json(
+        folder / STAGE_FILE, {"stage": stage, "settings": settings, "done": True, "result": stored, "paths": paths}
+    )
     return result
 
 
@@ -334,9 +349,11 @@ def recorded_result(folder: Path, rec: dict, record: str = STAGE_FILE) -> tuple[
             return v
         path = Path(v) if os.path.isabs(v) else folder / v
         if not _inside(path, folder):
-            raise ConfigError(f"{folder / record} records {key}={v}, outside this run folder (a folder copied or "
-                              f"moved from elsewhere?): rerun with fresh=true to start over here, or run in the "
-                              f"original folder")
+            raise ConfigError(
+                f"{folder / record} records {key}={v}, outside this run folder (a folder copied or "
+                f"moved from elsewhere?): rerun with fresh=true to start over here, or run in the "
+                f"original folder"
+            )
         used.append(str(path))
         return str(path)
 
@@ -388,9 +405,13 @@ class EarlierResults:
 
     def merged(self, rows: list, skipped: dict, failed: dict, overrides: dict, digests: dict) -> dict:
         """This run's rows and notes merged with the other methods' (results.json fields)."""
-        return {"rows": self.other + rows, "method_overrides": {**self.overrides, **overrides},
-                "checkpoint_digests": {**self.digests, **digests},
-                "skipped": {**self.notes["skipped"], **skipped}, "failed": {**self.notes["failed"], **failed}}
+        return {
+            "rows": self.other + rows,
+            "method_overrides": {**self.overrides, **overrides},
+            "checkpoint_digests": {**self.digests, **digests},
+            "skipped": {**self.notes["skipped"], **skipped},
+            "failed": {**self.notes["failed"], **failed},
+        }
 
 
 def earlier_results(path: Path, base: dict, methods: list[str], resume: bool = True) -> EarlierResults:
@@ -403,14 +424,20 @@ def earlier_results(path: Path, base: dict, methods: list[str], resume: bool = T
         old = json.loads(path.read_text())
     except ValueError:
         old = None
-    differ = ["unreadable file"] if old is None else [k for k in base if k != "method_overrides" and old.get(k) != json.loads(json.dumps(base[k]))]
+    differ = (
+        ["unreadable file"]
+        if old is None
+        else [k for k in base if k != "method_overrides" and old.get(k) != json.loads(json.dumps(base[k]))]
+    )
     if differ:
         stamp = _stamp()
         for p in (path, path.with_suffix(".md")):
             if p.exists():
                 os.replace(p, _free(p.with_name(f"{p.stem}.superseded-{stamp}{p.suffix}")))
-        log.warning(f"{path} was written with another {', '.join(differ)}: moved aside to "
-                    f"{path.stem}.superseded-{stamp}.json; evaluating every method anew")
+        log.warning(
+            f"{path} was written with another {', '.join(differ)}: moved aside to "
+            f"{path.stem}.superseded-{stamp}.json; evaluating every method anew"
+        )
         return EarlierResults()
     was_over = old.get("method_overrides") or {}
     was, now = _neutral(was_over), _neutral(json.loads(json.dumps(base["method_overrides"])))
@@ -432,6 +459,8 @@ def earlier_results(path: Path, base: dict, methods: list[str], resume: bool = T
         why = "method settings or checkpoints changed" if resume else "eval.resume=false"
         log.warning(f"{', '.join(rerun)} evaluated anew ({why}); their earlier rows replaced")
     if out.done or others:
-        log.info(f"resume: {path} keeps {', '.join(sorted(set(out.done) | others))}"
-                 + (f" ({', '.join(sorted(out.done))} not evaluated again)" if out.done else ""))
+        log.info(
+            f"resume: {path} keeps {', '.join(sorted(set(out.done) | others))}"
+            + (f" ({', '.join(sorted(out.done))} not evaluated again)" if out.done else "")
+        )
     return out

@@ -4,6 +4,7 @@ progress lines with an ETA, and no Lightning advertising.
 Under ``@hydra.main`` the root logger already writes to the terminal and to ``<run>/<job>.log``; outside it
 (worker processes, tests) :func:`setup_logging` adds a terminal handler and, if asked, a log file.
 """
+
 from __future__ import annotations
 
 import logging
@@ -78,9 +79,11 @@ class Progress:
             return False
         self.last = now
         eta = self.eta(fraction)
-        self.log.info(f"{self.what}: {100 * fraction:5.1f}%{' ' + detail if detail else ''} · elapsed "
-                      f"{fmt_seconds(now - self.t0)}"
-                      + (f" · ETA {fmt_seconds(eta)}" if eta is not None and fraction < 1.0 else ""))
+        self.log.info(
+            f"{self.what}: {100 * fraction:5.1f}%{' ' + detail if detail else ''} · elapsed "
+            f"{fmt_seconds(now - self.t0)}"
+            + (f" · ETA {fmt_seconds(eta)}" if eta is not None and fraction < 1.0 else "")
+        )
         return True
 
 

@@ -6,6 +6,7 @@ checkpoint at all is a one-line ``CheckpointError`` naming it. ``to_plain`` / ``
 numpy arrays and a few simulator objects into that form and back, exactly (dtypes, values and shared arrays kept);
 the classes ``from_plain`` may rebuild are the caller's explicit allow-list, never a name read from the file.
 """
+
 from __future__ import annotations
 
 import io
@@ -64,10 +65,14 @@ def load_checkpoint(source, what: str = "checkpoint", mmap: bool = False):
     except pickle.UnpicklingError as exc:
         found = re.search(r"GLOBAL (\S+) was not an allowed global", str(exc))
         names = f" ({found.group(1)})" if found else ""
-        raise CheckpointError(f"{what} {_name(source)} is not loadable as data: it holds objects other than tensors and "
-                              f"plain values{names}; refused unread") from None
+        raise CheckpointError(
+            f"{what} {_name(source)} is not loadable as data: it holds objects other than tensors and "
+            f"plain values{names}; refused unread"
+        ) from None
     except Exception as exc:  # zip, storage and decoding errors alike: the bytes are not a torch file
-        raise CheckpointError(f"{what} {_name(source)} is not a readable PyTorch checkpoint ({type(exc).__name__})") from None
+        raise CheckpointError(
+            f"{what} {_name(source)} is not a readable PyTorch checkpoint ({type(exc).__name__})"
+        ) from None
 
 
 def check_kind(ckpt, path, kind: str, required: tuple[str, ...]) -> dict:

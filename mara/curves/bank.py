@@ -4,6 +4,7 @@ Shapes: ``R`` rows (curves), ``N`` = longest curve. Derived views are computed o
 ``ell [R, N]`` per-batch losses, ``L [R, N]`` cumulative-average loss, ``C [R, N]`` cumulative loss
 sum, ``S [R, N]`` processed samples; entries past a curve's length are NaN (``lengths [R]``).
 """
+
 from __future__ import annotations
 
 import json
@@ -62,12 +63,17 @@ def records_to_table(records: Iterable[Mapping]) -> pa.Table:
     return pa.table(cols, schema=ARROW_SCHEMA)
 
 
-def write_bank(path: str | os.PathLike, records: Iterable[Mapping] | pa.Table, bank_meta: Mapping | None = None) -> Path:
+def write_bank(
+    path: str | os.PathLike, records: Iterable[Mapping] | pa.Table, bank_meta: Mapping | None = None
+) -> Path:
     """Write a bank atomically (temp file + rename); ``bank_meta`` goes to the file metadata."""
     path = Path(path)
     table = records if isinstance(records, pa.Table) else records_to_table(records)
     table = table.select(list(REQUIRED_COLUMNS)).cast(ARROW_SCHEMA)
-    meta = {META_SCHEMA_VERSION: SCHEMA_VERSION.encode(), META_BANK: json.dumps(dict(bank_meta or {}), sort_keys=True).encode()}
+    meta = {
+        META_SCHEMA_VERSION: SCHEMA_VERSION.encode(),
+        META_BANK: json.dumps(dict(bank_meta or {}), sort_keys=True).encode(),
+    }
     table = table.replace_schema_metadata(meta)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".parquet", dir=path.parent)
@@ -97,7 +103,9 @@ def read_bank_meta(path: str | os.PathLike) -> dict:
 def _decode_meta(path: Path, raw: Mapping[bytes, bytes]) -> dict:
     version = raw.get(META_SCHEMA_VERSION)
     if version is None:
-        raise BankError(f"curve bank {path}: missing '{META_SCHEMA_VERSION.decode()}' in file metadata (not a MARA bank?)")
+        raise BankError(
+            f"curve bank {path}: missing '{META_SCHEMA_VERSION.decode()}' in file metadata (not a MARA bank?)"
+        )
     if version.decode() != SCHEMA_VERSION:
         raise BankError(f"curve bank {path}: schema version {version.decode()!r}, this code reads {SCHEMA_VERSION!r}")
     try:
@@ -210,7 +218,9 @@ def load_bank(path: str | os.PathLike) -> CurveBank:
         if cols["split"][i] not in SPLITS:
             raise BankError(f"{where}: unknown split {cols['split'][i]!r} (known: {', '.join(SPLITS)})")
         if cols["data_source"][i] not in DATA_SOURCES:
-            raise BankError(f"{where}: unknown data_source {cols['data_source'][i]!r} (known: {', '.join(DATA_SOURCES)})")
+            raise BankError(
+                f"{where}: unknown data_source {cols['data_source'][i]!r} (known: {', '.join(DATA_SOURCES)})"
+            )
         if not cols["family"][i]:
             raise BankError(f"{where}: empty family")
         bs = cols["batch_size"][i]
@@ -262,7 +272,6 @@ def merge_tables(paths: Iterable[str | os.PathLike]) -> pa.Table:
         dup = next(i for i in ids if ids.count(i) > 1)
         raise BankError(f"merging shards: duplicate curve_id {dup!r}")
     return merged
-
 
 
 def default_bank_path() -> Path:

@@ -4,6 +4,7 @@ For each family, ε is scaled so that a task drawn as in the workload generator 
 family's ε jitter, a budget draw) reaches its target within its budget with probability ``target``.
 Budgets are kept; only ε moves. The scaled table has the same form as ``PAPER_FAMILY_PARAMS``.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,7 +20,9 @@ def _best_within_budget(bank: CurveBank, rows: np.ndarray, budget: np.ndarray) -
     return prefix_min[rows, idx]
 
 
-def sample_eps_budget(params: dict, rng: np.random.Generator, n: int, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+def sample_eps_budget(
+    params: dict, rng: np.random.Generator, n: int, scale: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
     """Draw n (ε, budget) pairs from a family entry exactly as the workload generator does, ε times ``scale``."""
     if "eps" in params:
         eps = params["eps"] * scale * rng.uniform(0.9, 1.1, size=n)

@@ -4,6 +4,7 @@
 ``{"eps": float, "budget": [lo, hi]}`` (ID: ε × U[0.9, 1.1], budget uniform integer in [lo, hi]) or
 ``{"eps_range": [lo, hi], "budget_set": [..]}`` (OOD: ε log-uniform, budget uniform over the set).
 """
+
 from __future__ import annotations
 
 ID_FAMILIES = (

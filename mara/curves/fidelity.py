@@ -4,6 +4,7 @@ next to Table 6's ε and available time, and the training loss the family's pool
 Pure functions over a loaded ``CurveBank``; ``python -m mara.fidelity`` writes the table (markdown + JSON)
 and the bank's curve plot with both ε drawn.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -87,8 +88,10 @@ def _pct(x) -> str:
 
 def to_markdown(rows: list[dict]) -> str:
     """The fidelity rows as a markdown table."""
-    head = ("| family | data | pool curves | ε calibrated | ε Table 6 | ratio | budget (bank) | available time (Table 6) "
-            "| L at Table-6 max time | final L | final batch loss | share reaching Table-6 ε |")
+    head = (
+        "| family | data | pool curves | ε calibrated | ε Table 6 | ratio | budget (bank) | available time (Table 6) "
+        "| L at Table-6 max time | final L | final batch loss | share reaching Table-6 ε |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
 
     def rng(b):
@@ -100,5 +103,6 @@ def to_markdown(rows: list[dict]) -> str:
             f"{r['eps_ratio'] if r['eps_ratio'] is not None else '–'} | {rng(r['budget_calibrated'])} | "
             f"{rng(r['budget_paper'])} | "
             f"{r.get('L_at_budget', '–')} | {r['final_L']} | {r['final_batch_loss']} | "
-            f"{_pct(r.get('reach_paper_eps'))} |")
+            f"{_pct(r.get('reach_paper_eps'))} |"
+        )
     return "\n".join(lines) + "\n"

@@ -6,6 +6,7 @@ bank (:mod:`mara.curves.merge`) and plot it (:mod:`mara.curves.plots`).
 Finished jobs are Parquet shards in ``shard_dir`` and are skipped on restart; runs whose loss turns non-finite are
 logged to ``shard_dir/failures.jsonl`` and retried with the next attempt's recipe.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,10 +34,31 @@ from mara.curves.training import GenerationSettings, code_version, partial_check
 from mara.curves.worker_pool import run_pool, world_from_env
 
 __all__ = [
-    "COST_GUESS_S", "COST_ORDER", "GROUP_ORDER", "SOURCES", "GenerationSettings", "Job", "ProgressReporter",
-    "batch_size_choices", "check_request", "code_version", "derive_seed", "family_cap", "generate", "in_distribution",
-    "job_recipe", "measured_seconds", "merge", "partial_checkpoint", "plan_jobs", "plot_bank_grid",
-    "plot_bank_to_tensorboard", "prepare_real_data", "run_job", "train_curve", "world_from_env",
+    "COST_GUESS_S",
+    "COST_ORDER",
+    "GROUP_ORDER",
+    "SOURCES",
+    "GenerationSettings",
+    "Job",
+    "ProgressReporter",
+    "batch_size_choices",
+    "check_request",
+    "code_version",
+    "derive_seed",
+    "family_cap",
+    "generate",
+    "in_distribution",
+    "job_recipe",
+    "measured_seconds",
+    "merge",
+    "partial_checkpoint",
+    "plan_jobs",
+    "plot_bank_grid",
+    "plot_bank_to_tensorboard",
+    "prepare_real_data",
+    "run_job",
+    "train_curve",
+    "world_from_env",
 ]
 
 
@@ -47,17 +69,38 @@ def prepare_real_data(jobs: list[Job], settings: GenerationSettings) -> None:
 
     seen = set()
     for fam in sorted({j.family for j in jobs if j.source == "real"}):
-        dm = build_datamodule(fam, seed=0, batch_size=1, source="real", data_root=settings.data_root,
-                              cache_dir=settings.cache_dir, download=settings.download)
+        dm = build_datamodule(
+            fam,
+            seed=0,
+            batch_size=1,
+            source="real",
+            data_root=settings.data_root,
+            cache_dir=settings.cache_dir,
+            download=settings.download,
+        )
         if (type(dm), dm.archive) not in seen:  # each data set once
             seen.add((type(dm), dm.archive))
             dm.prepare_data()
 
 
-def generate(families="all", counts: dict | None = None, *, shard_dir: str | os.PathLike, cap: int | None = None,
-             source: str = "synthetic", source_overrides: dict | None = None, workers: int = 1,
-             accelerator: str = "cpu", devices: int = 1, data_root: str = "data_cache", cache_dir: str = "data_cache",
-             download: bool = False, max_attempts: int = 3, quiet: bool = False, checkpoint_every: int = 0) -> list[dict]:
+def generate(
+    families="all",
+    counts: dict | None = None,
+    *,
+    shard_dir: str | os.PathLike,
+    cap: int | None = None,
+    source: str = "synthetic",
+    source_overrides: dict | None = None,
+    workers: int = 1,
+    accelerator: str = "cpu",
+    devices: int = 1,
+    data_root: str = "data_cache",
+    cache_dir: str = "data_cache",
+    download: bool = False,
+    max_attempts: int = 3,
+    quiet: bool = False,
+    checkpoint_every: int = 0,
+) -> list[dict]:
     """Run every unfinished job of the plan (this rank's share under torchrun/SLURM); returns per-job status dicts."""
     counts = dict(counts or {"pool": 30, "fm_val": 10, "fm_train": 50})
     jobs = plan_jobs(families, counts, source, source_overrides)
@@ -66,16 +109,28 @@ def generate(families="all", counts: dict | None = None, *, shard_dir: str | os.
     rank, world, local = world_from_env()
     jobs = jobs[rank::world]
     todo = [j for j in jobs if not (shard_dir / j.shard_name).exists()]
-    settings = GenerationSettings(shard_dir=str(shard_dir), cap=cap, data_root=str(data_root), cache_dir=str(cache_dir),
-                                  download=bool(download), accelerator=accelerator, max_attempts=int(max_attempts),
-                                  code_version=code_version(), checkpoint_every=int(checkpoint_every or 0))
+    settings = GenerationSettings(
+        shard_dir=str(shard_dir),
+        cap=cap,
+        data_root=str(data_root),
+        cache_dir=str(cache_dir),
+        download=bool(download),
+        accelerator=accelerator,
+        max_attempts=int(max_attempts),
+        code_version=code_version(),
+        checkpoint_every=int(checkpoint_every or 0),
+    )
     prepare_real_data(todo, settings)
     gpu = accelerator not in ("cpu",)
     nproc = 1 if world > 1 else (int(devices) if gpu else int(workers))
     if not quiet:
-        print(f"generate: {len(jobs)} jobs, {len(jobs) - len(todo)} already done, {len(todo)} to run on "
-              f"{nproc} {'device process' if gpu else 'worker'}{'es' if nproc > 1 and gpu else 's' if nproc > 1 else ''} "
-              f"(rank {rank}/{world}) -> {shard_dir}", file=sys.stderr, flush=True)
+        print(
+            f"generate: {len(jobs)} jobs, {len(jobs) - len(todo)} already done, {len(todo)} to run on "
+            f"{nproc} {'device process' if gpu else 'worker'}{'es' if nproc > 1 and gpu else 's' if nproc > 1 else ''} "
+            f"(rank {rank}/{world}) -> {shard_dir}",
+            file=sys.stderr,
+            flush=True,
+        )
     prior = measured_seconds(shard_dir, sorted({j.family for j in todo}), accelerator)
     reporter = ProgressReporter(todo, nproc, quiet, prior)
     results = []

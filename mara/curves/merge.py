@@ -1,4 +1,5 @@
 """Merging a generation's shards into one bank (rows sorted by curve id) with its provenance metadata."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,13 @@ from mara.curves.training import code_version
 from tasks_zoo.errors import ZooError
 
 
-def merge(shard_dir: str | os.PathLike, out_path: str | os.PathLike, tensorboard_dir: str | os.PathLike | None = None,
-          extra_meta: dict | None = None, jobs: list[Job] | None = None) -> Path:
+def merge(
+    shard_dir: str | os.PathLike,
+    out_path: str | os.PathLike,
+    tensorboard_dir: str | os.PathLike | None = None,
+    extra_meta: dict | None = None,
+    jobs: list[Job] | None = None,
+) -> Path:
     """Merge shards into one bank (rows sorted by curve_id) with provenance metadata; optional TensorBoard plots.
 
     ``jobs``: merge only these jobs' shards (those that exist), so a plan's bank never picks up shards of another
@@ -39,10 +45,15 @@ def merge(shard_dir: str | os.PathLike, out_path: str | os.PathLike, tensorboard
         composition[f][s] += 1
     failures = shard_dir / "failures.jsonl"
     bank_meta = {
-        "generator": "mara.generate_curves", "code_version": code_version(), "torch_version": torch.__version__,
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "n_curves": table.num_rows,
-        "composition": composition, "data_sources": sorted(set(srcs)),
-        "failed_runs": sum(1 for _ in open(failures)) if failures.exists() else 0, **(extra_meta or {}),
+        "generator": "mara.generate_curves",
+        "code_version": code_version(),
+        "torch_version": torch.__version__,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "n_curves": table.num_rows,
+        "composition": composition,
+        "data_sources": sorted(set(srcs)),
+        "failed_runs": sum(1 for _ in open(failures)) if failures.exists() else 0,
+        **(extra_meta or {}),
     }
     out = write_bank(out_path, table, bank_meta)
     if tensorboard_dir:

@@ -9,6 +9,7 @@ classification starts near ln 10, binary text/audio near ln 2, Montezuma near ln
 Run ``python -m mara.curves.parametric --out mara/data/banks/parametric.parquet`` to rebuild the
 shipped bank (calibrated so the Oracle rate is ≈ 70 % per family).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,7 +60,12 @@ def parametric_curve(family: str, batch_size: int, lr: float, rng: np.random.Gen
     if rng.random() < p_plateau:
         start, width = rng.uniform(0.05, 0.4) * n, rng.uniform(10, 60)
         hold = rng.uniform(0.3, 0.8)
-        g = g * (1.0 - hold * (1.0 / (1.0 + np.exp(-(i - start) / (0.2 * width)))) * (1.0 / (1.0 + np.exp((i - start - width) / (0.2 * width)))))
+        g = g * (
+            1.0
+            - hold
+            * (1.0 / (1.0 + np.exp(-(i - start) / (0.2 * width))))
+            * (1.0 / (1.0 + np.exp((i - start - width) / (0.2 * width))))
+        )
         g = np.minimum.accumulate(np.maximum(g, 0.0)) if rng.random() < 0.5 else g
     mean = floor + (init * rng.uniform(0.98, 1.02) - floor) * g
     sigma = min(0.2, noise * np.sqrt(16.0 / batch_size) * 0.5)
@@ -79,7 +85,11 @@ def make_records(families=ALL_FAMILIES, counts=None, seed: int = 0, cap_scale: f
         splits = counts if fam in ID_FAMILIES else {"pool": counts["pool"]}
         for split, n_curves in splits.items():
             for j in range(n_curves):
-                cseed = int(np.random.SeedSequence([seed, f_idx, ["fm_train", "fm_val", "pool"].index(split), j]).generate_state(1)[0])
+                cseed = int(
+                    np.random.SeedSequence(
+                        [seed, f_idx, ["fm_train", "fm_val", "pool"].index(split), j]
+                    ).generate_state(1)[0]
+                )
                 rng = np.random.default_rng(cseed)
                 bs = int(rng.choice(DOMAIN_BATCH_SIZES[FAMILY_DOMAIN[fam]]))
                 lr = float(np.exp(rng.uniform(np.log(LR_RANGE[0]), np.log(LR_RANGE[1]))))
@@ -92,17 +102,27 @@ def make_records(families=ALL_FAMILIES, counts=None, seed: int = 0, cap_scale: f
                     "lr": lr,
                     "seed": cseed,
                     "losses": parametric_curve(fam, bs, lr, rng, cap),
-                    "meta": {"generator": "mara.curves.parametric", "created_at": created, "python": platform.python_version()},
+                    "meta": {
+                        "generator": "mara.curves.parametric",
+                        "created_at": created,
+                        "python": platform.python_version(),
+                    },
                 }
 
 
-def build_parametric_bank(out, families=ALL_FAMILIES, counts=None, seed: int = 0, target: float = 0.70, cap_scale: float = 1.0):
+def build_parametric_bank(
+    out, families=ALL_FAMILIES, counts=None, seed: int = 0, target: float = 0.70, cap_scale: float = 1.0
+):
     """Generate, calibrate (ε per family for Oracle ≈ target) and write a parametric bank; returns the path."""
     records = list(make_records(families, counts, seed, cap_scale))
     path = write_bank(out, records, {"generator": "mara.curves.parametric", "seed": seed})
     bank = load_bank(path)
     params = calibrate_family_params(bank, PAPER_FAMILY_PARAMS, target=target, seed=seed, families=families)
-    return write_bank(out, records, {"generator": "mara.curves.parametric", "seed": seed, "family_params": params, "calibration_target": target})
+    return write_bank(
+        out,
+        records,
+        {"generator": "mara.curves.parametric", "seed": seed, "family_params": params, "calibration_target": target},
+    )
 
 
 def main(argv=None) -> None:

@@ -1,5 +1,6 @@
 """The generation plan: which (family, split, index, data source) runs a bank holds, in which order, and each run's
 recipe (seed, batch size, lr), a pure function of the job and its attempt, so every curve is reproducible on its own."""
+
 from __future__ import annotations
 
 import hashlib
@@ -121,7 +122,9 @@ def check_request(families, counts: dict, source: str, source_overrides: dict | 
     known = list(ALL_FAMILIES) + [f for f in known_families() if f not in ALL_FAMILIES]  # + families added by a YAML
     unknown = [f for f in families if f not in known]
     if unknown:
-        raise ZooError(f"unknown famil{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)} (known: {', '.join(known)})")
+        raise ZooError(
+            f"unknown famil{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)} (known: {', '.join(known)})"
+        )
     bad_splits = [s for s in counts if s not in SPLITS]
     if bad_splits:
         raise ZooError(f"unknown split(s) {', '.join(bad_splits)} in counts (known: {', '.join(SPLITS)})")
@@ -130,7 +133,9 @@ def check_request(families, counts: dict, source: str, source_overrides: dict | 
             raise ZooError(f"unknown source {s!r} (use one of: {', '.join(SOURCES)})")
     bad_over = [f for f in (source_overrides or {}) if f not in known]
     if bad_over:
-        raise ZooError(f"source_overrides names unknown famil{'y' if len(bad_over) == 1 else 'ies'} {', '.join(bad_over)}")
+        raise ZooError(
+            f"source_overrides names unknown famil{'y' if len(bad_over) == 1 else 'ies'} {', '.join(bad_over)}"
+        )
     return families
 
 

@@ -6,6 +6,7 @@ Per family and split: curves finished / planned; the compute the finished ones t
 else); and what the missing ones should take (the family's mean per finished
 curve, or ``COST_GUESS_S`` before any is finished). Pure functions over shard files; nothing is written.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,18 @@ def plan_status(jobs, shard_dir, guess_s: dict[str, float] | None = None) -> lis
     rows: dict[tuple[str, str], dict] = {}
     per_family: dict[str, list[float]] = defaultdict(list)
     for job in jobs:
-        row = rows.setdefault((job.family, job.split), {"family": job.family, "split": job.split, "source": job.source,
-                                                        "planned": 0, "done": 0, "spent_s": 0.0, "devices": set()})
+        row = rows.setdefault(
+            (job.family, job.split),
+            {
+                "family": job.family,
+                "split": job.split,
+                "source": job.source,
+                "planned": 0,
+                "done": 0,
+                "spent_s": 0.0,
+                "devices": set(),
+            },
+        )
         row["planned"] += 1
         path = shard_dir / job.shard_name
         if path.exists():
@@ -57,15 +68,22 @@ def plan_status(jobs, shard_dir, guess_s: dict[str, float] | None = None) -> lis
 def status_markdown(rows: list[dict], workers: int = 1) -> str:
     """The status table plus a totals line (hours; wall time on ``workers`` parallel single-thread workers)."""
     h = lambda s: f"{s / 3600:.2f}"  # noqa: E731
-    lines = ["| family | split | source | done / planned | spent (CPU-h) | remaining, est. (CPU-h) |",
-             "|---|---|---|---:|---:|---:|"]
+    lines = [
+        "| family | split | source | done / planned | spent (CPU-h) | remaining, est. (CPU-h) |",
+        "|---|---|---|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r['family']} | {r['split']} | {r['source']} | {r['done']} / {r['planned']} | "
-                     f"{h(r['spent_s'])} | {h(r['remaining_s'])} |")
+        lines.append(
+            f"| {r['family']} | {r['split']} | {r['source']} | {r['done']} / {r['planned']} | "
+            f"{h(r['spent_s'])} | {h(r['remaining_s'])} |"
+        )
     done, planned = sum(r["done"] for r in rows), sum(r["planned"] for r in rows)
     spent, left = sum(r["spent_s"] for r in rows), sum(r["remaining_s"] for r in rows)
     devices = sorted({d for r in rows for d in r["devices"]})
-    lines += ["", f"{done} of {planned} curves finished; spent {h(spent)} h of compute "
-              f"({', '.join(devices) or 'none yet'}); remaining ≈ {h(left)} h, ≈ {h(left / max(workers, 1))} h wall "
-              f"on {max(workers, 1)} worker{'s' if workers != 1 else ''}."]
+    lines += [
+        "",
+        f"{done} of {planned} curves finished; spent {h(spent)} h of compute "
+        f"({', '.join(devices) or 'none yet'}); remaining ≈ {h(left)} h, ≈ {h(left / max(workers, 1))} h wall "
+        f"on {max(workers, 1)} worker{'s' if workers != 1 else ''}.",
+    ]
     return "\n".join(lines)

@@ -1,5 +1,6 @@
 """Figures of a bank: each family's cumulative-average loss curves with the calibrated and the paper's ε and the
 budget range, one TensorBoard figure per family or all families in one PNG."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,8 +18,13 @@ def _plot_family(ax, bank, fam: str) -> None:
     range (shaded red) when the bank carries them, and a caption: both ε and the mean final L of the pool curves."""
 
     for r in bank.rows(fam):
-        ax.plot(np.arange(1, bank.lengths[r] + 1), bank.L[r, : bank.lengths[r]], lw=0.6, alpha=0.6,
-                color={"pool": "C0", "fm_val": "C1", "fm_train": "C2", "cal": "C3"}[bank.split[r]])
+        ax.plot(
+            np.arange(1, bank.lengths[r] + 1),
+            bank.L[r, : bank.lengths[r]],
+            lw=0.6,
+            alpha=0.6,
+            color={"pool": "C0", "fm_val": "C1", "fm_train": "C2", "cal": "C3"}[bank.split[r]],
+        )
     fp = (bank.family_params or {}).get(fam, {})
     if "eps" in fp:
         ax.axhline(fp["eps"], color="k", ls="--", lw=1)
@@ -34,10 +40,19 @@ def _plot_family(ax, bank, fam: str) -> None:
         ax.axvspan(min(budgets), max(budgets), color="C3", alpha=0.12)
     if len(bank.rows(fam, "pool")):
         f = family_fidelity(bank, fam)
-        ax.text(0.02, 0.03, f"ε bank {f['eps_calibrated']}\nε paper {f['eps_paper']}\nfinal L {f['final_L']:.3g}",
-                transform=ax.transAxes, fontsize=6.5, va="bottom", ha="left",
-                bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="0.7", alpha=0.8))
-    ax.set(title=f"{fam} ({len(bank.rows(fam))} curves)", xlabel="batch", ylabel="cumulative-average loss", xscale="log")
+        ax.text(
+            0.02,
+            0.03,
+            f"ε bank {f['eps_calibrated']}\nε paper {f['eps_paper']}\nfinal L {f['final_L']:.3g}",
+            transform=ax.transAxes,
+            fontsize=6.5,
+            va="bottom",
+            ha="left",
+            bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="0.7", alpha=0.8),
+        )
+    ax.set(
+        title=f"{fam} ({len(bank.rows(fam))} curves)", xlabel="batch", ylabel="cumulative-average loss", xscale="log"
+    )
 
 
 def plot_bank_to_tensorboard(bank_path, log_dir) -> None:
@@ -76,7 +91,7 @@ def plot_bank_grid(bank_path, png_path) -> Path:
         ax.title.set_fontsize(9)
         ax.set_xlabel("batch", fontsize=8)
         ax.set_ylabel("")
-    for ax in list(axes.flat)[len(fams):]:
+    for ax in list(axes.flat)[len(fams) :]:
         ax.axis("off")
     fig.supylabel("cumulative-average loss", x=0.005)
     fig.tight_layout(rect=(0.012, 0, 1, 1))

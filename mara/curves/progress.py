@@ -1,5 +1,6 @@
 """Generation progress: a rich bar with ETA on a terminal, one plain line per finished job otherwise; the ETA learns
 each family's seconds per curve from the finished jobs, the shards already on disk, or a rough guess."""
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,14 @@ class ProgressReporter:
                 TimeElapsedColumn,
             )
 
-            self.progress = Progress(TextColumn("[bold]curves"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                     TextColumn("eta {task.fields[eta]} · {task.fields[last]}"), console=self.console)
+            self.progress = Progress(
+                TextColumn("[bold]curves"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("eta {task.fields[eta]} · {task.fields[last]}"),
+                console=self.console,
+            )
             self.task = self.progress.add_task("gen", total=self.n, eta="?", last="")
             self.progress.start()
 

@@ -1,4 +1,5 @@
 """Lightning callbacks of a curve-generation run: the per-batch loss record and the mid-run checkpoint."""
+
 from __future__ import annotations
 
 import math
@@ -45,7 +46,11 @@ class MidRunCheckpoint(L.Callback):
         self.path, self.every = Path(path), int(every)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.global_step % self.every == 0 and trainer.global_step < trainer.max_steps and not trainer.should_stop:
+        if (
+            trainer.global_step % self.every == 0
+            and trainer.global_step < trainer.max_steps
+            and not trainer.should_stop
+        ):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
             trainer.save_checkpoint(tmp)

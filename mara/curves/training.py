@@ -1,5 +1,6 @@
 """One generation job: train its run with Lightning (retrying a non-finite run with the next attempt's recipe) and write
 its Parquet shard; failed attempts go to ``shard_dir/failures.jsonl``, a run in progress can checkpoint and resume."""
+
 from __future__ import annotations
 
 import json
@@ -37,7 +38,9 @@ def code_version() -> str:
     """Package version plus git commit (if any) of the working tree."""
     root = Path(__file__).resolve().parents[2]
     try:
-        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5)
+        rev = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
+        )
         commit = rev.stdout.strip() if rev.returncode == 0 else "uncommitted"
     except Exception:
         commit = "unknown"
@@ -67,7 +70,9 @@ def partial_checkpoint(job: Job, settings: GenerationSettings, attempt: int) -> 
     return Path(settings.shard_dir) / "partial" / f"{job.shard_name.removesuffix('.parquet')}.attempt{attempt}.ckpt"
 
 
-def train_curve(job: Job, settings: GenerationSettings, attempt: int = 0, device_index: int | None = None) -> tuple[dict | None, str | None]:
+def train_curve(
+    job: Job, settings: GenerationSettings, attempt: int = 0, device_index: int | None = None
+) -> tuple[dict | None, str | None]:
     """Train one run with a Lightning Trainer (``trainer.fit(task, datamodule=dm)``); returns (bank record, None) or
     (None, failure reason). With ``settings.checkpoint_every`` = n > 0 the run checkpoints every n batches and a killed
     run resumes from its checkpoint exactly (model, Adam, the loss record so far and the loader's mid-epoch
@@ -80,8 +85,16 @@ def train_curve(job: Job, settings: GenerationSettings, attempt: int = 0, device
     _quiet_lightning()
     cap = int(settings.cap or family_cap(job.family))
     seed, batch_size, lr = job_recipe(job, attempt)
-    module, dm = build_run(job.family, seed=seed, batch_size=batch_size, lr=lr, source=job.source,
-                           data_root=settings.data_root, cache_dir=settings.cache_dir, download=settings.download)
+    module, dm = build_run(
+        job.family,
+        seed=seed,
+        batch_size=batch_size,
+        lr=lr,
+        source=job.source,
+        data_root=settings.data_root,
+        cache_dir=settings.cache_dir,
+        download=settings.download,
+    )
     recorder = LossRecorder()
     callbacks = [recorder]
     ckpt = partial_checkpoint(job, settings, attempt)
@@ -90,9 +103,19 @@ def train_curve(job: Job, settings: GenerationSettings, attempt: int = 0, device
     resume = str(ckpt) if settings.checkpoint_every and ckpt.is_file() else None
     devices = [device_index] if (device_index is not None and settings.accelerator not in ("cpu",)) else 1
     trainer = L.Trainer(
-        accelerator=settings.accelerator, devices=devices, max_steps=cap, max_epochs=-1, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
-        use_distributed_sampler=False, num_sanity_val_steps=0, limit_val_batches=0, precision="32-true",
+        accelerator=settings.accelerator,
+        devices=devices,
+        max_steps=cap,
+        max_epochs=-1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+        use_distributed_sampler=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        precision="32-true",
     )
     t0, c0 = time.perf_counter(), time.process_time()
     trainer.fit(module, datamodule=dm, ckpt_path=resume, weights_only=True)  # its own checkpoint, still read as data
@@ -101,19 +124,40 @@ def train_curve(job: Job, settings: GenerationSettings, attempt: int = 0, device
         return None, recorder.failure
     if len(recorder.losses) != cap:
         return None, f"recorded {len(recorder.losses)} batches, expected {cap}"
-    device = "cpu" if settings.accelerator == "cpu" else (torch.cuda.get_device_name(device_index or 0) if torch.cuda.is_available() else settings.accelerator)
+    device = (
+        "cpu"
+        if settings.accelerator == "cpu"
+        else (torch.cuda.get_device_name(device_index or 0) if torch.cuda.is_available() else settings.accelerator)
+    )
     meta = {
-        "code_version": settings.code_version, "torch_version": torch.__version__, "lightning_version": L.__version__,
-        "device": device, "threads": torch.get_num_threads(), "wall_time_s": round(wall, 3),
-        "cpu_time_s": round(cpu, 3), "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # e.g. AVX2 / AVX512
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
-        "source": f"tasks_zoo:{job.family} ({job.source} data)", "attempt": attempt, "cap": cap,
+        "code_version": settings.code_version,
+        "torch_version": torch.__version__,
+        "lightning_version": L.__version__,
+        "device": device,
+        "threads": torch.get_num_threads(),
+        "wall_time_s": round(wall, 3),
+        "cpu_time_s": round(cpu, 3),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # e.g. AVX2 / AVX512
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "source": f"tasks_zoo:{job.family} ({job.source} data)",
+        "attempt": attempt,
+        "cap": cap,
         "data_order": data_order(load_zoo_config(job.family)),
         **({"resumed_from_batch": recorder.resumed_at} if recorder.resumed_at else {}),  # wall/cpu time: after it
         **settings.extra_meta,
     }
-    record = {"curve_id": job.curve_id, "family": job.family, "split": job.split, "data_source": job.source,
-              "batch_size": batch_size, "lr": lr, "seed": seed, "losses": recorder.losses, "meta": meta}
+    record = {
+        "curve_id": job.curve_id,
+        "family": job.family,
+        "split": job.split,
+        "data_source": job.source,
+        "batch_size": batch_size,
+        "lr": lr,
+        "seed": seed,
+        "losses": recorder.losses,
+        "meta": meta,
+    }
     ckpt.unlink(missing_ok=True)
     return record, None
 
@@ -131,6 +175,16 @@ def run_job(job: Job, settings: GenerationSettings, device_index: int | None = N
             write_bank(path, [record], {"generator": "mara.generate_curves", "shard_of": job.curve_id})
             return {"job": asdict(job), "status": "done", "seconds": time.perf_counter() - t0, "attempt": attempt}
         seed, batch_size, lr = job_recipe(job, attempt)
-        _log_failure(shard_dir, {"curve_id": job.curve_id, "attempt": attempt, "seed": seed, "batch_size": batch_size,
-                                 "lr": lr, "reason": reason, "at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+        _log_failure(
+            shard_dir,
+            {
+                "curve_id": job.curve_id,
+                "attempt": attempt,
+                "seed": seed,
+                "batch_size": batch_size,
+                "lr": lr,
+                "reason": reason,
+                "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            },
+        )
     return {"job": asdict(job), "status": "failed", "seconds": time.perf_counter() - t0}

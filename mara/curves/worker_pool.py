@@ -1,5 +1,6 @@
 """Where generation jobs run: a pool of worker processes (CPU: single-thread workers; GPU: one process per device),
 and the rank's share of the plan under torchrun/SLURM (rank r takes jobs r::world_size)."""
+
 from __future__ import annotations
 
 import os

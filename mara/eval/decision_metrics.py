@@ -10,6 +10,7 @@ least-slack rule's two decisions, as pure functions over prediction-benchmark qu
 * **slack ranking** — Spearman rank correlation between the predicted slack ``(B − s0) − p̂`` and the true slack
   ``(B − s0) − truth``: the least-slack order only needs the ranks right.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,10 +42,12 @@ def finish_scores(pred_ok, true_ok) -> dict:
     pred_ok, true_ok = np.asarray(pred_ok, bool), np.asarray(true_ok, bool)
     n, n_pos, n_neg = len(true_ok), int(true_ok.sum()), int((~true_ok).sum())
     nan = float("nan")
-    return {"acc": float((pred_ok == true_ok).mean()) if n else nan,
-            "false_hopeless": float((~pred_ok & true_ok).sum() / n_pos) if n_pos else nan,
-            "false_finishable": float((pred_ok & ~true_ok).sum() / n_neg) if n_neg else nan,
-            "n": int(n)}
+    return {
+        "acc": float((pred_ok == true_ok).mean()) if n else nan,
+        "false_hopeless": float((~pred_ok & true_ok).sum() / n_pos) if n_pos else nan,
+        "false_finishable": float((pred_ok & ~true_ok).sum() / n_neg) if n_neg else nan,
+        "n": int(n),
+    }
 
 
 def obs_bin_labels(edges=OBS_BINS) -> list[str]:
@@ -59,7 +62,9 @@ def decision_metrics(s0, budget, first, truth, n_obs, pred, edges=OBS_BINS) -> d
     pred_ok, true_ok = pred <= tau, first <= budget
     out = finish_scores(pred_ok, true_ok)
     bins = np.digitize(n_obs, edges) - 1  # -1: fewer than edges[0] observations (not a decision: cold)
-    out["by_obs"] = {lab: finish_scores(pred_ok[bins == i], true_ok[bins == i]) for i, lab in enumerate(obs_bin_labels(edges))}
+    out["by_obs"] = {
+        lab: finish_scores(pred_ok[bins == i], true_ok[bins == i]) for i, lab in enumerate(obs_bin_labels(edges))
+    }
     out["slack_spearman"] = spearman(tau - pred, tau - truth)
     return out
 
@@ -71,14 +76,22 @@ def decision_markdown(results: dict) -> str:
         if not per:
             continue
         labels = list(next(iter(per.values()))["by_obs"])
-        lines += [f"**{ts}** — finish-before-the-deadline decisions and slack ranking", "",
-                  "| Estimate | acc. (%) | " + " | ".join(f"acc. n_obs {lab}" for lab in labels)
-                  + " | false hopeless (%) | false finishable (%) | slack Spearman |",
-                  "|---|---:|" + "---:|" * len(labels) + "---:|---:|---:|"]
+        lines += [
+            f"**{ts}** — finish-before-the-deadline decisions and slack ranking",
+            "",
+            "| Estimate | acc. (%) | "
+            + " | ".join(f"acc. n_obs {lab}" for lab in labels)
+            + " | false hopeless (%) | false finishable (%) | slack Spearman |",
+            "|---|---:|" + "---:|" * len(labels) + "---:|---:|---:|",
+        ]
         for name, m in per.items():
             cells = [_pct(m["acc"])] + [f"{_pct(m['by_obs'][lab]['acc'])} ({m['by_obs'][lab]['n']})" for lab in labels]
-            lines.append(f"| {name} | " + " | ".join(cells) + f" | {_pct(m['false_hopeless'])} | {_pct(m['false_finishable'])} | "
-                         f"{m['slack_spearman']:.3f} |")
+            lines.append(
+                f"| {name} | "
+                + " | ".join(cells)
+                + f" | {_pct(m['false_hopeless'])} | {_pct(m['false_finishable'])} | "
+                f"{m['slack_spearman']:.3f} |"
+            )
         lines.append("")
     return "\n".join(lines)
 

@@ -8,6 +8,7 @@ its deadline τ, the predictor's median and band (aged like the rule sees them) 
 ``mara.eval.decision_metrics`` (one record per task and step: a task that stays undecided for many steps counts
 many times, as the rule re-decides it every step).
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -54,8 +55,11 @@ def decision_point_metrics(points: dict, estimates=None) -> dict:
     """{estimate: decision_metrics} at the recorded decision points (s0 = 0, budget = τ, first = truth)."""
     names = estimates or [k for k in points if k not in ("n_obs", "tau", "truth")]
     zero = np.zeros_like(points["tau"])
-    return {name: decision_metrics(zero, points["tau"], points["truth"], points["truth"], points["n_obs"], points[name])
-            for name in names if len(points["tau"])}
+    return {
+        name: decision_metrics(zero, points["tau"], points["truth"], points["truth"], points["n_obs"], points[name])
+        for name in names
+        if len(points["tau"])
+    }
 
 
 def decision_points(points: DecisionPointSettings, run: EvaluationSettings) -> dict:
@@ -70,9 +74,17 @@ def decision_points(points: DecisionPointSettings, run: EvaluationSettings) -> d
     for label, method in points.policies.items():
         mcfg = load_method_cfg(method)
         pred = predictor_from(mcfg.get("predictor"), bank.path, configured=run.predictors, built=cache)
-        (_, alloc), = build_allocators(mcfg)
+        ((_, alloc),) = build_allocators(mcfg)
         env = BatchedEnv(ep, bank, sim.nodes, sim.max_active, sim.obs_every, predictor=pred)
-        out[label] = decision_point_metrics(collect_decision_points(env, alloc, points.quantiles if label == "FM" else ()))
-    out["_meta"] = {"loads": protocol.loads, "roots": protocol.roots, "episodes": protocol.episodes,
-                    "task_sets": protocol.task_sets, "n_episodes": int(ep.E), "policies": dict(points.policies)}
+        out[label] = decision_point_metrics(
+            collect_decision_points(env, alloc, points.quantiles if label == "FM" else ())
+        )
+    out["_meta"] = {
+        "loads": protocol.loads,
+        "roots": protocol.roots,
+        "episodes": protocol.episodes,
+        "task_sets": protocol.task_sets,
+        "n_episodes": int(ep.E),
+        "policies": dict(points.policies),
+    }
     return out

@@ -5,6 +5,7 @@ stopping, conformal band offset) on their fm_val curves, and measure FM and WLS 
 (fm_val + pool) with the Table-1 queries (ε and budget from the bank's family table). Per fold: MAE, budget
 accuracy, q10–q90 coverage and band width; plus which families reached training or validation.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,40 +29,73 @@ def lofo_families(bank: CurveBank, families=None) -> list[str]:
     return [f for f in fams if len(bank.rows(f, "fm_train")) and len(bank.rows(f, "fm_val"))]
 
 
-def fold_queries(bank: CurveBank, held_out: str, splits, family_params: dict, n_ranks: int, obs_every: int, seed: int) -> dict:
+def fold_queries(
+    bank: CurveBank, held_out: str, splits, family_params: dict, n_ranks: int, obs_every: int, seed: int
+) -> dict:
     """Table-1 queries on the held-out family's curves of ``splits``."""
-    return concat_queries([build_queries(bank, [held_out], s, family_params, n_ranks, obs_every, seed)
-                           for s in splits if len(bank.rows(held_out, s))])
+    return concat_queries(
+        [
+            build_queries(bank, [held_out], s, family_params, n_ranks, obs_every, seed)
+            for s in splits
+            if len(bank.rows(held_out, s))
+        ]
+    )
 
 
 def lofo_markdown(folds: dict) -> str:
-    lines = ["| Held-out family | queries | FM MAE | WLS MAE | FM/WLS | FM acc. (%) | WLS acc. (%) | FM q10–q90 cov. "
-             "(%) | WLS cov. (%) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| Held-out family | queries | FM MAE | WLS MAE | FM/WLS | FM acc. (%) | WLS acc. (%) | FM q10–q90 cov. "
+        "(%) | WLS cov. (%) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for fam, r in folds.items():
         fm, wls = r["FM"], r["WLS"]
-        lines.append(f"| {fam} | {fm['n_queries']} | {fm['mae']:.1f} | {wls['mae']:.1f} | "
-                     f"{fm['mae'] / max(wls['mae'], 1e-9):.2f} | "
-                     f"{100 * fm['budget_acc']:.1f} | {100 * wls['budget_acc']:.1f} | {100 * fm['coverage']:.1f} | "
-                     f"{100 * wls['coverage']:.1f} |")
+        lines.append(
+            f"| {fam} | {fm['n_queries']} | {fm['mae']:.1f} | {wls['mae']:.1f} | "
+            f"{fm['mae'] / max(wls['mae'], 1e-9):.2f} | "
+            f"{100 * fm['budget_acc']:.1f} | {100 * wls['budget_acc']:.1f} | {100 * fm['coverage']:.1f} | "
+            f"{100 * wls['coverage']:.1f} |"
+        )
     s = lofo_summary(folds)
-    lines.append(f"| **mean** | | **{s['fm_mae']:.1f}** | **{s['wls_mae']:.1f}** | "
-                 f"{s['fm_mae'] / max(s['wls_mae'], 1e-9):.2f} | "
-                 f"{100 * s['fm_acc']:.1f} | {100 * s['wls_acc']:.1f} | {100 * s['fm_cov']:.1f} | {100 * s['wls_cov']:.1f} |")
+    lines.append(
+        f"| **mean** | | **{s['fm_mae']:.1f}** | **{s['wls_mae']:.1f}** | "
+        f"{s['fm_mae'] / max(s['wls_mae'], 1e-9):.2f} | "
+        f"{100 * s['fm_acc']:.1f} | {100 * s['wls_acc']:.1f} | {100 * s['fm_cov']:.1f} | {100 * s['wls_cov']:.1f} |"
+    )
     return "\n".join(lines) + f"\n\nFM beats WLS on MAE for {s['fm_wins']}/{s['n_folds']} held-out families.\n"
 
 
 def lofo_summary(folds: dict) -> dict:
     """Means over folds (each family weighs the same) and the number of folds where FM's MAE < WLS's."""
     get = lambda m, k: float(np.mean([r[m][k] for r in folds.values()]))
-    return {"n_folds": len(folds), "fm_wins": int(sum(r["FM"]["mae"] < r["WLS"]["mae"] for r in folds.values())),
-            "fm_mae": get("FM", "mae"), "wls_mae": get("WLS", "mae"), "fm_acc": get("FM", "budget_acc"),
-            "wls_acc": get("WLS", "budget_acc"), "fm_cov": get("FM", "coverage"), "wls_cov": get("WLS", "coverage")}
+    return {
+        "n_folds": len(folds),
+        "fm_wins": int(sum(r["FM"]["mae"] < r["WLS"]["mae"] for r in folds.values())),
+        "fm_mae": get("FM", "mae"),
+        "wls_mae": get("WLS", "mae"),
+        "fm_acc": get("FM", "budget_acc"),
+        "wls_acc": get("WLS", "budget_acc"),
+        "fm_cov": get("FM", "coverage"),
+        "wls_cov": get("WLS", "coverage"),
+    }
 
 
-def run_lofo(bank: CurveBank, fm_cfg, wls_cfg, out_dir, families=None, test_splits=("fm_val", "pool"), seed: int = 0,
-             n_ranks: int = 8, obs_every: int = 10, max_epochs: int = 10, train_examples: int = 4096,
-             reuse_dir=None, trainer_extra: dict | None = None, log=print) -> dict:
+def run_lofo(
+    bank: CurveBank,
+    fm_cfg,
+    wls_cfg,
+    out_dir,
+    families=None,
+    test_splits=("fm_val", "pool"),
+    seed: int = 0,
+    n_ranks: int = 8,
+    obs_every: int = 10,
+    max_epochs: int = 10,
+    train_examples: int = 4096,
+    reuse_dir=None,
+    trainer_extra: dict | None = None,
+    log=print,
+) -> dict:
     """Train (or reuse) one FM per held-out family, evaluate FM and WLS on it; writes lofo.md and lofo.json."""
     import torch
     from omegaconf import OmegaConf
@@ -70,7 +104,9 @@ def run_lofo(bank: CurveBank, fm_cfg, wls_cfg, out_dir, families=None, test_spli
     out_dir.mkdir(parents=True, exist_ok=True)
     fams = lofo_families(bank, families)
     if len(fams) < 2:
-        raise ValueError(f"curve bank {bank.path}: leave-one-family-out needs ≥ 2 ID families with fm_train and fm_val curves")
+        raise ValueError(
+            f"curve bank {bank.path}: leave-one-family-out needs ≥ 2 ID families with fm_train and fm_val curves"
+        )
     fm_cfg = OmegaConf.create(OmegaConf.to_container(fm_cfg, resolve=True))
     fm_cfg.data.train_examples = int(train_examples)
     fm_cfg.train.figure_every_n_epochs = 0
@@ -81,10 +117,21 @@ def run_lofo(bank: CurveBank, fm_cfg, wls_cfg, out_dir, families=None, test_spli
         ckpt = Path(reuse_dir) / f"fold_{held}" / "fm.ckpt" if reuse_dir else None
         if ckpt is None:
             others = [f for f in fams if f != held]
-            trainer = {"max_epochs": int(max_epochs), "accelerator": "cpu", "devices": 1, "enable_progress_bar": False,
-                       **(trainer_extra or {})}
-            res = fit_flow(bank, FlowFitSettings.from_config(OmegaConf.to_container(fm_cfg, resolve=True)), trainer,
-                           fold_dir, seed=seed, families=others)
+            trainer = {
+                "max_epochs": int(max_epochs),
+                "accelerator": "cpu",
+                "devices": 1,
+                "enable_progress_bar": False,
+                **(trainer_extra or {}),
+            }
+            res = fit_flow(
+                bank,
+                FlowFitSettings.from_config(OmegaConf.to_container(fm_cfg, resolve=True)),
+                trainer,
+                fold_dir,
+                seed=seed,
+                families=others,
+            )
             ckpt = Path(res["fm_ckpt"])
             training[held] = {k: res[k] for k in ("wall_s", "epochs", "seen_families", "band_offset") if k in res}
             if held in res["seen_families"]:
@@ -93,27 +140,52 @@ def run_lofo(bank: CurveBank, fm_cfg, wls_cfg, out_dir, families=None, test_spli
         torch.set_num_threads(1)
         fm = predictor_from(OmegaConf.merge(fm_cfg, {"ckpt_path": str(ckpt)}))
         if fm.novelty is None:  # a checkpoint from before the novelty score: its reference from the fold's own data
-
-            dm = CurveDataModule(bank, seed=seed, families=[f for f in fams if f != held],
-                                 **OmegaConf.to_container(fm_cfg.data, resolve=True) | {"feature_set": fm.net.feature_set})
+            dm = CurveDataModule(
+                bank,
+                seed=seed,
+                families=[f for f in fams if f != held],
+                **OmegaConf.to_container(fm_cfg.data, resolve=True) | {"feature_set": fm.net.feature_set},
+            )
             fm.novelty = compute_novelty(fm.net, dm)
         q = fold_queries(bank, held, test_splits, bank.family_params, n_ranks, obs_every, seed)
-        folds[held] = {name: evaluate_predictor(p, bank, q, obs_every, n_ranks)[0] for name, p in (("FM", fm), ("WLS", wls))}
+        folds[held] = {
+            name: evaluate_predictor(p, bank, q, obs_every, n_ranks)[0] for name, p in (("FM", fm), ("WLS", wls))
+        }
         folds[held]["test_families"] = sorted(set(bank.family[q["rows"]].tolist()))
         log(f"fold {held}: FM MAE {folds[held]['FM']['mae']:.1f} vs WLS {folds[held]['WLS']['mae']:.1f}")
     md = lofo_markdown(folds)
     (out_dir / "lofo.md").write_text(md)
-    (out_dir / "lofo.json").write_text(json.dumps({"folds": folds, "training": training, "summary": lofo_summary(folds),
-                                                   "fm_cfg": OmegaConf.to_container(fm_cfg)}, indent=1))
+    (out_dir / "lofo.json").write_text(
+        json.dumps(
+            {
+                "folds": folds,
+                "training": training,
+                "summary": lofo_summary(folds),
+                "fm_cfg": OmegaConf.to_container(fm_cfg),
+            },
+            indent=1,
+        )
+    )
     return {"folds": folds, "training": training, "summary": lofo_summary(folds), "markdown": md}
 
 
 def run_lofo_experiment(settings: LofoSettings, out: Path) -> dict:
     """The LOFO benchmark (``experiment=prediction_lofo``) of ``settings`` into ``out``."""
     bank = bank_at(settings.bank_path)
-    res = run_lofo(bank, settings.fm, settings.wls, out, families=settings.families, test_splits=settings.test_splits,
-                   seed=settings.seed, n_ranks=settings.n_ranks, obs_every=settings.obs_every, max_epochs=settings.max_epochs,
-                   train_examples=settings.train_examples, reuse_dir=settings.reuse_dir)
+    res = run_lofo(
+        bank,
+        settings.fm,
+        settings.wls,
+        out,
+        families=settings.families,
+        test_splits=settings.test_splits,
+        seed=settings.seed,
+        n_ranks=settings.n_ranks,
+        obs_every=settings.obs_every,
+        max_epochs=settings.max_epochs,
+        train_examples=settings.train_examples,
+        reuse_dir=settings.reuse_dir,
+    )
     print("# Leave-one-family-out prediction\n\n" + res["markdown"])
     print(f"wrote {out / 'lofo.md'} and {out / 'lofo.json'}")
     return res

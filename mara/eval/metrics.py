@@ -4,6 +4,7 @@ Two-stage averaging: an episode's success rate; the mean over a (task set, load,
 group's episodes; then mean ± sample std over roots (× training seeds). "Average" gives each task set
 equal weight per root before the statistics. Values in percent.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict

@@ -1,5 +1,6 @@
 """Whether a learned method's trained policies fit a run: the one check, made before any work (``mara.preflight``),
 at run time (``mara.eval.runner``) and in live mode."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,14 +35,25 @@ def policy_facts(policy) -> PolicyFacts | None:
     """``PolicyFacts`` of a loaded MAT allocator or of a policy checkpoint dict; None for anything else (rules)."""
     if isinstance(policy, dict) and "hyper_parameters" in policy:
         hp = policy["hyper_parameters"]
-        return PolicyFacts(str(policy.get("path", "?")), plain_config(hp.get("predictor")) or {}, int(hp["sim"]["n_nodes"]),
-                           int(hp["sim"]["max_active"]), str((hp.get("net") or {}).get("features", "v1")),
-                           trained_sizes(plain_config(hp)) == "any")
+        return PolicyFacts(
+            str(policy.get("path", "?")),
+            plain_config(hp.get("predictor")) or {},
+            int(hp["sim"]["n_nodes"]),
+            int(hp["sim"]["max_active"]),
+            str((hp.get("net") or {}).get("features", "v1")),
+            trained_sizes(plain_config(hp)) == "any",
+        )
     net = getattr(policy, "policy", None)
     if net is None or not hasattr(net, "M"):
         return None
-    return PolicyFacts(str(getattr(policy, "ckpt_path", "?")), getattr(policy, "trained_predictor", None) or {},
-                       int(net.M), int(net.K), str(getattr(net, "features", "v1")), bool(getattr(policy, "any_size", False)))
+    return PolicyFacts(
+        str(getattr(policy, "ckpt_path", "?")),
+        getattr(policy, "trained_predictor", None) or {},
+        int(net.M),
+        int(net.K),
+        str(getattr(net, "features", "v1")),
+        bool(getattr(policy, "any_size", False)),
+    )
 
 
 def check_policy_fit(mcfg: DictConfig, policies, sim=None) -> None:
@@ -55,13 +67,25 @@ def check_policy_fit(mcfg: DictConfig, policies, sim=None) -> None:
             continue
         why = trained_predictor_mismatch(facts.predictor, mcfg.get("predictor"))
         if why:
-            fits = [m for m in available_methods() if is_learned(c := load_method_cfg(m))
-                    and trained_predictor_mismatch(facts.predictor, c.get("predictor")) is None]
-            raise ConfigError(f"method {mcfg.name!r}: policy {facts.path}: {why}; evaluate it "
-                              f"under a method with that predictor ({', '.join(fits) or 'none configured'}) or set "
-                              f"+method_overrides.{mcfg.name}.predictor=<name>")
-        if sim is not None and not facts.any_size and (facts.n_nodes, facts.max_active) != (int(sim.nodes), int(sim.max_active)):
-            raise ConfigError(f"method {mcfg.name!r}: policy {facts.path} was trained for M={facts.n_nodes}, "
-                              f"K={facts.max_active}; this run has sim.nodes={sim.nodes}, sim.max_active={sim.max_active} "
-                              f"(train one for these settings, set them to the policy's, or use a policy trained across "
-                              f"sizes: MARA-suite, python -m mara.train experiment=suite)")
+            fits = [
+                m
+                for m in available_methods()
+                if is_learned(c := load_method_cfg(m))
+                and trained_predictor_mismatch(facts.predictor, c.get("predictor")) is None
+            ]
+            raise ConfigError(
+                f"method {mcfg.name!r}: policy {facts.path}: {why}; evaluate it "
+                f"under a method with that predictor ({', '.join(fits) or 'none configured'}) or set "
+                f"+method_overrides.{mcfg.name}.predictor=<name>"
+            )
+        if (
+            sim is not None
+            and not facts.any_size
+            and (facts.n_nodes, facts.max_active) != (int(sim.nodes), int(sim.max_active))
+        ):
+            raise ConfigError(
+                f"method {mcfg.name!r}: policy {facts.path} was trained for M={facts.n_nodes}, "
+                f"K={facts.max_active}; this run has sim.nodes={sim.nodes}, sim.max_active={sim.max_active} "
+                f"(train one for these settings, set them to the policy's, or use a policy trained across "
+                f"sizes: MARA-suite, python -m mara.train experiment=suite)"
+            )

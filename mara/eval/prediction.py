@@ -9,6 +9,7 @@ crossing within B), milliseconds per prefix for one batched call; q10–q90 cove
 for predictors with a band; all of them also per observation-count bin (``by_obs``), and on cold queries (1–3
 observations of the same curves and draws, ``cold``), where a predictor without a cold estimate answers the cap.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,11 @@ from mara.predictors.wls import wls_fit
 
 CONF_PREDICTOR = conf_dir("predictor")
 COLD_OBS = (1, 2, 3)  # observation counts of cold tasks (a warm estimate needs 4)
-TASK_SETS = {"ID": (tuple(ID_FAMILIES), "fm_val"), "RL_OOD": (("RLExpertConfig",), "pool"),
-             "ViT_OOD": (("ViT_Cifar10_1",), "pool")}
+TASK_SETS = {
+    "ID": (tuple(ID_FAMILIES), "fm_val"),
+    "RL_OOD": (("RLExpertConfig",), "pool"),
+    "ViT_OOD": (("ViT_Cifar10_1",), "pool"),
+}
 
 
 def concat_queries(qs: list[dict]) -> dict:
@@ -55,8 +59,9 @@ def _timed(fn, repeats: int = 3):
     return out, best
 
 
-def evaluate_predictor(predictor, bank: CurveBank, q: dict, obs_every: int = 10, n_ranks: int = 8,
-                       obs_edges=OBS_BINS) -> tuple[dict, np.ndarray]:
+def evaluate_predictor(
+    predictor, bank: CurveBank, q: dict, obs_every: int = 10, n_ranks: int = 8, obs_edges=OBS_BINS
+) -> tuple[dict, np.ndarray]:
     """Metrics of one predictor on one query set (latency = best of 3 batched calls, incl. feature building)."""
     rows = q["rows"]
 
@@ -77,9 +82,15 @@ def evaluate_predictor(predictor, bank: CurveBank, q: dict, obs_every: int = 10,
     pred_ok = s0 + pred <= q["budget"]
     true_ok = q["first"] <= q["budget"]
     per_rank = [float(err[q["rank"] == k].mean()) if (q["rank"] == k).any() else float("nan") for k in range(n_ranks)]
-    return {"mae": float(err.mean()), "budget_acc": float((pred_ok == true_ok).mean()),
-            "ms_per_prefix": 1e3 * secs / len(rows), "per_rank_mae": per_rank, "n_queries": int(len(rows)), **band,
-            "by_obs": metrics_by_obs(q["n_obs"], err, pred_ok == true_ok, qs, q["truth"], obs_edges)}, pred
+    return {
+        "mae": float(err.mean()),
+        "budget_acc": float((pred_ok == true_ok).mean()),
+        "ms_per_prefix": 1e3 * secs / len(rows),
+        "per_rank_mae": per_rank,
+        "n_queries": int(len(rows)),
+        **band,
+        "by_obs": metrics_by_obs(q["n_obs"], err, pred_ok == true_ok, qs, q["truth"], obs_edges),
+    }, pred
 
 
 def metrics_by_obs(n_obs, err, correct, qs, truth, edges=OBS_BINS) -> dict:
@@ -90,9 +101,12 @@ def metrics_by_obs(n_obs, err, correct, qs, truth, edges=OBS_BINS) -> dict:
         m = bins == i
         n = int(m.sum())
         nan = float("nan")
-        out[lab] = {"mae": float(err[m].mean()) if n else nan, "budget_acc": float(correct[m].mean()) if n else nan,
-                    "coverage": (band_metrics(qs[m], truth[m])["coverage"] if n else nan) if qs is not None else None,
-                    "n": n}
+        out[lab] = {
+            "mae": float(err[m].mean()) if n else nan,
+            "budget_acc": float(correct[m].mean()) if n else nan,
+            "coverage": (band_metrics(qs[m], truth[m])["coverage"] if n else nan) if qs is not None else None,
+            "n": n,
+        }
     return out
 
 
@@ -104,8 +118,10 @@ def predictor_rows(res: dict) -> list[str]:
 def by_obs_markdown(results: dict, edges=OBS_BINS) -> str:
     """One table: task set × method rows, per n_obs bin the MAE / finish accuracy (%) / q10–q90 coverage (%)."""
     labels = obs_bin_labels(edges)
-    lines = ["| Task set | Method | " + " | ".join(f"n_obs {lab}: MAE / acc. / cov." for lab in labels) + " |",
-             "|---|---|" + "---:|" * len(labels)]
+    lines = [
+        "| Task set | Method | " + " | ".join(f"n_obs {lab}: MAE / acc. / cov." for lab in labels) + " |",
+        "|---|---|" + "---:|" * len(labels),
+    ]
     for ts, res in results.items():
         for m in predictor_rows(res):
             cells = []
@@ -123,7 +139,9 @@ def by_obs_markdown(results: dict, edges=OBS_BINS) -> str:
 def reliability_figure(results: dict, out_dir: Path) -> str | None:
     """``fig_calibration.png``: per task set, each band level against the share of true remaining batches at or
     below it, for every predictor whose results carry ``level_hits`` (on the diagonal = the level holds)."""
-    sets = {ts: {m: r for m, r in res.items() if isinstance(r, dict) and r.get("level_hits")} for ts, res in results.items()}
+    sets = {
+        ts: {m: r for m, r in res.items() if isinstance(r, dict) and r.get("level_hits")} for ts, res in results.items()
+    }
     sets = {ts: per for ts, per in sets.items() if per}
     if not sets:
         return None
@@ -166,7 +184,9 @@ def _figure(bank, fm, wls, q, out_dir: Path, results: dict, obs_every: int, rank
     edges, L_hat = fm.sample_futures(S, L, np.array([n]), cap, np.array([bs]), np.array([bank.lr[r]]), 8, 4)
     x_e = edges[0] / bs
     fm_rem = fm.predict_remaining(S, L, np.array([n]), np.array([eps]), cap, np.array([bs]), np.array([bank.lr[r]]))[0]
-    wls_rem = wls.predict_remaining(S, L, np.array([n]), np.array([eps]), cap, np.array([bs]), np.array([bank.lr[r]]))[0]
+    wls_rem = wls.predict_remaining(S, L, np.array([n]), np.array([eps]), cap, np.array([bs]), np.array([bank.lr[r]]))[
+        0
+    ]
     t0, t1 = wls_fit(S, L, np.array([n]))
     s0 = n * obs_every
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -182,7 +202,9 @@ def _figure(bank, fm, wls, q, out_dir: Path, results: dict, obs_every: int, rank
     ax.axvline(s0 + wls_rem, color="tab:orange", lw=1, ls="--")
     ax.set_xlabel("batches")
     ax.set_ylabel("cumulative-average loss")
-    ax.set_title(f"{bank.family[r]}: true {q['truth'][i]:.0f}, FM {fm_rem:.0f}, WLS {wls_rem:.0f} batches left", fontsize=9)
+    ax.set_title(
+        f"{bank.family[r]}: true {q['truth'][i]:.0f}, FM {fm_rem:.0f}, WLS {wls_rem:.0f} batches left", fontsize=9
+    )
     ax.legend(fontsize=7)
     fig.tight_layout()
     p = out_dir / "fig3a_trajectory.png"
@@ -193,8 +215,15 @@ def _figure(bank, fm, wls, q, out_dir: Path, results: dict, obs_every: int, rank
     fig, ax = plt.subplots(figsize=(6, 4))
     for (ts, res), c in zip(results.items(), ("tab:green", "tab:red", "tab:purple")):
         for m, ls in (("FM", "-"), ("WLS", "--")):
-            ax.plot(np.arange(1, len(res[m]["per_rank_mae"]) + 1), res[m]["per_rank_mae"], ls, color=c, marker="o",
-                    ms=3, label=f"{ts} {m}")
+            ax.plot(
+                np.arange(1, len(res[m]["per_rank_mae"]) + 1),
+                res[m]["per_rank_mae"],
+                ls,
+                color=c,
+                marker="o",
+                ms=3,
+                label=f"{ts} {m}",
+            )
     ax.set_xlabel("query rank")
     ax.set_ylabel("remaining-batch MAE")
     ax.legend(fontsize=7)
@@ -206,8 +235,7 @@ def _figure(bank, fm, wls, q, out_dir: Path, results: dict, obs_every: int, rank
     return paths
 
 
-def decision_estimates(fm, wls, bank: CurveBank, q: dict, obs_every: int = 10, quantiles=(0.05,),
-                       extra=()) -> dict:
+def decision_estimates(fm, wls, bank: CurveBank, q: dict, obs_every: int = 10, quantiles=(0.05,), extra=()) -> dict:
     """{name: remaining-batch estimate [Q]} the decision metrics compare: FM median and band (q10, q90 and the
     ``quantiles`` of ``band_quantile``, the estimate Slack-FM-q reads), WLS median and its q10; each ``extra``
     (label, predictor) its median and its band's ends at their own levels."""
@@ -239,25 +267,41 @@ def decision_results(fm, wls, bank: CurveBank, q: dict, obs_every: int = 10, qua
     """Decision-relevant metrics (mara.eval.decision_metrics) of every estimate on one query set."""
 
     s0 = q["n_obs"] * obs_every
-    return {name: decision_metrics(s0, q["budget"], q["first"], q["truth"], q["n_obs"], est)
-            for name, est in decision_estimates(fm, wls, bank, q, obs_every, quantiles, extra).items()}
+    return {
+        name: decision_metrics(s0, q["budget"], q["first"], q["truth"], q["n_obs"], est)
+        for name, est in decision_estimates(fm, wls, bank, q, obs_every, quantiles, extra).items()
+    }
 
 
 def table1_markdown(results: dict) -> str:
-    lines = ["| Task set | Method | MAE (batches) | Budget acc. (%) | q10–q90 coverage (%) | band width | ms / prefix |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| Task set | Method | MAE (batches) | Budget acc. (%) | q10–q90 coverage (%) | band width | ms / prefix |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     for ts, res in results.items():
         for m in predictor_rows(res):
             r = res[m]
             cov = f"{100 * r['coverage']:.1f}" if "coverage" in r else "–"
             wid = f"{r['band_width']:.1f}" if "band_width" in r else "–"
-            lines.append(f"| {ts} | {m} | {r['mae']:.2f} | {100 * r['budget_acc']:.2f} | {cov} | {wid} | "
-                         f"{r['ms_per_prefix']:.4f} |")
+            lines.append(
+                f"| {ts} | {m} | {r['mae']:.2f} | {100 * r['budget_acc']:.2f} | {cov} | {wid} | "
+                f"{r['ms_per_prefix']:.4f} |"
+            )
     return "\n".join(lines) + "\n"
 
 
-def run_prediction_benchmark(bank: CurveBank, fm, wls, family_params: dict, out_dir, n_ranks: int = 8,
-                             obs_every: int = 10, seed: int = 0, decision_quantiles=(0.05,), extra=()) -> dict:
+def run_prediction_benchmark(
+    bank: CurveBank,
+    fm,
+    wls,
+    family_params: dict,
+    out_dir,
+    n_ranks: int = 8,
+    obs_every: int = 10,
+    seed: int = 0,
+    decision_quantiles=(0.05,),
+    extra=(),
+) -> dict:
     """Table 1 + Figure 3 on ID fm_val curves and each OOD family's pool curves; writes PNGs, table1.md,
     prediction.json. With ``decision_quantiles`` (not None) each task set also gets ``decision``: the
     decision-relevant metrics of the FM median / band quantiles and WLS (mara.eval.decision_metrics), also in
@@ -281,16 +325,27 @@ def run_prediction_benchmark(bank: CurveBank, fm, wls, family_params: dict, out_
             results[ts]["decision"] = decision_results(fm, wls, bank, q, obs_every, decision_quantiles, extra)
         qc = build_cold_queries(bank, fams, split, family_params, COLD_OBS, obs_every, seed)
         if len(qc["rows"]):
-            cold[ts] = {name: evaluate_predictor(p, bank, qc, obs_every, len(COLD_OBS), COLD_OBS)[0]
-                        for name, p in named}
-    figs = _figure(bank, fm, wls, queries["ID"], out_dir, {ts: {m: r[m] for m in ("FM", "WLS")} for ts, r in results.items()},
-                   obs_every) if "ID" in queries else []
+            cold[ts] = {
+                name: evaluate_predictor(p, bank, qc, obs_every, len(COLD_OBS), COLD_OBS)[0] for name, p in named
+            }
+    figs = (
+        _figure(
+            bank,
+            fm,
+            wls,
+            queries["ID"],
+            out_dir,
+            {ts: {m: r[m] for m in ("FM", "WLS")} for ts, r in results.items()},
+            obs_every,
+        )
+        if "ID" in queries
+        else []
+    )
     figs += [p for p in (reliability_figure(results, out_dir),) if p]
     for ts, c in cold.items():
         results[ts]["cold"] = c
     md = table1_markdown(results) + "\n" + by_obs_markdown(results) + "\n" + by_obs_markdown(cold, COLD_OBS)
     if decision_quantiles is not None:
-
         md += "\n" + decision_markdown({ts: r.get("decision") or {} for ts, r in results.items()})
     (out_dir / "table1.md").write_text(md)
     (out_dir / "prediction.json").write_text(json.dumps({"results": results, "figures": figs}, indent=2))
@@ -302,6 +357,15 @@ def run_prediction_experiment(settings: PredictionSettings, out_dir) -> dict:
     predictor configs, on the settings' bank (else the shipped one)."""
     bank = load_bank(settings.bank_path or default_bank_path())
     extra = tuple((label, predictor_from(spec, bank.path)) for label, spec in settings.extra)
-    return run_prediction_benchmark(bank, predictor_from(settings.fm, bank.path), predictor_from(settings.wls), bank.family_params,
-                                    Path(out_dir), n_ranks=settings.n_ranks, obs_every=settings.obs_every, seed=settings.seed,
-                                    decision_quantiles=settings.decision_quantiles, extra=extra)
+    return run_prediction_benchmark(
+        bank,
+        predictor_from(settings.fm, bank.path),
+        predictor_from(settings.wls),
+        bank.family_params,
+        Path(out_dir),
+        n_ranks=settings.n_ranks,
+        obs_every=settings.obs_every,
+        seed=settings.seed,
+        decision_quantiles=settings.decision_quantiles,
+        extra=extra,
+    )

@@ -1,4 +1,5 @@
 """``python -m mara.evaluate experiment=prediction``: Table 1 and Figure 3 into the run folder's results."""
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,6 @@ def run_prediction(settings: PredictionSettings, run: EvaluationSettings | None,
     results = run_prediction_experiment(settings, out)
     points = None
     if settings.decision_points is not None:
-
         points = decision_points(settings.decision_points, run)
     path = out / "results.json"
     data = json.loads(path.read_text()) if path.exists() else {"schema": "mara.results/1", "rows": [], "summary": {}}
@@ -31,28 +31,36 @@ def run_prediction(settings: PredictionSettings, run: EvaluationSettings | None,
         data["decision_points"] = points
     path.write_text(json.dumps(data, indent=1))
     md = "# Remaining-resource prediction (Table 1)\n\n" + table1_markdown(results)
-    md += ("\n## By number of observations\n\nPer query's observation count (queries in brackets): remaining-batch "
-           "MAE / finish-before-the-deadline accuracy (%) / q10–q90 coverage of the true remaining batches (%).\n\n"
-           + by_obs_markdown(results))
+    md += (
+        "\n## By number of observations\n\nPer query's observation count (queries in brackets): remaining-batch "
+        "MAE / finish-before-the-deadline accuracy (%) / q10–q90 coverage of the true remaining batches (%).\n\n"
+        + by_obs_markdown(results)
+    )
     cold = {ts: r["cold"] for ts, r in results.items() if r.get("cold")}
     if cold:
-        md += ("\n**Cold tasks** (1–3 observations, same curves and (ε, budget) draws; a predictor without a cold "
-               "estimate answers the cap): MAE / finish accuracy (%) / q10–q90 coverage (%).\n\n"
-               + by_obs_markdown(cold, COLD_OBS))
+        md += (
+            "\n**Cold tasks** (1–3 observations, same curves and (ε, budget) draws; a predictor without a cold "
+            "estimate answers the cap): MAE / finish accuracy (%) / q10–q90 coverage (%).\n\n"
+            + by_obs_markdown(cold, COLD_OBS)
+        )
     decisions = {ts: r.get("decision") for ts, r in results.items() if r.get("decision")}
     if decisions:
-        md += ("\n## Decision-relevant metrics\n\nAt each query (s0 batches processed, budget B): "
-               "\"finishes within B if served from now on\" predicted (s0 + estimate ≤ B) against the truth; accuracy "
-               "overall and by number of observations (queries in brackets), the two error rates, and the Spearman rank "
-               "correlation of predicted and true slack (B − s0 − remaining).\n\n" + decision_markdown(decisions))
+        md += (
+            "\n## Decision-relevant metrics\n\nAt each query (s0 batches processed, budget B): "
+            '"finishes within B if served from now on" predicted (s0 + estimate ≤ B) against the truth; accuracy '
+            "overall and by number of observations (queries in brackets), the two error rates, and the Spearman rank "
+            "correlation of predicted and true slack (B − s0 − remaining).\n\n" + decision_markdown(decisions)
+        )
     if points is not None:
         meta = points["_meta"]
-        md += (f"\n## The same decisions at the simulator's decision points\n\nEvery step, every warm task that could be "
-               "served, while the policy runs (label: policy rolled, its own predictor scored on its own states): "
-               "remaining "
-               f"time τ = deadline − t (waiting included), truth = need − processed. Loads {meta['loads']}, roots "
-               f"{meta['roots']}, {meta['n_episodes']} episodes.\n\n"
-               + decision_markdown({f"{k} ({meta['policies'][k]})": v for k, v in points.items() if k != "_meta"}))
+        md += (
+            f"\n## The same decisions at the simulator's decision points\n\nEvery step, every warm task that could be "
+            "served, while the policy runs (label: policy rolled, its own predictor scored on its own states): "
+            "remaining "
+            f"time τ = deadline − t (waiting included), truth = need − processed. Loads {meta['loads']}, roots "
+            f"{meta['roots']}, {meta['n_episodes']} episodes.\n\n"
+            + decision_markdown({f"{k} ({meta['policies'][k]})": v for k, v in points.items() if k != "_meta"})
+        )
     md += "\n![Figure 3a](fig3a_trajectory.png)\n![Figure 3b](fig3b_mae_vs_rank.png)\n"
     if (out / "fig_calibration.png").exists():
         md += "![Band levels against the truth](fig_calibration.png)\n"

@@ -5,6 +5,7 @@ policy runs over the whole stack in one batched simulator, so each method sees e
 episodes and curves. Bounds (Oracle, Clairvoyant) are computed from the same stack, each by the function its
 method config names (``compute``, mara/bounds/episodes.py).
 """
+
 from __future__ import annotations
 
 import time
@@ -23,7 +24,9 @@ from mara.core.config import (
 from mara.core.registry import import_object
 from mara.curves.bank import BankError, CurveBank
 from mara.eval.policy_fit import check_policy_fit
-from mara.eval.settings import (  # noqa: F401  (check_number, node_options, load_bank_from_cfg: for preflight, train, live)
+
+# check_number, node_options, load_bank_from_cfg are re-exported here for preflight, train and live
+from mara.eval.settings import (  # noqa: F401
     EvalProtocol,
     SimSettings,
     Workload,
@@ -33,13 +36,13 @@ from mara.eval.settings import (  # noqa: F401  (check_number, node_options, loa
 )
 from mara.predictors.factory import predictor_from
 from mara.sim.env import BatchedEnv
-from mara.traces.paper_setting import replay_episodes
 from mara.sim.workload import (
     EpisodeBatch,
     check_family_params_cover,
     generate_episodes,
     generate_stress_episodes,
 )
+from mara.traces.paper_setting import replay_episodes
 
 ROW_KEYS = ("n_tasks", "succeeded", "success_rate", "utilization", "queue_full", "waiting", "ready", "turned_away")
 
@@ -60,8 +63,15 @@ def build_episodes(workload: Workload, bank: CurveBank, protocol: EvalProtocol, 
         sc = workload.stress
         batches = [
             generate_stress_episodes(
-                bank, root, protocol.episodes, int(sc.n_infeasible), int(sc.n_short), int(sc.short_arrival),
-                int(sc.infeasible_budget), int(sc.short_budget), tuple(sc.short_need),
+                bank,
+                root,
+                protocol.episodes,
+                int(sc.n_infeasible),
+                int(sc.n_short),
+                int(sc.short_arrival),
+                int(sc.infeasible_budget),
+                int(sc.short_budget),
+                tuple(sc.short_need),
             )
             for root in protocol.roots
         ]
@@ -116,10 +126,29 @@ def run_policy(allocator, ep: EpisodeBatch, bank: CurveBank, sim: SimSettings, p
     ``progress(step, limit)``, if given, is called after every simulator step (it throttles itself)."""
     if sim.engine == "replay":
         opts = sim.node_options()
-        return replay_episodes(allocator, ep, bank, sim.nodes, sim.max_active, sim.obs_every, predictor,
-                               sim.queue_capacity, opts["node_speed"], opts["switch_cost"], progress=progress)[2]
-    env = BatchedEnv(ep, bank, sim.nodes, sim.max_active, sim.obs_every, predictor=predictor,
-                     queue_capacity=sim.queue_capacity, **sim.node_options())
+        return replay_episodes(
+            allocator,
+            ep,
+            bank,
+            sim.nodes,
+            sim.max_active,
+            sim.obs_every,
+            predictor,
+            sim.queue_capacity,
+            opts["node_speed"],
+            opts["switch_cost"],
+            progress=progress,
+        )[2]
+    env = BatchedEnv(
+        ep,
+        bank,
+        sim.nodes,
+        sim.max_active,
+        sim.obs_every,
+        predictor=predictor,
+        queue_capacity=sim.queue_capacity,
+        **sim.node_options(),
+    )
     obs = env.reset()
     allocator.reset(ep.E)
     limit = ep.horizon + ep.n_steps + 2
@@ -153,8 +182,16 @@ def method_outcome_note(exc: BaseException) -> tuple[str, str]:
     return status, msg
 
 
-def evaluate_one(name: str, mcfg: DictConfig, ep: EpisodeBatch, bank: CurveBank, sim: SimSettings, predictors: Mapping,
-                 built: dict, progress=None) -> list[dict]:
+def evaluate_one(
+    name: str,
+    mcfg: DictConfig,
+    ep: EpisodeBatch,
+    bank: CurveBank,
+    sim: SimSettings,
+    predictors: Mapping,
+    built: dict,
+    progress=None,
+) -> list[dict]:
     """Rows of one method on every episode (one allocator per training seed for learned policies).
 
     ``predictors``: the run's configured predictors (name → config); ``built``: those built so far in this run."""
@@ -167,30 +204,50 @@ def evaluate_one(name: str, mcfg: DictConfig, ep: EpisodeBatch, bank: CurveBank,
     allocators = build_allocators(mcfg)
     check_policy_fit(mcfg, [a for _, a in allocators], sim)
     solve_share, solve = 0.0, None
-    if mcfg.get("chosen_by") is not None:  # a privileged selection bound: only the Clairvoyant's chosen tasks are served
+    if (
+        mcfg.get("chosen_by") is not None
+    ):  # a privileged selection bound: only the Clairvoyant's chosen tasks are served
         if sim.engine == "replay":
             raise ConfigError(f"method {name}: chosen_by (a selection bound) runs on sim.engine=batched only")
         if not all(hasattr(a, "restrict_to") for _, a in allocators):
             raise ConfigError(f"method {name}: chosen_by needs a rule that can be restricted to tasks (SlackRule)")
         solve_share = 0.9  # the solve is nearly all the time
-        res = clairvoyant_results(name, mcfg.chosen_by, ep, sim, None if progress is None else (lambda f: progress(solve_share * f)))
+        res = clairvoyant_results(
+            name, mcfg.chosen_by, ep, sim, None if progress is None else (lambda f: progress(solve_share * f))
+        )
         chosen = chosen_tasks(res, ep.arrival.shape[1])
         for _, alloc in allocators:
             alloc.restrict_to(chosen)
         # the same solve's numbers beside the realised ones: its proven bound and its best (relaxed) schedule
-        solve = {"clairvoyant_bound": [int(r.upper_bound) for r in res], "clairvoyant_found": [int(r.successes) for r in res],
-                 "optimal": [bool(r.optimal) for r in res]}
+        solve = {
+            "clairvoyant_bound": [int(r.upper_bound) for r in res],
+            "clairvoyant_found": [int(r.successes) for r in res],
+            "optimal": [bool(r.optimal) for r in res],
+        }
     for i, (seed, alloc) in enumerate(allocators):
-        tick = None if progress is None else (
-            lambda s, n, i=i: progress(solve_share + (1 - solve_share) * (i + s / n) / len(allocators)))
-        rows += _rows_from_metrics(name, ep, run_policy(alloc, ep, bank, sim, predictor, progress=tick), train_seed=seed,
-                                   extra=solve)
+        tick = (
+            None
+            if progress is None
+            else (lambda s, n, i=i: progress(solve_share + (1 - solve_share) * (i + s / n) / len(allocators)))
+        )
+        rows += _rows_from_metrics(
+            name, ep, run_policy(alloc, ep, bank, sim, predictor, progress=tick), train_seed=seed, extra=solve
+        )
     return rows
 
 
-def evaluate_methods(methods: list[str], ep: EpisodeBatch, bank: CurveBank, sim: SimSettings, overrides: dict,
-                     predictors: Mapping, progress=None, log=print, on_method_done=None,
-                     done_rows: dict | None = None) -> tuple[list[dict], dict, dict]:
+def evaluate_methods(
+    methods: list[str],
+    ep: EpisodeBatch,
+    bank: CurveBank,
+    sim: SimSettings,
+    overrides: dict,
+    predictors: Mapping,
+    progress=None,
+    log=print,
+    on_method_done=None,
+    done_rows: dict | None = None,
+) -> tuple[list[dict], dict, dict]:
     """Evaluate each named method on the same episodes; returns (rows, timings in seconds, notes).
 
     ``overrides``: {method: config overrides}; ``predictors``: the run's configured predictors (name → config).

@@ -10,9 +10,9 @@ or range, so a settings object that exists is one the evaluation can run.
 Predictor and method configs stay configs: they are the predictors' and methods' own settings, read by
 ``mara.predictors.factory.predictor_from`` and ``mara.core.config.load_method_cfg``.
 """
+
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -34,8 +34,9 @@ def resolve_roots(roots) -> list[int]:
     if isinstance(roots, (str, float)) or roots is None:
         raise ConfigError(f"eval.roots must be an integer n (roots 0..n-1) or a list of roots, got {roots!r}")
     if len(roots) == 0:
-        raise ConfigError("eval.roots=[] names nothing: give at least one value "
-                          "(an integer n: roots 0..n-1, or a list of roots)")
+        raise ConfigError(
+            "eval.roots=[] names nothing: give at least one value (an integer n: roots 0..n-1, or a list of roots)"
+        )
     return [check_number("eval.roots", r, int) for r in roots]
 
 
@@ -151,7 +152,9 @@ def from_cfg(cfg: DictConfig) -> Settings:
         return Settings("prediction_lofo", lofo=lofo_settings(cfg))
     if kind == "prediction":
         pred = prediction_settings(cfg)
-        return Settings("prediction", evaluation=evaluation_settings(cfg) if pred.decision_points else None, prediction=pred)
+        return Settings(
+            "prediction", evaluation=evaluation_settings(cfg) if pred.decision_points else None, prediction=pred
+        )
     return Settings("evaluate", evaluation=evaluation_settings(cfg))
 
 
@@ -162,21 +165,38 @@ def protocol_settings(cfg: DictConfig) -> EvalProtocol:
     ev = cfg.eval
     if check_number("eval.episodes", ev.episodes, int) < 1:
         raise ConfigError(f"eval.episodes must be >= 1, got {ev.episodes}")
-    return EvalProtocol(task_sets=list(ev.task_sets), loads=[float(x) for x in cfg.sim.loads],
-                        roots=resolve_roots(plain_config(ev.roots)), episodes=int(ev.episodes), scenario=scenario)
+    return EvalProtocol(
+        task_sets=list(ev.task_sets),
+        loads=[float(x) for x in cfg.sim.loads],
+        roots=resolve_roots(plain_config(ev.roots)),
+        episodes=int(ev.episodes),
+        scenario=scenario,
+    )
 
 
 def workload_settings(cfg: DictConfig) -> Workload:
     """The task sets (``tasksets``), the ε/budget table (``family_params``) and the stress scenario's settings."""
-    task_sets = {name: TaskSet(name=ts.name, families=tuple(ts.families), ood_family=ts.get("ood_family"),
-                               ood_prob=float(ts.get("ood_prob", 0.0)))
-                 for name, ts in (cfg.get("tasksets") or {}).items()}
+    task_sets = {
+        name: TaskSet(
+            name=ts.name,
+            families=tuple(ts.families),
+            ood_family=ts.get("ood_family"),
+            ood_prob=float(ts.get("ood_prob", 0.0)),
+        )
+        for name, ts in (cfg.get("tasksets") or {}).items()
+    }
     fp = cfg.get("family_params")
     table = None if fp is None or fp.get("from_bank", False) else plain_config(fp.table)
     sc, stress = cfg.get("scenario"), None
     if sc and sc.get("name") == "stress":
-        stress = StressSettings(int(sc.n_infeasible), int(sc.n_short), int(sc.short_arrival), int(sc.infeasible_budget),
-                                int(sc.short_budget), tuple(sc.short_need))
+        stress = StressSettings(
+            int(sc.n_infeasible),
+            int(sc.n_short),
+            int(sc.short_arrival),
+            int(sc.infeasible_budget),
+            int(sc.short_budget),
+            tuple(sc.short_need),
+        )
     return Workload(task_sets=task_sets, family_table=table, stress=stress)
 
 
@@ -187,11 +207,18 @@ def evaluation_settings(cfg: DictConfig) -> EvaluationSettings:
     recorded = plain_config(ev)
     overrides = cfg.get("method_overrides")
     return EvaluationSettings(
-        sim=SimSettings.from_cfg(cfg.sim), protocol=protocol, workload=workload_settings(cfg),
-        bank_path=(cfg.get("bank") or {}).get("path"), methods=tuple(cfg.get("methods") or ()),
-        method_overrides=plain_config(overrides) if overrides else {}, shipped_policies=bool(cfg.get("shipped_policies", True)),
-        predictors=dict(cfg.get("predictors") or {}), resume=bool(ev.get("resume", True)),
-        tensorboard=bool(ev.get("tensorboard", True)), recorded={k: v for k, v in recorded.items() if k not in ("resume", "tensorboard")})
+        sim=SimSettings.from_cfg(cfg.sim),
+        protocol=protocol,
+        workload=workload_settings(cfg),
+        bank_path=(cfg.get("bank") or {}).get("path"),
+        methods=tuple(cfg.get("methods") or ()),
+        method_overrides=plain_config(overrides) if overrides else {},
+        shipped_policies=bool(cfg.get("shipped_policies", True)),
+        predictors=dict(cfg.get("predictors") or {}),
+        resume=bool(ev.get("resume", True)),
+        tensorboard=bool(ev.get("tensorboard", True)),
+        recorded={k: v for k, v in recorded.items() if k not in ("resume", "tensorboard")},
+    )
 
 
 def _predictor_cfg(name: str, *given):
@@ -210,15 +237,23 @@ def prediction_settings(cfg: DictConfig) -> PredictionSettings:
     dp = pc.get("decision_points") or {}
     points = None
     if dp.get("enabled", False):
-        points = DecisionPointSettings(loads=tuple(float(x) for x in dp.loads), policies=plain_config(dp.policies),
-                                       quantiles=tuple(float(x) for x in (pc.get("decision_quantiles") or ())))
+        points = DecisionPointSettings(
+            loads=tuple(float(x) for x in dp.loads),
+            policies=plain_config(dp.policies),
+            quantiles=tuple(float(x) for x in (pc.get("decision_quantiles") or ())),
+        )
     quantiles = pc.get("decision_quantiles", (0.05,))
     return PredictionSettings(
-        fm=_predictor_cfg("fm", pc.get("fm"), composed.get("fm")), wls=_predictor_cfg("wls", pc.get("wls"), composed.get("wls")),
-        bank_path=(cfg.get("bank", {}) or {}).get("path"), n_ranks=int(pc.get("n_ranks", 8)),
-        obs_every=int(pc.get("obs_every", 10)), seed=int(pc.get("seed", 0)),
-        decision_quantiles=None if quantiles is None else tuple(quantiles), decision_points=points,
-        extra=_extra_predictors(pc.get("extra") or {}, composed))
+        fm=_predictor_cfg("fm", pc.get("fm"), composed.get("fm")),
+        wls=_predictor_cfg("wls", pc.get("wls"), composed.get("wls")),
+        bank_path=(cfg.get("bank", {}) or {}).get("path"),
+        n_ranks=int(pc.get("n_ranks", 8)),
+        obs_every=int(pc.get("obs_every", 10)),
+        seed=int(pc.get("seed", 0)),
+        decision_quantiles=None if quantiles is None else tuple(quantiles),
+        decision_points=points,
+        extra=_extra_predictors(pc.get("extra") or {}, composed),
+    )
 
 
 def _extra_predictors(extra, composed) -> tuple:
@@ -240,11 +275,18 @@ def lofo_settings(cfg: DictConfig) -> LofoSettings:
     composed = cfg.get("predictors", {}) or {}
     families = lc.get("families")
     return LofoSettings(
-        fm=_predictor_cfg("fm", composed.get("fm")), wls=_predictor_cfg("wls", composed.get("wls")),
-        bank_path=(cfg.get("bank", {}) or {}).get("path"), families=None if families is None else tuple(families),
-        test_splits=tuple(lc.get("test_splits", ("fm_val", "pool"))), seed=int(lc.get("seed", 0)),
-        n_ranks=int(lc.get("n_ranks", 8)), obs_every=int(lc.get("obs_every", 10)), max_epochs=int(lc.get("max_epochs", 10)),
-        train_examples=int(lc.get("train_examples", 4096)), reuse_dir=lc.get("reuse_dir"))
+        fm=_predictor_cfg("fm", composed.get("fm")),
+        wls=_predictor_cfg("wls", composed.get("wls")),
+        bank_path=(cfg.get("bank", {}) or {}).get("path"),
+        families=None if families is None else tuple(families),
+        test_splits=tuple(lc.get("test_splits", ("fm_val", "pool"))),
+        seed=int(lc.get("seed", 0)),
+        n_ranks=int(lc.get("n_ranks", 8)),
+        obs_every=int(lc.get("obs_every", 10)),
+        max_epochs=int(lc.get("max_epochs", 10)),
+        train_examples=int(lc.get("train_examples", 4096)),
+        reuse_dir=lc.get("reuse_dir"),
+    )
 
 
 def bank_at(path: str | None) -> CurveBank:

@@ -7,6 +7,7 @@ Examples::
     python -m mara.live action=export_bank                      # the live-scaled bank, to train MARA for live mode
     python -m mara.live live.workers=ray live.ray.address=auto  # on the head of a Ray cluster
 """
+
 from __future__ import annotations
 
 import hydra

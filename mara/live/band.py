@@ -10,6 +10,7 @@ wide, and a curve is not "unpredictable" for bending by that much. A job whose l
 flagged: its remaining-batch estimates were off, and so were the decisions built on them. The band is heuristic, not
 calibrated (as WLSPredictor's): a flag says "look at this curve", not "the predictor failed".
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -7,6 +7,7 @@ and writes the losses into the episode's ``LiveCurves`` (so observations, predic
 losses through the simulator's own code). Arrivals, admission (FIFO, limit K), deadlines, observations every
 ``obs_every`` batches, predictor refreshes and success are the simulator's, unchanged.
 """
+
 from __future__ import annotations
 
 import time
@@ -35,7 +36,9 @@ class LiveCurveSource:
     value (``max``: >=, ``min``: <=): its ``need`` is that validation's batch, and its loss never sets it.
     """
 
-    def __init__(self, pool, specs, curves: LiveCurves, node_speed=None, switch_cost: int = 0, targets: dict | None = None):
+    def __init__(
+        self, pool, specs, curves: LiveCurves, node_speed=None, switch_cost: int = 0, targets: dict | None = None
+    ):
         self.pool, self.specs, self.curves = pool, {s.job_id: s for s in specs}, curves
         self.targets = targets or {}
         # per metric job: [step, processed batches, value]; step t + 1 as ``finish_time`` counts it (the step's end)
@@ -192,8 +195,16 @@ def run_live(tasks, specs, allocator, pool, sim: dict, predictor=None, meta: dic
     opts = node_options(sim)
     targets = {j: (t["metric"]["mode"], float(t["metric"]["value"])) for j, t in enumerate(tasks) if t.get("metric")}
     source = LiveCurveSource(pool, specs, curves, **opts, targets=targets)
-    env = BatchedEnv(ep, curves, int(sim["nodes"]), int(sim["max_active"]), int(sim["obs_every"]), predictor=predictor,
-                     curve_source=source, **opts)
+    env = BatchedEnv(
+        ep,
+        curves,
+        int(sim["nodes"]),
+        int(sim["max_active"]),
+        int(sim["obs_every"]),
+        predictor=predictor,
+        curve_source=source,
+        **opts,
+    )
 
     def on_step(env):
         source.release_finished(env)
@@ -210,18 +221,36 @@ def run_live(tasks, specs, allocator, pool, sim: dict, predictor=None, meta: dic
     n = len(tasks)
     lengths = [int(np.sum(np.isfinite(curves.ell[j]))) for j in range(n)]
     return {
-        "decisions": res["decisions"], "timeline": source.timeline, "worker_failures": source.worker_failures,
-        "status": env.status[0, :n].tolist(), "finish_time": env.finish_time[0, :n].tolist(),
-        "succeeded": int(m["succeeded"][0]), "n_tasks": n, "success_rate": float(m["success_rate"][0]) if n else None,
-        "utilization": float(m["utilization"][0]), "steps": int(m["steps"][0]), "wall_s": wall,
-        "batch_s": source.batch_seconds, "alloc_ms_per_step": 1000.0 * res["alloc_seconds"] / max(1, len(res["decisions"])),
-        "losses": [curves.ell[j, : lengths[j]].tolist() for j in range(n)], "batches": lengths,
-        **({"setup_timeline": source.setup_timeline, "switches": int(m["switches"][0]), "setup_steps": int(m["setup_steps"][0]),
-            "reloads": source.reloads, "reload_s": source.reload_seconds, "setup_s": source.setup_seconds,
-            "stretch_s": source.stretch_seconds} if env.hetero else {}),
+        "decisions": res["decisions"],
+        "timeline": source.timeline,
+        "worker_failures": source.worker_failures,
+        "status": env.status[0, :n].tolist(),
+        "finish_time": env.finish_time[0, :n].tolist(),
+        "succeeded": int(m["succeeded"][0]),
+        "n_tasks": n,
+        "success_rate": float(m["success_rate"][0]) if n else None,
+        "utilization": float(m["utilization"][0]),
+        "steps": int(m["steps"][0]),
+        "wall_s": wall,
+        "batch_s": source.batch_seconds,
+        "alloc_ms_per_step": 1000.0 * res["alloc_seconds"] / max(1, len(res["decisions"])),
+        "losses": [curves.ell[j, : lengths[j]].tolist() for j in range(n)],
+        "batches": lengths,
+        **(
+            {
+                "setup_timeline": source.setup_timeline,
+                "switches": int(m["switches"][0]),
+                "setup_steps": int(m["setup_steps"][0]),
+                "reloads": source.reloads,
+                "reload_s": source.reload_seconds,
+                "setup_s": source.setup_seconds,
+                "stretch_s": source.stretch_seconds,
+            }
+            if env.hetero
+            else {}
+        ),
         **({"metrics": [source.metrics.get(j, []) for j in range(n)]} if targets else {}),
     }
-
 
 
 def replay_curves(tasks, losses) -> LiveCurves:
@@ -252,13 +281,26 @@ def replay(tasks, losses, allocator, sim: dict, predictor=None, meta: dict | Non
             ep.need[0, j] = metric_need(metrics[j] if metrics else [], t["metric"]["mode"], float(t["metric"]["value"]))
     n = len(tasks)
     counter = _ProcessedBatches(n)
-    env = BatchedEnv(ep, curves, int(sim["nodes"]), int(sim["max_active"]), int(sim["obs_every"]), predictor=predictor,
-                     curve_source=counter, **node_options(sim))
+    env = BatchedEnv(
+        ep,
+        curves,
+        int(sim["nodes"]),
+        int(sim["max_active"]),
+        int(sim["obs_every"]),
+        predictor=predictor,
+        curve_source=counter,
+        **node_options(sim),
+    )
     res = run_episode(env, allocator)
     m = env.metrics()
     processed = np.minimum(counter.processed, curves.lengths)  # past the cap a curve has no batches to read
     beyond = int(np.maximum(processed - np.array([len(x) for x in losses]), 0).sum())
-    return {"decisions": res["decisions"], "status": env.status[0, :n].tolist(), "succeeded": int(m["succeeded"][0]),
-            "success_rate": float(m["success_rate"][0]) if n else None, "beyond_record": beyond,
-            "alloc_ms_per_step": 1000.0 * res["alloc_seconds"] / max(1, len(res["decisions"])),
-            **({"switches": int(m["switches"][0]), "setup_steps": int(m["setup_steps"][0])} if env.hetero else {})}
+    return {
+        "decisions": res["decisions"],
+        "status": env.status[0, :n].tolist(),
+        "succeeded": int(m["succeeded"][0]),
+        "success_rate": float(m["success_rate"][0]) if n else None,
+        "beyond_record": beyond,
+        "alloc_ms_per_step": 1000.0 * res["alloc_seconds"] / max(1, len(res["decisions"])),
+        **({"switches": int(m["switches"][0]), "setup_steps": int(m["setup_steps"][0])} if env.hetero else {}),
+    }

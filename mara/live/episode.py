@@ -8,6 +8,7 @@ from the same generator (``generate_episodes``: task set, load p, root → arriv
 budget); a task's curve row gives its training recipe (seed, batch size, lr), which the live job then
 trains for real instead of replaying the row.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,7 +25,9 @@ from mara.sim.workload import (
 )
 
 
-def scaled_family_params(bank: CurveBank, families, time_scale: float, target: float = 0.70, base: dict | None = None) -> dict:
+def scaled_family_params(
+    bank: CurveBank, families, time_scale: float, target: float = 0.70, base: dict | None = None
+) -> dict:
     """Budgets × ``time_scale`` and ε re-calibrated to independent feasibility ``target`` (see module docstring)."""
     if not 0.0 < time_scale <= 1.0:
         raise ValueError(f"live.time_scale must lie in (0, 1], got {time_scale}")
@@ -44,8 +47,18 @@ def scaled_family_params(bank: CurveBank, families, time_scale: float, target: f
     return calibrate_family_params(bank, scaled, target, families=list(families))
 
 
-def live_tasks(bank: CurveBank, table: dict, families, load: float, root: int, n_steps: int, n_episodes: int = 1,
-               source: str = "real", data_root: str = "data_cache", cache_dir: str = "data_cache") -> list[tuple[list[dict], list[JobSpec]]]:
+def live_tasks(
+    bank: CurveBank,
+    table: dict,
+    families,
+    load: float,
+    root: int,
+    n_steps: int,
+    n_episodes: int = 1,
+    source: str = "real",
+    data_root: str = "data_cache",
+    cache_dir: str = "data_cache",
+) -> list[tuple[list[dict], list[JobSpec]]]:
     """Per episode: the task dicts (arrival, budget, eps, family, cap, batch_size, lr, curve_row = job id,
     recipe_row) and job specs."""
     ts = TaskSet("live", families=tuple(families))
@@ -55,11 +68,31 @@ def live_tasks(bank: CurveBank, table: dict, families, load: float, root: int, n
         tasks, specs = [], []
         for j in range(int(ep.n_tasks[e])):
             row, fam = int(ep.curve_row[e, j]), str(ep.family[e, j])
-            tasks.append({"arrival": int(ep.arrival[e, j]), "budget": int(ep.budget[e, j]), "eps": float(ep.eps[e, j]),
-                          "family": fam, "curve_row": j, "cap": generation_cap(fam, table), "batch_size": int(bank.batch_size[row]),
-                          "lr": float(bank.lr[row]), "recipe_row": str(bank.curve_id[row])})
-            specs.append(JobSpec(job_id=j, family=fam, seed=int(bank.seed[row]), batch_size=int(bank.batch_size[row]),
-                                 lr=float(bank.lr[row]), source=source, data_root=str(data_root), cache_dir=str(cache_dir)))
+            tasks.append(
+                {
+                    "arrival": int(ep.arrival[e, j]),
+                    "budget": int(ep.budget[e, j]),
+                    "eps": float(ep.eps[e, j]),
+                    "family": fam,
+                    "curve_row": j,
+                    "cap": generation_cap(fam, table),
+                    "batch_size": int(bank.batch_size[row]),
+                    "lr": float(bank.lr[row]),
+                    "recipe_row": str(bank.curve_id[row]),
+                }
+            )
+            specs.append(
+                JobSpec(
+                    job_id=j,
+                    family=fam,
+                    seed=int(bank.seed[row]),
+                    batch_size=int(bank.batch_size[row]),
+                    lr=float(bank.lr[row]),
+                    source=source,
+                    data_root=str(data_root),
+                    cache_dir=str(cache_dir),
+                )
+            )
         out.append((tasks, specs))
     return out
 

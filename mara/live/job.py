@@ -6,6 +6,7 @@ A job is the training run a curve-bank row describes (family, seed, batch size, 
 one (another node). The batches come from the family's DataModule loader, a torchdata ``StatefulDataLoader``
 in the order the bank's curves were trained in (``tasks_zoo.batching``); its ``state_dict()`` is the position.
 """
+
 from __future__ import annotations
 
 import io
@@ -45,8 +46,15 @@ class JobSpec:
         """(LightningModule, prepared DataModule's resumable batches) of this run: the zoo family's recipe."""
         from tasks_zoo.registry import build_run
 
-        module, dm = build_run(self.family, seed=self.seed, batch_size=self.batch_size, lr=self.lr, source=self.source,
-                               data_root=self.data_root, cache_dir=self.cache_dir)
+        module, dm = build_run(
+            self.family,
+            seed=self.seed,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            source=self.source,
+            data_root=self.data_root,
+            cache_dir=self.cache_dir,
+        )
         # the zoo loader's order: reshuffled per epoch, or the file order of families with data_order: file
         return module, ResumableBatches(dm.train_dataloader())
 
@@ -74,14 +82,17 @@ def target_class(where: str, field: str, target: str):
     try:
         obj = import_object(target)
     except Exception as exc:
-        raise ConfigError(f"{where}: {field}._target_: cannot import {target!r} "
-                          f"({type(exc).__name__}: {exc})") from None
+        raise ConfigError(
+            f"{where}: {field}._target_: cannot import {target!r} ({type(exc).__name__}: {exc})"
+        ) from None
     legacy = sys.modules.get("pytorch_lightning")  # a class built on the older package name is the same kind of thing
     bases = (base, getattr(legacy, base.__name__)) if legacy is not None and hasattr(legacy, base.__name__) else (base,)
     if not (inspect.isclass(obj) and issubclass(obj, bases)):
         what = f"the class {obj.__module__}.{obj.__qualname__}" if inspect.isclass(obj) else f"a {type(obj).__name__}"
-        raise ConfigError(f"{where}: {field}._target_: {target!r} is {what}, not a {base.__name__} subclass (a job "
-                          f"names its {base.__name__} class and that class's init arguments)")
+        raise ConfigError(
+            f"{where}: {field}._target_: {target!r} is {what}, not a {base.__name__} subclass (a job "
+            f"names its {base.__name__} class and that class's init arguments)"
+        )
     return obj
 
 
@@ -111,7 +122,9 @@ class UserJobSpec(JobSpec):
         import torch
 
         # self.log() in a training_step outside a Trainer warns once per process; live jobs report losses themselves
-        warnings.filterwarnings("ignore", message=r".*self\.log\(\)` but the `self\.trainer` reference is not registered.*")
+        warnings.filterwarnings(
+            "ignore", message=r".*self\.log\(\)` but the `self\.trainer` reference is not registered.*"
+        )
         torch.manual_seed(self.seed)
         return target_class(f"job {self.name!r}", "module", self.module_target)(**json.loads(self.module_args))
 
@@ -194,8 +207,13 @@ class TrainingJob:
         return out
 
     def state_dict(self) -> dict:
-        return {"spec": self.spec.to_dict(), "model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "batches": self.batches.state_dict(), "processed": self.processed}
+        return {
+            "spec": self.spec.to_dict(),
+            "model": self.module.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "batches": self.batches.state_dict(),
+            "processed": self.processed,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.module.load_state_dict(state["model"])
@@ -215,7 +233,9 @@ class TrainingJob:
         read as data (``weights_only=True``), so a state from another worker or machine cannot run code here."""
         state = load_checkpoint(blob, "live job state")  # tensors and plain values only: never runs code
         if not isinstance(state, dict) or not {"spec", "model", "optimizer", "batches", "processed"} <= state.keys():
-            raise CheckpointError("live job state is not a TrainingJob.to_bytes() state (no spec/model/optimizer/batches)")
+            raise CheckpointError(
+                "live job state is not a TrainingJob.to_bytes() state (no spec/model/optimizer/batches)"
+            )
         try:
             spec = spec_from_dict(state["spec"])
         except TypeError as exc:

@@ -24,6 +24,7 @@ calling nothing, that each is a LightningModule / LightningDataModule subclass (
 builds every job once and runs one ``training_step`` (no optimiser step) to see it returns a finite scalar loss, and
 for a metric target one ``validation_step`` to see it logs the metric.
 """
+
 from __future__ import annotations
 
 import json
@@ -101,7 +102,7 @@ def parse_job(i: int, raw, step_seconds: float | None, source: str) -> UserJob:
     deadline = raw["deadline"]
     if not isinstance(deadline, dict) or len(deadline) != 1 or next(iter(deadline)) not in ("steps", "minutes"):
         _fail(where, "deadline", "give {steps: N} (scheduler steps after arrival) or {minutes: X}")
-    (unit, amount), = deadline.items()
+    ((unit, amount),) = deadline.items()
     amount = _number(where, f"deadline.{unit}", amount, integer=unit == "steps")
     if amount <= 0:
         _fail(where, f"deadline.{unit}", f"must be > 0, got {deadline[unit]!r}")
@@ -122,8 +123,22 @@ def parse_job(i: int, raw, step_seconds: float | None, source: str) -> UserJob:
         cap = int(_number(where, "max_batches", cap, integer=True))
         if cap < 1:
             _fail(where, "max_batches", f"must be >= 1, got {cap}")
-    job = UserJob(name, module_target, module_args, data_target, data_args, eps, budget, minutes, int(arrival), family, seed, cap,
-                  metric, every)
+    job = UserJob(
+        name,
+        module_target,
+        module_args,
+        data_target,
+        data_args,
+        eps,
+        budget,
+        minutes,
+        int(arrival),
+        family,
+        seed,
+        cap,
+        metric,
+        every,
+    )
     return job if step_seconds is None else with_budget(job, step_seconds)
 
 
@@ -132,8 +147,12 @@ def parse_target(where: str, target) -> tuple[float, dict | None, int | None]:
     if isinstance(target, dict) and set(target) == {"loss"}:
         return _number(where, "target.loss", target["loss"]), None, None
     if not isinstance(target, dict) or "metric" not in target:
-        _fail(where, "target", "give {loss: ε} (running mean training loss) or {metric: NAME, mode: max|min, value: V, "
-                               "loss: ε} (a validation metric)")
+        _fail(
+            where,
+            "target",
+            "give {loss: ε} (running mean training loss) or {metric: NAME, mode: max|min, value: V, "
+            "loss: ε} (a validation metric)",
+        )
     unknown = sorted(set(target) - METRIC_FIELDS)
     if unknown:
         _fail(where, f"target.{unknown[0]}", f"unknown field (known: {', '.join(sorted(METRIC_FIELDS))})")
@@ -141,14 +160,21 @@ def parse_target(where: str, target) -> tuple[float, dict | None, int | None]:
     if not isinstance(name, str) or not name:
         _fail(where, "target.metric", "give the name the module's validation_step logs with self.log (e.g. val/acc)")
     if target.get("mode") not in ("max", "min"):
-        _fail(where, "target.mode", f"must be max (success at value or above) or min (at value or below), "
-                                    f"got {target.get('mode')!r}")
+        _fail(
+            where,
+            "target.mode",
+            f"must be max (success at value or above) or min (at value or below), got {target.get('mode')!r}",
+        )
     if "value" not in target:
         _fail(where, "target.value", "missing (the metric's value that makes the job successful)")
     value = _number(where, "target.value", target["value"])
     if "loss" not in target:
-        _fail(where, "target.loss", "missing: the training-loss ε the scheduler plans with (its predictors forecast "
-                                    "the training loss; the metric decides success)")
+        _fail(
+            where,
+            "target.loss",
+            "missing: the training-loss ε the scheduler plans with (its predictors forecast "
+            "the training loss; the metric decides success)",
+        )
     eps = _number(where, "target.loss", target["loss"])
     every = None
     if target.get("every") is not None:

@@ -6,6 +6,7 @@ simulator's rules, preemption, resume, worker-failure handling, replay and repor
 modules' raw training losses (no normalisation): ε is compared with their running mean L(s), and the predictors and the
 curve bank see the same numbers.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,8 @@ from mara.live.job import (
     TrainingJob,
     UserJobSpec,
     first_optimizer,
-    target_class,
     step_loss,
+    target_class,
     to_device,
 )
 from mara.live.jobfile import UserJob, load_jobfile, parse_jobs, with_budget
@@ -44,16 +45,30 @@ def read_jobs(cfg: DictConfig) -> list[UserJob]:
     """``cfg.jobs``: a job-file path, or the jobs themselves (a list, or a mapping with ``jobs``)."""
     src = cfg.jobs
     if isinstance(src, str):  # ${live.data_root} and the like resolve against this run's settings
-        return load_jobfile(src, {"live": OmegaConf.to_container(cfg.live, resolve=True),
-                                  "sim": OmegaConf.to_container(cfg.sim, resolve=True)})
+        return load_jobfile(
+            src,
+            {
+                "live": OmegaConf.to_container(cfg.live, resolve=True),
+                "sim": OmegaConf.to_container(cfg.sim, resolve=True),
+            },
+        )
     return parse_jobs(OmegaConf.to_container(src, resolve=True), "jobs")
 
 
 def _spec(job_id: int, job: UserJob, batch_size: int) -> UserJobSpec:
-    return UserJobSpec(job_id=job_id, family=job.family, seed=job.seed, batch_size=batch_size,
-                       lr=0.0, source="user", name=job.name,
-                       module_target=job.module_target, module_args=json.dumps(job.module_args),
-                       data_target=job.data_target, data_args=json.dumps(job.data_args))
+    return UserJobSpec(
+        job_id=job_id,
+        family=job.family,
+        seed=job.seed,
+        batch_size=batch_size,
+        lr=0.0,
+        source="user",
+        name=job.name,
+        module_target=job.module_target,
+        module_args=json.dumps(job.module_args),
+        data_target=job.data_target,
+        data_args=json.dumps(job.data_args),
+    )
 
 
 def check_validation(where: str, job: UserJob, module, dm) -> None:
@@ -61,22 +76,30 @@ def check_validation(where: str, job: UserJob, module, dm) -> None:
     validation batch logs the named metric as a number; else a one-line ConfigError naming the field."""
     name = job.metric["name"]
     if not has_validation_step(module):
-        raise ConfigError(f"{where}: module.validation_step: missing (target.metric {name!r} is what validation_step "
-                          f"logs with self.log)")
+        raise ConfigError(
+            f"{where}: module.validation_step: missing (target.metric {name!r} is what validation_step "
+            f"logs with self.log)"
+        )
     try:
         loader = fixed_order(dm.val_dataloader())
         len(loader.dataset)
     except Exception as exc:
-        raise ConfigError(f"{where}: data.val_dataloader: cannot build it with a dataset and a batch_size for target.metric "
-                          f"({type(exc).__name__}: {exc})") from None
+        raise ConfigError(
+            f"{where}: data.val_dataloader: cannot build it with a dataset and a batch_size for target.metric "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
     try:
         logged = validate(module, loader, torch.device("cpu"), limit=1)
     except Exception as exc:
-        raise ConfigError(f"{where}: module.validation_step: fails on a validation batch ({type(exc).__name__}: {exc})") from None
+        raise ConfigError(
+            f"{where}: module.validation_step: fails on a validation batch ({type(exc).__name__}: {exc})"
+        ) from None
     if logged.get(name) is None:
         got = ", ".join(sorted(logged)) or "nothing"
-        raise ConfigError(f"{where}: target.metric: validation_step does not log {name!r} as a number (logged: {got}; a "
-                          f"number is a float, a one-element tensor or a torchmetrics Metric, reduce_fx mean/sum/max/min)")
+        raise ConfigError(
+            f"{where}: target.metric: validation_step does not log {name!r} as a number (logged: {got}; a "
+            f"number is a float, a one-element tensor or a torchmetrics Metric, reduce_fx mean/sum/max/min)"
+        )
 
 
 def check_targets(job: UserJob, source: str) -> None:
@@ -99,8 +122,10 @@ def check_job(job_id: int, job: UserJob, source: str, obs_every: int = 10) -> Us
         batch_size = int(loader.batch_size)
         len(loader.dataset)
     except Exception as exc:
-        raise ConfigError(f"{where}: data: cannot build its train_dataloader() with a dataset and a batch_size "
-                          f"({type(exc).__name__}: {exc})") from None
+        raise ConfigError(
+            f"{where}: data: cannot build its train_dataloader() with a dataset and a batch_size "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
     spec = _spec(job_id, job, batch_size)
     try:
         module, batches = spec.build_run()
@@ -120,15 +145,22 @@ def check_job(job_id: int, job: UserJob, source: str, obs_every: int = 10) -> Us
         raise ConfigError(f"{where}: module.training_step: fails on a batch ({type(exc).__name__}: {exc})") from None
     loss = step_loss(out)
     if loss is None:
-        raise ConfigError(f"{where}: module.training_step: returns no loss (a scalar tensor with a gradient, "
-                          f"or {{'loss': tensor}}), got {type(out).__name__}")
+        raise ConfigError(
+            f"{where}: module.training_step: returns no loss (a scalar tensor with a gradient, "
+            f"or {{'loss': tensor}}), got {type(out).__name__}"
+        )
     if not bool(torch.isfinite(loss.detach()).all()):  # a NaN loss would train to NaN weights and never reach ε
-        raise ConfigError(f"{where}: module.training_step: the loss of the first batch is {float(loss.detach())} "
-                          f"(not a finite number); check the module's loss and its data")
+        raise ConfigError(
+            f"{where}: module.training_step: the loss of the first batch is {float(loss.detach())} "
+            f"(not a finite number); check the module's loss and its data"
+        )
     if job.metric:
         check_validation(where, job, module, dm)
-    return replace(spec, val_metric=job.metric["name"] if job.metric else "",
-                   val_every=int(job.val_every or obs_every) if job.metric else 0)
+    return replace(
+        spec,
+        val_metric=job.metric["name"] if job.metric else "",
+        val_every=int(job.val_every or obs_every) if job.metric else 0,
+    )
 
 
 def batch_seconds(spec: UserJobSpec, where: str, n: int = 3) -> float:
@@ -153,9 +185,20 @@ def job_tasks(jobs: list[UserJob], specs: list[UserJobSpec], sim: dict) -> tuple
     tasks, out = [], []
     for j, i in enumerate(order):
         job, spec = jobs[i], specs[i]
-        tasks.append({"arrival": job.arrival, "budget": job.budget, "eps": job.eps, "family": job.family, "curve_row": j,
-                      "cap": job.max_batches or job.budget * s_max, "batch_size": spec.batch_size, "lr": spec.lr,
-                      "name": job.name, **({"metric": dict(job.metric)} if job.metric else {})})
+        tasks.append(
+            {
+                "arrival": job.arrival,
+                "budget": job.budget,
+                "eps": job.eps,
+                "family": job.family,
+                "curve_row": j,
+                "cap": job.max_batches or job.budget * s_max,
+                "batch_size": spec.batch_size,
+                "lr": spec.lr,
+                "name": job.name,
+                **({"metric": dict(job.metric)} if job.metric else {}),
+            }
+        )
         out.append(UserJobSpec(**{**spec.to_dict(), "job_id": j}))
     return tasks, out
 
@@ -167,14 +210,22 @@ def choose_methods(cfg: DictConfig, sim: dict) -> tuple[list[str], str | None]:
     if chosen != "auto":
         return list(chosen), None
     opts = node_options(sim)
-    fits = (int(sim["nodes"]) == MARA_SIZES["nodes"] and int(sim["max_active"]) == MARA_SIZES["max_active"]
-            and opts["node_speed"] is None and opts["switch_cost"] == 0)
+    fits = (
+        int(sim["nodes"]) == MARA_SIZES["nodes"]
+        and int(sim["max_active"]) == MARA_SIZES["max_active"]
+        and opts["node_speed"] is None
+        and opts["switch_cost"] == 0
+    )
     own = (cfg.get("method_overrides") or {}).get("MARA") or {}
-    if fits or own.get("ckpt_path") or (cfg.get("live") or {}).get("policy_ckpt"):  # a policy of one's own: checked for M/K
+    if (
+        fits or own.get("ckpt_path") or (cfg.get("live") or {}).get("policy_ckpt")
+    ):  # a policy of one's own: checked for M/K
         return ["MARA"], None
-    return ["EDF"], (f"method EDF: the shipped MARA policy supports M={MARA_SIZES['nodes']} nodes, K={MARA_SIZES['max_active']}, "
-                     f"identical nodes only (this cluster: M={sim['nodes']}, K={sim['max_active']}); "
-                     f"train one for this size or pick methods with jobs_methods=[...]")
+    return ["EDF"], (
+        f"method EDF: the shipped MARA policy supports M={MARA_SIZES['nodes']} nodes, K={MARA_SIZES['max_active']}, "
+        f"identical nodes only (this cluster: M={sim['nodes']}, K={sim['max_active']}); "
+        f"train one for this size or pick methods with jobs_methods=[...]"
+    )
 
 
 def metric_outcome(target: dict, history: list) -> dict:
@@ -182,9 +233,15 @@ def metric_outcome(target: dict, history: list) -> dict:
     the last value and where it was taken, and the first validation that reached the target (None if none did)."""
     crossed = next((h for h in history if metric_reached(h[2], target["mode"], target["value"])), None)
     last = history[-1] if history else None
-    return {**target, "validations": len(history), "last_value": last[2] if last else None,
-            "last_at_batch": last[1] if last else None, "crossed_at_batch": crossed[1] if crossed else None,
-            "crossed_at_step": crossed[0] if crossed else None, "crossed_value": crossed[2] if crossed else None}
+    return {
+        **target,
+        "validations": len(history),
+        "last_value": last[2] if last else None,
+        "last_at_batch": last[1] if last else None,
+        "crossed_at_batch": crossed[1] if crossed else None,
+        "crossed_at_step": crossed[0] if crossed else None,
+        "crossed_value": crossed[2] if crossed else None,
+    }
 
 
 def job_outcomes(tasks: list[dict], run: dict, obs_every: int) -> list[dict]:
@@ -194,12 +251,23 @@ def job_outcomes(tasks: list[dict], run: dict, obs_every: int) -> list[dict]:
     out = []
     for j, t in enumerate(tasks):
         losses = run["losses"][j]
-        out.append({"job": j, "name": t["name"], "family": t["family"], "arrival": t["arrival"], "deadline": t["arrival"] + t["budget"],
-                    "target_loss": t["eps"], "status": STATUS.get(run["status"][j], "unfinished"), "batches": len(losses),
-                    "final_mean_loss": float(np.mean(losses)) if losses else None,
-                    "finish_step": int(run["finish_time"][j]) if run["status"][j] == 3 or losses else None,
-                    "worker_failure": failures[j]["error"] if j in failures else None, "band": band_exit(losses, obs_every),
-                    **({"metric": metric_outcome(t["metric"], run["metrics"][j])} if t.get("metric") else {})})
+        out.append(
+            {
+                "job": j,
+                "name": t["name"],
+                "family": t["family"],
+                "arrival": t["arrival"],
+                "deadline": t["arrival"] + t["budget"],
+                "target_loss": t["eps"],
+                "status": STATUS.get(run["status"][j], "unfinished"),
+                "batches": len(losses),
+                "final_mean_loss": float(np.mean(losses)) if losses else None,
+                "finish_step": int(run["finish_time"][j]) if run["status"][j] == 3 or losses else None,
+                "worker_failure": failures[j]["error"] if j in failures else None,
+                "band": band_exit(losses, obs_every),
+                **({"metric": metric_outcome(t["metric"], run["metrics"][j])} if t.get("metric") else {}),
+            }
+        )
     return out
 
 
@@ -207,8 +275,11 @@ def metric_line(m: dict) -> str:
     """The progress line's words for a metric target's outcome."""
     if not m["validations"]:
         return f"; {m['name']}: never validated (target {m['mode']} {m['value']})"
-    where = (f"reached at batch {m['crossed_at_batch']} ({m['crossed_value']:.4f})" if m["crossed_at_batch"] is not None
-             else f"not reached (target {m['mode']} {m['value']})")
+    where = (
+        f"reached at batch {m['crossed_at_batch']} ({m['crossed_value']:.4f})"
+        if m["crossed_at_batch"] is not None
+        else f"not reached (target {m['mode']} {m['value']})"
+    )
     return f"; {m['name']} {m['last_value']:.4f} at batch {m['last_at_batch']}, {where}"
 
 
@@ -228,10 +299,26 @@ def bank_records(tasks: list[dict], runs: list[dict], split: str = "pool", obs_e
             if losses:
                 t = tasks[j]
                 row_split = split if split == "pool" else ("fm_val" if len(records) % 4 == 3 else "fm_train")
-                records.append({"curve_id": f"jobs/{r['method']}/{t['name']}", "family": t["family"], "split": row_split,
-                                "data_source": "live", "batch_size": t["batch_size"], "lr": t["lr"], "seed": 0, "losses": losses,
-                                "meta": {"job": t["name"], "method": r["method"], "arrival": t["arrival"], "budget": t["budget"],
-                                         "eps": t["eps"], "cap": t["cap"]}})
+                records.append(
+                    {
+                        "curve_id": f"jobs/{r['method']}/{t['name']}",
+                        "family": t["family"],
+                        "split": row_split,
+                        "data_source": "live",
+                        "batch_size": t["batch_size"],
+                        "lr": t["lr"],
+                        "seed": 0,
+                        "losses": losses,
+                        "meta": {
+                            "job": t["name"],
+                            "method": r["method"],
+                            "arrival": t["arrival"],
+                            "budget": t["budget"],
+                            "eps": t["eps"],
+                            "cap": t["cap"],
+                        },
+                    }
+                )
     return records
 
 
@@ -255,15 +342,19 @@ def run_jobs(cfg: DictConfig, out: Path, method_plans) -> dict:
     if any(j.budget is None for j in jobs):  # deadlines in minutes: measure a step (every job passed its checks)
         step_s = max(batch_seconds(spec, f"{label}: job {job.name!r}") for spec, job in zip(specs, jobs))
         jobs = [with_budget(j, step_s) for j in jobs]
-        notes.append(f"deadlines in minutes converted at {step_s:.3f} s per scheduler step (measured here: the slowest job's "
-                     f"batch time; set step_seconds in the job file to fix it)")
+        notes.append(
+            f"deadlines in minutes converted at {step_s:.3f} s per scheduler step (measured here: the slowest job's "
+            f"batch time; set step_seconds in the job file to fix it)"
+        )
         say(f"note: {notes[-1]}")
     tasks, specs = job_tasks(jobs, specs, sim)
     bank = load_bank_from_cfg(cfg)  # the predictors' bank (MARA's FM, Slack's WLS)
     plans = method_plans(methods, cfg, bank.path, notes)
     crash = {int(k): int(v) for k, v in (OmegaConf.to_container(lv.crash) or {}).items()}
-    say(f"jobs: {', '.join(m for m, _, _ in plans)} on {len(tasks)} job(s) from {source}, M={sim['nodes']} nodes, "
-         f"K={sim['max_active']}, workers={lv.workers} -> {out}")
+    say(
+        f"jobs: {', '.join(m for m, _, _ in plans)} on {len(tasks)} job(s) from {source}, M={sim['nodes']} nodes, "
+        f"K={sim['max_active']}, workers={lv.workers} -> {out}"
+    )
     tb = None
     if lv.tensorboard:
         from torch.utils.tensorboard import SummaryWriter
@@ -274,20 +365,29 @@ def run_jobs(cfg: DictConfig, out: Path, method_plans) -> dict:
     sim = {**sim, "steps": n_steps}  # the arrival window covers every job's arrival
     runs = []
     for m, factory, predictor in plans:
-        pool = make_pool(str(lv.workers), device=str(lv.device), threads=int(lv.threads), crash=crash,
-                         ray_cfg=OmegaConf.to_container(lv.ray, resolve=True))
+        pool = make_pool(
+            str(lv.workers),
+            device=str(lv.device),
+            threads=int(lv.threads),
+            crash=crash,
+            ray_cfg=OmegaConf.to_container(lv.ray, resolve=True),
+        )
         t0 = time.perf_counter()
 
         def progress(env, src, m=m, t0=t0):
             if env.t % int(lv.progress_every) == 0 or env.done.all():
-                say(f"[{m}] step {env.t:4d}  active {int(env.n_active[0])}  queued {int(env.n_queued[0])}  "
-                     f"succeeded {int(env.succeeded[0])}  failed {int(env.failed[0])}  batches {src.n_batches}  "
-                     f"{time.perf_counter() - t0:6.1f} s")
+                say(
+                    f"[{m}] step {env.t:4d}  active {int(env.n_active[0])}  queued {int(env.n_queued[0])}  "
+                    f"succeeded {int(env.succeeded[0])}  failed {int(env.failed[0])}  batches {src.n_batches}  "
+                    f"{time.perf_counter() - t0:6.1f} s"
+                )
 
         res = run_live(tasks, specs, factory(), pool, sim, predictor, meta, progress)
         for f in res["worker_failures"]:
-            say(f"worker failure: {m}: job {tasks[f['job']]['name']!r} at step {f['step']}: {f['error']} (job marked "
-                "failed)")
+            say(
+                f"worker failure: {m}: job {tasks[f['job']]['name']!r} at step {f['step']}: {f['error']} (job marked "
+                "failed)"
+            )
         if lv.replay:
             res["replay"] = replay(tasks, res["losses"], factory(), sim, predictor, meta, res.get("metrics"))
         runs.append({"method": m, "episode": 0, **res})
@@ -307,26 +407,41 @@ def run_jobs(cfg: DictConfig, out: Path, method_plans) -> dict:
     if records:
         write_bank(bank_path, records, {"generator": "mara.live.jobs", "source": str(source)})
     families = sorted({t["family"] for t in tasks})
-    view = OmegaConf.merge(cfg, {"live": {"families": families, "load": 0.0, "root": 0, "episodes": 1, "time_scale": 1.0},
-                                 "sim": {"steps": n_steps}})
+    view = OmegaConf.merge(
+        cfg,
+        {
+            "live": {"families": families, "load": 0.0, "root": 0, "episodes": 1, "time_scale": 1.0},
+            "sim": {"steps": n_steps},
+        },
+    )
     table = {t["name"]: {"eps": t["eps"], "budget": t["budget"], "cap": t["cap"]} for t in tasks}
     labelled = [dict(t, family=f"{t['name']} ({t['family']})") for t in tasks]  # the timeline's legend names the jobs
-    res = write_report(view, out, runs, [(labelled, specs)], table, "user", notes, bank_path if records else None, "job file targets")
+    res = write_report(
+        view, out, runs, [(labelled, specs)], table, "user", notes, bank_path if records else None, "job file targets"
+    )
     outcomes = {r["method"]: job_outcomes(tasks, r, int(sim["obs_every"])) for r in runs}
     (out / "job_outcomes.json").write_text(json.dumps(outcomes, indent=1))
     for m, rows in outcomes.items():
         for o in rows:
-            say(f"[{m}] {o['name']}: {o['status']} after {o['batches']} batches"
-                 + (f", mean loss {o['final_mean_loss']:.4f}" + ("" if "metric" in o else f" (target {o['target_loss']})")
-                    if o["final_mean_loss"] is not None else "")
-                 + (metric_line(o["metric"]) if "metric" in o else "")
-                 + (f"; worker failure: {o['worker_failure']}" if o["worker_failure"] else ""))
+            say(
+                f"[{m}] {o['name']}: {o['status']} after {o['batches']} batches"
+                + (
+                    f", mean loss {o['final_mean_loss']:.4f}"
+                    + ("" if "metric" in o else f" (target {o['target_loss']})")
+                    if o["final_mean_loss"] is not None
+                    else ""
+                )
+                + (metric_line(o["metric"]) if "metric" in o else "")
+                + (f"; worker failure: {o['worker_failure']}" if o["worker_failure"] else "")
+            )
             band = o["band"]
             if band.get("left_at_batch") is not None:
-                say(f"[{m}] {o['name']}: observed mean loss left its predicted band at batch {band['left_at_batch']} "
-                     f"({band['observed']:.4f} outside [{band['band'][0]:.4f}, {band['band'][1]:.4f}], fitted on the "
-                     "first "
-                     f"{band['fitted_batches']} batches): its remaining-batch estimates were unreliable")
+                say(
+                    f"[{m}] {o['name']}: observed mean loss left its predicted band at batch {band['left_at_batch']} "
+                    f"({band['observed']:.4f} outside [{band['band'][0]:.4f}, {band['band'][1]:.4f}], fitted on the "
+                    "first "
+                    f"{band['fitted_batches']} batches): its remaining-batch estimates were unreliable"
+                )
     res["outcomes"] = outcomes
     res["paths"]["outcomes"] = str(out / "job_outcomes.json")
     return res

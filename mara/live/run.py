@@ -1,4 +1,5 @@
 """Live mode end to end: config → live episodes per method → recorded curves → replay → report (``live_main``)."""
+
 from __future__ import annotations
 
 import time
@@ -55,8 +56,10 @@ def validate(cfg: DictConfig) -> None:
     fams = list(lv.families)
     unknown = [f for f in fams if f not in known_families()]
     if not fams or unknown:
-        raise ConfigError(f"live.families: unknown famil{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown) or '(none given)'} "
-                          f"(known: {', '.join(known_families())})")
+        raise ConfigError(
+            f"live.families: unknown famil{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown) or '(none given)'} "
+            f"(known: {', '.join(known_families())})"
+        )
     if lv.data not in ("real", "synthetic"):
         raise ConfigError(f"live.data must be real or synthetic, got {lv.data!r}")
     if lv.workers not in ("process", "inline", "ray"):
@@ -89,12 +92,20 @@ def build_method(name: str, cfg: DictConfig, predictors: dict, bank_path):
     if mcfg.kind != "policy":
         return None, f"{name} is a bound (kind: {mcfg.kind}), not a schedule; skipped in live mode"
     alloc_spec = mcfg.get("allocator", {})
-    if str(alloc_spec.get("_target_", "")).endswith("MATAllocator") and not mcfg.get("ckpt_path") and not mcfg.get("checkpoints"):
-        return None, (f"{name} skipped: no policy checkpoint; train one for these sim settings "
-                      f"(docs: README 'Live mode') and pass '++method_overrides={{{name}: {{ckpt_path: ...}}}}'")
+    if (
+        str(alloc_spec.get("_target_", "")).endswith("MATAllocator")
+        and not mcfg.get("ckpt_path")
+        and not mcfg.get("checkpoints")
+    ):
+        return None, (
+            f"{name} skipped: no policy checkpoint; train one for these sim settings "
+            f"(docs: README 'Live mode') and pass '++method_overrides={{{name}: {{ckpt_path: ...}}}}'"
+        )
     _, first = build_allocators(mcfg)[0]  # fails with one line if the checkpoint does not load
     check_policy_fit(mcfg, [first], cfg.sim)
-    predictor = predictor_from(mcfg.get("predictor"), bank_path, configured=cfg.get("predictors") or {}, built=predictors)
+    predictor = predictor_from(
+        mcfg.get("predictor"), bank_path, configured=cfg.get("predictors") or {}, built=predictors
+    )
     return (lambda: build_allocators(mcfg)[0][1]), predictor
 
 
@@ -154,9 +165,15 @@ def export_bank(cfg: DictConfig, bank, out: Path) -> Path:
     fams = [f for f in cfg.live.families if f in bank.families]  # in live.families' order, as a live run calibrates
     cal = calibration_bank(cfg, fams, str(cfg.live.data))
     if cal is not None:
-        table |= scaled_family_params(cal, fams, float(cfg.live.time_scale), float(cfg.live.calibration_target), base=bank.family_params)
+        table |= scaled_family_params(
+            cal, fams, float(cfg.live.time_scale), float(cfg.live.calibration_target), base=bank.family_params
+        )
         say(f"ε of {', '.join(fams)} calibrated on {display_path(cal.path)}")
-    meta = dict(bank.bank_meta) | {"family_params": table, "live_time_scale": float(cfg.live.time_scale), "scaled_from": str(bank.path)}
+    meta = dict(bank.bank_meta) | {
+        "family_params": table,
+        "live_time_scale": float(cfg.live.time_scale),
+        "scaled_from": str(bank.path),
+    }
     path = Path(cfg.get("bank_out") or out / "live_bank.parquet")
     # every curve cut at the live cap (twice the scaled largest budget, as live_tasks sets it): the simulator takes a
     # task's cap from its curve's length, and a cold task's predicted remaining batches is its cap_remaining, so a
@@ -165,9 +182,11 @@ def export_bank(cfg: DictConfig, bank, out: Path) -> Path:
     for r in records:
         r["losses"] = r["losses"][: generation_cap(r["family"], table)]
     write_bank(path, records, meta)
-    say(f"wrote {path} (budgets x {cfg.live.time_scale}, ε re-calibrated to {cfg.live.calibration_target:.0%} "
+    say(
+        f"wrote {path} (budgets x {cfg.live.time_scale}, ε re-calibrated to {cfg.live.calibration_target:.0%} "
         "feasibility, "
-         f"curves cut at the live cap)")
+        f"curves cut at the live cap)"
+    )
     return path
 
 
@@ -192,7 +211,7 @@ def live_main(cfg: DictConfig) -> dict:
 
 
 def _hetero_note(sim: dict) -> str:
-    """", node speeds [...] (sleep factor s_max / s), switch cost c" for the start line; empty on identical nodes."""
+    """ ", node speeds [...] (sleep factor s_max / s), switch cost c" for the start line; empty on identical nodes."""
     opts = node_options(sim)
     if opts["node_speed"] is None and opts["switch_cost"] == 0:
         return ""
@@ -212,18 +231,32 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
     if note:
         say(f"note: {note}")
     cal_bank = calibration_bank(cfg, fams, source) or bank
-    table = scaled_family_params(cal_bank, fams, float(lv.time_scale), float(lv.calibration_target), base=bank.family_params)
-    episodes = live_tasks(bank, table, fams, float(lv.load), int(lv.root), int(sim["steps"]), int(lv.episodes),
-                          source, str(lv.data_root), str(lv.cache_dir))
+    table = scaled_family_params(
+        cal_bank, fams, float(lv.time_scale), float(lv.calibration_target), base=bank.family_params
+    )
+    episodes = live_tasks(
+        bank,
+        table,
+        fams,
+        float(lv.load),
+        int(lv.root),
+        int(sim["steps"]),
+        int(lv.episodes),
+        source,
+        str(lv.data_root),
+        str(lv.cache_dir),
+    )
     preload_datasets([s for _, specs in episodes for s in specs])
     notes = [note] if note else []
     plans = method_plans(methods, cfg, bank.path, notes)
     crash = {int(k): int(v) for k, v in (OmegaConf.to_container(lv.crash) or {}).items()}
     n_jobs = sum(len(t) for t, _ in episodes)
-    say(f"live: {', '.join(m for m, _, _ in plans)} on {len(episodes)} episode(s), {n_jobs} jobs of {', '.join(fams)} "
-         f"({source} data), M={sim['nodes']} nodes, K={sim['max_active']}, T={sim['steps']}, p={lv.load}, "
-         f"root={lv.root}, "
-         f"workers={lv.workers}{_hetero_note(sim)} -> {out}")
+    say(
+        f"live: {', '.join(m for m, _, _ in plans)} on {len(episodes)} episode(s), {n_jobs} jobs of {', '.join(fams)} "
+        f"({source} data), M={sim['nodes']} nodes, K={sim['max_active']}, T={sim['steps']}, p={lv.load}, "
+        f"root={lv.root}, "
+        f"workers={lv.workers}{_hetero_note(sim)} -> {out}"
+    )
     tb = None
     if lv.tensorboard:
         from torch.utils.tensorboard import SummaryWriter
@@ -232,8 +265,13 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
     runs = []
     for m, factory, predictor in plans:
         for e, (tasks, specs) in enumerate(episodes):
-            pool = make_pool(str(lv.workers), device=str(lv.device), threads=int(lv.threads), crash=crash,
-                             ray_cfg=OmegaConf.to_container(lv.ray, resolve=True))
+            pool = make_pool(
+                str(lv.workers),
+                device=str(lv.device),
+                threads=int(lv.threads),
+                crash=crash,
+                ray_cfg=OmegaConf.to_container(lv.ray, resolve=True),
+            )
             t0 = time.perf_counter()
 
             def progress(env, src, m=m, e=e, t0=t0):
@@ -244,15 +282,19 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
                     tb.add_scalar(f"{tag}/succeeded", int(env.succeeded[0]), env.t)
                     tb.add_scalar(f"{tag}/failed", int(env.failed[0]), env.t)
                 if env.t % int(lv.progress_every) == 0 or env.done.all():
-                    say(f"[{m} ep{e}] step {env.t:4d}  active {int(env.n_active[0])}  queued {int(env.n_queued[0])}  "
-                         f"succeeded {int(env.succeeded[0])}  failed {int(env.failed[0])}  batches {src.n_batches}  "
-                         f"{time.perf_counter() - t0:6.1f} s")
+                    say(
+                        f"[{m} ep{e}] step {env.t:4d}  active {int(env.n_active[0])}  queued {int(env.n_queued[0])}  "
+                        f"succeeded {int(env.succeeded[0])}  failed {int(env.failed[0])}  batches {src.n_batches}  "
+                        f"{time.perf_counter() - t0:6.1f} s"
+                    )
 
             meta = {"task_set": ["live"], "load": [float(lv.load)], "root": [int(lv.root)], "episode": [e]}
             res = run_live(tasks, specs, factory(), pool, sim, predictor, meta, progress)
             for f in res["worker_failures"]:
-                say(f"worker failure: {m} episode {e}: job {f['job']} at step {f['step']}: {f['error']} (job marked "
-                    "failed)")
+                say(
+                    f"worker failure: {m} episode {e}: job {f['job']} at step {f['step']}: {f['error']} (job marked "
+                    "failed)"
+                )
             runs.append({"method": m, "episode": e, **res})
     if tb is not None:
         for r in runs:
@@ -269,11 +311,29 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
             if not losses:
                 continue
             t, s = tasks[j], specs[j]
-            records.append({"curve_id": f"live/{r['method']}/root{lv.root}/ep{r['episode']}/job{j:03d}", "family": s.family,
-                            "split": "pool", "data_source": "live", "batch_size": s.batch_size, "lr": s.lr, "seed": s.seed,
-                            "losses": losses, "meta": {"data": source, "method": r["method"], "episode": r["episode"], "job": j,
-                                                       "arrival": t["arrival"], "budget": t["budget"], "eps": t["eps"],
-                                                       "cap": t["cap"], "recipe_row": t["recipe_row"]}})
+            records.append(
+                {
+                    "curve_id": f"live/{r['method']}/root{lv.root}/ep{r['episode']}/job{j:03d}",
+                    "family": s.family,
+                    "split": "pool",
+                    "data_source": "live",
+                    "batch_size": s.batch_size,
+                    "lr": s.lr,
+                    "seed": s.seed,
+                    "losses": losses,
+                    "meta": {
+                        "data": source,
+                        "method": r["method"],
+                        "episode": r["episode"],
+                        "job": j,
+                        "arrival": t["arrival"],
+                        "budget": t["budget"],
+                        "eps": t["eps"],
+                        "cap": t["cap"],
+                        "recipe_row": t["recipe_row"],
+                    },
+                }
+            )
     bank_path = out / LIVE_BANK
     if records:
         write_bank(bank_path, records, {"generator": "mara.live", "family_params": table, "data": source})
@@ -293,5 +353,7 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
             meta = {"task_set": ["live"], "load": [float(lv.load)], "root": [int(lv.root)], "episode": [r["episode"]]}
             rp = replay(tasks, losses, f(), sim, p, meta)
             r["replay"] = rp
-    res = write_report(cfg, out, runs, episodes, table, source, notes, bank_path if records else None, display_path(cal_bank.path))
+    res = write_report(
+        cfg, out, runs, episodes, table, source, notes, bank_path if records else None, display_path(cal_bank.path)
+    )
     return res

@@ -1,4 +1,5 @@
 """The Python call of ``python -m mara.live jobs=<file>``: schedule a user's jobs from a script or notebook."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -9,6 +9,7 @@ its own order (no shuffling, every sample), under ``no_grad`` and ``eval()``, in
 module that draws random numbers does not move the training run's generator; so a job validated at batch s gives the
 same values whether or not it was preempted, moved or resumed before.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,8 +30,16 @@ def to_device(batch, device: torch.device):
 
 
 #: Lightning's reductions of an epoch-level logged value (``reduce_fx``), by name or torch function
-REDUCE = {"mean": "mean", "sum": "sum", "max": "max", "min": "min",
-          torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
+REDUCE = {
+    "mean": "mean",
+    "sum": "sum",
+    "max": "max",
+    "min": "min",
+    torch.mean: "mean",
+    torch.sum: "sum",
+    torch.max: "max",
+    torch.min: "min",
+}
 
 
 def has_validation_step(module) -> bool:
@@ -42,8 +51,9 @@ def has_validation_step(module) -> bool:
 
 def fixed_order(loader) -> DataLoader:
     """The loader's dataset in file order, every sample, in batches of the loader's ``batch_size``."""
-    return DataLoader(loader.dataset, batch_size=loader.batch_size or 1, shuffle=False, drop_last=False,
-                      collate_fn=loader.collate_fn)
+    return DataLoader(
+        loader.dataset, batch_size=loader.batch_size or 1, shuffle=False, drop_last=False, collate_fn=loader.collate_fn
+    )
 
 
 def _batch_size(batch) -> int:
@@ -137,7 +147,9 @@ class Validation:
         """The metric's value after a full pass; ValueError naming it when the pass does not log it as a number."""
         logged = validate(module, self.loader, device)
         if logged.get(self.metric) is None:
-            raise ValueError(f"validation_step did not log metric {self.metric!r} as a number"
-                             f" (logged: {', '.join(sorted(logged)) or 'nothing'})")
+            raise ValueError(
+                f"validation_step did not log metric {self.metric!r} as a number"
+                f" (logged: {', '.join(sorted(logged)) or 'nothing'})"
+            )
         value = logged[self.metric]
         return value if math.isfinite(value) else float("nan")

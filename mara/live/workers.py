@@ -14,6 +14,7 @@ its own job with it.
   cluster; each actor reserves ``cpus_per_job`` CPUs and ``gpus_per_job`` GPUs, so Ray's scheduler places
   jobs on machines and GPUs (the M "nodes" are execution slots: the allocator never runs more than M at once).
 """
+
 from __future__ import annotations
 
 import os
@@ -186,8 +187,12 @@ class ProcessPool:
             import torch
 
             device = f"cuda:{spec.job_id % max(1, torch.cuda.device_count())}"
-        p = self.ctx.Process(target=_job_process, args=(child, spec, state, device, self.threads, self.crash.get(spec.job_id)),
-                             daemon=True, name=f"mara-live-job{spec.job_id}")
+        p = self.ctx.Process(
+            target=_job_process,
+            args=(child, spec, state, device, self.threads, self.crash.get(spec.job_id)),
+            daemon=True,
+            name=f"mara-live-job{spec.job_id}",
+        )
         p.start()
         child.close()
         self.procs[spec.job_id] = (p, parent)
@@ -273,8 +278,14 @@ class RayPool:
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, cpus_per_job: float = 1.0, gpus_per_job: float = 0.0,
-                 crash: dict | None = None, threads: int = 1):
+    def __init__(
+        self,
+        address: str | None = None,
+        cpus_per_job: float = 1.0,
+        gpus_per_job: float = 0.0,
+        crash: dict | None = None,
+        threads: int = 1,
+    ):
         try:
             import ray
         except ImportError:
@@ -288,7 +299,8 @@ class RayPool:
 
     def start(self, spec: JobSpec, state: bytes | None = None) -> None:
         actor = self.actor_cls.options(num_cpus=self.cpus, num_gpus=self.gpus, max_restarts=0).remote(
-            spec, state, self.threads, self.crash.get(spec.job_id))
+            spec, state, self.threads, self.crash.get(spec.job_id)
+        )
         try:
             self.ray.get(actor.ready.remote())
         except Exception as exc:
@@ -359,7 +371,9 @@ class _RayJob:
         return self.job.to_bytes()
 
 
-def make_pool(kind: str, *, device: str = "cpu", threads: int = 1, crash: dict | None = None, ray_cfg: dict | None = None):
+def make_pool(
+    kind: str, *, device: str = "cpu", threads: int = 1, crash: dict | None = None, ray_cfg: dict | None = None
+):
     """The worker pool named by ``live.workers``: inline | process | ray."""
     if kind == "inline":
         return InlinePool(device, crash)
@@ -367,5 +381,7 @@ def make_pool(kind: str, *, device: str = "cpu", threads: int = 1, crash: dict |
         return ProcessPool(device, threads, crash)
     if kind == "ray":
         r = ray_cfg or {}
-        return RayPool(r.get("address"), float(r.get("cpus_per_job", 1.0)), float(r.get("gpus_per_job", 0.0)), crash, threads)
+        return RayPool(
+            r.get("address"), float(r.get("cpus_per_job", 1.0)), float(r.get("gpus_per_job", 0.0)), crash, threads
+        )
     raise ValueError(f"live.workers must be inline, process or ray, got {kind!r}")

@@ -5,6 +5,7 @@ A Plackett–Luce policy acts for the observation's own M and K; a policy traine
 (``sizes: any`` in ``read_policy_meta``) is accepted for any of them, others only for the size they were trained for
 (``mara.eval.policy_fit``). A policy with a node head (``mat.net.node_head``) chooses the nodes itself there
 (mara/mat/node_choice.py)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -34,13 +35,21 @@ class PolicyAllocator:
 
     @torch.no_grad()
     def act(self, obs: Observation) -> np.ndarray:
-        tokens, present = obs_to_tokens(obs, self.scale, getattr(self.policy, "features", "v1"),
-                                        **token_options(self.policy))
+        tokens, present = obs_to_tokens(
+            obs, self.scale, getattr(self.policy, "features", "v1"), **token_options(self.policy)
+        )
         return policy_env_actions(self.policy, obs, tokens, present, self.scale, self.deterministic, self.generator)
 
 
-def policy_env_actions(policy: MATPolicy, obs: Observation, tokens, present, scale: float = 350.0,
-                       deterministic: bool = True, generator: torch.Generator | None = None) -> np.ndarray:
+def policy_env_actions(
+    policy: MATPolicy,
+    obs: Observation,
+    tokens,
+    present,
+    scale: float = 350.0,
+    deterministic: bool = True,
+    generator: torch.Generator | None = None,
+) -> np.ndarray:
     """The policy's env actions [E, M] on ``obs`` (its tokens given): its picks placed by the rules' placement
     (``placement``; the identity on identical nodes with free preemption), or, for a policy with a node head on unequal
     nodes or with switch costs, placed by the head itself."""
@@ -63,8 +72,10 @@ class MATAllocator(PolicyAllocator):
 
     def __init__(self, ckpt_path: str | None, deterministic: bool = True, seed: int = 0) -> None:
         if not ckpt_path:
-            raise ValueError("no trained policy checkpoint: run `python -m mara.train` (it evaluates its policy), "
-                             "or set +method_overrides.<METHOD>.ckpt_path=<run>/policy/checkpoints/best.ckpt")
+            raise ValueError(
+                "no trained policy checkpoint: run `python -m mara.train` (it evaluates its policy), "
+                "or set +method_overrides.<METHOD>.ckpt_path=<run>/policy/checkpoints/best.ckpt"
+            )
         if not Path(ckpt_path).exists():
             raise ValueError(f"policy checkpoint {ckpt_path} not found")
         ckpt = read_policy_checkpoint(ckpt_path)
@@ -92,8 +103,14 @@ def trained_sizes(hp: dict) -> str:
 def _check_policy(ckpt, path) -> dict:
     ckpt = check_kind(ckpt, path, "policy", ("hyper_parameters", "state_dict"))
     hp = ckpt["hyper_parameters"]
-    ok = (isinstance(hp, dict) and isinstance(hp.get("sim"), dict) and isinstance(hp.get("net"), dict)
-          and isinstance(hp.get("rollout"), dict) and {"max_active", "n_nodes"} <= hp["sim"].keys() and "scale" in hp["rollout"])
+    ok = (
+        isinstance(hp, dict)
+        and isinstance(hp.get("sim"), dict)
+        and isinstance(hp.get("net"), dict)
+        and isinstance(hp.get("rollout"), dict)
+        and {"max_active", "n_nodes"} <= hp["sim"].keys()
+        and "scale" in hp["rollout"]
+    )
     if not ok:
         raise CheckpointError(f"{path} is not a MAT policy checkpoint (its hyper_parameters have no sim/net/rollout)")
     return ckpt
@@ -101,7 +118,7 @@ def _check_policy(ckpt, path) -> dict:
 
 def policy_weights(ckpt: dict) -> dict:
     """The ``MATPolicy`` state dict inside a policy checkpoint (its ``policy.*`` weights)."""
-    return {k[len("policy."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("policy.")}
+    return {k[len("policy.") :]: v for k, v in ckpt["state_dict"].items() if k.startswith("policy.")}
 
 
 def read_policy_checkpoint(path, mmap: bool = False) -> dict:
@@ -116,6 +133,12 @@ def read_policy_meta(path) -> dict:
     ``{M, K, features, decoder, predictor, recipe}``; a file that is not a policy is a one-line ``CheckpointError``."""
     ckpt = read_policy_checkpoint(path, mmap=True)
     hp = ckpt["hyper_parameters"]
-    return {"M": int(hp["sim"]["n_nodes"]), "K": int(hp["sim"]["max_active"]), "features": hp["net"].get("features", "v1"),
-            "decoder": hp["net"].get("decoder", "autoregressive"), "predictor": hp.get("predictor"),
-            "recipe": ckpt.get("recipe"), "sizes": trained_sizes(hp)}
+    return {
+        "M": int(hp["sim"]["n_nodes"]),
+        "K": int(hp["sim"]["max_active"]),
+        "features": hp["net"].get("features", "v1"),
+        "decoder": hp["net"].get("decoder", "autoregressive"),
+        "predictor": hp.get("predictor"),
+        "recipe": ckpt.get("recipe"),
+        "sizes": trained_sizes(hp),
+    }

@@ -7,6 +7,7 @@ With ``settings`` (PPO across a suite of clusters, ``mat.validation.suite``) the
 setting's cluster at its load, and the score is the mean over settings of their mean success rates (each setting
 weighs the same, whatever its size); the training cluster's own rate is logged as ``val/setting_0`` and so on.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,12 +32,18 @@ from mara.sim.workload import PAPER_TASK_SETS, EpisodeBatch, generate_episodes
 EVAL_ROOTS = range(0, 5)
 
 
-def validation_episodes(bank, roots, n_episodes: int, task_set: str = "ID", load: float = 0.04, n_steps: int = 500) -> EpisodeBatch:
+def validation_episodes(
+    bank, roots, n_episodes: int, task_set: str = "ID", load: float = 0.04, n_steps: int = 500
+) -> EpisodeBatch:
     """The validation workload: ``n_episodes`` per root, stacked."""
     if any(r in EVAL_ROOTS for r in roots):
         raise ValueError(f"validation roots {list(roots)} overlap the evaluation roots {list(EVAL_ROOTS)}")
-    return EpisodeBatch.concat([generate_episodes(bank, bank.family_params, PAPER_TASK_SETS[task_set], load, r, n_episodes,
-                                                  n_steps=n_steps) for r in roots])
+    return EpisodeBatch.concat(
+        [
+            generate_episodes(bank, bank.family_params, PAPER_TASK_SETS[task_set], load, r, n_episodes, n_steps=n_steps)
+            for r in roots
+        ]
+    )
 
 
 def baseline_allocators() -> dict:
@@ -50,13 +57,26 @@ def baseline_allocators() -> dict:
 
 
 class ValidationCallback(L.Callback):
-    def __init__(self, dirpath: str, roots, n_episodes: int, every_n_iterations: int, sim: SimSettings,
-                 scale: float = 350.0, baselines: bool = True, task_set: str = "ID", load: float = 0.04,
-                 at_start: bool = False, settings: list[ValidationSetting] | None = None) -> None:
+    def __init__(
+        self,
+        dirpath: str,
+        roots,
+        n_episodes: int,
+        every_n_iterations: int,
+        sim: SimSettings,
+        scale: float = 350.0,
+        baselines: bool = True,
+        task_set: str = "ID",
+        load: float = 0.04,
+        at_start: bool = False,
+        settings: list[ValidationSetting] | None = None,
+    ) -> None:
         # settings: the clusters to validate on, each weighing the same; None: the training cluster ``sim`` at
         # ``load``. The baselines run on the first one.
         self.settings = list(settings) if settings else [ValidationSetting(sim, load)]
-        self.at_start = at_start  # also validate (and checkpoint) the policy before the first PPO iteration (iteration 0)
+        self.at_start = (
+            at_start  # also validate (and checkpoint) the policy before the first PPO iteration (iteration 0)
+        )
         self.dirpath, self.roots, self.n_episodes = Path(dirpath), list(roots), n_episodes
         self.task_set = task_set
         self.every, self.scale, self.with_baselines = every_n_iterations, scale, baselines
@@ -68,17 +88,36 @@ class ValidationCallback(L.Callback):
     @staticmethod
     def _env(pl_module, predictor, episodes, sim: SimSettings, fm_cache=None):
         """The validation env of ``episodes`` on cluster ``sim`` (the training nodes, or a setting's)."""
-        return BatchedEnv(episodes, pl_module.env.bank, n_nodes=sim.nodes, max_active=sim.max_active,
-                          obs_every=sim.obs_every, predictor=predictor, fm_cache=fm_cache, **sim.env_options())
+        return BatchedEnv(
+            episodes,
+            pl_module.env.bank,
+            n_nodes=sim.nodes,
+            max_active=sim.max_active,
+            obs_every=sim.obs_every,
+            predictor=predictor,
+            fm_cache=fm_cache,
+            **sim.env_options(),
+        )
 
     def on_fit_start(self, trainer, pl_module) -> None:
 
-        self.set_episodes = [validation_episodes(pl_module.env.bank, self.roots, self.n_episodes, self.task_set,
-                                                 st.load, n_steps=st.sim.steps) for st in self.settings]
+        self.set_episodes = [
+            validation_episodes(
+                pl_module.env.bank, self.roots, self.n_episodes, self.task_set, st.load, n_steps=st.sim.steps
+            )
+            for st in self.settings
+        ]
         if self.with_baselines and not self.baselines:
             for name, (cls, pred_name) in baseline_allocators().items():
-                m = run_episodes(self._env(pl_module, predictor_from(pred_name, pl_module.env.bank.path),
-                                           self.set_episodes[0], self.settings[0].sim), cls())
+                m = run_episodes(
+                    self._env(
+                        pl_module,
+                        predictor_from(pred_name, pl_module.env.bank.path),
+                        self.set_episodes[0],
+                        self.settings[0].sim,
+                    ),
+                    cls(),
+                )
                 self.baselines[name] = float(np.mean(m["success_rate"]))
 
     def on_train_start(self, trainer, pl_module) -> None:
@@ -100,11 +139,18 @@ class ValidationCallback(L.Callback):
             share = rank_share(episodes.E, trainer.global_rank, trainer.world_size)  # this rank's episodes
             if len(share):
                 # the policy's own predictor: its FM cache (filled by training) serves the validation episodes too
-                env = self._env(pl_module, pl_module.env.predictor, episodes.take(share), st.sim,
-                                getattr(pl_module, "fm_cache", None))
+                env = self._env(
+                    pl_module,
+                    pl_module.env.predictor,
+                    episodes.take(share),
+                    st.sim,
+                    getattr(pl_module, "fm_cache", None),
+                )
                 m = run_episodes(env, PolicyAllocator(pl_module.policy, True, self.scale))
                 self.success.to(pl_module.device).update(torch.as_tensor(m["success_rate"], dtype=torch.float64))
-            per_setting.append(float(self.success.compute()))  # mean over every rank's episodes (a collective under DDP)
+            per_setting.append(
+                float(self.success.compute())
+            )  # mean over every rank's episodes (a collective under DDP)
             self.success.reset()
         pl_module.policy.train(was_training)
         score = float(np.mean(per_setting))
@@ -118,9 +164,15 @@ class ValidationCallback(L.Callback):
         log["val/best_success_rate"] = self.best_score
         if it > 0:  # iteration 0 (before training) is recorded in the history only
             pl_module.log_dict(log, on_step=False, on_epoch=True, batch_size=1)
-        self.history.append({"iteration": it, "env_steps": pl_module.global_env_steps, "val_success_rate": score,
-                             **({"val_settings": per_setting} if len(per_setting) > 1 else {}),
-                             "seconds": time.time() - t0})
+        self.history.append(
+            {
+                "iteration": it,
+                "env_steps": pl_module.global_env_steps,
+                "val_success_rate": score,
+                **({"val_settings": per_setting} if len(per_setting) > 1 else {}),
+                "seconds": time.time() - t0,
+            }
+        )
         if improved:  # collective under DDP: every rank calls it, rank 0 writes
             trainer.save_checkpoint(self.best_path)
 
@@ -130,12 +182,22 @@ class ValidationCallback(L.Callback):
             (self.dirpath / "validation.json").write_text(json.dumps(self.summary(), indent=1))
 
     def summary(self) -> dict:
-        return {"best_ckpt": self.best_path, "best_iteration": self.best_iteration, "val_success_rate": self.best_score,
-                "val_baselines": self.baselines, "history": self.history}
+        return {
+            "best_ckpt": self.best_path,
+            "best_iteration": self.best_iteration,
+            "val_success_rate": self.best_score,
+            "val_baselines": self.baselines,
+            "history": self.history,
+        }
 
     def state_dict(self) -> dict:
-        return {"best_score": self.best_score, "best_iteration": self.best_iteration, "best_path": self.best_path,
-                "baselines": self.baselines, "history": self.history}
+        return {
+            "best_score": self.best_score,
+            "best_iteration": self.best_iteration,
+            "best_path": self.best_path,
+            "baselines": self.baselines,
+            "history": self.history,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.best_score, self.best_iteration = state["best_score"], state["best_iteration"]

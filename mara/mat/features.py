@@ -17,14 +17,15 @@ Feature sets (``mat.net.features``, recorded in the checkpoint's hparams; a chec
   default 0.01 on the FM's (0.1, 0.9) band): ``mat=default`` reads the decision head's 0.05 level itself, as
   Slack-QR-q does.
 - ``v3`` (heterogeneous nodes and switch costs, ``node_slot_features``): v2's 17 + per slot whether it ran at
-  t−1, the speed of the node it ran on relative to the fastest (0 if none), the set-up steps it still owes there, whether
-  it was served before (a move or resume then pays the switch cost), its median remaining estimate in steps on the
-  fastest node, the slacks at the ``BAND_Q`` quantile counted in fastest-node and in slowest-node steps, and the
+  t−1, the speed of the node it ran on relative to the fastest (0 if none), the set-up steps it still owes there,
+  whether it was served before (a move or resume then pays the switch cost), its median remaining estimate in steps
+  on the fastest node, the slacks at the ``BAND_Q`` quantile counted in fastest-node and in slowest-node steps, and the
   Slack-FM-q stage judged in fastest-node steps (what that rule reads on such nodes, ``fastest_node_steps``) + the
   node profile (share of nodes at the top speed, mean speed / top speed, top speed / 4, switch cost / 10),
   the same in every slot. On identical nodes with free preemption these are what such nodes give (no history
   features beyond ``started``/``last_node``, slacks equal to v2's), so one policy serves both settings.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -73,8 +74,11 @@ def band_slot_features(obs: Observation, scale: float, q: float = BAND_Q, band=B
 
     return np.stack(
         [
-            sl(lo), sl(hi), sl(pq),
-            (stage == FINISHABLE).astype(np.float64), (stage == COLD).astype(np.float64),
+            sl(lo),
+            sl(hi),
+            sl(pq),
+            (stage == FINISHABLE).astype(np.float64),
+            (stage == COLD).astype(np.float64),
             (stage == HOPELESS).astype(np.float64),
             np.clip(np.log1p(np.maximum(hi, 0.0)) - np.log1p(np.maximum(lo, 0.0)), 0.0, 5.0),
             np.clip(obs.n_obs / 40.0, 0.0, 3.0),
@@ -101,23 +105,28 @@ def node_slot_features(obs: Observation, scale: float, q: float = BAND_Q, band=B
     stage = slack_stage(obs.present, obs.cap_remaining, obs.n_obs, pq / smax, tau)
     per_slot = np.stack(
         [
-            ran.astype(np.float64), last_speed,
+            ran.astype(np.float64),
+            last_speed,
             np.clip(np.asarray(obs.setup_left, dtype=np.float64) / 10.0, 0.0, 3.0),
             np.asarray(obs.started, dtype=np.float64),
             np.clip(med / smax / scale, 0.0, 3.0),
-            np.clip((tau - pq / smax) / scale, -3.0, 3.0), np.clip((tau - pq / smin) / scale, -3.0, 3.0),
-            (stage == FINISHABLE).astype(np.float64), (stage == COLD).astype(np.float64),
+            np.clip((tau - pq / smax) / scale, -3.0, 3.0),
+            np.clip((tau - pq / smin) / scale, -3.0, 3.0),
+            (stage == FINISHABLE).astype(np.float64),
+            (stage == COLD).astype(np.float64),
             (stage == HOPELESS).astype(np.float64),
         ],
         axis=-1,
     )
-    profile = np.array([np.mean(speed == smax), speed.mean() / smax, min(smax / 4.0, 3.0),
-                        min(float(obs.switch_cost) / 10.0, 3.0)])
+    profile = np.array(
+        [np.mean(speed == smax), speed.mean() / smax, min(smax / 4.0, 3.0), min(float(obs.switch_cost) / 10.0, 3.0)]
+    )
     return np.concatenate([per_slot, np.broadcast_to(profile, (E, K, 4))], axis=-1)
 
 
-def obs_to_tokens(obs: Observation, scale: float = 350.0, feature_set: str = "v1", q: float = BAND_Q,
-                  band=BAND_LEVELS) -> tuple[torch.Tensor, torch.Tensor]:
+def obs_to_tokens(
+    obs: Observation, scale: float = 350.0, feature_set: str = "v1", q: float = BAND_Q, band=BAND_LEVELS
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per slot: per-slot state (zero where absent), then the normalised node / active / queued counts.
     ``q`` / ``band``: the quantile and band levels the v2/v3 additions read (``token_options(policy)``).
 

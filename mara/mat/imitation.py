@@ -19,6 +19,7 @@ is also labelled with the teacher's placed actions, and its loss adds their log-
 Pure pieces: ``teacher_choices`` (env actions → choices), ``served_sets_equal`` (agreement metric: same set
 of served slots, node order irrelevant since nodes are identical).
 """
+
 from __future__ import annotations
 
 import time
@@ -51,9 +52,16 @@ def served_sets_equal(a: torch.Tensor, b: torch.Tensor, n_slots: int) -> torch.T
 
 
 @torch.no_grad()
-def collect_labelled_states(env: TrainingEnv, teacher, n_steps: int, student: MATPolicy | None = None,
-                            scale: float = 350.0, feature_set: str = "v1", options: dict | None = None,
-                            node_labels: bool = False) -> dict[str, torch.Tensor]:
+def collect_labelled_states(
+    env: TrainingEnv,
+    teacher,
+    n_steps: int,
+    student: MATPolicy | None = None,
+    scale: float = 350.0,
+    feature_set: str = "v1",
+    options: dict | None = None,
+    node_labels: bool = False,
+) -> dict[str, torch.Tensor]:
     """Step ``env`` ``n_steps`` times acting with ``student`` (argmax) or, when None, the teacher; record
     every live state's tokens (``options``: ``obs_to_tokens``'s q / band, ``token_options(policy)``), present mask
     and the teacher's choices. ``node_labels`` on unequal nodes / with switch costs (a policy with a node head): also
@@ -69,11 +77,17 @@ def collect_labelled_states(env: TrainingEnv, teacher, n_steps: int, student: MA
         if student is None:
             act = teach
         else:
-            act = np.concatenate([policy_env_actions(student, o, tok[g * n:(g + 1) * n], p[g * n:(g + 1) * n], scale)
-                                  for g, o in enumerate(env.group_obs)])
+            act = np.concatenate(
+                [
+                    policy_env_actions(student, o, tok[g * n : (g + 1) * n], p[g * n : (g + 1) * n], scale)
+                    for g, o in enumerate(env.group_obs)
+                ]
+            )
         toks.append(tok[live]), pres.append(p[live]), acts.append(teacher_choices(picks, tok.shape[1])[live])
         if node_labels:
-            pairs.append(torch.as_tensor(np.concatenate([node_choice.pair_features(o, scale) for o in env.group_obs]))[live])
+            pairs.append(
+                torch.as_tensor(np.concatenate([node_choice.pair_features(o, scale) for o in env.group_obs]))[live]
+            )
             nodes.append(node_choice.placed_choices(teach, tok.shape[1])[live])
         env.step(act)
     assert n > 0
@@ -102,11 +116,35 @@ class TruthTeacher:
 
         o = env.observe()
         truth = true_remaining_batches(env.slot_need, env.slot_s, np.maximum(env.slot_cap - env.slot_s, 0))
-        nodes = dict(node_speed=o._node_speed, switch_cost=o.switch_cost, last_node=o._last_node, started=o._started,
-                     setup_left=o._setup_left) if o.hetero else {}
-        return type(o)(o.t, env.slot_task.copy(), env.slot_s.copy(), env.slot_arrival.copy(), env.slot_deadline.copy(),
-                       env.slot_cap.copy(), truth, env.slot_s.copy(), o.n_queued, o.done, o.n_nodes, o.max_active,
-                       env.obs_every, slot_pred_lo=truth, slot_pred_hi=truth, **nodes)
+        nodes = (
+            dict(
+                node_speed=o._node_speed,
+                switch_cost=o.switch_cost,
+                last_node=o._last_node,
+                started=o._started,
+                setup_left=o._setup_left,
+            )
+            if o.hetero
+            else {}
+        )
+        return type(o)(
+            o.t,
+            env.slot_task.copy(),
+            env.slot_s.copy(),
+            env.slot_arrival.copy(),
+            env.slot_deadline.copy(),
+            env.slot_cap.copy(),
+            truth,
+            env.slot_s.copy(),
+            o.n_queued,
+            o.done,
+            o.n_nodes,
+            o.max_active,
+            env.obs_every,
+            slot_pred_lo=truth,
+            slot_pred_hi=truth,
+            **nodes,
+        )
 
     def act_env(self, env) -> np.ndarray:
         return self.rule.act(self.truth_observation(env))
@@ -153,8 +191,15 @@ def merge(a: dict | None, b: dict) -> dict:
     return b if a is None else {k: torch.cat([a[k], b[k]]) for k in a}
 
 
-def clone(policy: MATPolicy, data: dict, epochs: int, lr: float, batch_size: int, generator: torch.Generator,
-          max_grad_norm: float = 1.0) -> list[float]:
+def clone(
+    policy: MATPolicy,
+    data: dict,
+    epochs: int,
+    lr: float,
+    batch_size: int,
+    generator: torch.Generator,
+    max_grad_norm: float = 1.0,
+) -> list[float]:
     """Behaviour cloning: minimise −log π(teacher joint action | state) over ``data``. Returns mean loss per epoch."""
     opt = torch.optim.Adam(policy.parameters(), lr=lr, eps=1e-5)
     n = len(data["actions"])
@@ -173,7 +218,9 @@ def clone_step(policy: MATPolicy, opt, data: dict, idx: torch.Tensor, max_grad_n
     """One minibatch ``idx`` of ``data``: a gradient step on −log π(teacher's joint action | state); -> summed loss."""
     dev = next(policy.parameters()).device
     if "nodes" in data and getattr(policy, "node_head", False):  # picks and the teacher's placement of them
-        tokens, present, picks, pairs, nodes = (data[k][idx].to(dev) for k in ("tokens", "present", "actions", "pairs", "nodes"))
+        tokens, present, picks, pairs, nodes = (
+            data[k][idx].to(dev) for k in ("tokens", "present", "actions", "pairs", "nodes")
+        )
         logp = policy.evaluate_nodes(tokens, present, picks, pairs, nodes, data["order"][idx[0]])[0]
     else:
         logp, _, _ = policy.evaluate(*(data[k][idx].to(dev) for k in ("tokens", "present", "actions")))
@@ -193,8 +240,12 @@ def agreement(policy: MATPolicy, data: dict, batch_size: int = 4096) -> float:
     for s in range(0, len(data["actions"]), batch_size):
         sl = slice(s, s + batch_size)
         dev = next(policy.parameters()).device
-        a, _, _ = policy.act(data["tokens"][sl].to(dev), data["present"][sl].to(dev), deterministic=True,
-                             n_nodes=data["actions"].shape[1])
+        a, _, _ = policy.act(
+            data["tokens"][sl].to(dev),
+            data["present"][sl].to(dev),
+            deterministic=True,
+            n_nodes=data["actions"].shape[1],
+        )
         hits += int(served_sets_equal(a.cpu(), data["actions"][sl], data["tokens"].shape[1]).sum())
     policy.train()
     return hits / max(len(data["actions"]), 1)
@@ -209,8 +260,9 @@ def node_agreement(policy: MATPolicy, data: dict, batch_size: int = 4096) -> flo
     policy.eval()
     hits, dev, order = 0, next(policy.parameters()).device, data["order"][0]
     for s in range(0, len(data["actions"]), batch_size):
-        tok, pres, picks, pairs, nodes = (data[k][s:s + batch_size].to(dev)
-                                          for k in ("tokens", "present", "actions", "pairs", "nodes"))
+        tok, pres, picks, pairs, nodes = (
+            data[k][s : s + batch_size].to(dev) for k in ("tokens", "present", "actions", "pairs", "nodes")
+        )
         _, _, slot_mem = policy.encode_scores(tok, pres, with_slots=True)
         chosen, rank = node_choice.chosen_ranks(picks, pres.shape[1])
         got = node_choice.decode(policy.node_logits(slot_mem, pairs, chosen, rank), chosen, order)
@@ -234,8 +286,10 @@ def round_line(what: str, rec: dict, n_rounds: int) -> str:
     r, seconds = int(rec["round"]), float(rec["seconds"])
     left = seconds / (r + 1) * (n_rounds - r - 1)
     new = f" (+{rec['new_states']:,} new)" if "new_states" in rec else ""
-    line = (f"{what} round {r + 1}/{n_rounds}: {rec['states']:,} states{new}, loss {rec['loss']:.3f}, "
-            f"agreement {_percent(rec['agreement_train'])} on its data")
+    line = (
+        f"{what} round {r + 1}/{n_rounds}: {rec['states']:,} states{new}, loss {rec['loss']:.3f}, "
+        f"agreement {_percent(rec['agreement_train'])} on its data"
+    )
     if r > 0:
         line += f", {_percent(rec['agreement_new_before_training'])} on the new states before training"
     if rec.get("node_agreement_train") is not None and any(v is not None for v in rec["node_agreement_train"]):
@@ -243,8 +297,9 @@ def round_line(what: str, rec: dict, n_rounds: int) -> str:
     return line + f"; {seconds:.0f} s, about {left:.0f} s left"
 
 
-def imitate(policy: MATPolicy, make_env, teacher, cfg: ImitationSettings, seed: int = 0, scale: float = 350.0,
-            log=print) -> dict:
+def imitate(
+    policy: MATPolicy, make_env, teacher, cfg: ImitationSettings, seed: int = 0, scale: float = 350.0, log=print
+) -> dict:
     """BC on teacher rollouts, then ``cfg.dagger_rounds`` DAgger rounds; trains ``policy`` in place.
 
     ``make_env(i)`` returns a fresh ``TrainingEnv`` on training episodes for round i. Returns a report with
@@ -254,15 +309,28 @@ def imitate(policy: MATPolicy, make_env, teacher, cfg: ImitationSettings, seed: 
     g = torch.Generator().manual_seed(seed)
     data, report, t0 = None, {"rounds": []}, time.time()
     for r in range(1 + cfg.dagger_rounds):
-        new = collect_labelled_states(make_env(r), teacher, cfg.n_steps, None if r == 0 else policy, scale,
-                                      getattr(policy, "features", "v1"), token_options(policy),
-                                      getattr(policy, "node_head", False))
+        new = collect_labelled_states(
+            make_env(r),
+            teacher,
+            cfg.n_steps,
+            None if r == 0 else policy,
+            scale,
+            getattr(policy, "features", "v1"),
+            token_options(policy),
+            getattr(policy, "node_head", False),
+        )
         held_out = agreement(policy, new) if r > 0 else None
         data = merge(data, new)
         losses = clone(policy, data, cfg.epochs, float(cfg.lr), cfg.batch_size, g)
-        rec = {"round": r, "states": len(data["actions"]), "new_states": len(new["actions"]), "loss": losses[-1],
-               "agreement_train": agreement(policy, data), "agreement_new_before_training": held_out,
-               "seconds": time.time() - t0}
+        rec = {
+            "round": r,
+            "states": len(data["actions"]),
+            "new_states": len(new["actions"]),
+            "loss": losses[-1],
+            "agreement_train": agreement(policy, data),
+            "agreement_new_before_training": held_out,
+            "seconds": time.time() - t0,
+        }
         report["rounds"].append(rec)
         log(round_line("imitation", rec, 1 + cfg.dagger_rounds))
     report["agreement_train"] = report["rounds"][-1]["agreement_train"]

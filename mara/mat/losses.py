@@ -1,4 +1,5 @@
 """PPO math as pure functions (Eq. 10–12) and GAE. Shapes: ``[T, E]`` rollout steps × episodes, ``[B]`` samples."""
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """Eq. 2 as a mask: which choices each node may take given the earlier nodes' picks (shared by both decoders)."""
+
 from __future__ import annotations
 
 import torch

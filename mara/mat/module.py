@@ -1,8 +1,8 @@
 """PPO for the MAT allocator inside Lightning: one ``training_step`` = one PPO iteration (manual optimisation).
 
 Rollout under ``inference_mode`` from the rank's own ``TrainingEnv`` → GAE → ``update_epochs`` × minibatches
-(mara/mat/ppo.py) with ``manual_backward`` (DDP all-reduces the gradients) and ``clip_gradients``. Every rank runs the same
-number of minibatches so the collective calls line up; training stops once the env steps of all ranks
+(mara/mat/ppo.py) with ``manual_backward`` (DDP all-reduces the gradients) and ``clip_gradients``. Every rank runs
+the same number of minibatches so the collective calls line up; training stops once the env steps of all ranks
 reach ``total_env_steps``.
 
 PPO across a suite of clusters (``mat.rollout.suite: true``, recipe mat=suite_ppo): one ``TrainingEnv`` per setting
@@ -10,6 +10,7 @@ of ``mat.imitation.suite`` (mara/mat/suite.py), and PPO iteration i collects its
 cluster per rollout, so M and K fix the shapes of a batch, every setting the same share of iterations. The value head
 reads the v3 tokens, which describe the cluster, so its baseline depends on the setting (an input-dependent baseline).
 """
+
 from __future__ import annotations
 
 import lightning as L
@@ -48,8 +49,9 @@ class MATModule(L.LightningModule):
         self.init_from = None if settings.ckpt_path else settings.init_from  # a resumed run has its weights
         self.save_hyperparameters(settings.recorded())
         self.automatic_optimization = False
-        self.policy = MATPolicy(n_slots=settings.sim.max_active, n_nodes=settings.sim.nodes,
-                                **recorded_net(settings.net))
+        self.policy = MATPolicy(
+            n_slots=settings.sim.max_active, n_nodes=settings.sim.nodes, **recorded_net(settings.net)
+        )
         self.env: TrainingEnv | None = None  # built per rank in setup()
         self.fm_cache = None  # FlowSampleCache of this rank, shared by its training, imitation and validation envs
         self.generator: torch.Generator | None = None
@@ -69,8 +71,19 @@ class MATModule(L.LightningModule):
         if st.rollout.suite:  # one env per cluster PPO steps: every setting of the suite
             self.envs = self.suite_envs(bank, predictor, rank, world)
         else:  # the training cluster
-            self.envs = [self.training_env(bank, predictor, st.sim, st.workload.load, st.workload.train_root + st.seed,
-                                           st.rollout.n_episodes, st.rollout.stagger, rank, world)]
+            self.envs = [
+                self.training_env(
+                    bank,
+                    predictor,
+                    st.sim,
+                    st.workload.load,
+                    st.workload.train_root + st.seed,
+                    st.rollout.n_episodes,
+                    st.rollout.stagger,
+                    rank,
+                    world,
+                )
+            ]
         self.env = self.envs[0]
         self.generator = torch.Generator().manual_seed(st.seed * 1000 + rank)
         if self._pending_env_state is not None:
@@ -93,11 +106,13 @@ class MATModule(L.LightningModule):
         teacher = build_teacher(im.teacher)
 
         def make_env(r: int) -> TrainingEnv:  # fresh training episodes per round (never evaluation/validation roots)
-            return self.imitation_env(bank, predictor, st.sim, st.workload.load,
-                                      st.workload.train_root + st.seed + 7919 * (r + 1))
+            return self.imitation_env(
+                bank, predictor, st.sim, st.workload.load, st.workload.train_root + st.seed + 7919 * (r + 1)
+            )
 
-        return imitate(self.policy, make_env, teacher, im, seed=st.seed, scale=st.rollout.scale,
-                       log=lambda s: print(s, flush=True))
+        return imitate(
+            self.policy, make_env, teacher, im, seed=st.seed, scale=st.rollout.scale, log=lambda s: print(s, flush=True)
+        )
 
     def warm_start_suite(self, bank, predictor) -> dict:
         """Imitation across the settings of ``mat.imitation.suite`` (mara/mat/suite.py): one network, each setting's
@@ -111,8 +126,16 @@ class MATModule(L.LightningModule):
             root = st.workload.train_root + st.seed + 7919 * (r + 1) + 104729 * (settings.index(setting) + 1)
             return self.imitation_env(bank, predictor, sim, scaled_loads(st.workload.load, sim.nodes), root)
 
-        return imitate_suite(self.policy, settings, make_env, teachers, im, seed=st.seed, scale=st.rollout.scale,
-                             log=lambda s: print(s, flush=True))
+        return imitate_suite(
+            self.policy,
+            settings,
+            make_env,
+            teachers,
+            im,
+            seed=st.seed,
+            scale=st.rollout.scale,
+            log=lambda s: print(s, flush=True),
+        )
 
     def suite_envs(self, bank, predictor, rank: int, world: int) -> list[TrainingEnv]:
         """The PPO training env of every suite setting (the rollout's episodes and groups; loads at the training
@@ -122,9 +145,19 @@ class MATModule(L.LightningModule):
         out = []
         for i, setting in enumerate(suite_settings(self.imitation or ImitationSettings(), "")):
             sim = setting_sim(st.sim, setting)
-            out.append(self.training_env(bank, predictor, sim, scaled_loads(st.workload.load, sim.nodes),
-                                         st.workload.train_root + st.seed + 104729 * (i + 1), st.rollout.n_episodes,
-                                         st.rollout.stagger, rank, world))
+            out.append(
+                self.training_env(
+                    bank,
+                    predictor,
+                    sim,
+                    scaled_loads(st.workload.load, sim.nodes),
+                    st.workload.train_root + st.seed + 104729 * (i + 1),
+                    st.rollout.n_episodes,
+                    st.rollout.stagger,
+                    rank,
+                    world,
+                )
+            )
         return out
 
     def imitation_env(self, bank, predictor, sim: SimSettings, load, root: int) -> TrainingEnv:
@@ -134,15 +167,38 @@ class MATModule(L.LightningModule):
         stagger = self.settings.rollout.stagger if im.stagger is None else im.stagger
         return self.training_env(bank, predictor, sim, load, root, im.n_episodes, stagger)
 
-    def training_env(self, bank, predictor, sim: SimSettings, load, root: int, n_episodes: int, stagger: int,
-                     rank: int = 0, world: int = 1) -> TrainingEnv:
+    def training_env(
+        self,
+        bank,
+        predictor,
+        sim: SimSettings,
+        load,
+        root: int,
+        n_episodes: int,
+        stagger: int,
+        rank: int = 0,
+        world: int = 1,
+    ) -> TrainingEnv:
         """A ``TrainingEnv`` of ``n_episodes`` on cluster ``sim`` at ``load`` from ``root`` (this rank's share of its
         episode blocks), in ``rollout.n_groups`` groups, sharing this rank's FM cache."""
         st = self.settings
-        stream = EpisodeStream(bank, bank.family_params, st.workload.task_set, load, root, n_episodes, rank, world,
-                               n_steps=sim.steps)
-        return TrainingEnv(stream, bank, predictor, st.reward, sim.beta, sim.nodes, sim.max_active,
-                           sim.obs_every, st.rollout.n_groups, stagger, fm_cache=self.fm_cache, **sim.env_options())
+        stream = EpisodeStream(
+            bank, bank.family_params, st.workload.task_set, load, root, n_episodes, rank, world, n_steps=sim.steps
+        )
+        return TrainingEnv(
+            stream,
+            bank,
+            predictor,
+            st.reward,
+            sim.beta,
+            sim.nodes,
+            sim.max_active,
+            sim.obs_every,
+            st.rollout.n_groups,
+            stagger,
+            fm_cache=self.fm_cache,
+            **sim.env_options(),
+        )
 
     def train_dataloader(self):
         return DataLoader([0], batch_size=None)  # one PPO iteration per epoch
@@ -164,9 +220,16 @@ class MATModule(L.LightningModule):
         batch = ppo_step.flatten(buf, advantages, returns)
         value_only = self.current_epoch < ppo.value_warmup_iterations  # fit the value head to a cloned policy first
         stats = ppo_step.update(
-            self.policy, opt, batch, ppo, ppo_step.n_minibatches(ppo, st.rollout), self.generator, self.manual_backward,
+            self.policy,
+            opt,
+            batch,
+            ppo,
+            ppo_step.n_minibatches(ppo, st.rollout),
+            self.generator,
+            self.manual_backward,
             lambda: self.clip_gradients(opt, gradient_clip_val=ppo.max_grad_norm, gradient_clip_algorithm="norm"),
-            value_only=value_only)
+            value_only=value_only,
+        )
         self._log_iteration(stats, batch["values"], batch["returns"], int(buf.live.sum()))
 
     def _log_iteration(self, stats, b_values, b_returns, n_live: int) -> None:
@@ -176,15 +239,30 @@ class MATModule(L.LightningModule):
         log["train/explained_variance"] = explained_variance(b_values, b_returns)
         log["train/lr"] = self.optimizers().optimizer.param_groups[0]["lr"]
         self.log_dict(log, on_step=False, on_epoch=True, batch_size=1, sync_dist=True)  # mean over ranks
-        self.log("env_steps", float(self.global_env_steps), on_step=False, on_epoch=True, batch_size=1)  # already global
+        self.log(
+            "env_steps", float(self.global_env_steps), on_step=False, on_epoch=True, batch_size=1
+        )  # already global
         if self.fm_cache is not None:  # reuse of FM network outputs (cumulative since the start of this process)
             st = self.fm_cache.stats()
-            self.log_dict({"rollout/fm_cache_hit_rate": float(st["hit_rate"]), "rollout/fm_cache_entries": float(st["entries"])},
-                          on_step=False, on_epoch=True, batch_size=1, rank_zero_only=True)
+            self.log_dict(
+                {"rollout/fm_cache_hit_rate": float(st["hit_rate"]), "rollout/fm_cache_entries": float(st["entries"])},
+                on_step=False,
+                on_epoch=True,
+                batch_size=1,
+                rank_zero_only=True,
+            )
         successes, returns = self.env.pop_finished()
         if successes:  # episodes that finished on this rank during the rollout (rank 0's are what gets logged)
-            self.log_dict({"rollout/success_rate": sum(successes) / len(successes), "rollout/return": sum(returns) / len(returns)},
-                          on_step=False, on_epoch=True, batch_size=1, rank_zero_only=True)
+            self.log_dict(
+                {
+                    "rollout/success_rate": sum(successes) / len(successes),
+                    "rollout/return": sum(returns) / len(returns),
+                },
+                on_step=False,
+                on_epoch=True,
+                batch_size=1,
+                rank_zero_only=True,
+            )
         if self.global_env_steps >= self.settings.total_env_steps:
             self.trainer.should_stop = True
 
@@ -196,9 +274,13 @@ class MATModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         plain_lightning_checkpoint(checkpoint)  # tensors and plain values only: loads with weights_only=True
         checkpoint["kind"] = "policy"
-        checkpoint["mat_state"] = {"global_env_steps": self.global_env_steps, "generator": self.generator.get_state(),
-                                   "env": self.envs[0].state_dict(), "rank": self.global_rank,
-                                   "stream_counter": self.envs[0].episode_stream.counter}
+        checkpoint["mat_state"] = {
+            "global_env_steps": self.global_env_steps,
+            "generator": self.generator.get_state(),
+            "env": self.envs[0].state_dict(),
+            "rank": self.global_rank,
+            "stream_counter": self.envs[0].episode_stream.counter,
+        }
         if len(self.envs) > 1:  # PPO across a suite: every setting's env continues where it was
             checkpoint["mat_state"]["suite_envs"] = [e.state_dict() for e in self.envs[1:]]
 
@@ -215,9 +297,11 @@ class MATModule(L.LightningModule):
         self.global_env_steps = state["global_env_steps"]
         saved = [state["env"], *state.get("suite_envs", [])]
         if len(saved) != len(self.envs):
-            raise CheckpointError(f"the checkpoint's MAT training state holds {len(saved)} training clusters, this "
-                                  f"recipe steps {len(self.envs)} (mat.rollout.suite and mat.imitation.suite must be "
-                                  f"those of the run that wrote it)")
+            raise CheckpointError(
+                f"the checkpoint's MAT training state holds {len(saved)} training clusters, this "
+                f"recipe steps {len(self.envs)} (mat.rollout.suite and mat.imitation.suite must be "
+                f"those of the run that wrote it)"
+            )
         if state.get("rank", 0) == self.global_rank:
             self.generator.set_state(state["generator"])
             for env, env_state in zip(self.envs, saved):

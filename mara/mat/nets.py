@@ -12,6 +12,7 @@ fed the previous node's choice); a mask removes absent slots and slots taken by 
 Eq. 2 holds by construction and idle is always allowed. Rollout decodes node by node through the same
 ``decode`` pass that training uses teacher-forced, so both give the same log-probabilities.
 """
+
 from __future__ import annotations
 
 import math
@@ -131,9 +132,15 @@ class MATPolicy(nn.Module):
         # v2/v3 tokens: the quantile the stage / third slack are judged at and the levels of the band's ends
         # (features.token_options); checkpoints without them: Slack-FM-q's 0.01 on the FM's (0.1, 0.9) band
         self.token_q, self.token_band = float(token_q), tuple(float(x) for x in token_band)
-        if not 0.0 < self.token_q < 1.0 or len(self.token_band) != 2 or not 0.0 < self.token_band[0] < 0.5 < self.token_band[1] < 1.0:
-            raise ValueError(f"mat.net.token_q must lie in (0, 1) and mat.net.token_band be (lo < 0.5 < hi), "
-                             f"got {token_q} and {list(token_band)}")
+        if (
+            not 0.0 < self.token_q < 1.0
+            or len(self.token_band) != 2
+            or not 0.0 < self.token_band[0] < 0.5 < self.token_band[1] < 1.0
+        ):
+            raise ValueError(
+                f"mat.net.token_q must lie in (0, 1) and mat.net.token_band be (lo < 0.5 < hi), "
+                f"got {token_q} and {list(token_band)}"
+            )
         self.n_slot_features, n_feat = n_features(features)
         if decoder not in DECODERS:
             raise ValueError(f"mat.net.decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
@@ -179,7 +186,7 @@ class MATPolicy(nn.Module):
     def encode(self, tokens: torch.Tensor, present: torch.Tensor):
         """tokens [E, K, F], present [E, K] -> (memory [E, 1+K, d], memory allow [E, 1+K], value [E])."""
         E = tokens.shape[0]
-        g = self.global_tok + self.global_in(tokens[:, 0, self.n_slot_features:])
+        g = self.global_tok + self.global_in(tokens[:, 0, self.n_slot_features :])
         x = torch.cat([g[:, None], self.slot_in(tokens)], dim=1)
         allow_k = torch.cat([present.new_ones(E, 1), present], dim=1)
         allow = allow_k[:, None, :]  # [E, 1, 1+K]: every query allows the same keys (broadcast, not materialised)
@@ -201,7 +208,9 @@ class MATPolicy(nn.Module):
         """Plackett–Luce choice scores [E, K+1] (slots, then idle) from the encoder memory: per slot a linear score
         plus a pointer query from the global token against the slot; idle's score from the global token."""
         g, slots = mem[:, 0], mem[:, 1:]
-        slot = (self.ptr_k(slots) @ self.ptr_q(g)[:, :, None]).squeeze(-1) / math.sqrt(self.d) + self.slot_head(slots).squeeze(-1)
+        slot = (self.ptr_k(slots) @ self.ptr_q(g)[:, :, None]).squeeze(-1) / math.sqrt(self.d) + self.slot_head(
+            slots
+        ).squeeze(-1)
         return torch.cat([slot, self.idle_head(g)], dim=-1)
 
     def encode_scores(self, tokens, present, with_slots: bool = False):
@@ -211,7 +220,9 @@ class MATPolicy(nn.Module):
         dropping them is exact up to float summation order); scores go back to the original slot positions.
         ``with_slots``: also the slot encodings [E, K, d] (zero for dropped absent slots), which the node head reads."""
         K = present.shape[1]
-        buckets = [b for b in self.buckets if b < K] + [K]  # this call's K (a policy trained across sizes runs at any K)
+        buckets = [b for b in self.buckets if b < K] + [
+            K
+        ]  # this call's K (a policy trained across sizes runs at any K)
         if len(buckets) == 1:
             mem, _, value = self.encode(tokens, present)
             return (self.scores(mem), value, mem[:, 1:]) if with_slots else (self.scores(mem), value)
@@ -270,8 +281,9 @@ class MATPolicy(nn.Module):
         idle_in = torch.stack([speed, held], dim=-1)
         return torch.cat([task, self.node_idle(idle_in)], dim=-1)
 
-    def act_nodes(self, tokens, present, pairs, order, deterministic: bool = False,
-                  generator: torch.Generator | None = None):
+    def act_nodes(
+        self, tokens, present, pairs, order, deterministic: bool = False, generator: torch.Generator | None = None
+    ):
         """Picks and the node head's placement of them -> (picks [E, M] in priority order, node actions [E, M] by
         node index, both 0..K; logprob [E] of both; value [E]). ``order [M]``: the nodes' choosing order
         (``node_choice.node_order``); M = ``pairs.shape[1]``."""
@@ -292,12 +304,20 @@ class MATPolicy(nn.Module):
         chosen, rank = node_choice.chosen_ranks(picks, present.shape[1])
         logits = self.node_logits(slot_mem, pairs, chosen, rank)
         logp = log_softmax_last(plackett_luce.masked_logits(scores, present, picks))  # [E, M, K+1]
-        logprob = logp.gather(2, picks[..., None]).squeeze(-1).sum(dim=1) + node_choice.log_prob(logits, chosen, nodes, order)
+        logprob = logp.gather(2, picks[..., None]).squeeze(-1).sum(dim=1) + node_choice.log_prob(
+            logits, chosen, nodes, order
+        )
         return logprob, _entropy(logp), value
 
     # --------------------------------------------------------------- public
-    def act(self, tokens, present, deterministic: bool = False, generator: torch.Generator | None = None,
-            n_nodes: int | None = None):
+    def act(
+        self,
+        tokens,
+        present,
+        deterministic: bool = False,
+        generator: torch.Generator | None = None,
+        n_nodes: int | None = None,
+    ):
         """Joint action -> (actions [E, M] in 0..K, logprob [E], value [E]): autoregressive (one decoder position per
         node, cached) or Plackett–Luce (one scoring pass, M picks without replacement). ``n_nodes``: M for this
         call (Plackett–Luce only, whose network has no node or slot positions; K is ``tokens.shape[1]``); default
@@ -339,7 +359,7 @@ class MATPolicy(nn.Module):
         return actions, logprob, value
 
     def evaluate(self, tokens, present, actions):
-        """Teacher-forced pass -> (logprob [E] of the joint action, entropy [E] per node (mean over nodes), value [E])."""
+        """Teacher-forced pass -> (logprob [E] of the joint action, entropy [E] (mean over nodes), value [E])."""
         if self.decoder == "plackett_luce":
             scores, value = self.encode_scores(tokens, present)
             logits = plackett_luce.masked_logits(scores, present, actions)
@@ -352,7 +372,7 @@ class MATPolicy(nn.Module):
 
 
 def _entropy(logp: torch.Tensor) -> torch.Tensor:
-    """Entropy [E] of per-node choice log-probabilities ``[E, M, K+1]``, averaged over the nodes (as in MAT: over agents)."""
+    """Entropy [E] of per-node choice log-probabilities ``[E, M, K+1]``, averaged over the nodes (MAT: over agents)."""
     p = logp.exp()
     return -(torch.where(p > 0, p * logp, torch.zeros_like(p))).sum(dim=2).mean(dim=1)
 

@@ -22,6 +22,7 @@ priority order (/ M), whether it ran on another node at t−1 and whether anothe
 
 Pure functions; shapes ``E`` episodes, ``M`` nodes, ``K`` slots.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,8 +30,8 @@ import torch
 
 from mara.allocators.placement import demand
 
-N_PAIR = 7      # static pair features (pair_features)
-N_DYNAMIC = 3   # rank, ran elsewhere at t-1, this node held by another chosen task (dynamic_channels)
+N_PAIR = 7  # static pair features (pair_features)
+N_DYNAMIC = 3  # rank, ran elsewhere at t-1, this node held by another chosen task (dynamic_channels)
 
 
 def pair_features(obs, scale: float = 350.0) -> np.ndarray:
@@ -54,9 +55,18 @@ def pair_features(obs, scale: float = 350.0) -> np.ndarray:
         return np.clip((tau - steps(rem)) / scale, -3.0, 3.0)
 
     fin = np.clip(steps(obs.pred_remaining) / scale, 0.0, 3.0)
-    out = np.stack([np.broadcast_to(sp / speed.max(), (E, M, K)), here.astype(np.float64),
-                    np.clip(delay / 10.0, 0.0, 3.0), slack(obs.pred_remaining), slack(obs.pred_remaining_lo),
-                    slack(obs.pred_remaining_hi), fin], axis=-1)
+    out = np.stack(
+        [
+            np.broadcast_to(sp / speed.max(), (E, M, K)),
+            here.astype(np.float64),
+            np.clip(delay / 10.0, 0.0, 3.0),
+            slack(obs.pred_remaining),
+            slack(obs.pred_remaining_lo),
+            slack(obs.pred_remaining_hi),
+            fin,
+        ],
+        axis=-1,
+    )
     return (out * present[:, None, :, None]).astype(np.float32)
 
 
@@ -102,15 +112,22 @@ def allowed(chosen: torch.Tensor, node_actions: torch.Tensor, order: torch.Tenso
     return allow
 
 
-def log_prob(logits: torch.Tensor, chosen: torch.Tensor, node_actions: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+def log_prob(
+    logits: torch.Tensor, chosen: torch.Tensor, node_actions: torch.Tensor, order: torch.Tensor
+) -> torch.Tensor:
     """log π(node_actions | chosen) [E] from per-node logits ``[E, M, K+1]`` (module docstring)."""
     allow = allowed(chosen, node_actions, order)
     masked = logits.masked_fill(~allow, torch.finfo(logits.dtype).min)
     return torch.log_softmax(masked, dim=-1).gather(2, node_actions[..., None]).squeeze(-1).sum(dim=1)
 
 
-def decode(logits: torch.Tensor, chosen: torch.Tensor, order: torch.Tensor, deterministic: bool = True,
-           generator: torch.Generator | None = None) -> torch.Tensor:
+def decode(
+    logits: torch.Tensor,
+    chosen: torch.Tensor,
+    order: torch.Tensor,
+    deterministic: bool = True,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """Nodes in ``order`` each take a chosen task not yet placed or idle -> node actions [E, M] (0..K) by node index;
     argmax per node (``deterministic``) or a draw. Every chosen task gets exactly one node."""
     E, M, K1 = logits.shape
@@ -126,8 +143,11 @@ def decode(logits: torch.Tensor, chosen: torch.Tensor, order: torch.Tensor, dete
             a = lg.argmax(dim=-1)
         else:
             p = torch.softmax(lg, dim=-1)
-            a = torch.multinomial(p.to(generator.device) if generator is not None else p, 1,
-                                  generator=generator).squeeze(-1).to(logits.device)
+            a = (
+                torch.multinomial(p.to(generator.device) if generator is not None else p, 1, generator=generator)
+                .squeeze(-1)
+                .to(logits.device)
+            )
         out[:, n] = a
         left[rows, torch.clamp(a, max=K - 1)] &= a == K  # a placed task leaves the pool
     return out

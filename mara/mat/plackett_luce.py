@@ -9,8 +9,10 @@ be chosen by any number of nodes. The exact log-probability of an ordered joint 
 
 which ``masked_logits`` + ``log_softmax`` evaluate for every node at once (teacher-forced, O(M·K) elementwise; the
 network cost does not depend on M). Deterministic decoding takes the most likely joint action (``mode``): the j best
-present slots in score order, then idle, for the best j. Pure functions; shapes ``E`` episodes, ``K`` slots, ``M`` nodes.
+present slots in score order, then idle, for the best j. Pure functions; shapes ``E`` episodes, ``K`` slots,
+``M`` nodes.
 """
+
 from __future__ import annotations
 
 import torch
@@ -59,8 +61,13 @@ def mode(scores: torch.Tensor, present: torch.Tensor, n_nodes: int) -> torch.Ten
     return torch.where(pos[None, :] < best[:, None], slots, torch.full_like(slots, K))
 
 
-def sample(scores: torch.Tensor, present: torch.Tensor, n_nodes: int, deterministic: bool = False,
-           generator: torch.Generator | None = None) -> torch.Tensor:
+def sample(
+    scores: torch.Tensor,
+    present: torch.Tensor,
+    n_nodes: int,
+    deterministic: bool = False,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """Draw M sequential picks -> actions [E, M] long in 0..K; ``deterministic``: the most likely joint action
     (``mode``). Each pick is a Gumbel-max draw over the choices still allowed, i.e. an exact categorical draw from
     the renormalised scores; a picked slot is closed to later picks, idle stays open."""

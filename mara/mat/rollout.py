@@ -4,6 +4,7 @@ Shapes: ``[T, E]`` rollout steps × episodes; tokens ``[T, E, K, F]``; actions `
 The environment steps E episodes in a few staggered lockstep groups; episodes that finish early are masked out
 (``live``) until every episode of their group is done, then a fresh batch of randomised episodes replaces the group.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,8 +37,18 @@ def batch_load(load, counter: int) -> float:
 class EpisodeStream:
     """Endless randomised training workloads: batch j of rank r uses episodes ((j·W + r)·E …) of one root."""
 
-    def __init__(self, bank, family_params, task_set: str, load: float, root: int, n_episodes: int,
-                 rank: int = 0, world_size: int = 1, n_steps: int = 500) -> None:
+    def __init__(
+        self,
+        bank,
+        family_params,
+        task_set: str,
+        load: float,
+        root: int,
+        n_episodes: int,
+        rank: int = 0,
+        world_size: int = 1,
+        n_steps: int = 500,
+    ) -> None:
         self.bank, self.family_params = bank, family_params
         self.task_set, self.load, self.root, self.E = PAPER_TASK_SETS[task_set], load, root, n_episodes
         self.rank, self.world_size, self.n_steps = rank, world_size, n_steps
@@ -48,8 +59,16 @@ class EpisodeStream:
         offset = (self.counter * self.world_size + self.rank) * self.E
         load = batch_load(self.load, self.counter)
         self.counter += 1
-        return generate_episodes(self.bank, self.family_params, self.task_set, load, self.root, n or self.E,
-                                 n_steps=self.n_steps, episode_offset=offset)
+        return generate_episodes(
+            self.bank,
+            self.family_params,
+            self.task_set,
+            load,
+            self.root,
+            n or self.E,
+            n_steps=self.n_steps,
+            episode_offset=offset,
+        )
 
 
 class TrainingEnv:
@@ -59,15 +78,32 @@ class TrainingEnv:
     masked (``live``). At start, group g is advanced ``g · stagger`` steps with FIFO (not training data, not counted).
     """
 
-    def __init__(self, episode_stream: EpisodeStream, bank, predictor=None, reward: str = "dense", beta: float = 0.1,
-                 n_nodes: int = 7, max_active: int = 10, obs_every: int = 10, n_groups: int = 1, stagger: int = 0,
-                 fm_cache=None, node_speed=None, switch_cost: int = 0) -> None:
+    def __init__(
+        self,
+        episode_stream: EpisodeStream,
+        bank,
+        predictor=None,
+        reward: str = "dense",
+        beta: float = 0.1,
+        n_nodes: int = 7,
+        max_active: int = 10,
+        obs_every: int = 10,
+        n_groups: int = 1,
+        stagger: int = 0,
+        fm_cache=None,
+        node_speed=None,
+        switch_cost: int = 0,
+    ) -> None:
         if reward not in ("dense", "sparse"):
             raise ValueError(f"mat.reward must be 'dense' or 'sparse', got {reward!r}")
         if episode_stream.E % n_groups:
-            raise ValueError(f"rollout.n_episodes ({episode_stream.E}) must be divisible by rollout.n_groups ({n_groups})")
+            raise ValueError(
+                f"rollout.n_episodes ({episode_stream.E}) must be divisible by rollout.n_groups ({n_groups})"
+            )
         self.episode_stream, self.bank, self.predictor = episode_stream, bank, predictor
-        self.fm_cache = fm_cache  # a FlowSampleCache shared by every group (and by other envs on the same bank/predictor)
+        self.fm_cache = (
+            fm_cache  # a FlowSampleCache shared by every group (and by other envs on the same bank/predictor)
+        )
         self.reward, self.beta, self.n_groups = reward, beta, n_groups
         self.n_nodes = n_nodes
         self.env_kwargs = dict(n_nodes=n_nodes, max_active=max_active, obs_every=obs_every)  # BatchedEnv arguments
@@ -94,7 +130,9 @@ class TrainingEnv:
         """A policy's ordered picks [E, M] (env actions, IDLE = -1) placed on each group's nodes
         (``place_policy`` with the policy's ``placement``; the identity on identical nodes with free preemption)."""
         n = self.episode_stream.E // self.n_groups
-        return np.concatenate([place_policy(o, picks[g * n:(g + 1) * n], placement) for g, o in enumerate(self.group_obs)])
+        return np.concatenate(
+            [place_policy(o, picks[g * n : (g + 1) * n], placement) for g, o in enumerate(self.group_obs)]
+        )
 
     def pairs(self, scale: float = 350.0) -> torch.Tensor:
         """(node, task) pair features of every episode, groups stacked -> [E, M, K, P] (mara/mat/node_choice.py)."""
@@ -102,8 +140,15 @@ class TrainingEnv:
 
     def new_batch(self, g: int) -> None:
         episodes = self.episode_stream.next(self.episode_stream.E // self.n_groups)
-        self.envs[g] = BatchedEnv(episodes, self.bank, predictor=self.predictor, beta=self.beta,
-                                  compute_reward=self.reward == "dense", fm_cache=self.fm_cache, **self.env_kwargs)
+        self.envs[g] = BatchedEnv(
+            episodes,
+            self.bank,
+            predictor=self.predictor,
+            beta=self.beta,
+            compute_reward=self.reward == "dense",
+            fm_cache=self.fm_cache,
+            **self.env_kwargs,
+        )
         self.group_obs[g] = self.envs[g].reset()
         self.ep_return[g] = np.zeros(episodes.E)
 
@@ -112,7 +157,7 @@ class TrainingEnv:
         out = []
         n = self.episode_stream.E // self.n_groups
         lives = [~o.done for o in self.group_obs]
-        results = step_envs(self.envs, [env_actions[g * n:(g + 1) * n] for g in range(self.n_groups)])
+        results = step_envs(self.envs, [env_actions[g * n : (g + 1) * n] for g in range(self.n_groups)])
         for g, env in enumerate(self.envs):
             live = lives[g]
             self.group_obs[g], reward, done, successes = results[g]
@@ -137,18 +182,30 @@ class TrainingEnv:
         """Everything needed to continue the stream exactly (env arrays, observations, counters), as tensors and
         plain values (``safe_load.to_plain``), so a checkpoint holding it loads with ``weights_only=True``."""
         envs = [{k: v for k, v in e.__dict__.items() if k not in _NOT_STATE} for e in self.envs]
-        return to_plain({"envs": envs, "obs": self.group_obs, "ep_return": self.ep_return, "env_steps": self.env_steps,
-                         "counter": self.episode_stream.counter,
-                         "finished": (self.finished_success, self.finished_return)}, _STATE_CLASSES)
+        return to_plain(
+            {
+                "envs": envs,
+                "obs": self.group_obs,
+                "ep_return": self.ep_return,
+                "env_steps": self.env_steps,
+                "counter": self.episode_stream.counter,
+                "finished": (self.finished_success, self.finished_return),
+            },
+            _STATE_CLASSES,
+        )
 
     def load_state_dict(self, state: dict) -> None:
         if "blob" in state:  # a state pickled inside a tensor: never unpickled here (ckpt_convert rewrites such files)
-            raise CheckpointError("the checkpoint's MAT training state is pickled bytes, refused unread: "
-                                  "convert the file with python -m mara.ckpt_convert")
+            raise CheckpointError(
+                "the checkpoint's MAT training state is pickled bytes, refused unread: "
+                "convert the file with python -m mara.ckpt_convert"
+            )
         try:
             s = from_plain(state, _STATE_CLASSES)
         except (ValueError, KeyError, TypeError) as exc:
-            raise CheckpointError(f"the checkpoint's MAT training state is not one this version wrote ({exc})") from None
+            raise CheckpointError(
+                f"the checkpoint's MAT training state is not one this version wrote ({exc})"
+            ) from None
         for env, env_state in zip(self.envs, s["envs"]):
             env.__dict__.update(env_state)
         self.group_obs, self.ep_return, self.env_steps = s["obs"], s["ep_return"], s["env_steps"]
@@ -179,8 +236,9 @@ class RolloutBuffer:
     order: torch.Tensor | None = None  # and the nodes' choosing order [M] (mara/mat/node_choice.py)
 
 
-def collect_rollout(policy: MATPolicy, env: TrainingEnv, n_steps: int, generator: torch.Generator,
-                    scale: float = 350.0) -> RolloutBuffer:
+def collect_rollout(
+    policy: MATPolicy, env: TrainingEnv, n_steps: int, generator: torch.Generator, scale: float = 350.0
+) -> RolloutBuffer:
     """Sample ``n_steps`` joint actions per episode from ``policy`` in ``env`` (the policy runs under
     ``torch.inference_mode``; the buffer is stacked outside it, so the update can use it with autograd)."""
     tokens, present, actions, logprobs, values, rewards, dones, live, pairs, nodes = ([] for _ in range(10))
@@ -208,6 +266,17 @@ def collect_rollout(policy: MATPolicy, env: TrainingEnv, n_steps: int, generator
     with torch.inference_mode():
         _, _, last_value = policy.encode(tok.to(dev), pres.to(dev))
     st = torch.stack
-    return RolloutBuffer(st(tokens), st(present), st(actions), st(logprobs), st(values), st(rewards), st(dones),
-                         st(live), last_value.clone(), st(pairs) if node_head else None, st(nodes) if node_head else None,
-                         order)
+    return RolloutBuffer(
+        st(tokens),
+        st(present),
+        st(actions),
+        st(logprobs),
+        st(values),
+        st(rewards),
+        st(dones),
+        st(live),
+        last_value.clone(),
+        st(pairs) if node_head else None,
+        st(nodes) if node_head else None,
+        order,
+    )

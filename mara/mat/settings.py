@@ -6,6 +6,7 @@ imitation warm start and the Lightning trainer. Every module of mara/mat reads t
 what a policy checkpoint keeps of them (``hyper_parameters``), the keys the shipped policies hold, so shipped and
 new policies read alike.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
@@ -138,8 +139,10 @@ class ImitationSettings:
 
     def settings(self, default_teacher: str) -> list[SuiteSetting]:
         """The suite's clusters, each with its teacher (``default_teacher`` where an entry names none)."""
-        return [SuiteSetting(s.nodes, s.max_active, s.node_speed, int(s.switch_cost or 0), s.teacher or default_teacher)
-                for s in self.suite]
+        return [
+            SuiteSetting(s.nodes, s.max_active, s.node_speed, int(s.switch_cost or 0), s.teacher or default_teacher)
+            for s in self.suite
+        ]
 
     def recorded(self) -> dict:
         out = {k: v for k, v in asdict(self).items() if k != "suite"}
@@ -207,18 +210,30 @@ class MatSettings:
     def recorded(self) -> dict:
         """``hyper_parameters`` of the policy checkpoint: the recipe's sections as plain values."""
         im = self.module_imitation()
-        return {"net": recorded_net(self.net), "ppo": asdict(self.ppo), "rollout": asdict(self.rollout),
-                "sim": self.sim.recorded(), "workload": _plain(asdict(self.workload)), "reward": self.reward,
-                "predictor": self.predictor, "bank_path": self.bank_path, "seed": self.seed,
-                "total_env_steps": self.total_env_steps, "num_threads": self.num_threads,
-                "imitation": None if im is None else im.recorded(),
-                "init_from": None if self.ckpt_path else self.init_from}
-
+        return {
+            "net": recorded_net(self.net),
+            "ppo": asdict(self.ppo),
+            "rollout": asdict(self.rollout),
+            "sim": self.sim.recorded(),
+            "workload": _plain(asdict(self.workload)),
+            "reward": self.reward,
+            "predictor": self.predictor,
+            "bank_path": self.bank_path,
+            "seed": self.seed,
+            "total_env_steps": self.total_env_steps,
+            "num_threads": self.num_threads,
+            "imitation": None if im is None else im.recorded(),
+            "init_from": None if self.ckpt_path else self.init_from,
+        }
 
     def logged(self) -> dict:
         """The run's hyper-parameters for TensorBoard: the checkpoint's record, the validation and the trainer."""
-        return {**self.recorded(), "validation": _plain(asdict(self.validation)), "trainer": asdict(self.trainer),
-                "run_name": self.run_name}
+        return {
+            **self.recorded(),
+            "validation": _plain(asdict(self.validation)),
+            "trainer": asdict(self.trainer),
+            "run_name": self.run_name,
+        }
 
 
 def recorded_net(net: dict) -> dict:
@@ -247,5 +262,10 @@ def scaled_loads(load, n_nodes: int) -> list[float]:
 
 def setting_sim(sim: SimSettings, setting: SuiteSetting) -> SimSettings:
     """The training cluster ``sim`` with a suite setting's nodes, slots, node speeds and switch cost in its place."""
-    return replace(sim, nodes=setting.n_nodes, max_active=setting.max_active, node_speed=setting.node_speed,
-                   switch_cost=setting.switch_cost)
+    return replace(
+        sim,
+        nodes=setting.n_nodes,
+        max_active=setting.max_active,
+        node_speed=setting.node_speed,
+        switch_cost=setting.switch_cost,
+    )

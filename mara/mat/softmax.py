@@ -6,6 +6,7 @@ contiguous tensor runs the vectorised kernel, 8–13× faster forward and backwa
 bit-identical values and gradients to ``torch.log_softmax(x, -1)``; ``softmax_last`` agrees with ``torch.softmax``
 to 1 ulp (the kernels normalise differently). Pure functions, autograd-safe.
 """
+
 from __future__ import annotations
 
 import torch

@@ -17,6 +17,7 @@ PPO across the suite (``mat.rollout.suite``; mara/mat/module.py) steps the same 
 Pure pieces: ``suite_settings`` (the configured suite → its clusters), ``setting_sim`` (a setting's cluster),
 ``scaled_loads`` (mara/mat/settings.py), ``rollout_setting``.
 """
+
 from __future__ import annotations
 
 import time
@@ -35,6 +36,7 @@ from mara.mat.imitation import (
 from mara.mat.nets import MATPolicy
 from mara.mat.settings import ImitationSettings, SuiteSetting, scaled_loads, setting_sim  # noqa: F401  (re-exported)
 
+
 def suite_settings(imitation: ImitationSettings, default_teacher: str) -> list[SuiteSetting]:
     """The clusters of ``mat.imitation.suite``, each with its teacher (``default_teacher`` where it names none)."""
     return imitation.settings(default_teacher)
@@ -45,8 +47,15 @@ def rollout_setting(iteration: int, n_settings: int) -> int:
     return iteration % max(n_settings, 1)
 
 
-def clone_suite(policy: MATPolicy, datasets: list[dict], epochs: int, lr: float, batch_size: int,
-                generator: torch.Generator, max_grad_norm: float = 1.0) -> list[float]:
+def clone_suite(
+    policy: MATPolicy,
+    datasets: list[dict],
+    epochs: int,
+    lr: float,
+    batch_size: int,
+    generator: torch.Generator,
+    max_grad_norm: float = 1.0,
+) -> list[float]:
     """Behaviour cloning on several settings' data: −log π(teacher's joint action | state), each minibatch from one
     setting, every setting's minibatches shuffled together per epoch. -> mean loss per epoch."""
     opt = torch.optim.Adam(policy.parameters(), lr=lr, eps=1e-5)
@@ -54,8 +63,11 @@ def clone_suite(policy: MATPolicy, datasets: list[dict], epochs: int, lr: float,
     n_all = sum(len(d["actions"]) for d in datasets)
     losses = []
     for _ in range(epochs):
-        batches = [(i, idx) for i, d in enumerate(datasets)
-                   for idx in torch.split(torch.randperm(len(d["actions"]), generator=generator), batch_size)]
+        batches = [
+            (i, idx)
+            for i, d in enumerate(datasets)
+            for idx in torch.split(torch.randperm(len(d["actions"]), generator=generator), batch_size)
+        ]
         tot = 0.0
         for j in torch.randperm(len(batches), generator=generator).tolist():
             i, idx = batches[j]
@@ -64,8 +76,16 @@ def clone_suite(policy: MATPolicy, datasets: list[dict], epochs: int, lr: float,
     return losses
 
 
-def imitate_suite(policy: MATPolicy, settings: list[SuiteSetting], make_env, teachers: dict, cfg: ImitationSettings,
-                  seed: int = 0, scale: float = 350.0, log=print) -> dict:
+def imitate_suite(
+    policy: MATPolicy,
+    settings: list[SuiteSetting],
+    make_env,
+    teachers: dict,
+    cfg: ImitationSettings,
+    seed: int = 0,
+    scale: float = 350.0,
+    log=print,
+) -> dict:
     """BC on every setting's teacher rollouts, then ``cfg.dagger_rounds`` DAgger rounds in every setting; trains
     ``policy`` in place. ``make_env(setting, r)`` -> a fresh ``TrainingEnv`` of that setting for round r;
     ``teachers``: teacher name -> teacher. Returns per round the states, loss and per-setting agreement (on the
@@ -78,16 +98,28 @@ def imitate_suite(policy: MATPolicy, settings: list[SuiteSetting], make_env, tea
     for r in range(1 + cfg.dagger_rounds):
         held_out = []
         for i, s in enumerate(settings):
-            new = collect_labelled_states(make_env(s, r), teachers[s.teacher], cfg.n_steps,
-                                          None if r == 0 else policy, scale, policy.features, token_options(policy),
-                                          policy.node_head)
+            new = collect_labelled_states(
+                make_env(s, r),
+                teachers[s.teacher],
+                cfg.n_steps,
+                None if r == 0 else policy,
+                scale,
+                policy.features,
+                token_options(policy),
+                policy.node_head,
+            )
             held_out.append(agreement(policy, new) if r > 0 else None)
             data[i] = merge(data[i], new)
         losses = clone_suite(policy, data, cfg.epochs, float(cfg.lr), cfg.batch_size, g)
-        rec = {"round": r, "states": sum(len(d["actions"]) for d in data), "loss": losses[-1],
-               "agreement_train": [agreement(policy, d) for d in data], "agreement_new_before_training": held_out,
-               "node_agreement_train": [node_agreement(policy, d) for d in data],
-               "seconds": time.time() - t0}
+        rec = {
+            "round": r,
+            "states": sum(len(d["actions"]) for d in data),
+            "loss": losses[-1],
+            "agreement_train": [agreement(policy, d) for d in data],
+            "agreement_new_before_training": held_out,
+            "node_agreement_train": [node_agreement(policy, d) for d in data],
+            "seconds": time.time() - t0,
+        }
         report["rounds"].append(rec)
         log(round_line("suite imitation", rec, 1 + cfg.dagger_rounds))
     report["agreement_train"] = report["rounds"][-1]["agreement_train"]

@@ -119,10 +119,7 @@ def episodes(windows, bank, predictor, settings: TracePolicySettings) -> list[Ep
                 tl.declared
                 / tl.past_batches
                 * np.array(
-                    [
-                        declared_batches(bank, f, e, settings.prior_quantile)
-                        for f, e in zip(tl.family, tl.target)
-                    ]
+                    [declared_batches(bank, f, e, settings.prior_quantile) for f, e in zip(tl.family, tl.target)]
                 )
             )
             view = PredictedCount(TraceMARA(rule="edf"), tl, bank, predictor, BANDS[settings.band], prior)
@@ -152,8 +149,13 @@ def save_policy(net: PriorityNet, path: Path, meta: dict) -> None:
     """A checkpoint of tensors and plain data (loadable with weights_only=True)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    blob = {"kind": "trace_policy", "recipe": RECIPE, "hidden": int(net.enc[0].out_features),
-            "state_dict": net.state_dict(), "meta": meta}
+    blob = {
+        "kind": "trace_policy",
+        "recipe": RECIPE,
+        "hidden": int(net.enc[0].out_features),
+        "state_dict": net.state_dict(),
+        "meta": meta,
+    }
     torch.save(blob, str(tmp))
     tmp.replace(path)
 

@@ -1,5 +1,6 @@
 """Stage II (§4.4): train the MAT allocator with PPO against a frozen predictor. ``train_policy(settings) -> dict``,
 ``settings`` a ``MatSettings`` (mara/mat/settings.py) parsed once by the entry point (mara/train_settings.py)."""
+
 from __future__ import annotations
 
 import json
@@ -35,11 +36,15 @@ def check_resume_checkpoint(path) -> None:
     ckpt = read_policy_checkpoint(path)
     state = ckpt.get("mat_state")
     if state is None or "optimizer_states" not in ckpt or "loops" not in ckpt:
-        raise CheckpointError(f"{path} is not a MAT training checkpoint to resume (no training state: a policy for "
-                              f"evaluation only; resume from the run's checkpoints/last.ckpt)")
+        raise CheckpointError(
+            f"{path} is not a MAT training checkpoint to resume (no training state: a policy for "
+            f"evaluation only; resume from the run's checkpoints/last.ckpt)"
+        )
     if "blob" in (state.get("env") or {}):
-        raise CheckpointError(f"{path} holds its MAT training state as pickled bytes, refused unread: "
-                              f"convert it with python -m mara.ckpt_convert {path}")
+        raise CheckpointError(
+            f"{path} holds its MAT training state as pickled bytes, refused unread: "
+            f"convert it with python -m mara.ckpt_convert {path}"
+        )
 
 
 def validation_settings(settings: MatSettings) -> list[ValidationSetting] | None:
@@ -48,8 +53,10 @@ def validation_settings(settings: MatSettings) -> list[ValidationSetting] | None
     if not settings.validation.suite:
         return None
     load = validation_load(settings)
-    return [ValidationSetting(sim := setting_sim(settings.sim, s), scaled_loads(load, sim.nodes)[0])
-            for s in suite_settings(settings.imitation, "")]
+    return [
+        ValidationSetting(sim := setting_sim(settings.sim, s), scaled_loads(load, sim.nodes)[0])
+        for s in suite_settings(settings.imitation, "")
+    ]
 
 
 def check_init_from(settings: MatSettings) -> None:
@@ -64,8 +71,10 @@ def check_init_from(settings: MatSettings) -> None:
     net, theirs = recorded_net(settings.net), recorded.get("net") or {}
     if theirs != net or recorded["rollout"]["scale"] != settings.rollout.scale:
         diff = sorted(k for k in set(net) | set(theirs) if net.get(k) != theirs.get(k))
-        raise CheckpointError(f"mat.init_from={path} is a policy of another network (mat.net differs in "
-                              f"{diff or ['rollout.scale']}): start from a policy of this recipe")
+        raise CheckpointError(
+            f"mat.init_from={path} is a policy of another network (mat.net differs in "
+            f"{diff or ['rollout.scale']}): start from a policy of this recipe"
+        )
 
 
 def check_policy_files(settings: MatSettings) -> None:
@@ -90,18 +99,39 @@ def train_policy(settings: MatSettings, callbacks: list | None = None) -> dict:
     per_iter = tr.world * st.rollout.n_episodes * st.rollout.n_steps
     max_iters = 2 * math.ceil(st.total_env_steps / per_iter) + 1  # stops earlier on the env-step count
     val = st.validation
-    val_cb = ValidationCallback(out / "checkpoints", val.roots, val.n_episodes, val.every_n_iterations, st.sim,
-                                st.rollout.scale, val.baselines, st.workload.task_set, validation_load(st),
-                                at_start=val.at_start, settings=validation_settings(st))
+    val_cb = ValidationCallback(
+        out / "checkpoints",
+        val.roots,
+        val.n_episodes,
+        val.every_n_iterations,
+        st.sim,
+        st.rollout.scale,
+        val.baselines,
+        st.workload.task_set,
+        validation_load(st),
+        at_start=val.at_start,
+        settings=validation_settings(st),
+    )
     # the state after every PPO iteration (weights, optimiser, rollout and validation state): a killed run resumes there
-    last_cb = ModelCheckpoint(dirpath=out / "checkpoints", filename="last", save_top_k=1, every_n_epochs=1, enable_version_counter=False)
+    last_cb = ModelCheckpoint(
+        dirpath=out / "checkpoints", filename="last", save_top_k=1, every_n_epochs=1, enable_version_counter=False
+    )
     what = st.run_name or f"policy ({st.predictor_name}, {st.reward}, seed {st.seed})"
     prog_cb = ProgressCallback(what, total_env_steps=int(st.total_env_steps))
     trainer = L.Trainer(
-        accelerator=tr.accelerator, devices=tr.devices, strategy=tr.strategy, deterministic=tr.deterministic,
-        max_epochs=max_iters, callbacks=[val_cb, last_cb, prog_cb, *(callbacks or [])], logger=TensorBoardLogger(str(out), name="tb", version=""),
-        use_distributed_sampler=False, enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1,
-        num_sanity_val_steps=0, default_root_dir=str(out),
+        accelerator=tr.accelerator,
+        devices=tr.devices,
+        strategy=tr.strategy,
+        deterministic=tr.deterministic,
+        max_epochs=max_iters,
+        callbacks=[val_cb, last_cb, prog_cb, *(callbacks or [])],
+        logger=TensorBoardLogger(str(out), name="tb", version=""),
+        use_distributed_sampler=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+        num_sanity_val_steps=0,
+        default_root_dir=str(out),
     )
     t0 = time.time()
     trainer.fit(module, ckpt_path=st.ckpt_path, weights_only=True)  # a resumed file is read as data, never run
@@ -110,8 +140,14 @@ def train_policy(settings: MatSettings, callbacks: list | None = None) -> dict:
     if getattr(module, "imitation_report", None):
         summary["imitation"] = module.imitation_report
         (out / "checkpoints" / "imitation.json").write_text(json.dumps(module.imitation_report, indent=1))
-    summary.update(train_seconds=time.time() - t0, output_dir=str(out), last_ckpt=str(out / "checkpoints" / "last.ckpt"),
-                   env_steps=int(trainer.callback_metrics.get("env_steps", float("nan"))) if "env_steps" in trainer.callback_metrics else None)
+    summary.update(
+        train_seconds=time.time() - t0,
+        output_dir=str(out),
+        last_ckpt=str(out / "checkpoints" / "last.ckpt"),
+        env_steps=int(trainer.callback_metrics.get("env_steps", float("nan")))
+        if "env_steps" in trainer.callback_metrics
+        else None,
+    )
     if trainer.is_global_zero:
         final = {k: summary.get(k) for k in ("val_success_rate", "best_iteration", "train_seconds", "env_steps")}
         final.update({f"val_{k}": v for k, v in (summary.get("val_baselines") or {}).items()})
@@ -141,4 +177,4 @@ def with_run_policy(listed: list[str], trained: str) -> list[str]:
     if not learned or trained in listed:
         return list(listed)
     at = listed.index("MARA") if "MARA" in listed else listed.index(learned[0])
-    return listed[:at] + [trained] + listed[at + ("MARA" in listed):]
+    return listed[:at] + [trained] + listed[at + ("MARA" in listed) :]

@@ -2,6 +2,7 @@
 CPU of its process), measured in this run under a time limit (said as such when it is reached), beside our run of
 the same file where this checkout has it: the process (start-up included) and the replay alone (timed inside the
 process), and the speed-up of the replay (target: at least 20 times faster than the peer)."""
+
 from __future__ import annotations
 
 from mara.peers.cases import CORE_METHODS, case_named, ensure_case_file
@@ -19,8 +20,14 @@ DEFAULT_CASES = ("cluster01_first300",)
 SPEEDUP_TARGET = 20.0
 
 
-def peer_rows(cases=DEFAULT_CASES, methods=CORE_METHODS, time_limit_s: float = 300.0, ours: bool = True,
-              peer_root=DEFAULT_PEER_ROOT, venv=DEFAULT_VENV) -> list:
+def peer_rows(
+    cases=DEFAULT_CASES,
+    methods=CORE_METHODS,
+    time_limit_s: float = 300.0,
+    ours: bool = True,
+    peer_root=DEFAULT_PEER_ROOT,
+    venv=DEFAULT_VENV,
+) -> list:
     """One row per case × method: peer seconds (and status), our seconds, speed-up; a row with ``error`` when the
     peer's environment cannot be had."""
     try:
@@ -34,12 +41,24 @@ def peer_rows(cases=DEFAULT_CASES, methods=CORE_METHODS, time_limit_s: float = 3
         for method in methods:
             limit = min(time_limit_s, case.limits.get(method, time_limit_s))
             peer = run_peer(path, case.cluster, method, python=python, peer_root=peer_root, time_limit_s=limit)
-            row = {"case": name, "method": method, "peer_seconds": peer.seconds, "peer_status": peer.status,
-                   "peer_cpu_seconds": peer.cpu_seconds, "limit_s": limit, "peer_ratio": peer.ratio}
+            row = {
+                "case": name,
+                "method": method,
+                "peer_seconds": peer.seconds,
+                "peer_status": peer.status,
+                "peer_cpu_seconds": peer.cpu_seconds,
+                "limit_s": limit,
+                "peer_ratio": peer.ratio,
+            }
             if ours:
                 mine = run_ours(path, case.cluster, method, time_limit_s)
-                row.update(our_status=mine.status, our_seconds=mine.seconds, our_ratio=mine.ratio,
-                           our_replay_seconds=mine.replay_seconds, our_replay_cpu_seconds=mine.replay_cpu_seconds)
+                row.update(
+                    our_status=mine.status,
+                    our_seconds=mine.seconds,
+                    our_ratio=mine.ratio,
+                    our_replay_seconds=mine.replay_seconds,
+                    our_replay_cpu_seconds=mine.replay_cpu_seconds,
+                )
                 if mine.seconds and peer.status in ("ok", "timeout"):
                     row["speedup"] = peer.seconds / mine.seconds
                 if mine.replay_seconds and peer.status in ("ok", "timeout"):
@@ -63,8 +82,10 @@ def print_peer_rows(rows: list, width: int = 44) -> None:
             print(f"{'peer simulator':<{width}}{'unavailable':>16}  {r['error']}")
             continue
         label = f"peer {r['method']} on {r['case']} (s)"
-        print(f"{label:<{width}}{_fmt_s(r['peer_seconds'], r['peer_status'], r['limit_s']):>16}  "
-              f"ratio {r['peer_ratio'] if r['peer_ratio'] is not None else '-'}")
+        print(
+            f"{label:<{width}}{_fmt_s(r['peer_seconds'], r['peer_status'], r['limit_s']):>16}  "
+            f"ratio {r['peer_ratio'] if r['peer_ratio'] is not None else '-'}"
+        )
         if r.get("peer_cpu_seconds") is not None:
             print(f"{'  peer CPU (s)':<{width}}{r['peer_cpu_seconds']:>16.2f}")
         if "our_status" in r:
@@ -77,10 +98,14 @@ def print_peer_rows(rows: list, width: int = 44) -> None:
                 print(f"{'  our replay alone, CPU (s)':<{width}}{r['our_replay_cpu_seconds']:>16.3f}")
         bound = ">= " if r.get("peer_status") == "timeout" else ""
         if r.get("replay_speedup"):
-            print(f"{'  speed-up, peer wall / our replay':<{width}}{bound + format(r['replay_speedup'], '.1f'):>16}  "
-                  f">= {SPEEDUP_TARGET:.0f}")
+            print(
+                f"{'  speed-up, peer wall / our replay':<{width}}{bound + format(r['replay_speedup'], '.1f'):>16}  "
+                f">= {SPEEDUP_TARGET:.0f}"
+            )
         if r.get("replay_cpu_speedup"):
-            print(f"{'  speed-up, peer CPU / our replay':<{width}}"
-                  f"{bound + format(r['replay_cpu_speedup'], '.1f'):>16}  >= {SPEEDUP_TARGET:.0f}")
+            print(
+                f"{'  speed-up, peer CPU / our replay':<{width}}"
+                f"{bound + format(r['replay_cpu_speedup'], '.1f'):>16}  >= {SPEEDUP_TARGET:.0f}"
+            )
         if r.get("speedup"):
             print(f"{'  speed-up, peer / our process':<{width}}{bound + format(r['speedup'], '.1f'):>16}")

@@ -5,6 +5,7 @@ ITP clusters 01, 02, 03, 05 on n64g8 and 04, 07, 08, 09 on n128g8; its Figure 10
 live in the git-ignored ``data_cache/trace_cases/``; each is made from ``../shared`` on first use and its SHA-256
 is recorded beside the peer's results, so a result is never reused for a different file.
 """
+
 from __future__ import annotations
 
 import csv
@@ -21,8 +22,16 @@ CASE_DIR = REPO_ROOT / "data_cache" / "trace_cases"
 ITP_ARCHIVE = REPO_ROOT.parent / "shared" / "data" / "itp-traces.tar.gz"
 ITP_DIR = REPO_ROOT / "data_cache" / "itp-traces"
 #: the peer's cluster spec for each ITP cluster (its run_fig8b.sh)
-ITP_CLUSTER_SPEC = {"01": "n64g8", "02": "n64g8", "03": "n64g8", "05": "n64g8",
-                    "04": "n128g8", "07": "n128g8", "08": "n128g8", "09": "n128g8"}
+ITP_CLUSTER_SPEC = {
+    "01": "n64g8",
+    "02": "n64g8",
+    "03": "n64g8",
+    "05": "n64g8",
+    "04": "n128g8",
+    "07": "n128g8",
+    "08": "n128g8",
+    "09": "n128g8",
+}
 #: the paper's Figure 10 trace, from the peer's generator
 FIG10_ARGS = ("--num_jobs=100", "--lam=1500", "--min_ddl=1.5", "--seed=1")
 #: the methods both sides implement; the peer's others run where it finishes them
@@ -126,8 +135,13 @@ def generate_with_peer(args: tuple, dst: Path, python: Path, peer_root: Path) ->
     with tempfile.TemporaryDirectory(prefix="mara-peer-gen-") as tmp:
         peer_copy(peer_root, Path(tmp))
         gen = Path(tmp) / "trace_generator"
-        out = subprocess.run([str(python), "generate_trace.py", *args, f"--output_file={dst.resolve()}"], cwd=gen,
-                             capture_output=True, text=True, check=False)
+        out = subprocess.run(
+            [str(python), "generate_trace.py", *args, f"--output_file={dst.resolve()}"],
+            cwd=gen,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if out.returncode != 0 or not dst.is_file():
             raise RuntimeError(f"the peer's trace generator failed: {out.stderr.strip()[-300:]}")
 

@@ -11,6 +11,7 @@ outside the repository). What it reports:
 
 ``job_outcomes`` turns that into one 0/1 ``deadline_met`` per job, the shape our own trace runs report.
 """
+
 from __future__ import annotations
 
 import csv
@@ -38,8 +39,13 @@ PEER_REQUIREMENTS = ("cvxpy", "grpcio", "protobuf<3.21", "psutil", "numpy")
 #: without it, so it is installed when it can be and never required
 OPTIONAL_REQUIREMENTS = ("ecos",)
 #: our method name -> the peer's ``--schedule``; Tiresias is its ``dlas-gpu`` (discretised two-dimensional LAS)
-SCHEDULES = {"EDF": "edf", "ElasticFlow": "ef-accessctrl", "Gandiva": "gandiva", "Tiresias": "dlas-gpu",
-             "Themis": "themis"}
+SCHEDULES = {
+    "EDF": "edf",
+    "ElasticFlow": "ef-accessctrl",
+    "Gandiva": "gandiva",
+    "Tiresias": "dlas-gpu",
+    "Themis": "themis",
+}
 #: the peer's scheduling slot in seconds, as in its ITP runs
 DEFAULT_SLOT = 60
 
@@ -146,8 +152,10 @@ def check_peer_root(peer_root: Path) -> Path:
     """The peer's artifact folder, checked to hold its simulator and its trace generator."""
     peer_root = Path(peer_root)
     if not (peer_root / "scheduler" / "scheduler.py").is_file():
-        raise PeerUnavailable(f"no ElasticFlow simulator at {peer_root}/scheduler/scheduler.py "
-                              "(expected ../shared/peers/elasticflow/ElasticFlow beside the repository)")
+        raise PeerUnavailable(
+            f"no ElasticFlow simulator at {peer_root}/scheduler/scheduler.py "
+            "(expected ../shared/peers/elasticflow/ElasticFlow beside the repository)"
+        )
     return peer_root
 
 
@@ -161,13 +169,17 @@ def _venv_python(venv: Path) -> Path:
 
 
 def _imports_ok(python: Path, probe: str = "import cvxpy, grpc, google.protobuf, psutil, numpy") -> bool:
-    return python.is_file() and subprocess.run([str(python), "-c", probe], capture_output=True, check=False).returncode == 0
+    return (
+        python.is_file()
+        and subprocess.run([str(python), "-c", probe], capture_output=True, check=False).returncode == 0
+    )
 
 
 def _add_optional(python: Path) -> None:
     if not _imports_ok(python, "import " + ", ".join(OPTIONAL_REQUIREMENTS)):
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *OPTIONAL_REQUIREMENTS], capture_output=True,
-                       check=False)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", *OPTIONAL_REQUIREMENTS], capture_output=True, check=False
+        )
 
 
 def ensure_venv(venv: Path = DEFAULT_VENV, install: bool = True) -> Path:
@@ -184,8 +196,9 @@ def ensure_venv(venv: Path = DEFAULT_VENV, install: bool = True) -> Path:
     made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, check=False)
     if made.returncode != 0:
         raise PeerUnavailable(f"cannot make a virtual environment at {venv}: {made.stderr.strip()[-200:]}")
-    pip = subprocess.run([str(python), "-m", "pip", "install", "-q", *PEER_REQUIREMENTS], capture_output=True,
-                         text=True, check=False)
+    pip = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", *PEER_REQUIREMENTS], capture_output=True, text=True, check=False
+    )
     if pip.returncode != 0 or not _imports_ok(python):
         tail = (pip.stderr or pip.stdout).strip().splitlines()[-1:] or ["imports fail after install"]
         raise PeerUnavailable(f"cannot install the peer's packages ({' '.join(PEER_REQUIREMENTS)}): {tail[0][:200]}")
@@ -218,8 +231,17 @@ def _lower_priority(pid: int, nice: int) -> None:
             pass
 
 
-def run_peer(trace: Path, cluster: str, method: str, *, python: Path, peer_root: Path = DEFAULT_PEER_ROOT,
-             slot: int = DEFAULT_SLOT, time_limit_s: float | None = None, nice: int = 10) -> PeerResult:
+def run_peer(
+    trace: Path,
+    cluster: str,
+    method: str,
+    *,
+    python: Path,
+    peer_root: Path = DEFAULT_PEER_ROOT,
+    slot: int = DEFAULT_SLOT,
+    time_limit_s: float | None = None,
+    nice: int = 10,
+) -> PeerResult:
     """Run the peer's simulator once on ``trace`` with ``cluster`` (e.g. ``n64g8``) and ``method`` (our name).
 
     The wall and CPU times count the peer's process alone (start-up included, the copy of its folder not). Past
@@ -231,18 +253,28 @@ def run_peer(trace: Path, cluster: str, method: str, *, python: Path, peer_root:
         sched = peer_copy(peer_root, Path(tmp))
         spec = sched / "cluster_specs" / f"{cluster}.csv"
         if not spec.is_file():
-            raise ValueError(f"the peer has no cluster spec {cluster!r}; it has {', '.join(cluster_spec_names(peer_root))}")
+            raise ValueError(
+                f"the peer has no cluster spec {cluster!r}; it has {', '.join(cluster_spec_names(peer_root))}"
+            )
         logdir = Path(tmp) / "log"
         logdir.mkdir()
-        cmd = [str(python), "scheduler.py", f"--cluster_spec=cluster_specs/{cluster}.csv", "--print",
-               f"--scheme={'gandiva' if schedule == 'gandiva' else 'elastic'}", f"--trace_file={trace}",
-               f"--schedule={schedule}", f"--log_path={logdir}", "--simulation=True", f"--scheduling_slot={slot}",
-               "--gpu_type=A100"]
+        cmd = [
+            str(python),
+            "scheduler.py",
+            f"--cluster_spec=cluster_specs/{cluster}.csv",
+            "--print",
+            f"--scheme={'gandiva' if schedule == 'gandiva' else 'elastic'}",
+            f"--trace_file={trace}",
+            f"--schedule={schedule}",
+            f"--log_path={logdir}",
+            "--simulation=True",
+            f"--scheduling_slot={slot}",
+            "--gpu_type=A100",
+        ]
         err_path = Path(tmp) / "stderr.txt"
         with open(err_path, "w") as err:
             t0, c0 = time.perf_counter(), children_cpu_seconds()
-            proc = subprocess.Popen(cmd, cwd=sched, stdout=subprocess.PIPE, stderr=err, text=True,
-                                    errors="replace")
+            proc = subprocess.Popen(cmd, cwd=sched, stdout=subprocess.PIPE, stderr=err, text=True, errors="replace")
             _lower_priority(proc.pid, nice)
             killed = threading.Event()
 
@@ -260,8 +292,16 @@ def run_peer(trace: Path, cluster: str, method: str, *, python: Path, peer_root:
                 if timer:
                     timer.cancel()
             seconds, cpu = time.perf_counter() - t0, children_cpu_seconds() - c0
-        result = PeerResult(method, schedule, "ok", round(seconds, 2), time_limit_s, cpu_seconds=round(cpu, 2),
-                            accepted=log.accepted, declined=log.declined)
+        result = PeerResult(
+            method,
+            schedule,
+            "ok",
+            round(seconds, 2),
+            time_limit_s,
+            cpu_seconds=round(cpu, 2),
+            accepted=log.accepted,
+            declined=log.declined,
+        )
         if killed.is_set():
             result.status = "timeout"
             return result

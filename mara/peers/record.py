@@ -5,6 +5,7 @@ Per case: its trace file (repository-relative path, SHA-256, job count, cluster 
 rows that missed their deadline, the date, the machine and the command that made it. A result is reused only for the
 same file (same SHA-256); a timeout is retried only under a longer limit.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,10 @@ def load_record(path: Path = DEFAULT_RECORD) -> dict:
     path = Path(path)
     if path.is_file():
         return json.loads(path.read_text())
-    return {"about": "the ElasticFlow authors' simulator (../shared/peers/elasticflow) on the fidelity cases",
-            "cases": {}}
+    return {
+        "about": "the ElasticFlow authors' simulator (../shared/peers/elasticflow) on the fidelity cases",
+        "cases": {},
+    }
 
 
 def save_record(record: dict, path: Path = DEFAULT_RECORD) -> None:
@@ -62,8 +65,14 @@ def case_entry(record: dict, case: Case, file_sha: str, n_jobs: int) -> dict:
     """The record's entry for ``case``, (re)started when its file changed."""
     entry = record["cases"].get(case.name)
     if entry is None or entry.get("sha256") != file_sha:
-        entry = {"what": case.describe(), "cluster": case.cluster, "file": rel(case.path), "sha256": file_sha,
-                 "n_jobs": n_jobs, "results": {}}
+        entry = {
+            "what": case.describe(),
+            "cluster": case.cluster,
+            "file": rel(case.path),
+            "sha256": file_sha,
+            "n_jobs": n_jobs,
+            "results": {},
+        }
         record["cases"][case.name] = entry
     return entry
 

@@ -12,6 +12,7 @@ machine), which says nothing of the simulator, so the replay's own seconds, time
 replay (``timings`` in results.json), are read too; the speed-up compares the peer's wall and CPU seconds (its whole
 process, start-up included: it has little) with them.
 """
+
 from __future__ import annotations
 
 import csv
@@ -58,8 +59,17 @@ def ours_available() -> tuple:
 
 def ours_command(trace: Path, cluster: str, method: str, run_dir: Path, extra: tuple = WHOLE_FILE) -> list:
     """The command line of our trace replay for one method over the whole file, its outputs in ``run_dir``."""
-    return [sys.executable, "-m", "mara.evaluate", "experiment=trace", f"trace.path={Path(trace).resolve()}",
-            f"trace.cluster={cluster}", f"methods=[{method}]", f"hydra.run.dir={run_dir}", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "mara.evaluate",
+        "experiment=trace",
+        f"trace.path={Path(trace).resolve()}",
+        f"trace.cluster={cluster}",
+        f"methods=[{method}]",
+        f"hydra.run.dir={run_dir}",
+        *extra,
+    ]
 
 
 def _rows(data) -> list:
@@ -92,8 +102,9 @@ def read_ours(results_json: Path, method: str) -> OurRun:
     return run
 
 
-def run_ours(trace: Path, cluster: str, method: str, time_limit_s: float | None = None,
-             extra: tuple = WHOLE_FILE) -> OurRun:
+def run_ours(
+    trace: Path, cluster: str, method: str, time_limit_s: float | None = None, extra: tuple = WHOLE_FILE
+) -> OurRun:
     """Run our trace replay for one method on ``trace`` (a fresh process; its wall seconds include start-up)."""
     ok, why = ours_available()
     if not ok:
@@ -103,8 +114,9 @@ def run_ours(trace: Path, cluster: str, method: str, time_limit_s: float | None 
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
         t0, c0 = time.perf_counter(), children_cpu_seconds()
         try:
-            out = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=time_limit_s, env=env,
-                                 check=False)
+            out = subprocess.run(
+                cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=time_limit_s, env=env, check=False
+            )
         except subprocess.TimeoutExpired:
             return OurRun(method, "timeout", seconds=time.perf_counter() - t0, error=f"over {time_limit_s:g} s")
         seconds, cpu = time.perf_counter() - t0, children_cpu_seconds() - c0
@@ -136,11 +148,22 @@ def per_job_agreement(peer_missed_rows: list, jobs_counted: int, ids: list, ours
 
 def compare_row(case: str, method: str, peer: dict, ours: OurRun, ids: list) -> dict:
     """One line of the side-by-side table (peer: a recorded result; ours: our run)."""
-    row = {"case": case, "method": method, "peer_status": peer.get("status"), "peer_ratio": peer.get("ratio"),
-           "peer_seconds": peer.get("seconds"), "peer_cpu_seconds": peer.get("cpu_seconds"), "peer_limit_s": peer.get("limit_s"), "ours_status": ours.status,
-           "our_ratio": ours.ratio, "our_seconds": ours.seconds,
-           "our_cpu_seconds": ours.cpu_seconds, "our_replay_seconds": ours.replay_seconds,
-           "our_replay_cpu_seconds": ours.replay_cpu_seconds, "our_windows": ours.n_windows}
+    row = {
+        "case": case,
+        "method": method,
+        "peer_status": peer.get("status"),
+        "peer_ratio": peer.get("ratio"),
+        "peer_seconds": peer.get("seconds"),
+        "peer_cpu_seconds": peer.get("cpu_seconds"),
+        "peer_limit_s": peer.get("limit_s"),
+        "ours_status": ours.status,
+        "our_ratio": ours.ratio,
+        "our_seconds": ours.seconds,
+        "our_cpu_seconds": ours.cpu_seconds,
+        "our_replay_seconds": ours.replay_seconds,
+        "our_replay_cpu_seconds": ours.replay_cpu_seconds,
+        "our_windows": ours.n_windows,
+    }
     if peer.get("ratio") is not None and ours.ratio is not None:
         row["difference"] = ours.ratio - peer["ratio"]
     if peer.get("seconds") and ours.seconds:
@@ -171,8 +194,10 @@ def markdown_table(rows: list) -> str:
     """The side-by-side table as markdown: the peer's wall and CPU seconds (its process), ours as a process (start-up
     included) and our replay alone (timed inside the process); the speed-ups are the peer's wall over our replay's wall
     seconds and the peer's CPU over our replay's CPU seconds (a lower bound where the peer reached its time limit)."""
-    head = ("| case | method | peer ratio | our ratio | difference | jobs agreeing | peer s | peer CPU s "
-            "| our process s | our replay s | speed-up | CPU speed-up |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+    head = (
+        "| case | method | peer ratio | our ratio | difference | jobs agreeing | peer s | peer CPU s "
+        "| our process s | our replay s | speed-up | CPU speed-up |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+    )
     lines = [head]
     for r in rows:
         peer = _f(r["peer_ratio"], ".3f", r.get("peer_status") or "-")
@@ -185,7 +210,9 @@ def markdown_table(rows: list) -> str:
         cpu = _f(r.get("replay_cpu_speedup"), ".1f")
         speed, cpu = (bound + speed if speed != "-" else speed), (bound + cpu if cpu != "-" else cpu)
         ours = _f(r["our_ratio"], ".3f", r["ours_status"])
-        lines.append(f"| {r['case']} | {r['method']} | {peer} | {ours} | {_f(r.get('difference'), '+.3f')} | "
-                     f"{agree} | {peer_s} | {_f(r.get('peer_cpu_seconds'), '.1f')} | {_f(r['our_seconds'], '.1f')} | "
-                     f"{_f(r.get('our_replay_seconds'), '.2f')} | {speed} | {cpu} |")
+        lines.append(
+            f"| {r['case']} | {r['method']} | {peer} | {ours} | {_f(r.get('difference'), '+.3f')} | "
+            f"{agree} | {peer_s} | {_f(r.get('peer_cpu_seconds'), '.1f')} | {_f(r['our_seconds'], '.1f')} | "
+            f"{_f(r.get('our_replay_seconds'), '.2f')} | {speed} | {cpu} |"
+        )
     return "\n".join(lines)

@@ -13,6 +13,7 @@ by side, costliest ready job first, each in its own folder of the run and each s
 Then, in this process: ``evaluation/results.json`` and ``stress/results.json`` merged from the methods' folders, and
 ``report.md`` / ``report.json`` (Tables 1–5 and Figures 3–4 beside the paper's numbers).
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,17 @@ from mara.train_settings import PaperSettings, mat_settings, predictor_training
 
 # Single-thread CPU minutes of each kind of job (start order and ETA weights), measured on these 2 cores: a default
 # MAT training ≈ 6 min (341 s user time), Clairvoyant ≈ 13 min of CP-SAT over 720 episodes; the rest estimated.
-COST = {"predictor": 5.0, "train": 6.0, "train_paper": 4.0, "prediction": 2.0, "bound": 13.0, "fm_method": 2.0,
-        "learned_eval": 4.0, "rule": 0.5, "stress": 0.15}
+COST = {
+    "predictor": 5.0,
+    "train": 6.0,
+    "train_paper": 4.0,
+    "prediction": 2.0,
+    "bound": 13.0,
+    "fm_method": 2.0,
+    "learned_eval": 4.0,
+    "rule": 0.5,
+    "stress": 0.15,
+}
 
 
 def _with(cfg: DictConfig, **updates) -> DictConfig:
@@ -57,8 +67,16 @@ def training_jobs(paper: PaperSettings, out: Path) -> list[dict]:
         if method not in paper.methods:
             continue
         for seed in paper.seeds:
-            jobs.append({"method": method, "seed": seed, "predictor": spec.predictor, "reward": spec.reward,
-                         "mat": spec.mat, "dir": str(out / "policy" / method / f"seed{seed}")})
+            jobs.append(
+                {
+                    "method": method,
+                    "seed": seed,
+                    "predictor": spec.predictor,
+                    "reward": spec.reward,
+                    "mat": spec.mat,
+                    "dir": str(out / "policy" / method / f"seed{seed}"),
+                }
+            )
     return jobs
 
 
@@ -73,8 +91,15 @@ def _job_cfg(cfg: DictConfig, job: dict, fm_ckpt: str | None) -> DictConfig:
         recipe = OmegaConf.load(find_conf("mat", f"{job['mat']}.yaml"))
         recipe.pop("defaults", None)
         mat = OmegaConf.merge(cfg.mat, recipe)
-    return _with(cfg, seed=job["seed"], reward=job["reward"], predictor=pred, mat=OmegaConf.to_container(mat, resolve=True),
-                 **{"paths.output_dir": str(job["dir"])}, **{"mat.run_name": f"policy {job['method']} seed {job['seed']}"})
+    return _with(
+        cfg,
+        seed=job["seed"],
+        reward=job["reward"],
+        predictor=pred,
+        mat=OmegaConf.to_container(mat, resolve=True),
+        **{"paths.output_dir": str(job["dir"])},
+        **{"mat.run_name": f"policy {job['method']} seed {job['seed']}"},
+    )
 
 
 def _fm_from(deps: dict, fm_ckpt: str | None) -> str | None:
@@ -101,23 +126,38 @@ def _train_job(cfg_yaml: str, job: dict, fm_ckpt: str | None, *, deps: dict) -> 
         cfg = _with(cfg, **{"predictor.ckpt_path": _fm_from(deps, fm_ckpt) or cfg.predictor.get("ckpt_path")})
     summary = train_policy(mat_settings(cfg))
     best = Path(job["dir"]) / "checkpoints" / "best.ckpt"
-    return {"method": job["method"], "seed": job["seed"], "best_ckpt": str(best) if best.exists() else summary.get("last_ckpt"),
-            "val_success_rate": summary.get("val_success_rate")}  # wall_s: added by mara.core.jobs for every job
+    return {
+        "method": job["method"],
+        "seed": job["seed"],
+        "best_ckpt": str(best) if best.exists() else summary.get("last_ckpt"),
+        "val_success_rate": summary.get("val_success_rate"),
+    }  # wall_s: added by mara.core.jobs for every job
 
 
-def _eval_job(cfg_yaml: str, method: str, folder: str, fm_ckpt: str | None, scenario: str | None, learned: bool, *, deps: dict) -> dict:
+def _eval_job(
+    cfg_yaml: str, method: str, folder: str, fm_ckpt: str | None, scenario: str | None, learned: bool, *, deps: dict
+) -> dict:
     """One method on the protocol's episodes (a learned method: one allocator per finished training seed)."""
 
     cfg = OmegaConf.create(cfg_yaml)
     over = OmegaConf.to_container(cfg.method_overrides, resolve=True) if cfg.get("method_overrides") else {}
     if learned:
-        ckpts = [{"train_seed": d["seed"], "ckpt_path": d["best_ckpt"]} for d in deps.values()
-                 if d and d.get("method") == method and d.get("best_ckpt")]
+        ckpts = [
+            {"train_seed": d["seed"], "ckpt_path": d["best_ckpt"]}
+            for d in deps.values()
+            if d and d.get("method") == method and d.get("best_ckpt")
+        ]
         if not ckpts:
             raise RuntimeError(f"{method}: no finished training to evaluate")
         over.setdefault(method, {})["checkpoints"] = sorted(ckpts, key=lambda c: c["train_seed"])
-    updates = {"paths.output_dir": folder, "methods": [method], "method_overrides": over, "eval.resume": True,
-               "eval.tensorboard": False, "experiment_kind": None}
+    updates = {
+        "paths.output_dir": folder,
+        "methods": [method],
+        "method_overrides": over,
+        "eval.resume": True,
+        "eval.tensorboard": False,
+        "experiment_kind": None,
+    }
     fm = _fm_from(deps, fm_ckpt)
     if fm:
         updates["predictors.fm.ckpt_path"] = fm
@@ -164,14 +204,30 @@ def build_jobs(paper: PaperSettings, out: Path) -> list[Job]:
     fm_dep = ("predictor",) if has_fm_job else ()
     if has_fm_job:
         pc = _with(cfg, **{"paths.output_dir": str(out / "predictor")})
-        jobs.append(Job("predictor", out / "predictor", _predictor_job, (OmegaConf.to_yaml(pc, resolve=True),), cost=COST["predictor"]))
+        jobs.append(
+            Job(
+                "predictor",
+                out / "predictor",
+                _predictor_job,
+                (OmegaConf.to_yaml(pc, resolve=True),),
+                cost=COST["predictor"],
+            )
+        )
     trained_by: dict[str, list[str]] = {}
     for t in training_jobs(paper, out):
         name = f"train {t['method']} s{t['seed']}"
         trained_by.setdefault(t["method"], []).append(name)
         deps = fm_dep if t["predictor"] == "fm" else ()
-        jobs.append(Job(name, Path(t["dir"]), _train_job, (OmegaConf.to_yaml(_job_cfg(cfg, t, None), resolve=True), t, fm_ckpt),
-                        deps=deps, cost=COST["train_paper"] if t.get("mat") == "paper" else COST["train"]))
+        jobs.append(
+            Job(
+                name,
+                Path(t["dir"]),
+                _train_job,
+                (OmegaConf.to_yaml(_job_cfg(cfg, t, None), resolve=True), t, fm_ckpt),
+                deps=deps,
+                cost=COST["train_paper"] if t.get("mat") == "paper" else COST["train"],
+            )
+        )
     base_yaml = paper.composed
     scenarios = [("evaluation", None, 1.0)]
     if paper.stress_scenario:
@@ -181,19 +237,45 @@ def build_jobs(paper: PaperSettings, out: Path) -> list[Job]:
             learned = m in paper.trained
             deps = (fm_dep if _uses_fm(paper, m) else ()) + tuple(trained_by.get(m, ()))
             folder = out / folder_name / "methods" / m
-            jobs.append(Job(f"{folder_name} {m}", folder, _eval_job, (base_yaml, m, str(folder), fm_ckpt, scenario, learned),
-                            deps=deps, cost=scale * _eval_cost(paper, m)))
+            jobs.append(
+                Job(
+                    f"{folder_name} {m}",
+                    folder,
+                    _eval_job,
+                    (base_yaml, m, str(folder), fm_ckpt, scenario, learned),
+                    deps=deps,
+                    cost=scale * _eval_cost(paper, m),
+                )
+            )
     own_fm = cfg.predictor.get("name", "fm") == "fm"
     fm = OmegaConf.to_container(cfg.predictor if own_fm else OmegaConf.load(predictor_file("fm")), resolve=True)
     pcfg = OmegaConf.to_container(cfg.paper.prediction, resolve=True) if cfg.paper.get("prediction") else {}
     pcfg["fm"] = fm
     pred_cfg = _with(cfg, prediction=pcfg, **{"paths.output_dir": str(out / "prediction")})
-    jobs.append(Job("prediction", out / "prediction", _prediction_job, (OmegaConf.to_yaml(pred_cfg, resolve=True), fm_ckpt),
-                    deps=fm_dep, cost=COST["prediction"]))
+    jobs.append(
+        Job(
+            "prediction",
+            out / "prediction",
+            _prediction_job,
+            (OmegaConf.to_yaml(pred_cfg, resolve=True), fm_ckpt),
+            deps=fm_dep,
+            cost=COST["prediction"],
+        )
+    )
     return jobs
 
 
-_SECTION_KEYS = {"schema", "rows", "summary", "diagnostics", "timings", "skipped", "failed", "method_overrides", "paths"}
+_SECTION_KEYS = {
+    "schema",
+    "rows",
+    "summary",
+    "diagnostics",
+    "timings",
+    "skipped",
+    "failed",
+    "method_overrides",
+    "paths",
+}
 
 
 def merge_results(folder: Path, methods: list[str], errors: dict, title: str) -> dict:
@@ -223,7 +305,13 @@ def merge_results(folder: Path, methods: list[str], errors: dict, title: str) ->
 
 def _job_times(jobs: list[Job], results: dict) -> dict:
     """Seconds of single-threaded job time by kind (summed over every invocation that ran them)."""
-    kinds = {"predictor": "predictor", "train": "trainings", "evaluation": "evaluation", "stress": "stress", "prediction": "prediction"}
+    kinds = {
+        "predictor": "predictor",
+        "train": "trainings",
+        "evaluation": "evaluation",
+        "stress": "stress",
+        "prediction": "prediction",
+    }
     out: dict = {}
     for j in jobs:
         info = results.get(j.name)
@@ -247,9 +335,11 @@ def run_paper(paper: PaperSettings, out: Path) -> dict:
     workers = paper.workers
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    log.info(f"paper protocol: {len(jobs)} jobs (FM stage, {sum(j.name.startswith('train') for j in jobs)} trainings, "
-             f"{sum(j.name.startswith(('evaluation', 'stress')) for j in jobs)} method evaluations, prediction) on "
-             f"{workers} workers")
+    log.info(
+        f"paper protocol: {len(jobs)} jobs (FM stage, {sum(j.name.startswith('train') for j in jobs)} trainings, "
+        f"{sum(j.name.startswith(('evaluation', 'stress')) for j in jobs)} method evaluations, prediction) on "
+        f"{workers} workers"
+    )
     results, errors = run_jobs(jobs, workers, title="paper")
     methods = list(paper.methods)
     merged = {"evaluation": merge_results(out / "evaluation", methods, errors, "Evaluation (random)")}
@@ -261,8 +351,15 @@ def run_paper(paper: PaperSettings, out: Path) -> dict:
     paths = write_report(out, timings=timings)
     for name, reason in errors.items():
         log.warning(f"{name} failed: {reason}")
-    log.info(f"paper protocol: done in {fmt_seconds(time.time() - t_start)} (this invocation); report: {out / 'report.md'}")
-    result = {"output_dir": str(out), "jobs": results, "errors": errors, "report": {k: str(v) for k, v in paths.items()},
-              "skipped": {k: v.get("skipped") for k, v in merged.items()}}
+    log.info(
+        f"paper protocol: done in {fmt_seconds(time.time() - t_start)} (this invocation); report: {out / 'report.md'}"
+    )
+    result = {
+        "output_dir": str(out),
+        "jobs": results,
+        "errors": errors,
+        "report": {k: str(v) for k, v in paths.items()},
+        "skipped": {k: v.get("skipped") for k, v in merged.items()},
+    }
     write_text_atomic(out / "train_result.json", json.dumps(result, indent=1, default=str))
     return result

@@ -4,6 +4,7 @@ A family that learns twice as fast is, to the predictor, the same curve read at 
 resamples per-batch losses at a factor ``a`` (a > 1: faster, a < 1: slower): ``ell'[i] = ell[floor(i·a)]``,
 so the cumulative-average curve L' follows L(a·s) up to rounding. Shapes: ``R`` curves, ``N`` stored batches.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,9 +35,18 @@ def stretched_bank(bank: CurveBank, rows: np.ndarray, factors: np.ndarray) -> Cu
     ell, lengths = stretch_ell(bank.ell[rows], bank.lengths[rows], factors)
     take = lambda a: a[rows]
     return dataclasses.replace(
-        bank, curve_id=take(bank.curve_id), family=take(bank.family), split=take(bank.split),
-        data_source=take(bank.data_source), batch_size=take(bank.batch_size), lr=take(bank.lr), seed=take(bank.seed),
-        lengths=lengths, ell=ell, meta=[bank.meta[r] for r in rows])
+        bank,
+        curve_id=take(bank.curve_id),
+        family=take(bank.family),
+        split=take(bank.split),
+        data_source=take(bank.data_source),
+        batch_size=take(bank.batch_size),
+        lr=take(bank.lr),
+        seed=take(bank.seed),
+        lengths=lengths,
+        ell=ell,
+        meta=[bank.meta[r] for r in rows],
+    )
 
 
 def draw_stretch(n: int, rng: np.random.Generator, p: float, lo: float, hi: float) -> np.ndarray:

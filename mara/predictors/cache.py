@@ -13,6 +13,7 @@ values computed when the entry was filled.
 A cache belongs to one curve bank and one predictor (the owner, e.g. ``TrainingEnv``, makes sure of that); live
 mode writes losses into the bank as it runs and never uses one.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -103,5 +104,9 @@ class FlowSampleCache:
 
     def stats(self) -> dict:
         total = self.hits + self.misses
-        return {"entries": len(self), "hits": self.hits, "misses": self.misses,
-                "hit_rate": self.hits / total if total else float("nan")}
+        return {
+            "entries": len(self),
+            "hits": self.hits,
+            "misses": self.misses,
+            "hit_rate": self.hits / total if total else float("nan"),
+        }

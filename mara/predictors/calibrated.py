@@ -14,6 +14,7 @@ that kept every such family's coverage highest was chosen.
 Shapes: ``[B]`` per task, ``[B, Q]`` quantiles; offsets per family ``[n_bins]`` (bins of ``np.digitize(n_obs,
 obs_bins)``: ``len(obs_bins) + 1``).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -39,8 +40,12 @@ def group_offsets(lo, hi, truth, family, n_obs, obs_bins=OBS_BINS, coverage: flo
     lo, hi, truth = (np.asarray(a, np.float64) for a in (lo, hi, truth))
     out = {}
     for f in np.unique(family):
-        out[str(f)] = np.array([conformal_offset(lo[m], hi[m], truth[m], coverage) if m.any() else np.nan
-                                for m in ((family == f) & (bins == b) for b in range(len(obs_bins) + 1))])
+        out[str(f)] = np.array(
+            [
+                conformal_offset(lo[m], hi[m], truth[m], coverage) if m.any() else np.nan
+                for m in ((family == f) & (bins == b) for b in range(len(obs_bins) + 1))
+            ]
+        )
     return out
 
 
@@ -71,8 +76,7 @@ class CalibratedFlowPredictor:
     name = "fm_cal"
     supports_cache = True
 
-    def __init__(self, fm: FlowPredictor, offsets: Mapping[str, np.ndarray], obs_bins=OBS_BINS, cold=None,
-                 novel=None):
+    def __init__(self, fm: FlowPredictor, offsets: Mapping[str, np.ndarray], obs_bins=OBS_BINS, cold=None, novel=None):
         self.fm, self.obs_bins, self.cold = fm, tuple(int(b) for b in obs_bins), cold  # cold: ColdPrior or None (cap)
         self.offsets = {str(k): np.asarray(v, np.float64) for k, v in offsets.items()}
         # novel: [n_bins] for families without offsets; default the widest of ``offsets``
@@ -91,8 +95,12 @@ class CalibratedFlowPredictor:
         bins = tuple(cal.get("obs_bins", OBS_BINS))
         bank_path = Path(bank_path or default_bank_path())
         bank = load_bank(bank_path)
-        kw = dict(coverage=float(cal.get("coverage", 0.8)), obs_bins=bins, obs_every=int(cal.get("obs_every", 10)),
-                  seed=int(cal.get("seed", 0)))
+        kw = dict(
+            coverage=float(cal.get("coverage", 0.8)),
+            obs_bins=bins,
+            obs_every=int(cal.get("obs_every", 10)),
+            seed=int(cal.get("seed", 0)),
+        )
         offsets = calibrate(fm, bank, split=str(cal.get("split", "pool")), **kw)
         novel = novel_offset(offsets, len(bins) + 1)  # from the training families only
         extra = cal_bank_path(bank_path, cal.get("cal_bank"))
@@ -100,14 +108,16 @@ class CalibratedFlowPredictor:
             offsets.update(calibrate_untrained(fm, bank, load_bank(extra), **kw))
         cold = None
         if cc:
-            cold = ColdPrior.from_bank(bank, split=str(cc.get("split", "fm_train")), k=int(cc.get("k", 10)),
-                                       quantiles=fm.quantiles)
+            cold = ColdPrior.from_bank(
+                bank, split=str(cc.get("split", "fm_train")), k=int(cc.get("k", 10)), quantiles=fm.quantiles
+            )
         return cls(fm, offsets, bins, cold, novel)
 
     def predict_quantiles(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None, keys=None, cache=None):
         """[B, Q] ordered remaining batches; the outer columns widened by each row's (family, n_obs bin) offset."""
-        q = self.fm.predict_quantiles(S, L, lengths, eps, cap_remaining, batch_size, lr, family=family, keys=keys,
-                                      cache=cache)
+        q = self.fm.predict_quantiles(
+            S, L, lengths, eps, cap_remaining, batch_size, lr, family=family, keys=keys, cache=cache
+        )
         cap = np.asarray(cap_remaining, np.float64)
         off = offsets_for(family, lengths, self.offsets, self.novel, self.obs_bins)
         mid = int(np.argmin(np.abs(np.asarray(self.quantiles) - 0.5)))
@@ -120,21 +130,24 @@ class CalibratedFlowPredictor:
         q[cold] = cap[cold, None]
         if self.cold is not None and len(cold) and family is not None:
             sub = lambda a: np.asarray(a)[cold]  # noqa: E731
-            q[cold] = self.cold.predict_quantiles(sub(S), sub(L), sub(lengths), sub(eps), cap[cold], sub(batch_size),
-                                                  sub(family))
+            q[cold] = self.cold.predict_quantiles(
+                sub(S), sub(L), sub(lengths), sub(eps), cap[cold], sub(batch_size), sub(family)
+            )
         return q
 
     def predict_remaining(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None, keys=None, cache=None):
         """The FM's median remaining batches [B] (the calibration moves only the band); cold tasks: the cold prior's
         median when ``cold`` is set."""
-        med = self.fm.predict_remaining(S, L, lengths, eps, cap_remaining, batch_size, lr, family=family, keys=keys,
-                                        cache=cache)
+        med = self.fm.predict_remaining(
+            S, L, lengths, eps, cap_remaining, batch_size, lr, family=family, keys=keys, cache=cache
+        )
         cold = np.flatnonzero(np.asarray(lengths) < self.fm.min_obs)
         if self.cold is None or not len(cold) or family is None:
             return med
         sub = lambda a: np.asarray(a)[cold]  # noqa: E731
-        q = self.cold.predict_quantiles(sub(S), sub(L), sub(lengths), sub(eps), sub(cap_remaining), sub(batch_size),
-                                        sub(family))
+        q = self.cold.predict_quantiles(
+            sub(S), sub(L), sub(lengths), sub(eps), sub(cap_remaining), sub(batch_size), sub(family)
+        )
         med = np.array(med, np.float64)
         med[cold] = q[:, len(self.quantiles) // 2]
         return med
@@ -155,8 +168,15 @@ def _raw_calibration_band(fm: FlowPredictor, bank, split: str, obs_every: int, s
     return q, fm.predict_quantiles(*query_inputs(bank, q, obs_every), family=fam), fam
 
 
-def calibrate(fm: FlowPredictor, bank, split: str = "pool", coverage: float = 0.8, obs_bins=OBS_BINS,
-              obs_every: int = 10, seed: int = 0) -> dict[str, np.ndarray]:
+def calibrate(
+    fm: FlowPredictor,
+    bank,
+    split: str = "pool",
+    coverage: float = 0.8,
+    obs_bins=OBS_BINS,
+    obs_every: int = 10,
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
     """Per-(family, n_obs bin) offsets of ``fm``'s raw band on the training families' ``split`` curves."""
     q, raw, fam = _raw_calibration_band(fm, bank, split, obs_every, seed)
     if q is None:
@@ -164,8 +184,9 @@ def calibrate(fm: FlowPredictor, bank, split: str = "pool", coverage: float = 0.
     return group_offsets(raw[:, 0], raw[:, -1], q["truth"], fam, q["n_obs"], obs_bins, coverage)
 
 
-def calibrate_untrained(fm: FlowPredictor, bank, cal_bank, coverage: float = 0.8, obs_bins=OBS_BINS,
-                        obs_every: int = 10, seed: int = 0) -> dict[str, np.ndarray]:
+def calibrate_untrained(
+    fm: FlowPredictor, bank, cal_bank, coverage: float = 0.8, obs_bins=OBS_BINS, obs_every: int = 10, seed: int = 0
+) -> dict[str, np.ndarray]:
     """Per-(family, n_obs bin) offsets for the families ``bank`` has no training curves of, fitted on their ``cal``
     curves in ``cal_bank``."""
     q = untrained_cal_queries(bank, cal_bank, obs_every, seed)
@@ -176,12 +197,22 @@ def calibrate_untrained(fm: FlowPredictor, bank, cal_bank, coverage: float = 0.8
     return group_offsets(raw[:, 0], raw[:, -1], q["truth"], fam, q["n_obs"], obs_bins, coverage)
 
 
-NOVEL_RULES = {"widest": lambda v: np.nanmax(v, axis=0), "upper_quartile": lambda v: np.nanquantile(v, 0.75, axis=0),
-               "median": lambda v: np.nanmedian(v, axis=0)}
+NOVEL_RULES = {
+    "widest": lambda v: np.nanmax(v, axis=0),
+    "upper_quartile": lambda v: np.nanquantile(v, 0.75, axis=0),
+    "median": lambda v: np.nanmedian(v, axis=0),
+}
 
 
-def held_out_family_coverage(fm: FlowPredictor, bank, split: str = "pool", coverage: float = 0.8,
-                             obs_bins_options=((), OBS_BINS), obs_every: int = 10, seed: int = 0) -> dict:
+def held_out_family_coverage(
+    fm: FlowPredictor,
+    bank,
+    split: str = "pool",
+    coverage: float = 0.8,
+    obs_bins_options=((), OBS_BINS),
+    obs_every: int = 10,
+    seed: int = 0,
+) -> dict:
     """The check behind the novel-family rule, on calibration curves only: each training family in turn plays the
     novel family — its band gets the offsets a rule derives from the other families' (``pooled``: fitted on their
     pooled scores) — and its q10–q90 coverage is measured. {(rule, obs_bins): {family: coverage}}."""
@@ -193,13 +224,21 @@ def held_out_family_coverage(fm: FlowPredictor, bank, split: str = "pool", cover
         for f in offs:
             m, rest = fam == f, fam != f
             others = np.stack([v for g, v in offs.items() if g != f])
-            cands = {"pooled": group_offsets(raw[rest, 0], raw[rest, -1], q["truth"][rest], np.full(rest.sum(), "all"),
-                                             q["n_obs"][rest], bins, coverage)["all"],
-                     **{r: agg(others) for r, agg in NOVEL_RULES.items()}}
+            cands = {
+                "pooled": group_offsets(
+                    raw[rest, 0],
+                    raw[rest, -1],
+                    q["truth"][rest],
+                    np.full(rest.sum(), "all"),
+                    q["n_obs"][rest],
+                    bins,
+                    coverage,
+                )["all"],
+                **{r: agg(others) for r, agg in NOVEL_RULES.items()},
+            }
             for rule, e in cands.items():
                 off = offsets_for(None, q["n_obs"][m], {}, np.nan_to_num(e), bins)
                 lo, hi = apply_offset(raw[m, 0], raw[m, 1], raw[m, -1], off + ROUNDOFF, q["cap"][m])
                 band = np.stack([lo, raw[m, 1], hi], axis=1)
                 out.setdefault((rule, bins), {})[f] = band_metrics(band, q["truth"][m])["coverage"]
     return out
-

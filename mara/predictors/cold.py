@@ -6,6 +6,7 @@ the band is the quantiles of their remaining batches to ε (capped). A family wi
 with no family given, keeps the uninformative estimate (the cap), as before.
 Shapes: ``B`` tasks, ``H`` history, ``Q`` quantiles, ``n`` a family's curves × ``N`` batches.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -49,7 +50,11 @@ class ColdPrior:
             s0 = int(s[-1]) if n else 0
             idx = np.clip(s - 1, 0, Lc.shape[1] - 1)
             with np.errstate(invalid="ignore", divide="ignore"):
-                d = np.nanmean(np.abs(np.log(Lc[:, idx]) - np.log(L[i, :n])[None, :]), axis=1) if n else np.zeros(len(Lc))
+                d = (
+                    np.nanmean(np.abs(np.log(Lc[:, idx]) - np.log(L[i, :n])[None, :]), axis=1)
+                    if n
+                    else np.zeros(len(Lc))
+                )
             hit = Lc <= eps[i]
             first = np.where(hit.any(1), hit.argmax(1) + 1, np.iinfo(np.int64).max // 2)
             rem = np.minimum(first - s0, cap[i]).astype(np.float64)

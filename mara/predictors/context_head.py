@@ -97,8 +97,12 @@ def merge_checkpoints(paths, out) -> Path:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(
-        {"kind": KIND, "recipe": RECIPE, "members": members,
-         "extra": {"merged": [Path(p).name for p in paths], "parts": extra}},
+        {
+            "kind": KIND,
+            "recipe": RECIPE,
+            "members": members,
+            "extra": {"merged": [Path(p).name for p in paths], "parts": extra},
+        },
         out,
     )
     load_context_heads(out)  # every member the same network and levels

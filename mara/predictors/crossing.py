@@ -2,6 +2,7 @@
 
 Shapes: ``[..., J]`` curve values at sample positions (J = K+1 bin edges, edge 0 = the prefix end).
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -4,6 +4,7 @@ An example is (curve, prefix of n ≥ 4 observations on the obs_every grid, hori
 suffix) → history features [H, 4], static context [4], 32-bin target y [K] (Eq. 4–5).
 Shapes: ``E`` examples, ``H`` padded history, ``K`` bins.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,13 +42,25 @@ class Examples:
     y: np.ndarray  # [E, K]
 
 
-def make_examples(bank: CurveBank, rows: np.ndarray, n: int, rng: np.random.Generator, obs_every: int = 10,
-                  n_bins: int = 32, prefix_max_frac: float = 0.6, p_full_horizon: float = 0.5,
-                  min_horizon_batches: int = 32, delta: float = DELTA, feature_set: str = "v1") -> Examples:
+def make_examples(
+    bank: CurveBank,
+    rows: np.ndarray,
+    n: int,
+    rng: np.random.Generator,
+    obs_every: int = 10,
+    n_bins: int = 32,
+    prefix_max_frac: float = 0.6,
+    p_full_horizon: float = 0.5,
+    min_horizon_batches: int = 32,
+    delta: float = DELTA,
+    feature_set: str = "v1",
+) -> Examples:
     """Sample n (curve, prefix, horizon) examples; full-suffix horizons (what inference queries) with prob p_full."""
     r = rng.choice(np.asarray(rows), size=n)
     length = bank.lengths[r]
-    n_max = np.maximum(4, np.floor(np.minimum(prefix_max_frac * length, length - min_horizon_batches) / obs_every)).astype(np.int64)
+    n_max = np.maximum(
+        4, np.floor(np.minimum(prefix_max_frac * length, length - min_horizon_batches) / obs_every)
+    ).astype(np.int64)
     n_obs = rng.integers(4, n_max + 1)
     s0 = n_obs * obs_every
     suffix = length - s0
@@ -60,8 +73,14 @@ def make_examples(bank: CurveBank, rows: np.ndarray, n: int, rng: np.random.Gene
     C_rows = bank.C_samples[r]
     C_edges = interp_C(np.nan_to_num(C_rows), bs, edges)
     y = interval_targets(C_edges, edges, L0, delta)
-    return Examples(r, n_obs, h_b, history_features(S, Lh, n_obs, bs, feature_set),
-                    static_context(bs, bank.lr[r], L0, h_b * bs, feature_set, S, Lh, n_obs), y)
+    return Examples(
+        r,
+        n_obs,
+        h_b,
+        history_features(S, Lh, n_obs, bs, feature_set),
+        static_context(bs, bank.lr[r], L0, h_b * bs, feature_set, S, Lh, n_obs),
+        y,
+    )
 
 
 class ExampleDataset(Dataset):
@@ -95,8 +114,9 @@ def collate(items):
     return out
 
 
-def val_queries(bank: CurveBank, rows: np.ndarray, n_per_curve: int, seed: int, obs_every: int = 10,
-                prefix_max_frac: float = 0.5):
+def val_queries(
+    bank: CurveBank, rows: np.ndarray, n_per_curve: int, seed: int, obs_every: int = 10, prefix_max_frac: float = 0.5
+):
     """Deterministic (row, n_obs, ε) queries for monitoring MAE; ε = L at a random later batch × U[0.95, 1.05]."""
     rng = np.random.default_rng(seed)
     r = np.repeat(np.asarray(rows), n_per_curve)
@@ -130,16 +150,40 @@ def remaining_mae(predictor, bank: CurveBank, queries, obs_every: int = 10) -> f
 class CurveDataModule(L.LightningDataModule):
     """fm_train examples resampled every epoch (seed + epoch); a fixed validation set from fm_val."""
 
-    def __init__(self, bank: CurveBank, seed: int = 0, batch_size: int = 256, train_examples: int = 16384,
-                 val_examples: int = 2048, obs_every: int = 10, n_bins: int = 32, prefix_max_frac: float = 0.6,
-                 p_full_horizon: float = 0.5, min_horizon_batches: int = 32, val_queries_per_curve: int = 8,
-                 num_workers: int = 0, families=None, feature_set: str = "v1", stretch_p: float = 0.0,
-                 stretch_range=(0.5, 2.0)):
+    def __init__(
+        self,
+        bank: CurveBank,
+        seed: int = 0,
+        batch_size: int = 256,
+        train_examples: int = 16384,
+        val_examples: int = 2048,
+        obs_every: int = 10,
+        n_bins: int = 32,
+        prefix_max_frac: float = 0.6,
+        p_full_horizon: float = 0.5,
+        min_horizon_batches: int = 32,
+        val_queries_per_curve: int = 8,
+        num_workers: int = 0,
+        families=None,
+        feature_set: str = "v1",
+        stretch_p: float = 0.0,
+        stretch_range=(0.5, 2.0),
+    ):
         super().__init__()
         self.bank, self.seed = bank, int(seed)
-        self.batch_size, self.train_examples, self.val_examples = int(batch_size), int(train_examples), int(val_examples)
-        self.kw = dict(obs_every=obs_every, n_bins=n_bins, prefix_max_frac=prefix_max_frac,
-                       p_full_horizon=p_full_horizon, min_horizon_batches=min_horizon_batches, feature_set=feature_set)
+        self.batch_size, self.train_examples, self.val_examples = (
+            int(batch_size),
+            int(train_examples),
+            int(val_examples),
+        )
+        self.kw = dict(
+            obs_every=obs_every,
+            n_bins=n_bins,
+            prefix_max_frac=prefix_max_frac,
+            p_full_horizon=p_full_horizon,
+            min_horizon_batches=min_horizon_batches,
+            feature_set=feature_set,
+        )
         self.stretch_p, self.stretch_range = float(stretch_p), tuple(float(v) for v in stretch_range)
         fam_ok = np.isin(bank.family, list(families)) if families is not None else np.ones(len(bank), bool)
         self.train_rows = np.flatnonzero((bank.split == "fm_train") & fam_ok)
@@ -147,14 +191,21 @@ class CurveDataModule(L.LightningDataModule):
         if len(self.train_rows) == 0 or len(self.val_rows) == 0:
             raise ValueError(f"curve bank {bank.path}: needs fm_train and fm_val curves for the flow predictor")
         self.num_workers = int(num_workers)
-        self.val_set = make_examples(bank, self.val_rows, self.val_examples, np.random.default_rng([self.seed, 1]), **self.kw)
+        self.val_set = make_examples(
+            bank, self.val_rows, self.val_examples, np.random.default_rng([self.seed, 1]), **self.kw
+        )
         self.val_q = val_queries(bank, self.val_rows, val_queries_per_curve, seed=self.seed + 2, obs_every=obs_every)
         # standardisation stats from a fixed training draw (identical on every DDP rank)
-        ref = make_examples(bank, self.train_rows, self.train_examples, np.random.default_rng([self.seed, 0]), **self.kw)
+        ref = make_examples(
+            bank, self.train_rows, self.train_examples, np.random.default_rng([self.seed, 0]), **self.kw
+        )
         valid = np.arange(ref.x.shape[1])[None, :] < ref.n_obs[:, None]
         xs = ref.x[valid]
-        self.stats = {"hist": (xs.mean(0), xs.std(0)), "static": (ref.static.mean(0), ref.static.std(0)),
-                      "target": (ref.y.mean(0), ref.y.std(0))}
+        self.stats = {
+            "hist": (xs.mean(0), xs.std(0)),
+            "static": (ref.static.mean(0), ref.static.std(0)),
+            "target": (ref.y.mean(0), ref.y.std(0)),
+        }
 
     def train_examples_for_epoch(self, epoch: int) -> tuple[CurveBank, Examples]:
         """The epoch's training examples and the bank their ``rows`` index (time-stretched copies of the
@@ -162,17 +213,29 @@ class CurveDataModule(L.LightningDataModule):
         rng = np.random.default_rng([self.seed, 100, epoch])
         bank, rows = self.bank, self.train_rows
         if self.stretch_p > 0:
-
-            factors = draw_stretch(len(rows), np.random.default_rng([self.seed, 200, epoch]), self.stretch_p, *self.stretch_range)
+            factors = draw_stretch(
+                len(rows), np.random.default_rng([self.seed, 200, epoch]), self.stretch_p, *self.stretch_range
+            )
             bank, rows = stretched_bank(self.bank, rows, factors), np.arange(len(rows))
         return bank, make_examples(bank, rows, self.train_examples, rng, **self.kw)
 
     def train_dataloader(self):
         epoch = self.trainer.current_epoch if self.trainer is not None else 0
         _, ex = self.train_examples_for_epoch(epoch)
-        return DataLoader(ExampleDataset(ex), batch_size=self.batch_size, shuffle=True, collate_fn=collate,
-                          num_workers=self.num_workers, generator=torch.Generator().manual_seed(self.seed + epoch))
+        return DataLoader(
+            ExampleDataset(ex),
+            batch_size=self.batch_size,
+            shuffle=True,
+            collate_fn=collate,
+            num_workers=self.num_workers,
+            generator=torch.Generator().manual_seed(self.seed + epoch),
+        )
 
     def val_dataloader(self):
-        return DataLoader(ExampleDataset(self.val_set, fixed_noise_seed=self.seed + 3), batch_size=1024,
-                          shuffle=False, collate_fn=collate, num_workers=self.num_workers)
+        return DataLoader(
+            ExampleDataset(self.val_set, fixed_noise_seed=self.seed + 3),
+            batch_size=1024,
+            shuffle=False,
+            collate_fn=collate,
+            num_workers=self.num_workers,
+        )

@@ -17,6 +17,7 @@ refreshes a task can get before it finishes or its budget ends (s0 < need, s0 < 
 bank's ``fm_train`` curves train the head and its ``fm_val`` curves validate it (the FM's split; the workload's
 ``pool`` curves are never read).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -77,8 +78,9 @@ class DecisionExamples:
     y: np.ndarray  # [E] log1p true remaining batches
 
 
-def decision_examples(bank: CurveBank, rows, n: int, rng: np.random.Generator, family_params: dict,
-                      obs_every: int = 10) -> DecisionExamples:
+def decision_examples(
+    bank: CurveBank, rows, n: int, rng: np.random.Generator, family_params: dict, obs_every: int = 10
+) -> DecisionExamples:
     """n examples from the curves ``rows`` (module docstring); curves whose family has no ε table are skipped."""
     rows = np.asarray([r for r in rows if bank.family[r] in family_params])
     if len(rows) == 0:

@@ -9,6 +9,7 @@ Which class a name builds is the kind's ``registry.builder`` (mara/core/registry
 evaluation, the prediction benchmarks, live mode and the bench all build their predictors here, so every path reads
 one config source.
 """
+
 from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
@@ -99,4 +100,3 @@ def trained_predictor_mismatch(trained, name: str | None) -> str | None:
         band = f" (band {t_band})" if t_band is not None else ""
         return f"it was trained with predictor {t_name!r}{band}, the method gives it {name!r}"
     return None
-

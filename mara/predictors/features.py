@@ -16,6 +16,7 @@ Two feature sets (a checkpoint records which one it was trained with; old checkp
   ``[θ₁, ln L̂(S_now) − ln L_now, weighted residual std]``: the net starts from the baseline's extrapolation and
   learns the deviation from it; all three are invariant to loss and sample rescaling.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,7 +29,9 @@ FEATURE_SETS = ("v1", "v2", "v3")
 N_STATIC_BY_SET = {"v1": 4, "v2": 2, "v3": 5}
 
 
-def history_features(S: np.ndarray, L: np.ndarray, lengths: np.ndarray, batch_size=None, feature_set: str = "v1") -> np.ndarray:
+def history_features(
+    S: np.ndarray, L: np.ndarray, lengths: np.ndarray, batch_size=None, feature_set: str = "v1"
+) -> np.ndarray:
     """[log t, log(L/L_now), Δlog t, Δlog(L/L_now)] per observation (t = S for v1, S/bs for v2), zero past each
     length: [B, H] -> [B, H, 4]."""
     S = np.asarray(S, np.float64)
@@ -50,7 +53,9 @@ def history_features(S: np.ndarray, L: np.ndarray, lengths: np.ndarray, batch_si
     return np.where(valid[..., None], x, 0.0)
 
 
-def static_context(batch_size, lr, L_now, horizon_samples, feature_set: str = "v1", S=None, L=None, lengths=None) -> np.ndarray:
+def static_context(
+    batch_size, lr, L_now, horizon_samples, feature_set: str = "v1", S=None, L=None, lengths=None
+) -> np.ndarray:
     """v1: [log bs, log lr, log L_now, log horizon] (ε deliberately excluded); v2: [log lr, log horizon/bs];
     v3: v2 + [θ₁, ln L̂(S_now) − ln L_now, residual std] of the WLS power-law fit of the prefix (needs S, L, lengths).
     [B] arrays -> [B, n_static]."""
@@ -80,6 +85,8 @@ def power_law_features(S, L, lengths, gamma: float = 0.9) -> np.ndarray:
     idx = np.arange(H)[None, :]
     valid = idx < lengths[:, None]
     w = np.where(valid, gamma ** np.clip(lengths[:, None] - 1 - idx, 0, None), 0.0)
-    r = np.where(valid, np.log(np.where(valid, L, 1.0)) - t0[:, None] - t1[:, None] * np.log(np.where(valid, S, 1.0)), 0.0)
+    r = np.where(
+        valid, np.log(np.where(valid, L, 1.0)) - t0[:, None] - t1[:, None] * np.log(np.where(valid, S, 1.0)), 0.0
+    )
     sd = np.sqrt((w * r * r).sum(1) / np.maximum(w.sum(1), 1e-12))
     return np.nan_to_num(np.stack([t1, gap, sd], axis=-1))

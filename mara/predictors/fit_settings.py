@@ -5,6 +5,7 @@ qr.yaml: ``net``, ``data``, ``train``, ``inference``, ``band``) — the one read
 ``fit_quantile_head`` take only these objects. ``PredictorTraining`` adds what the pipeline's predictor stage sets
 around it (the kind and its registered trainer, bank, seed, Lightning trainer arguments, output folder).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -26,10 +27,16 @@ class FitSettings:
 
     @classmethod
     def from_config(cls, tc: Mapping, monitor: str = "val/fm_loss") -> "FitSettings":
-        return cls(lr=tc["lr"], weight_decay=tc["weight_decay"], patience=int(tc["patience"]),
-                   max_epochs=int(tc.get("max_epochs", 50)), monitor=tc.get("monitor", monitor),
-                   gradient_clip_val=tc.get("gradient_clip_val", 1.0), num_threads=int(tc.get("num_threads", 1)),
-                   figure_every_n_epochs=tc.get("figure_every_n_epochs", 5))
+        return cls(
+            lr=tc["lr"],
+            weight_decay=tc["weight_decay"],
+            patience=int(tc["patience"]),
+            max_epochs=int(tc.get("max_epochs", 50)),
+            monitor=tc.get("monitor", monitor),
+            gradient_clip_val=tc.get("gradient_clip_val", 1.0),
+            num_threads=int(tc.get("num_threads", 1)),
+            figure_every_n_epochs=tc.get("figure_every_n_epochs", 5),
+        )
 
 
 @dataclass(frozen=True)
@@ -50,10 +57,16 @@ class FlowFitSettings:
     def from_config(cls, pc: Mapping) -> "FlowFitSettings":
         """From a plain (resolved) predictor config."""
         inf, band = pc.get("inference") or {}, pc.get("band") or {}
-        return cls(net=dict(pc["net"]), data=dict(pc["data"]), train=FitSettings.from_config(pc["train"]),
-                   n_samples=inf.get("n_samples", 8), n_steps=inf.get("n_steps", 4),
-                   coverage=float(band.get("coverage", 0.8)), obs_every=pc["data"].get("obs_every", 10),
-                   config=dict(pc))
+        return cls(
+            net=dict(pc["net"]),
+            data=dict(pc["data"]),
+            train=FitSettings.from_config(pc["train"]),
+            n_samples=inf.get("n_samples", 8),
+            n_steps=inf.get("n_steps", 4),
+            coverage=float(band.get("coverage", 0.8)),
+            obs_every=pc["data"].get("obs_every", 10),
+            config=dict(pc),
+        )
 
 
 @dataclass(frozen=True)
@@ -71,9 +84,14 @@ class HeadFitSettings:
     @classmethod
     def from_config(cls, pc: Mapping) -> "HeadFitSettings":
         dc = pc["data"]
-        return cls(net=dict(pc["net"]), train_examples=dc["train_examples"], val_examples=dc["val_examples"],
-                   batch_size=dc["batch_size"], obs_every=dc["obs_every"],
-                   train=FitSettings.from_config(pc["train"], monitor="val/pinball"))
+        return cls(
+            net=dict(pc["net"]),
+            train_examples=dc["train_examples"],
+            val_examples=dc["val_examples"],
+            batch_size=dc["batch_size"],
+            obs_every=dc["obs_every"],
+            train=FitSettings.from_config(pc["train"], monitor="val/pinball"),
+        )
 
 
 def trainer_from_config(trainer: Mapping | None) -> dict:

@@ -2,6 +2,7 @@
 
 Names follow the math: ``z0`` noise, ``z1`` data, ``zu`` the point on the path at flow time ``u``.
 """
+
 from __future__ import annotations
 
 import torch

@@ -3,6 +3,7 @@
 Shapes: ``B`` tasks, ``H`` history, ``N`` flow samples, ``K`` bins. One batched call covers all tasks;
 tasks are grouped only by their (n_samples, n_steps) setting (per-family override, A.2).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -54,8 +55,16 @@ def save_checkpoint(net: FlowNet, hparams: Mapping, path, extra: Mapping | None 
     path.parent.mkdir(parents=True, exist_ok=True)
     extra = plain_config(dict(extra or {}))
     recipe = extra.pop("recipe", None)
-    torch.save({"kind": "fm", "state_dict": net.state_dict(), "hparams": plain_config(dict(hparams)), "extra": extra,
-                "recipe": recipe}, path)
+    torch.save(
+        {
+            "kind": "fm",
+            "state_dict": net.state_dict(),
+            "hparams": plain_config(dict(hparams)),
+            "extra": extra,
+            "recipe": recipe,
+        },
+        path,
+    )
     return path
 
 
@@ -88,19 +97,35 @@ class FlowPredictor:
     name = "fm"
     supports_cache = True  # predict_* accept keys=/cache= (mara/predictors/cache.py)
 
-    def __init__(self, net: FlowNet, n_samples: int = 8, n_steps: int = 4, per_family: Mapping | None = None,
-                 sobol_seed: int = 0, delta: float = DELTA, min_obs: int = MIN_OBS, band_offset: float = 0.0,
-                 quantiles=DEFAULT_QUANTILES, novelty: Mapping | None = None, fallback: Mapping | None = None):
+    def __init__(
+        self,
+        net: FlowNet,
+        n_samples: int = 8,
+        n_steps: int = 4,
+        per_family: Mapping | None = None,
+        sobol_seed: int = 0,
+        delta: float = DELTA,
+        min_obs: int = MIN_OBS,
+        band_offset: float = 0.0,
+        quantiles=DEFAULT_QUANTILES,
+        novelty: Mapping | None = None,
+        fallback: Mapping | None = None,
+    ):
         self.net = net.eval()
         self.band_offset, self.quantiles = float(band_offset), tuple(float(q) for q in quantiles)
         self.n_samples, self.n_steps = int(n_samples), int(n_steps)
-        self.per_family = {k: (int(v.get("n_samples", n_samples)), int(v.get("n_steps", n_steps)))
-                           for k, v in dict(per_family or {}).items()}
+        self.per_family = {
+            k: (int(v.get("n_samples", n_samples)), int(v.get("n_steps", n_steps)))
+            for k, v in dict(per_family or {}).items()
+        }
         self.sobol_seed, self.delta, self.min_obs = int(sobol_seed), float(delta), int(min_obs)
         self.novelty = {k: np.asarray(v, np.float64) for k, v in dict(novelty).items()} if novelty else None
         fb = dict(fallback or {})
-        self.fallback = {"threshold": float(fb.get("threshold", 1.0)), "wls_weight": float(fb.get("wls_weight", 0.0)),
-                         "widen": float(fb.get("widen", 0.0))}
+        self.fallback = {
+            "threshold": float(fb.get("threshold", 1.0)),
+            "wls_weight": float(fb.get("wls_weight", 0.0)),
+            "widen": float(fb.get("widen", 0.0)),
+        }
         self._noise: dict[int, torch.Tensor] = {}
         self._wls = None
 
@@ -116,10 +141,18 @@ class FlowPredictor:
         offset = band.get("offset")  # null: the checkpoint's conformal offset (0 for checkpoints without one)
         offset = extra.get("band_offset", 0.0) if offset is None else offset
         fallback = dict(cfg.get("fallback", {}) or {})
-        return cls(net, n_samples=inf.get("n_samples", 8), n_steps=inf.get("n_steps", 4), per_family=per_family,
-                   sobol_seed=inf.get("sobol_seed", 0), delta=cfg.get("delta", DELTA), band_offset=offset,
-                   quantiles=tuple(band.get("quantiles", DEFAULT_QUANTILES)), novelty=extra.get("novelty"),
-                   fallback=fallback)
+        return cls(
+            net,
+            n_samples=inf.get("n_samples", 8),
+            n_steps=inf.get("n_steps", 4),
+            per_family=per_family,
+            sobol_seed=inf.get("sobol_seed", 0),
+            delta=cfg.get("delta", DELTA),
+            band_offset=offset,
+            quantiles=tuple(band.get("quantiles", DEFAULT_QUANTILES)),
+            novelty=extra.get("novelty"),
+            fallback=fallback,
+        )
 
     def noise(self, n: int) -> torch.Tensor:
         if n not in self._noise:
@@ -158,8 +191,9 @@ class FlowPredictor:
         _, L_hat = reconstruct_L(y.astype(np.float64), edges[:, None, :], L0[:, None], self.delta)
         return edges, L_hat, c.astype(np.float64)
 
-    def _sample_scored(self, S, L, lengths, cap_remaining, batch_size, lr, n_samples: int, n_steps: int, keys=None,
-                       cache=None):
+    def _sample_scored(
+        self, S, L, lengths, cap_remaining, batch_size, lr, n_samples: int, n_steps: int, keys=None, cache=None
+    ):
         """(s_edges [B, K+1], L̂ [B, N, K+1], novelty score [B]): everything of a prediction that does not depend on ε.
 
         With a ``FlowSampleCache`` and one history key per row (``keys``; the key fixes the prefix, its end point and
@@ -172,8 +206,9 @@ class FlowPredictor:
         miss = cache.missing(full)
         if len(miss):
             sub = lambda a: np.asarray(a)[miss]  # noqa: E731
-            edges, L_hat, c = self._sample(sub(S), sub(L), sub(lengths), sub(cap_remaining), sub(batch_size), sub(lr),
-                                           n_samples, n_steps)
+            edges, L_hat, c = self._sample(
+                sub(S), sub(L), sub(lengths), sub(cap_remaining), sub(batch_size), sub(lr), n_samples, n_steps
+            )
             cache.put([full[i] for i in miss], edges, L_hat, self.novelty_from_context(c))
         return cache.get(full)
 
@@ -219,9 +254,18 @@ class FlowPredictor:
         for ns, nt in {tuple(r) for r in settings[warm].tolist()}:
             idx = np.flatnonzero(warm & (settings[:, 0] == ns) & (settings[:, 1] == nt))
             bs = np.asarray(batch_size)[idx]
-            edges, L_hat, nov = self._sample_scored(np.asarray(S)[idx], np.asarray(L)[idx], lengths[idx], cap[idx], bs,
-                                                    np.asarray(lr)[idx], ns, nt,
-                                                    keys=None if keys is None else [keys[i] for i in idx], cache=cache)
+            edges, L_hat, nov = self._sample_scored(
+                np.asarray(S)[idx],
+                np.asarray(L)[idx],
+                lengths[idx],
+                cap[idx],
+                bs,
+                np.asarray(lr)[idx],
+                ns,
+                nt,
+                keys=None if keys is None else [keys[i] for i in idx],
+                cache=cache,
+            )
             rem = decode_crossing(edges[:, None, :], L_hat, np.asarray(eps)[idx, None], bs[:, None], cap[idx, None])
             q = np.quantile(rem, qs, axis=1).T  # [b, Q]
             q[:, mid] = np.clip(np.median(rem, axis=1), 0.0, cap[idx])
@@ -231,7 +275,6 @@ class FlowPredictor:
 
     def _wls_band(self, S, L, lengths, eps, cap, batch_size, lr):
         if self._wls is None:
-
             self._wls = WLSPredictor(min_obs=self.min_obs)
         return self._wls.predict_quantiles(S, L, lengths, eps, cap, batch_size, lr)[:, 1]
 
@@ -249,8 +292,15 @@ class FlowPredictor:
             w = np.zeros(len(cap))
             idx = np.flatnonzero(far)
             w_rem = np.full(len(cap), np.nan)
-            w_rem[idx] = self._wls_band(np.asarray(S)[idx], np.asarray(L)[idx], np.asarray(lengths)[idx],
-                                        np.asarray(eps)[idx], cap[idx], np.asarray(batch_size)[idx], np.asarray(lr)[idx])
+            w_rem[idx] = self._wls_band(
+                np.asarray(S)[idx],
+                np.asarray(L)[idx],
+                np.asarray(lengths)[idx],
+                np.asarray(eps)[idx],
+                cap[idx],
+                np.asarray(batch_size)[idx],
+                np.asarray(lr)[idx],
+            )
             w[idx] = a[idx] * fb["wls_weight"]
             blend = np.expm1((1 - w[idx]) * np.log1p(med[idx]) + w[idx] * np.log1p(w_rem[idx]))
             med = med.copy()
@@ -266,15 +316,17 @@ class FlowPredictor:
         q[~warm] = cap[~warm, None]
         return q, score
 
-    def predict_remaining(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None, keys=None,
-                          cache=None) -> np.ndarray:
+    def predict_remaining(
+        self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None, keys=None, cache=None
+    ) -> np.ndarray:
         """Median remaining batches [B] (the paper's point estimate; moved toward WLS only by the fallback).
         ``keys``/``cache``: optional reuse of the network part per observed history (``FlowSampleCache``)."""
         q, _ = self._predict(S, L, lengths, eps, cap_remaining, batch_size, lr, family, keys, cache)
         return q[:, int(np.argmin(np.abs(np.asarray(self.quantiles) - 0.5)))]
 
-    def predict_quantiles(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None, keys=None,
-                          cache=None) -> np.ndarray:
+    def predict_quantiles(
+        self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None, keys=None, cache=None
+    ) -> np.ndarray:
         """[B, Q] remaining batches at ``self.quantiles`` (default q10, q50, q90): the q50 column equals
         ``predict_remaining``; the outer ones are the flow samples' quantiles widened by the conformal offset
         (and, past the novelty threshold, by the fallback). Ordered, within [0, cap]; cold tasks get cap."""

@@ -12,6 +12,7 @@ observed prefix do not depend on ε, and the simulator asks about the same bank 
 
 Shapes: ``B`` tasks, ``H`` padded history, ``Q`` query times, ``K`` buckets.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -43,9 +44,16 @@ def save_lcpfn(net: PFNTransformer, hparams: Mapping, path, extra: Mapping | Non
     """Weights, hyper-parameters and the command that trained them (tensors and plain values only) of an LC-PFN."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"kind": "lcpfn", "state_dict": {k: v.detach().clone() for k, v in net.state_dict().items()},
-                "hparams": plain_config(dict(hparams)), "extra": plain_config(dict(extra or {})),
-                "recipe": recipe}, path)
+    torch.save(
+        {
+            "kind": "lcpfn",
+            "state_dict": {k: v.detach().clone() for k, v in net.state_dict().items()},
+            "hparams": plain_config(dict(hparams)),
+            "extra": plain_config(dict(extra or {})),
+            "recipe": recipe,
+        },
+        path,
+    )
     return path
 
 
@@ -53,8 +61,10 @@ def load_lcpfn(path) -> tuple[PFNTransformer, dict]:
     """(net in eval mode, the checkpoint's {hparams, extra}) of a ``save_lcpfn`` file."""
     path = Path(path)
     blob = check_kind(load_checkpoint(path, "LC-PFN checkpoint"), path, "lcpfn", ("state_dict", "hparams"))
-    return net_from(_Net, blob, path, "an LC-PFN checkpoint"), {"hparams": blob["hparams"],
-                                                                "extra": blob.get("extra", {})}
+    return net_from(_Net, blob, path, "an LC-PFN checkpoint"), {
+        "hparams": blob["hparams"],
+        "extra": blob.get("extra", {}),
+    }
 
 
 def finetuned_ckpt_path(bank_path=None) -> Path:
@@ -88,8 +98,15 @@ class LCPFNPredictor:
 
     name = "lcpfn"
 
-    def __init__(self, net: PFNTransformer, band=(0.1, 0.5, 0.9), min_obs: int = 4, query_every: int = 10,
-                 chunk: int = 256, memo_entries: int = 20_000):
+    def __init__(
+        self,
+        net: PFNTransformer,
+        band=(0.1, 0.5, 0.9),
+        min_obs: int = 4,
+        query_every: int = 10,
+        chunk: int = 256,
+        memo_entries: int = 20_000,
+    ):
         band = check_levels(band)
         if len(band) != 3 or abs(band[1] - 0.5) > 1e-9:
             raise ValueError(f"lcpfn band must be three levels (lo, 0.5, hi), got {list(band)}")
@@ -105,8 +122,13 @@ class LCPFNPredictor:
         elif path == "finetuned":
             path = finetuned_ckpt_path(bank_path)
         net, _ = load_lcpfn(path)
-        return cls(net, band=tuple(cfg.get("band", (0.1, 0.5, 0.9))), min_obs=int(cfg.get("min_obs", 4)),
-                   query_every=int(cfg.get("query_every", 10)), memo_entries=int(cfg.get("memo_entries", 20_000)))
+        return cls(
+            net,
+            band=tuple(cfg.get("band", (0.1, 0.5, 0.9))),
+            min_obs=int(cfg.get("min_obs", 4)),
+            query_every=int(cfg.get("query_every", 10)),
+            memo_entries=int(cfg.get("memo_entries", 20_000)),
+        )
 
     def crossing_probability(self, S, L, lengths, eps, cap_remaining, batch_size) -> np.ndarray:
         """[B, Q] P(crossed ε by the k-th query time, k = 1..Q, every ``query_every`` batches) for warm prefixes."""
@@ -124,12 +146,12 @@ class LCPFNPredictor:
         """[B, Q = max n_q, K] bucket logits at the query times (past a row's own n_q: its last query, the cap),
         stored as float16 per observed prefix (the memo: a prefix's logits do not depend on ε; a bounded LRU map)."""
         lengths = valid.sum(axis=1)
-        keys = [hash((t[i, :lengths[i]].tobytes(), y[i, :lengths[i]].tobytes(), int(n_q[i]))) for i in range(len(t))]
+        keys = [hash((t[i, : lengths[i]].tobytes(), y[i, : lengths[i]].tobytes(), int(n_q[i]))) for i in range(len(t))]
         got = {k: self._memo[k] for k in keys if k in self._memo}
         miss = [i for i, k in enumerate(keys) if k not in got]
         f = lambda a: torch.from_numpy(np.ascontiguousarray(a)).float()
         for c in range(0, len(miss), self.chunk):
-            idx = np.asarray(miss[c:c + self.chunk])
+            idx = np.asarray(miss[c : c + self.chunk])
             Q = int(n_q[idx].max())
             s_q = s_now[idx, None] + self.query_every * np.arange(1, Q + 1)[None, :]
             t_q = np.minimum(s_q, T[idx, None]) / T[idx, None]
@@ -159,8 +181,9 @@ class LCPFNPredictor:
         if len(warm):
             sub = lambda a: np.asarray(a)[warm]
             H = int(lengths[warm].max())
-            p = self.crossing_probability(sub(S)[:, :H], sub(L)[:, :H], lengths[warm], sub(eps), cap[warm],
-                                          sub(batch_size))
+            p = self.crossing_probability(
+                sub(S)[:, :H], sub(L)[:, :H], lengths[warm], sub(eps), cap[warm], sub(batch_size)
+            )
             out[warm] = crossing_quantiles(p, self.query_every, self.quantiles, cap[warm])
         return out
 

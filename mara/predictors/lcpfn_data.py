@@ -9,6 +9,7 @@ drawn on the grid x = m·j/G (j = 1..G, m = 100 as in the paper), t = j / G, wit
 A batch (``CurveBatch``) holds G points per curve; the first ``n`` are context, the rest are the targets the loss
 reads (``target``). Shapes: ``B`` curves, ``G`` points.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -59,12 +60,17 @@ def prior_batch(n: int, rng: np.random.Generator, grid=(60, 72)) -> CurveBatch:
     j = np.arange(1, G + 1, dtype=np.float64)
     _, y, _ = sample_curves(n, rng, PRIOR_EPOCHS * j / G)
     n_ctx = rng.integers(1, G, size=n)
-    return CurveBatch(torch.from_numpy(np.repeat((j / G)[None], n, 0)).float(), torch.from_numpy(y).float(),
-                      torch.from_numpy(n_ctx), torch.ones(n, G, dtype=torch.bool))
+    return CurveBatch(
+        torch.from_numpy(np.repeat((j / G)[None], n, 0)).float(),
+        torch.from_numpy(y).float(),
+        torch.from_numpy(n_ctx),
+        torch.ones(n, G, dtype=torch.bool),
+    )
 
 
-def bank_batch(bank: CurveBank, rows, n: int, rng: np.random.Generator, obs_every: int = 10,
-               ctx_range=(4, 0.6)) -> CurveBatch:
+def bank_batch(
+    bank: CurveBank, rows, n: int, rng: np.random.Generator, obs_every: int = 10, ctx_range=(4, 0.6)
+) -> CurveBatch:
     """``n`` bank curves (drawn from ``rows``) on their observation grid, normalised by their context's L_max;
     n_ctx ~ U{ctx_range[0] .. ctx_range[1]·G} (the prefixes a scheduler sees: from the 4th observation to past half)."""
     r = np.asarray(rows)[rng.integers(len(rows), size=n)]

@@ -8,6 +8,7 @@ distribution with full support whose log-density is the training loss (the PFN's
 attends to the context tokens only (queries never see one another), pre-LN blocks; the query tokens' outputs are
 logits over the K buckets. Shapes: ``B`` curves, ``N`` tokens (context first, then queries), ``K`` buckets.
 """
+
 from __future__ import annotations
 
 import math

@@ -12,6 +12,7 @@ standard deviation σ = exp(N(−4, 1)):
 (The parameter ranges are the paper's numbers.) Sampling is vectorised: draw a block of candidate curves, keep the
 accepted ones, repeat. Shapes: ``N`` curves, ``G`` epochs of the grid ``x`` [G].
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,11 +41,13 @@ def _family_curves(x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarra
     col = lambda v: v[:, None]
     u, ln = rng.uniform, rng.lognormal
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-        return np.stack([
-            pow3(x, col(u(0.0, 1.25, n)), col(u(-0.6, 0.6, n)), col(ln(0.0, 2.0, n))),
-            ilog2(x, col(u(0.0, 1.0, n)), col(u(-0.5, 0.5, n))),
-            janoschek(x, col(u(0.0, 1.0, n)), col(u(0.0, 2.0, n)), col(ln(-2.0, 1.0, n)), col(ln(0.0, 0.5, n))),
-        ])
+        return np.stack(
+            [
+                pow3(x, col(u(0.0, 1.25, n)), col(u(-0.6, 0.6, n)), col(ln(0.0, 2.0, n))),
+                ilog2(x, col(u(0.0, 1.0, n)), col(u(-0.5, 0.5, n))),
+                janoschek(x, col(u(0.0, 1.0, n)), col(u(0.0, 2.0, n)), col(ln(-2.0, 1.0, n)), col(ln(0.0, 0.5, n))),
+            ]
+        )
 
 
 def accepted(y: np.ndarray) -> np.ndarray:

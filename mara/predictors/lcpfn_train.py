@@ -7,8 +7,10 @@ batch is drawn from ``default_rng([seed, step])``, so a resumed run sees the bat
 ``max_cpu_s`` stops a stage early once its process has used that much CPU time (then rerun to go on); the record
 holds both the CPU and the wall time. The result is ``<out>/lcpfn.ckpt`` (weights only).
 CLI: ``python -m mara.predictors.lcpfn_train stage=prior|finetune [paths.output_dir=DIR] [seed=S]
-[init=<prior lcpfn.ckpt>] [predictor.prior_train.steps=N] ...`` (composes conf/predictor/lcpfn.yaml under ``predictor``).
+[init=<prior lcpfn.ckpt>] [predictor.prior_train.steps=N] ...`` (composes conf/predictor/lcpfn.yaml under
+``predictor``).
 """
+
 from __future__ import annotations
 
 import math
@@ -83,14 +85,30 @@ def _loop(net, draw, tc, out: Path, seed: int, evaluate=None) -> dict:
                     best, best_state = rec["val_nll"], {k: v.clone() for k, v in net.state_dict().items()}
             history.append(rec)
             print(rec, flush=True)
-            torch.save({"net": net.state_dict(), "opt": opt.state_dict(), "step": step, "best": best, "history": history,
-                        "wall_s": wall + time.time() - t0, "cpu_s": cpu + time.process_time() - c0,
-                        "best_net": best_state}, state_path)
+            torch.save(
+                {
+                    "net": net.state_dict(),
+                    "opt": opt.state_dict(),
+                    "step": step,
+                    "best": best,
+                    "history": history,
+                    "wall_s": wall + time.time() - t0,
+                    "cpu_s": cpu + time.process_time() - c0,
+                    "best_net": best_state,
+                },
+                state_path,
+            )
     wall, cpu = wall + time.time() - t0, cpu + time.process_time() - c0
     if best_state is not None:
         net.load_state_dict(best_state)
-    return {"steps": step, "target_steps": total, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "best_val_nll": None if best == math.inf
-            else best, "history": history}
+    return {
+        "steps": step,
+        "target_steps": total,
+        "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),
+        "best_val_nll": None if best == math.inf else best,
+        "history": history,
+    }
 
 
 def train_prior(pc, out, seed: int = 0) -> dict:
@@ -105,8 +123,15 @@ def train_prior(pc, out, seed: int = 0) -> dict:
     grid = tuple(tc.get("grid", (60, 72)))
     rec = _loop(net, lambda rng: prior_batch(int(tc.batch_size), rng, grid), tc, Path(out), seed)
     rec.update(stage="prior", seed=seed, n_params=sum(p.numel() for p in net.parameters()))
-    rec["ckpt"] = str(save_lcpfn(net, plain_config(nc), Path(out) / "lcpfn.ckpt", rec,
-                                 f"python -m mara.predictors.lcpfn_train stage=prior seed={seed}"))
+    rec["ckpt"] = str(
+        save_lcpfn(
+            net,
+            plain_config(nc),
+            Path(out) / "lcpfn.ckpt",
+            rec,
+            f"python -m mara.predictors.lcpfn_train stage=prior seed={seed}",
+        )
+    )
     return rec
 
 
@@ -128,19 +153,38 @@ def finetune(pc, bank, init, out, seed: int = 0) -> dict:
         vg.manual_seed(seed)
         return np.mean([float(batch_nll(net, b)) for b in val])
 
-    rec = _loop(net, lambda rng: bank_batch(bank, train_rows, int(tc.batch_size), rng, ctx_range=ctx), tc, Path(out),
-                seed, evaluate)
-    rec.update(stage="finetune", seed=seed, init=_rel(init), bank=_rel(bank.path),
-               prior=meta.get("extra", {}))
-    rec["ckpt"] = str(save_lcpfn(net, meta["hparams"], Path(out) / "lcpfn.ckpt", rec,
-                                 f"python -m mara.predictors.lcpfn_train stage=finetune init={_rel(init)} seed={seed}"))
+    rec = _loop(
+        net,
+        lambda rng: bank_batch(bank, train_rows, int(tc.batch_size), rng, ctx_range=ctx),
+        tc,
+        Path(out),
+        seed,
+        evaluate,
+    )
+    rec.update(stage="finetune", seed=seed, init=_rel(init), bank=_rel(bank.path), prior=meta.get("extra", {}))
+    rec["ckpt"] = str(
+        save_lcpfn(
+            net,
+            meta["hparams"],
+            Path(out) / "lcpfn.ckpt",
+            rec,
+            f"python -m mara.predictors.lcpfn_train stage=finetune init={_rel(init)} seed={seed}",
+        )
+    )
     return rec
 
 
 def _cli(argv: list[str]) -> None:
-    base = OmegaConf.create({"stage": "prior", "seed": 0, "init": None, "bank": {"path": None},
-                             "paths": {"output_dir": "outputs/lcpfn"},
-                             "predictor": OmegaConf.load(conf_dir("predictor", "lcpfn.yaml"))})
+    base = OmegaConf.create(
+        {
+            "stage": "prior",
+            "seed": 0,
+            "init": None,
+            "bank": {"path": None},
+            "paths": {"output_dir": "outputs/lcpfn"},
+            "predictor": OmegaConf.load(conf_dir("predictor", "lcpfn.yaml")),
+        }
+    )
     cfg = OmegaConf.merge(base, OmegaConf.from_dotlist(argv))
     try:
         if cfg.stage == "prior":

@@ -8,6 +8,7 @@ log1p(truth) − log1p(q_τ)); ``apply_level_shifts`` moves a band by them and k
 Calibration queries come from curves run for calibration alone (the bank's ``cal`` split), never the curves the
 simulator draws tasks from. Shapes: ``[B]`` per task, ``[B, Q]`` band levels; shifts per family ``[n_bins, Q]``.
 """
+
 from __future__ import annotations
 
 from typing import Mapping

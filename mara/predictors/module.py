@@ -1,8 +1,10 @@
 """FlowPredictorModule: trains the flow net with Eq. 8 and monitors remaining-batch MAE, budget accuracy and band
 coverage against WLS (torchmetrics, reduced over DDP ranks: ``mara.predictors.val_metrics``).
 
-Batch shapes: ``x [B, H, 4]``, ``lengths [B]``, ``static [B, 4]``, ``y [B, K]`` (+ fixed ``z0 [B, K]``, ``u [B]`` in validation).
+Batch shapes: ``x [B, H, 4]``, ``lengths [B]``, ``static [B, 4]``, ``y [B, K]`` (+ fixed ``z0 [B, K]``, ``u [B]`` in
+validation).
 """
+
 from __future__ import annotations
 
 import lightning as L
@@ -23,8 +25,17 @@ from mara.predictors.wls import WLSPredictor
 
 
 class FlowPredictorModule(L.LightningModule):
-    def __init__(self, net: dict, lr: float = 1e-3, weight_decay: float = 1e-5, stats: dict | None = None,
-                 val_n_samples: int = 8, val_n_steps: int = 4, figure_every_n_epochs: int = 5, obs_every: int = 10):
+    def __init__(
+        self,
+        net: dict,
+        lr: float = 1e-3,
+        weight_decay: float = 1e-5,
+        stats: dict | None = None,
+        val_n_samples: int = 8,
+        val_n_steps: int = 4,
+        figure_every_n_epochs: int = 5,
+        obs_every: int = 10,
+    ):
         super().__init__()
         self.save_hyperparameters(ignore=["stats"])
         self.net = FlowNet(**net)
@@ -93,8 +104,11 @@ class FlowPredictorModule(L.LightningModule):
             truth, cap = true_remaining(bank, r, n, e, k)
             args = (S, Lh, n, e, cap, bank.batch_size[r], bank.lr[r])
             band = predictor.predict_quantiles(*args)
-            pred = band[:, int(np.argmin(np.abs(np.asarray(predictor.quantiles) - 0.5)))] \
-                if isinstance(predictor, FlowPredictor) else predictor.predict_remaining(*args)
+            pred = (
+                band[:, int(np.argmin(np.abs(np.asarray(predictor.quantiles) - 0.5)))]
+                if isinstance(predictor, FlowPredictor)
+                else predictor.predict_remaining(*args)
+            )
             metrics.update(pred, band[:, 0], band[:, -1], truth, n * k, budget, bank.first_crossing(r, e))
         out = metrics.compute()
         metrics.reset()
@@ -112,7 +126,9 @@ class FlowPredictorModule(L.LightningModule):
         S, Lh = observe(bank, rows, n_obs, k)
         cap = bank.lengths[rows] - n_obs * k
         was_training = self.net.training
-        edges, L_hat = self.predictor(16, 4).sample_futures(S, Lh, n_obs, cap, bank.batch_size[rows], bank.lr[rows], 16, 4)
+        edges, L_hat = self.predictor(16, 4).sample_futures(
+            S, Lh, n_obs, cap, bank.batch_size[rows], bank.lr[rows], 16, 4
+        )
         self.net.train(was_training)
         fig, axes = plt.subplots(1, len(rows), figsize=(4 * len(rows), 3))
         for ax, i, r in zip(np.atleast_1d(axes), range(len(rows)), rows):

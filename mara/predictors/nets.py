@@ -3,6 +3,7 @@
 Shapes: ``B`` tasks, ``H`` history length, ``N`` flow samples, ``K`` target bins (32),
 ``x [B, H, 4]`` history features, ``static [B, 4]``, ``z [B, N, K]`` or ``[B, K]``, ``u`` scalar or ``[B]``.
 """
+
 from __future__ import annotations
 
 import math
@@ -80,8 +81,17 @@ class FlowNet(nn.Module):
     """History encoder + static context → context vector; velocity field over standardised targets.
     ``feature_set`` (features.py) names the inputs the net was trained on; it fixes ``n_static``."""
 
-    def __init__(self, n_bins: int = 32, gru_hidden: int = 64, ctx_dim: int = 64, mlp_hidden: int = 128,
-                 time_dim: int = 32, n_hist_features: int = 4, n_static: int | None = None, feature_set: str = "v1"):
+    def __init__(
+        self,
+        n_bins: int = 32,
+        gru_hidden: int = 64,
+        ctx_dim: int = 64,
+        mlp_hidden: int = 128,
+        time_dim: int = 32,
+        n_hist_features: int = 4,
+        n_static: int | None = None,
+        feature_set: str = "v1",
+    ):
         super().__init__()
 
         if feature_set not in FEATURE_SETS:

@@ -11,6 +11,7 @@ sample quantiles with a conformal offset calibrated on validation curves; WLS: a
 ``predict_band`` gives (lo, median, hi) for any predictor (a degenerate band lo = median = hi for predictors
 without ``predict_quantiles``), so existing callers of ``predict_remaining`` are unaffected.
 """
+
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
@@ -43,6 +44,8 @@ def predict_band(predictor, S, L, lengths, eps, cap_remaining, batch_size, lr, f
 def check_first_obs(first_obs) -> int:
     """A predictor's ``first_obs``: the observation count (1 to WARMUP_OBS) from which it is asked for estimates."""
     if isinstance(first_obs, bool) or not isinstance(first_obs, (int, np.integer)) or not 1 <= first_obs <= WARMUP_OBS:
-        raise ValueError(f"first_obs must be an integer in [1, {WARMUP_OBS}] (the observation from which estimates are "
-                         f"asked for), got {first_obs!r}")
+        raise ValueError(
+            f"first_obs must be an integer in [1, {WARMUP_OBS}] (the observation from which estimates are "
+            f"asked for), got {first_obs!r}"
+        )
     return int(first_obs)

@@ -3,6 +3,7 @@
 Shapes: ``B`` examples, ``Q`` quantile levels. Values are in whatever unit the caller uses (the decision head
 uses log(1 + remaining batches)).
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -12,6 +12,7 @@ estimate) for a family without training curves.
 
 Shapes: ``B`` tasks, ``H`` history, ``Q`` trained levels.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -46,16 +47,27 @@ SHIFT_BINS = (10, 20)  # n_obs bins of the level shifts: [4, 10), [10, 20), [20,
 
 
 class QuantileNet(nn.Module):
-    def __init__(self, levels=DEFAULT_LEVELS, gru_hidden: int = 64, hidden: int = 128, n_hist_features: int = 4,
-                 n_static: int = N_STATIC):
+    def __init__(
+        self,
+        levels=DEFAULT_LEVELS,
+        gru_hidden: int = 64,
+        hidden: int = 128,
+        n_hist_features: int = 4,
+        n_static: int = N_STATIC,
+    ):
         super().__init__()
         self.levels = check_levels(levels)
         self.hist_norm = Standardizer(n_hist_features)
         self.static_norm = Standardizer(n_static)
         self.target_norm = Standardizer(1)
         self.encoder = HistoryEncoder(n_hist_features, gru_hidden)
-        self.head = nn.Sequential(nn.Linear(gru_hidden + n_static, hidden), nn.SiLU(), nn.Linear(hidden, hidden),
-                                  nn.SiLU(), nn.Linear(hidden, len(self.levels)))
+        self.head = nn.Sequential(
+            nn.Linear(gru_hidden + n_static, hidden),
+            nn.SiLU(),
+            nn.Linear(hidden, hidden),
+            nn.SiLU(),
+            nn.Linear(hidden, len(self.levels)),
+        )
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor, static: torch.Tensor) -> torch.Tensor:
         """Raw inputs -> standardised quantiles [B, Q] (non-crossing)."""
@@ -83,8 +95,16 @@ def save_head(net: QuantileNet, hparams: Mapping, path, extra: Mapping | None = 
     path.parent.mkdir(parents=True, exist_ok=True)
     extra = plain_config(dict(extra or {}))
     recipe = extra.pop("recipe", None)
-    torch.save({"kind": "qr", "state_dict": net.state_dict(), "hparams": plain_config(dict(hparams)), "extra": extra,
-                "recipe": recipe}, path)
+    torch.save(
+        {
+            "kind": "qr",
+            "state_dict": net.state_dict(),
+            "hparams": plain_config(dict(hparams)),
+            "extra": extra,
+            "recipe": recipe,
+        },
+        path,
+    )
     return path
 
 
@@ -109,7 +129,9 @@ def load_heads(paths) -> list[QuantileNet]:
     for path in [paths] if isinstance(paths, (str, Path)) else list(paths):
         path = Path(path)
         if not path.exists():
-            raise FileNotFoundError(f"no decision-head checkpoint {path} (train one: python -m mara.predictors.quantile_train)")
+            raise FileNotFoundError(
+                f"no decision-head checkpoint {path} (train one: python -m mara.predictors.quantile_train)"
+            )
         blob = load_checkpoint(path, "decision-head checkpoint")
         members = check_kind(blob, path, "qr", ()).get("members", [blob])
         for m in members if isinstance(members, list) else [None]:
@@ -149,12 +171,21 @@ class QuantileHeadPredictor:
         if not isinstance(path, (str, Path)):
             path = [str(p) for p in path]
         band = tuple(cfg.get("band", (0.1, 0.5, 0.9)))
-        head = cls(load_heads(path), band=band, min_obs=int(cfg.get("min_obs", MIN_OBS)),
-                   cold=cold_prior_from(cfg.get("cold"), bank_path, band))
+        head = cls(
+            load_heads(path),
+            band=band,
+            min_obs=int(cfg.get("min_obs", MIN_OBS)),
+            cold=cold_prior_from(cfg.get("cold"), bank_path, band),
+        )
         rc = cfg.get("recalibrate")
         if rc:
-            head.fit_shifts(Path(bank_path or default_bank_path()), rc.get("cal_bank", "beside"),
-                            tuple(rc.get("obs_bins", SHIFT_BINS)), int(rc.get("obs_every", 10)), int(rc.get("seed", 0)))
+            head.fit_shifts(
+                Path(bank_path or default_bank_path()),
+                rc.get("cal_bank", "beside"),
+                tuple(rc.get("obs_bins", SHIFT_BINS)),
+                int(rc.get("obs_every", 10)),
+                int(rc.get("seed", 0)),
+            )
         return head
 
     def fit_shifts(self, bank_path: Path, cal_bank="beside", obs_bins=SHIFT_BINS, obs_every: int = 10, seed: int = 0):
@@ -169,8 +200,9 @@ class QuantileHeadPredictor:
         if q is None:
             return
         band = self.all_quantiles(*query_inputs(cal, q, obs_every))
-        self.shifts = level_shifts(band[:, self.band_idx], q["truth"], self.quantiles, cal.family[q["rows"]],
-                                   q["n_obs"], self.shift_bins)
+        self.shifts = level_shifts(
+            band[:, self.band_idx], q["truth"], self.quantiles, cal.family[q["rows"]], q["n_obs"], self.shift_bins
+        )
 
     def all_quantiles(self, S, L, lengths, eps, cap_remaining, batch_size, lr) -> np.ndarray:
         """Remaining batches at every trained level [B, Q], within [0, cap]; cold tasks (< min_obs) get the cap."""
@@ -181,8 +213,11 @@ class QuantileHeadPredictor:
         if len(warm):
             sub = lambda a: np.asarray(a)[warm]  # noqa: E731
             x, st = decision_inputs(sub(S), sub(L), lengths[warm], sub(eps), cap[warm], sub(batch_size), sub(lr))
-            args = (torch.from_numpy(x.astype(np.float32)), torch.from_numpy(lengths[warm]),
-                    torch.from_numpy(st.astype(np.float32)))
+            args = (
+                torch.from_numpy(x.astype(np.float32)),
+                torch.from_numpy(lengths[warm]),
+                torch.from_numpy(st.astype(np.float32)),
+            )
             with torch.inference_mode():
                 q = np.mean([n.quantiles_log1p(*args).double().numpy() for n in self.nets], axis=0)
             out[warm] = np.clip(np.expm1(q), 0.0, cap[warm, None])
@@ -195,15 +230,22 @@ class QuantileHeadPredictor:
         if self.shifts:
             warm = np.flatnonzero(np.asarray(lengths) >= self.min_obs)
             sub = lambda a: np.asarray(a)[warm]  # noqa: E731
-            q[warm] = apply_level_shifts(q[warm], None if family is None else sub(family), sub(lengths), self.shifts,
-                                         self.shift_bins, sub(cap_remaining))
+            q[warm] = apply_level_shifts(
+                q[warm],
+                None if family is None else sub(family),
+                sub(lengths),
+                self.shifts,
+                self.shift_bins,
+                sub(cap_remaining),
+            )
         cold = np.flatnonzero(np.asarray(lengths) < self.min_obs)
         if self.cold is None or family is None or not len(cold):
             return q
         sub = lambda a: np.asarray(a)[cold]  # noqa: E731
         fam = sub(family)
-        q[cold] = self.cold.predict_quantiles(sub(S), sub(L), sub(lengths), sub(eps), sub(cap_remaining),
-                                              sub(batch_size), fam)
+        q[cold] = self.cold.predict_quantiles(
+            sub(S), sub(L), sub(lengths), sub(eps), sub(cap_remaining), sub(batch_size), fam
+        )
         q[cold[~np.isin(fam.astype(str), list(self.cold.curves))]] = np.nan
         return q
 

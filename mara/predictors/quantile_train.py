@@ -5,6 +5,7 @@ seed + epoch), early stopping on the pinball loss of a fixed fm_val draw. Export
 CLI: ``python -m mara.predictors.quantile_train [paths.output_dir=DIR] [seed=S] [predictor.train.max_epochs=N] ...``
 (composes conf/predictor/qr.yaml under ``predictor``).
 """
+
 from __future__ import annotations
 
 import sys
@@ -27,8 +28,12 @@ from mara.predictors.quantile_head import QuantileNet, save_head
 
 
 def _tensors(ex):
-    return TensorDataset(torch.from_numpy(ex.x.astype(np.float32)), torch.from_numpy(ex.n_obs.astype(np.int64)),
-                         torch.from_numpy(ex.static.astype(np.float32)), torch.from_numpy(ex.y.astype(np.float32)))
+    return TensorDataset(
+        torch.from_numpy(ex.x.astype(np.float32)),
+        torch.from_numpy(ex.n_obs.astype(np.int64)),
+        torch.from_numpy(ex.static.astype(np.float32)),
+        torch.from_numpy(ex.y.astype(np.float32)),
+    )
 
 
 def _collate(items):
@@ -39,8 +44,15 @@ def _collate(items):
 class DecisionDataModule(L.LightningDataModule):
     """fm_train examples resampled per epoch; a fixed fm_val draw; standardisation stats from a fixed training draw."""
 
-    def __init__(self, bank, seed: int = 0, train_examples: int = 16384, val_examples: int = 4096,
-                 batch_size: int = 256, obs_every: int = 10):
+    def __init__(
+        self,
+        bank,
+        seed: int = 0,
+        train_examples: int = 16384,
+        val_examples: int = 4096,
+        batch_size: int = 256,
+        obs_every: int = 10,
+    ):
         super().__init__()
         self.bank, self.seed, self.obs_every = bank, int(seed), int(obs_every)
         self.n_train, self.batch_size = int(train_examples), int(batch_size)
@@ -50,18 +62,36 @@ class DecisionDataModule(L.LightningDataModule):
         self.val_rows = np.flatnonzero(bank.split == "fm_val")
         if len(self.train_rows) == 0 or len(self.val_rows) == 0:
             raise ValueError(f"curve bank {bank.path}: needs fm_train and fm_val curves for the decision head")
-        self.val_set = decision_examples(bank, self.val_rows, int(val_examples), np.random.default_rng([self.seed, 1]), fp, obs_every)
-        ref = decision_examples(bank, self.train_rows, self.n_train, np.random.default_rng([self.seed, 0]), fp, obs_every)
+        self.val_set = decision_examples(
+            bank, self.val_rows, int(val_examples), np.random.default_rng([self.seed, 1]), fp, obs_every
+        )
+        ref = decision_examples(
+            bank, self.train_rows, self.n_train, np.random.default_rng([self.seed, 0]), fp, obs_every
+        )
         valid = np.arange(ref.x.shape[1])[None, :] < ref.n_obs[:, None]
-        self.stats = {"hist": (ref.x[valid].mean(0), ref.x[valid].std(0)),
-                      "static": (ref.static.mean(0), ref.static.std(0)), "target": (ref.y.mean(keepdims=True), ref.y.std(keepdims=True))}
+        self.stats = {
+            "hist": (ref.x[valid].mean(0), ref.x[valid].std(0)),
+            "static": (ref.static.mean(0), ref.static.std(0)),
+            "target": (ref.y.mean(keepdims=True), ref.y.std(keepdims=True)),
+        }
 
     def train_dataloader(self):
         epoch = self.trainer.current_epoch if self.trainer is not None else 0
-        ex = decision_examples(self.bank, self.train_rows, self.n_train, np.random.default_rng([self.seed, 100, epoch]),
-                               self.fp, self.obs_every)
-        return DataLoader(_tensors(ex), batch_size=self.batch_size, shuffle=True, collate_fn=_collate,
-                          generator=torch.Generator().manual_seed(self.seed + epoch))
+        ex = decision_examples(
+            self.bank,
+            self.train_rows,
+            self.n_train,
+            np.random.default_rng([self.seed, 100, epoch]),
+            self.fp,
+            self.obs_every,
+        )
+        return DataLoader(
+            _tensors(ex),
+            batch_size=self.batch_size,
+            shuffle=True,
+            collate_fn=_collate,
+            generator=torch.Generator().manual_seed(self.seed + epoch),
+        )
 
     def val_dataloader(self):
         return DataLoader(_tensors(self.val_set), batch_size=2048, shuffle=False, collate_fn=_collate)
@@ -105,20 +135,39 @@ def fit_quantile_head(bank, fit: HeadFitSettings, out, seed: int = 0) -> dict:
     L.seed_everything(seed, workers=True)
     torch.set_num_threads(tc.num_threads)
     out = Path(out)
-    dm = DecisionDataModule(bank, seed=seed, train_examples=fit.train_examples, val_examples=fit.val_examples,
-                            batch_size=fit.batch_size, obs_every=fit.obs_every)
+    dm = DecisionDataModule(
+        bank,
+        seed=seed,
+        train_examples=fit.train_examples,
+        val_examples=fit.val_examples,
+        batch_size=fit.batch_size,
+        obs_every=fit.obs_every,
+    )
     net_kw = dict(fit.net)
     module = QuantileHeadModule(net_kw, lr=tc.lr, weight_decay=tc.weight_decay, stats=dm.stats)
     ckpt_cb = ModelCheckpoint(dirpath=out / "checkpoints", monitor="val/pinball", mode="min", filename="qr-{epoch:03d}")
-    trainer = L.Trainer(max_epochs=tc.max_epochs, accelerator="cpu", devices=1, logger=False,
-                        callbacks=[ckpt_cb, EarlyStopping(monitor="val/pinball", mode="min", patience=tc.patience)],
-                        reload_dataloaders_every_n_epochs=1, enable_model_summary=False, enable_progress_bar=False,
-                        gradient_clip_val=float(tc.gradient_clip_val), default_root_dir=str(out))
+    trainer = L.Trainer(
+        max_epochs=tc.max_epochs,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        callbacks=[ckpt_cb, EarlyStopping(monitor="val/pinball", mode="min", patience=tc.patience)],
+        reload_dataloaders_every_n_epochs=1,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        gradient_clip_val=float(tc.gradient_clip_val),
+        default_root_dir=str(out),
+    )
     t0 = time.time()
     trainer.fit(module, datamodule=dm)
     module.load_state_dict(load_checkpoint(ckpt_cb.best_model_path, "decision-head training checkpoint")["state_dict"])
-    result = {"wall_s": time.time() - t0, "epochs": trainer.current_epoch,
-              "best_val_pinball": float(ckpt_cb.best_model_score), "bank": str(bank.path), "seed": seed}
+    result = {
+        "wall_s": time.time() - t0,
+        "epochs": trainer.current_epoch,
+        "best_val_pinball": float(ckpt_cb.best_model_score),
+        "bank": str(bank.path),
+        "seed": seed,
+    }
     result["ckpt"] = str(save_head(module.net, net_kw, out / "qr.ckpt", extra=result))
     return result
 
@@ -136,11 +185,21 @@ def settings_from_cli(argv: list[str]) -> tuple[HeadFitSettings, str | None, str
     ``key=value`` over it."""
     from omegaconf import OmegaConf
 
-    base = OmegaConf.create({"seed": 0, "bank": {"path": None}, "paths": {"output_dir": "outputs/qr"},
-                             "predictor": OmegaConf.load(conf_dir("predictor", "qr.yaml"))})
+    base = OmegaConf.create(
+        {
+            "seed": 0,
+            "bank": {"path": None},
+            "paths": {"output_dir": "outputs/qr"},
+            "predictor": OmegaConf.load(conf_dir("predictor", "qr.yaml")),
+        }
+    )
     plain = plain_config(OmegaConf.merge(base, OmegaConf.from_dotlist(argv)))
-    return (HeadFitSettings.from_config(plain["predictor"]), plain["bank"]["path"], plain["paths"]["output_dir"],
-            int(plain["seed"]))
+    return (
+        HeadFitSettings.from_config(plain["predictor"]),
+        plain["bank"]["path"],
+        plain["paths"]["output_dir"],
+        int(plain["seed"]),
+    )
 
 
 def _cli(argv: list[str]) -> None:

@@ -1,6 +1,7 @@
 """Benchmark queries over a bank's curves: for each curve, ε and budget drawn deterministically from its family's
 parameters and prefixes spread over the budget on the obs_every grid (the prediction benchmark's and the band
 calibration's queries; a query counts only if the curve has not crossed ε by its prefix end)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,15 +16,19 @@ from mara.predictors.data import observe, true_remaining
 def draw_eps_budget(params: dict, rng: np.random.Generator) -> tuple[float, int]:
     """One (ε, budget) from a family entry: ID ε·U[0.9,1.1], integer budget; OOD log-uniform ε, budget from the set."""
     if "eps" in params:
-        return float(params["eps"] * rng.uniform(0.9, 1.1)), int(rng.integers(params["budget"][0], params["budget"][1] + 1))
+        return float(params["eps"] * rng.uniform(0.9, 1.1)), int(
+            rng.integers(params["budget"][0], params["budget"][1] + 1)
+        )
     lo, hi = params["eps_range"]
     return float(np.exp(rng.uniform(np.log(lo), np.log(hi)))), int(rng.choice(params["budget_set"]))
 
 
-def build_queries(bank: CurveBank, families, split: str, family_params: dict, n_ranks: int = 8,
-                  obs_every: int = 10, seed: int = 0) -> dict:
+def build_queries(
+    bank: CurveBank, families, split: str, family_params: dict, n_ranks: int = 8, obs_every: int = 10, seed: int = 0
+) -> dict:
     """Deterministic queries [Q]: rows, rank, n_obs, eps, budget, truth (capped), cap (remaining); ``n_ranks``
     observation counts spread from 4 (a warm estimate) to the budget's or curve's end."""
+
     def counts(r, budget):
         n_max = max(4, min(budget, bank.lengths[r] - 1) // obs_every - 1)
         return np.round(np.linspace(4, n_max, n_ranks)).astype(int)
@@ -31,8 +36,9 @@ def build_queries(bank: CurveBank, families, split: str, family_params: dict, n_
     return _queries(bank, families, split, family_params, counts, obs_every, seed)
 
 
-def build_cold_queries(bank: CurveBank, families, split: str, family_params: dict, obs=(1, 2, 3), obs_every: int = 10,
-                       seed: int = 0) -> dict:
+def build_cold_queries(
+    bank: CurveBank, families, split: str, family_params: dict, obs=(1, 2, 3), obs_every: int = 10, seed: int = 0
+) -> dict:
     """Queries [Q] of cold tasks (``obs`` observations, fewer than a warm estimate needs), keyed as ``build_queries``'s,
     with the same (ε, budget) draw per curve; ``rank`` is the observation count's index in ``obs``."""
     return _queries(bank, families, split, family_params, lambda r, budget: obs, obs_every, seed)
@@ -86,6 +92,9 @@ def untrained_cal_queries(bank: CurveBank, cal_bank: CurveBank, obs_every: int =
     """Queries on the ``cal`` curves of ``cal_bank``'s families that ``bank`` has no training curves of (ε / budget
     drawn from ``bank``'s table, as the simulator draws them), or None when there are none."""
     params = bank.family_params or {}
-    fams = [str(f) for f in np.unique(cal_bank.family)
-            if not len(bank.rows(f, "fm_train")) and str(f) in params and len(cal_bank.rows(f, "cal"))]
+    fams = [
+        str(f)
+        for f in np.unique(cal_bank.family)
+        if not len(bank.rows(f, "fm_train")) and str(f) in params and len(cal_bank.rows(f, "cal"))
+    ]
     return build_queries(cal_bank, fams, "cal", params, obs_every=obs_every, seed=seed) if fams else None

@@ -5,6 +5,7 @@ A kind that registers its fit ``settings`` (the FM, the decision head) has its t
 trainer take the run config it was written for: ``predictor``, ``bank.path``, ``seed``, ``trainer`` and
 ``paths.output_dir`` (the stage's folder), built here from the same typed settings.
 """
+
 from __future__ import annotations
 
 from omegaconf import OmegaConf
@@ -15,9 +16,15 @@ from mara.predictors.fit_settings import PredictorTraining
 
 def trainer_config(training: PredictorTraining):
     """The run config a trainer without registered settings reads (an OmegaConf config, as the entry point has it)."""
-    return OmegaConf.create({"predictor": training.config, "bank": {"path": training.bank_path},
-                             "seed": training.seed, "trainer": training.trainer,
-                             "paths": {"output_dir": training.output_dir}})
+    return OmegaConf.create(
+        {
+            "predictor": training.config,
+            "bank": {"path": training.bank_path},
+            "seed": training.seed,
+            "trainer": training.trainer,
+            "paths": {"output_dir": training.output_dir},
+        }
+    )
 
 
 def run_trainer(training: PredictorTraining) -> dict:

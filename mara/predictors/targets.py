@@ -4,6 +4,7 @@ Shapes: ``B`` examples, ``K = n_bins`` (32), edges ``[B, K+1]``; ``N`` samples w
 C(s) = s·L(s) is the cumulative loss sum in sample units; within a batch every sample carries that
 batch's loss, so C is piecewise linear in samples and linear interpolation of C is exact.
 """
+
 from __future__ import annotations
 
 import numpy as np

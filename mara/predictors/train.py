@@ -5,6 +5,7 @@ shipped one), the seed, the Lightning trainer's arguments (max_epochs, devices, 
 folder, parsed once by the entry point. CLI: ``python -m mara.predictors.train [config.yaml] key=value ...``
 (keys ``bank.path``, ``seed``, ``predictor``, ``trainer``, ``paths.output_dir``, parsed by ``settings_from_cli``).
 """
+
 from __future__ import annotations
 
 import sys
@@ -15,12 +16,13 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
+
 from mara.core.config import conf_dir, plain_config
 from mara.core.progress_callback import ProgressCallback
 from mara.core.runlog import log_hparams, setup_logging
+from mara.core.safe_load import load_checkpoint
 from mara.curves.bank import default_bank_path, load_bank
 from mara.predictors.data import CurveDataModule, observe, true_remaining
-from mara.core.safe_load import load_checkpoint
 from mara.predictors.fit_settings import FlowFitSettings, PredictorTraining, trainer_from_config
 from mara.predictors.fm import FlowPredictor, novelty_stats, save_checkpoint
 from mara.predictors.module import FlowPredictorModule
@@ -46,25 +48,40 @@ def fit_flow(bank, fit: FlowFitSettings, trainer: dict | None, out: Path, seed: 
     out = Path(out)
     dm = CurveDataModule(bank, seed=seed, families=families, **fit.data)
     net_kw = dict(fit.net)
-    module = FlowPredictorModule(net_kw, lr=tc.lr, weight_decay=tc.weight_decay, stats=dm.stats,
-                                 figure_every_n_epochs=tc.figure_every_n_epochs, obs_every=fit.obs_every)
+    module = FlowPredictorModule(
+        net_kw,
+        lr=tc.lr,
+        weight_decay=tc.weight_decay,
+        stats=dm.stats,
+        figure_every_n_epochs=tc.figure_every_n_epochs,
+        obs_every=fit.obs_every,
+    )
     monitor = tc.monitor
-    ckpt_cb = ModelCheckpoint(dirpath=out / "checkpoints", monitor=monitor, mode="min", save_last=True,
-                              filename="fm-{epoch:03d}")
-    callbacks = [ckpt_cb, EarlyStopping(monitor=monitor, mode="min", patience=tc.patience),
-                 ProgressCallback("predictor (FM)")]
+    ckpt_cb = ModelCheckpoint(
+        dirpath=out / "checkpoints", monitor=monitor, mode="min", save_last=True, filename="fm-{epoch:03d}"
+    )
+    callbacks = [
+        ckpt_cb,
+        EarlyStopping(monitor=monitor, mode="min", patience=tc.patience),
+        ProgressCallback("predictor (FM)"),
+    ]
     logger = TensorBoardLogger(str(out), name="tensorboard", default_hp_metric=False)
     kw = trainer_from_config(trainer)
     max_epochs = kw.setdefault("max_epochs", tc.max_epochs)  # the shipped checkpoint: 50 epochs (~8 min on 1 core)
     kw.setdefault("gradient_clip_val", tc.gradient_clip_val)
     kw.setdefault("enable_model_summary", False)
-    trainer = L.Trainer(callbacks=callbacks, logger=logger, default_root_dir=str(out),
-                        reload_dataloaders_every_n_epochs=1, **kw)
+    trainer = L.Trainer(
+        callbacks=callbacks, logger=logger, default_root_dir=str(out), reload_dataloaders_every_n_epochs=1, **kw
+    )
     t0 = time.time()
     trainer.fit(module, datamodule=dm)
-    result = {"wall_s": time.time() - t0, "epochs": trainer.current_epoch,
-              "best_ckpt": ckpt_cb.best_model_path, "best_score": float(ckpt_cb.best_model_score or float("nan")),
-              "seen_families": seen_families(dm)}
+    result = {
+        "wall_s": time.time() - t0,
+        "epochs": trainer.current_epoch,
+        "best_ckpt": ckpt_cb.best_model_path,
+        "best_score": float(ckpt_cb.best_model_score or float("nan")),
+        "seen_families": seen_families(dm),
+    }
     for key in ("val/fm_loss", "val/mae_fm", "val/mae_wls"):
         if key in trainer.callback_metrics:
             result[key] = float(trainer.callback_metrics[key])
@@ -75,11 +92,14 @@ def fit_flow(bank, fit: FlowFitSettings, trainer: dict | None, out: Path, seed: 
             module.load_state_dict(state)
         result.update(calibrate_band(module.net, fit, dm))
         novelty = {k: v.tolist() for k, v in compute_novelty(module.net, dm).items()}  # checkpoint only
-        fm_path = save_checkpoint(module.net, net_kw, out / "fm.ckpt",
-                                  extra={"bank": str(bank.path), "seed": seed, **result, "novelty": novelty})
+        fm_path = save_checkpoint(
+            module.net,
+            net_kw,
+            out / "fm.ckpt",
+            extra={"bank": str(bank.path), "seed": seed, **result, "novelty": novelty},
+        )
         result["fm_ckpt"] = str(fm_path)
-        log_hparams(out / "tensorboard", {"predictor": fit.config, "seed": seed,
-                                          "max_epochs": int(max_epochs)}, result)
+        log_hparams(out / "tensorboard", {"predictor": fit.config, "seed": seed, "max_epochs": int(max_epochs)}, result)
     return result
 
 
@@ -88,8 +108,13 @@ def seen_families(dm) -> list[str]:
     examples, the validation examples and the validation MAE queries."""
     fam = dm.bank.family
     train_bank, ex = dm.train_examples_for_epoch(0)
-    seen = set(fam[dm.train_rows]) | set(fam[dm.val_rows]) | set(train_bank.family[ex.rows]) \
-        | set(fam[dm.val_set.rows]) | set(fam[dm.val_q[0]])
+    seen = (
+        set(fam[dm.train_rows])
+        | set(fam[dm.val_rows])
+        | set(train_bank.family[ex.rows])
+        | set(fam[dm.val_set.rows])
+        | set(fam[dm.val_q[0]])
+    )
     return sorted(str(f) for f in seen)
 
 
@@ -103,8 +128,16 @@ def compute_novelty(net, dm, n_train: int = 4096) -> dict:
         n = min(n, len(e.n_obs))
         H = int(e.n_obs[:n].max())
         with torch.inference_mode():
-            return net.eval().context_vector(torch.from_numpy(e.x[:n, :H].astype("float32")), torch.from_numpy(e.n_obs[:n]),
-                                             torch.from_numpy(e.static[:n].astype("float32"))).double().numpy()
+            return (
+                net.eval()
+                .context_vector(
+                    torch.from_numpy(e.x[:n, :H].astype("float32")),
+                    torch.from_numpy(e.n_obs[:n]),
+                    torch.from_numpy(e.static[:n].astype("float32")),
+                )
+                .double()
+                .numpy()
+            )
 
     return novelty_stats(ctx(ex, n_train), ctx(dm.val_set, len(dm.val_set.n_obs)))
 
@@ -127,7 +160,9 @@ def settings_from_cli(argv: list[str]) -> PredictorTraining:
     """The command line's settings: conf/predictor/fm.yaml under ``predictor``, YAML files and ``key=value`` over it."""
     from omegaconf import OmegaConf
 
-    base = OmegaConf.create({"seed": 0, "bank": {"path": None}, "trainer": {}, "paths": {"output_dir": "outputs/predictor"}})
+    base = OmegaConf.create(
+        {"seed": 0, "bank": {"path": None}, "trainer": {}, "paths": {"output_dir": "outputs/predictor"}}
+    )
     pred_yaml = conf_dir("predictor", "fm.yaml")
     if pred_yaml.exists():
         base.predictor = OmegaConf.load(pred_yaml)
@@ -135,9 +170,13 @@ def settings_from_cli(argv: list[str]) -> PredictorTraining:
     for f in files:
         base = OmegaConf.merge(base, OmegaConf.load(f))
     plain = plain_config(OmegaConf.merge(base, OmegaConf.from_dotlist([a for a in argv if a not in files])))
-    return PredictorTraining(fit=FlowFitSettings.from_config(plain["predictor"]),
-                             output_dir=plain["paths"]["output_dir"], bank_path=plain["bank"]["path"],
-                             seed=int(plain["seed"]), trainer=plain["trainer"] or {})
+    return PredictorTraining(
+        fit=FlowFitSettings.from_config(plain["predictor"]),
+        output_dir=plain["paths"]["output_dir"],
+        bank_path=plain["bank"]["path"],
+        seed=int(plain["seed"]),
+        trainer=plain["trainer"] or {},
+    )
 
 
 def _cli(argv: list[str]) -> None:

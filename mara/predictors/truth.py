@@ -13,6 +13,7 @@ between a rule with ``truth`` and the same rule with FM/WLS is due to the estima
 ``first_obs: 1`` (``truth_cold``) gives the true remaining batches from the first observation, the bound at the
 timing of a predictor that answers cold tasks (``qr_q_cold``).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,8 +38,10 @@ class TruthPredictor:
         return true_remaining_batches(need, processed, cap_remaining)
 
     def predict_remaining(self, *args, **kwargs):
-        raise TypeError("the truth predictor reads the task's own curve (need − processed): only the simulator can "
-                        "feed it; it is a bound, not a predictor of a loss prefix")
+        raise TypeError(
+            "the truth predictor reads the task's own curve (need − processed): only the simulator can "
+            "feed it; it is a bound, not a predictor of a loss prefix"
+        )
 
     @classmethod
     def from_config(cls, cfg=None, bank_path=None) -> "TruthPredictor":

@@ -3,6 +3,7 @@
 All in log(1 + remaining batches) space, where errors of a 10-batch and a 300-batch task are comparable.
 Shapes: ``[B]`` per task unless noted.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -39,5 +40,7 @@ def band_metrics(q: np.ndarray, truth: np.ndarray) -> dict:
     """Coverage of [q_lo, q_hi] (ends included) and the mean band width in batches. q [B, Q] ordered."""
     truth = np.asarray(truth, np.float64)
     inside = (q[:, 0] <= truth) & (truth <= q[:, -1])
-    return {"coverage": float(inside.mean()) if len(truth) else float("nan"),
-            "band_width": float((q[:, -1] - q[:, 0]).mean()) if len(truth) else float("nan")}
+    return {
+        "coverage": float(inside.mean()) if len(truth) else float("nan"),
+        "band_width": float((q[:, -1] - q[:, 0]).mean()) if len(truth) else float("nan"),
+    }

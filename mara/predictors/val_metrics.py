@@ -4,6 +4,7 @@ Each rank scores its share of the validation queries (``rank_share``); the metri
 are summed over ranks on ``compute()``, so the logged value is the one a single process scoring every query
 gets (up to float summation order), whatever the share sizes. Shapes: ``[B]`` per query.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,16 +41,20 @@ class RemainingBatchMetrics(torch.nn.Module):
         if len(truth) == 0:
             return
         dev = self.mae.device
-        pred, lo, hi, truth, s0, budget, first = (torch.as_tensor(np.asarray(a, np.float64), device=dev)
-                                                  for a in (pred, lo, hi, truth, s0, budget, first))
+        pred, lo, hi, truth, s0, budget, first = (
+            torch.as_tensor(np.asarray(a, np.float64), device=dev) for a in (pred, lo, hi, truth, s0, budget, first)
+        )
         self.mae.update(pred, truth)
         self.budget_acc.update((s0 + pred <= budget).long(), (first <= budget).long())
         self.coverage.update(((lo <= truth) & (truth <= hi)).double())
 
     def compute(self) -> dict[str, float]:
         """Values over every rank's queries (a collective under DDP: every rank calls it)."""
-        return {"mae": float(self.mae.compute()), "budget_acc": float(self.budget_acc.compute()),
-                "coverage": float(self.coverage.compute())}
+        return {
+            "mae": float(self.mae.compute()),
+            "budget_acc": float(self.budget_acc.compute()),
+            "coverage": float(self.coverage.compute()),
+        }
 
     def reset(self) -> None:
         for m in (self.mae, self.budget_acc, self.coverage):

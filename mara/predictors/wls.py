@@ -4,6 +4,7 @@ Shapes: ``B`` tasks, ``H`` padded history length. ``ln L = θ₀ + θ₁ ln S``;
 observation; the regressor is centred at the current ``ln S_now`` so the 2×2 system stays well
 conditioned with γ = 0.9, and the tiny ridge only regularises the centred coefficients.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -122,8 +123,12 @@ class WLSPredictor:
 
     @classmethod
     def from_config(cls, cfg, bank_path=None) -> "WLSPredictor":
-        return cls(gamma=cfg.get("gamma", 0.9), ridge=cfg.get("ridge", 1e-10), min_obs=cfg.get("min_obs", MIN_OBS),
-                   band_z=cfg.get("band_z", 1.2816))
+        return cls(
+            gamma=cfg.get("gamma", 0.9),
+            ridge=cfg.get("ridge", 1e-10),
+            min_obs=cfg.get("min_obs", MIN_OBS),
+            band_z=cfg.get("band_z", 1.2816),
+        )
 
     def predict_quantiles(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None) -> np.ndarray:
         """[B, 3] = (lo, median, hi) remaining batches: steeper slope → sooner (lo), flatter → later (hi)."""
@@ -154,6 +159,7 @@ class WLSPredictor:
             S_w, L_w, n_w = np.asarray(S, np.float64)[warm], np.asarray(L, np.float64)[warm], lengths[warm]
             t0, t1 = wls_fit(S_w, L_w, n_w, self.gamma, self.ridge)
             S_now = S_w[np.arange(len(n_w)), n_w - 1]
-            out[warm] = wls_remaining(t0, t1, S_now, np.asarray(eps, np.float64)[warm],
-                                      np.asarray(batch_size)[warm], cap[warm])
+            out[warm] = wls_remaining(
+                t0, t1, S_now, np.asarray(eps, np.float64)[warm], np.asarray(batch_size)[warm], cap[warm]
+            )
         return out

@@ -2,6 +2,7 @@
 report.json and, with ``readme=``, regenerate the results section of that page between
 ``<!-- results:begin -->`` and ``<!-- results:end -->`` from it (figures copied to docs/figures/paper_*.png).
 """
+
 from __future__ import annotations
 
 import sys
@@ -12,7 +13,6 @@ from omegaconf import OmegaConf
 from mara.core.files import write_text_atomic
 from mara.report.paper import copy_figures_for_readme, readme_markdown, write_report
 from mara.report.sections import figure_link, figures_dir, replace_section
-
 
 #: the JSON files a report reads (those present), each a JSON object; the results files hold rows of method results
 REPORT_INPUTS = ("evaluation/results.json", "stress/results.json", "prediction/prediction.json", "stage_timings.json")
@@ -47,8 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = OmegaConf.from_dotlist(args)
         unknown = set(cfg) - {"run", "readme"}
         if unknown:
-            raise ValueError(f"unknown option(s) {', '.join(sorted(unknown))}; usage: python -m mara.report "
-                             "run=<folder> [readme=docs/results.md]")
+            raise ValueError(
+                f"unknown option(s) {', '.join(sorted(unknown))}; usage: python -m mara.report "
+                "run=<folder> [readme=docs/results.md]"
+            )
         if not cfg.get("run"):
             raise ValueError("usage: python -m mara.report run=<folder> [readme=docs/results.md]")
         run = Path(str(cfg.run))
@@ -58,8 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             paths = write_report(run)
         except (KeyError, TypeError, AttributeError, IndexError) as exc:  # valid JSON of another shape, deeper down
-            raise ValueError(f"{run}: its results do not have the shape of a finished experiment=paper run's "
-                             f"({type(exc).__name__}: {exc})") from None
+            raise ValueError(
+                f"{run}: its results do not have the shape of a finished experiment=paper run's "
+                f"({type(exc).__name__}: {exc})"
+            ) from None
         print(f"wrote {paths['md']} and {paths['json']}")
         if cfg.get("readme"):
             readme = Path(str(cfg.readme))
@@ -67,7 +71,11 @@ def main(argv: list[str] | None = None) -> int:
 
             rep = json.loads(Path(paths["json"]).read_text())
             copies = copy_figures_for_readme(rep, figures_dir(readme))
-            section = readme_markdown(rep, str(cfg.readme)) + "".join(f"\n![{p.stem}]({figure_link(readme, p)})" for p in copies) + "\n"
+            section = (
+                readme_markdown(rep, str(cfg.readme))
+                + "".join(f"\n![{p.stem}]({figure_link(readme, p)})" for p in copies)
+                + "\n"
+            )
             write_text_atomic(readme, replace_section(readme.read_text(), section, "results"))
             print(f"updated the results section of {readme}")
     except (ValueError, FileNotFoundError) as exc:

@@ -12,6 +12,7 @@ over its training seeds, then the per-episode difference gives a mean and its st
 ``Slack-WLS → Slack-Truth`` gap a method closes is ``(method − Slack-WLS) / (Slack-Truth − Slack-WLS)`` with a
 delta-method standard error.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,9 +26,15 @@ def episode_success(rows: list[dict], load: float) -> dict[str, dict[tuple, floa
     """{method: {(task_set, root, episode): success % (mean over training seeds)}} at ``load``."""
     acc: dict = {}
     for r in rows:
-        if abs(float(r["load"]) - float(load)) > 1e-9 or r.get("success_rate") is None or not np.isfinite(r["success_rate"]):
+        if (
+            abs(float(r["load"]) - float(load)) > 1e-9
+            or r.get("success_rate") is None
+            or not np.isfinite(r["success_rate"])
+        ):
             continue
-        acc.setdefault(r["method"], {}).setdefault((r.get("task_set"), r.get("root"), r.get("episode")), []).append(100.0 * r["success_rate"])
+        acc.setdefault(r["method"], {}).setdefault((r.get("task_set"), r.get("root"), r.get("episode")), []).append(
+            100.0 * r["success_rate"]
+        )
     return {m: {k: float(np.mean(v)) for k, v in per.items()} for m, per in acc.items()}
 
 
@@ -82,10 +89,15 @@ def gap_decomposition(rows: list[dict], learned: set | None = None, not_rules=No
         if PERFECT in s and OPTIMUM in s:
             cell["allocation_gap"] = paired_difference(s[OPTIMUM], s[PERFECT])
         if PERFECT in s:
-            cell["prediction_gap"] = {m: paired_difference(s[PERFECT], v) for m, v in s.items() if m not in bounds and m != PERFECT}
+            cell["prediction_gap"] = {
+                m: paired_difference(s[PERFECT], v) for m, v in s.items() if m not in bounds and m != PERFECT
+            }
             if BASE_RULE in s:
-                cell["share_closed"] = {m: share_closed(v, s[BASE_RULE], s[PERFECT]) for m, v in s.items()
-                                        if m not in bounds and m != BASE_RULE}
+                cell["share_closed"] = {
+                    m: share_closed(v, s[BASE_RULE], s[PERFECT])
+                    for m, v in s.items()
+                    if m not in bounds and m != BASE_RULE
+                }
         rules = {m: float(np.mean(list(v.values()))) for m, v in s.items() if m not in not_rules and m not in learned}
         if rules and learned & set(s):
             best = max(rules, key=rules.get)
@@ -109,32 +121,64 @@ def decomposition_markdown(dec: dict, order: list[str] | None = None) -> list[st
     if not dec:
         return []
     loads = list(dec)
-    L = ["## Gap decomposition (paired over identical episodes, ± standard error)", "",
-         "Allocation gap = Clairvoyant − Slack-Truth (perfect estimates, same timing: from the 4th observation); "
-         "prediction gap = Slack-Truth − method. Points of success rate (%).", ""]
+    L = [
+        "## Gap decomposition (paired over identical episodes, ± standard error)",
+        "",
+        "Allocation gap = Clairvoyant − Slack-Truth (perfect estimates, same timing: from the 4th observation); "
+        "prediction gap = Slack-Truth − method. Points of success rate (%).",
+        "",
+    ]
     if any("allocation_gap" in dec[ld] for ld in loads):
-        L += ["| | " + " | ".join(f"p = {ld}" for ld in loads) + " |", "|---|" + "---:|" * len(loads),
-              "| allocation gap (Clairvoyant − Slack-Truth) | " + " | ".join(_pm(dec[ld].get("allocation_gap")) for ld in loads) + " |"]
-        methods = sorted({m for ld in loads for m in (dec[ld].get("prediction_gap") or {})},
-                         key=lambda m: (order.index(m) if order and m in order else 999, m))
+        L += [
+            "| | " + " | ".join(f"p = {ld}" for ld in loads) + " |",
+            "|---|" + "---:|" * len(loads),
+            "| allocation gap (Clairvoyant − Slack-Truth) | "
+            + " | ".join(_pm(dec[ld].get("allocation_gap")) for ld in loads)
+            + " |",
+        ]
+        methods = sorted(
+            {m for ld in loads for m in (dec[ld].get("prediction_gap") or {})},
+            key=lambda m: (order.index(m) if order and m in order else 999, m),
+        )
         for m in methods:
-            L.append(f"| prediction gap of {m} (Slack-Truth − {m}) | "
-                     + " | ".join(_pm((dec[ld].get("prediction_gap") or {}).get(m)) for ld in loads) + " |")
+            L.append(
+                f"| prediction gap of {m} (Slack-Truth − {m}) | "
+                + " | ".join(_pm((dec[ld].get("prediction_gap") or {}).get(m)) for ld in loads)
+                + " |"
+            )
         L.append("")
-    shares = sorted({m for ld in loads for m in (dec[ld].get("share_closed") or {})},
-                    key=lambda m: (order.index(m) if order and m in order else 999, m))
+    shares = sorted(
+        {m for ld in loads for m in (dec[ld].get("share_closed") or {})},
+        key=lambda m: (order.index(m) if order and m in order else 999, m),
+    )
     if shares:
-        L += ["Share of the Slack-WLS → Slack-Truth gap closed (method − Slack-WLS) / (Slack-Truth − Slack-WLS):", "",
-              "| Method | " + " | ".join(f"p = {ld}" for ld in loads) + " |", "|---|" + "---:|" * len(loads)]
+        L += [
+            "Share of the Slack-WLS → Slack-Truth gap closed (method − Slack-WLS) / (Slack-Truth − Slack-WLS):",
+            "",
+            "| Method | " + " | ".join(f"p = {ld}" for ld in loads) + " |",
+            "|---|" + "---:|" * len(loads),
+        ]
         for m in shares:
-            L.append(f"| {m} | " + " | ".join(_pm((dec[ld].get("share_closed") or {}).get(m), "share", pct=True) for ld in loads) + " |")
+            L.append(
+                f"| {m} | "
+                + " | ".join(_pm((dec[ld].get("share_closed") or {}).get(m), "share", pct=True) for ld in loads)
+                + " |"
+            )
         L.append("")
     learned = sorted({m for ld in loads for m in (dec[ld].get("minus_best_rule") or {})})
     if learned:
-        L += ["Learned method minus the best non-learned method at each load (bounds and Slack-Truth excluded):", "",
-              "| | " + " | ".join(f"p = {ld}" for ld in loads) + " |", "|---|" + "---:|" * len(loads),
-              "| best rule | " + " | ".join(dec[ld].get("best_rule", "–") for ld in loads) + " |"]
+        L += [
+            "Learned method minus the best non-learned method at each load (bounds and Slack-Truth excluded):",
+            "",
+            "| | " + " | ".join(f"p = {ld}" for ld in loads) + " |",
+            "|---|" + "---:|" * len(loads),
+            "| best rule | " + " | ".join(dec[ld].get("best_rule", "–") for ld in loads) + " |",
+        ]
         for m in learned:
-            L.append(f"| {m} − best rule | " + " | ".join(_pm((dec[ld].get("minus_best_rule") or {}).get(m)) for ld in loads) + " |")
+            L.append(
+                f"| {m} − best rule | "
+                + " | ".join(_pm((dec[ld].get("minus_best_rule") or {}).get(m)) for ld in loads)
+                + " |"
+            )
         L.append("")
     return L

@@ -3,6 +3,7 @@
 Every report column headed "paper" reads from here. Success rates and diagnostics are (mean, sample std);
 prediction cells are plain values. A method or cell the paper does not report is simply absent.
 """
+
 from __future__ import annotations
 
 #: Table 1 — remaining-resource prediction: task set -> predictor -> (MAE batches, budget acc. %, ms/prefix)

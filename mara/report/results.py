@@ -1,4 +1,5 @@
 """Results files: ``results.json`` (schema mara.results/1), ``results.md``, figures, TensorBoard scalars."""
+
 from __future__ import annotations
 
 import json
@@ -55,12 +56,22 @@ def results_markdown(res: dict, title: str = "Evaluation") -> str:
         task_sets.append("Average")
     lines = [f"# {title}", ""]
     for load in loads:
-        lines += [f"## Success rate (%) at p = {load}", "", "| Task set | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
+        lines += [
+            f"## Success rate (%) at p = {load}",
+            "",
+            "| Task set | " + " | ".join(methods) + " |",
+            "|---" * (len(methods) + 1) + "|",
+        ]
         for ts in task_sets:
             lines.append(f"| {ts} | " + " | ".join(_fmt(summary[m].get(ts, {}).get(load)) for m in methods) + " |")
         lines.append("")
     if len(loads) > 1:
-        lines += ["## Average success rate (%) by load", "", "| Method | " + " | ".join(f"p={ld}" for ld in loads) + " |", "|---" * (len(loads) + 1) + "|"]
+        lines += [
+            "## Average success rate (%) by load",
+            "",
+            "| Method | " + " | ".join(f"p={ld}" for ld in loads) + " |",
+            "|---" * (len(loads) + 1) + "|",
+        ]
         for m in methods:
             key = "Average" if "Average" in summary[m] else next(iter(summary[m]))
             lines.append(f"| {m} | " + " | ".join(_fmt(summary[m][key].get(ld)) for ld in loads) + " |")
@@ -68,7 +79,12 @@ def results_markdown(res: dict, title: str = "Evaluation") -> str:
     lines += decomposition_markdown(res.get("decomposition") or gap_decomposition(res.get("rows") or []), methods)
     counts = summarize(res.get("rows") or [], key="n_tasks", scale=1.0)
     if counts and loads:
-        lines += ["## Tasks per episode (counted; equal weight to the task sets)", "", "| Method | " + " | ".join(f"p={ld}" for ld in loads) + " |", "|---" * (len(loads) + 1) + "|"]
+        lines += [
+            "## Tasks per episode (counted; equal weight to the task sets)",
+            "",
+            "| Method | " + " | ".join(f"p={ld}" for ld in loads) + " |",
+            "|---" * (len(loads) + 1) + "|",
+        ]
         for m in [m for m in methods if m in counts]:
             key = "Average" if "Average" in counts[m] else next(iter(counts[m]))
             lines.append(f"| {m} | " + " | ".join(_fmt(counts[m][key].get(ld)) for ld in loads) + " |")
@@ -76,11 +92,18 @@ def results_markdown(res: dict, title: str = "Evaluation") -> str:
     diag = res.get("diagnostics") or {}
     diag_methods = [m for m in methods if diag.get(m, {}).get("utilization", {}).get("mean") is not None]
     if diag_methods:
-        lines += ["## Operational diagnostics (all loads and task sets)", "", "| Method | Util. (%) | Queue full (%) | Waiting | Ready |", "|---|---|---|---|---|"]
+        lines += [
+            "## Operational diagnostics (all loads and task sets)",
+            "",
+            "| Method | Util. (%) | Queue full (%) | Waiting | Ready |",
+            "|---|---|---|---|---|",
+        ]
         for m in diag_methods:
             d = diag[m]
-            lines.append(f"| {m} | {_fmt(d['utilization'])} | {_fmt(d['queue_full'])} | {_fmt(d['waiting'])} | "
-                         f"{_fmt(d['ready'])} |")
+            lines.append(
+                f"| {m} | {_fmt(d['utilization'])} | {_fmt(d['queue_full'])} | {_fmt(d['waiting'])} | "
+                f"{_fmt(d['ready'])} |"
+            )
         lines.append("")
     if res.get("timings"):
         lines += ["## Wall time (s)", "", "| Method | seconds |", "|---|---|"]
@@ -89,7 +112,11 @@ def results_markdown(res: dict, title: str = "Evaluation") -> str:
     if res.get("clairvoyant"):
         c = res["clairvoyant"]
         lines += [
-            ("Clairvoyant models the admission limit K exactly; " if c.get("admission_limit", True) else "Clairvoyant relaxes the admission limit K (a looser upper bound); ")
+            (
+                "Clairvoyant models the admission limit K exactly; "
+                if c.get("admission_limit", True)
+                else "Clairvoyant relaxes the admission limit K (a looser upper bound); "
+            )
             + (f"here it is a {c['bound_kind']}; " if str(c.get("bound_kind", "exact")).startswith("bound") else "")
             + f"upper bounds are reported; "
             f"{c['n_optimal']}/{c['n_episodes']} episodes solved to proven optimality, "
@@ -148,10 +175,14 @@ def log_tensorboard(res: dict, out_dir: Path) -> None:
             for ts, per_load in per_ts.items():
                 for ld, cell in per_load.items():
                     if cell["mean"] is not None:
-                        w.add_scalar(f"eval/success_rate/{ts}/{m}", cell["mean"], global_step=int(round(float(ld) * 100)))
+                        w.add_scalar(
+                            f"eval/success_rate/{ts}/{m}", cell["mean"], global_step=int(round(float(ld) * 100))
+                        )
 
 
-def write_results(res: dict, out_dir: Path, title: str = "Evaluation", tensorboard: bool = True, figures: bool = True) -> dict[str, Path]:
+def write_results(
+    res: dict, out_dir: Path, title: str = "Evaluation", tensorboard: bool = True, figures: bool = True
+) -> dict[str, Path]:
     """Write results.json, results.md (atomically), the load figure and TensorBoard scalars into ``out_dir``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

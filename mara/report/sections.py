@@ -3,6 +3,7 @@ is written by a command (``python -m mara.report ... readme=docs/results.md`` fi
 ``python -m mara.fidelity ... readme=docs/results.md`` fills ``fidelity``, ``python -m mara.readme_tables run=OUT
 readme=docs/results.md`` fills ``rules``, ``prediction``, ``lofo``, ``lara_sweep``, ``live``, ``imitation`` and
 ``checkpoints``), never typed by hand."""
+
 from __future__ import annotations
 
 import os
@@ -44,4 +45,3 @@ def replace_section(text: str, section: str, name: str) -> str:
     if i < 0 or j < i:
         raise ValueError(f"README has no '{begin}' … '{end}' markers to fill")
     return text[: i + len(begin)] + "\n" + section.rstrip() + "\n" + text[j:]
-

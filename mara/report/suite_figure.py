@@ -3,6 +3,7 @@ non-learned method at every load, ± one standard error, beside the ±0.2 band t
 
 Input: ``scripts/suite_eval.py``'s summary ``{setting: {load: {"best": rule, <learned>: {diff, se, n}, ...}}}``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -40,8 +41,16 @@ def suite_figure(summary: dict, path: Path) -> Path | None:
         for j, m in enumerate(methods):
             style = method_style(m)
             shift = (j - (len(methods) - 1) / 2) * 0.0012  # side by side at each load
-            ax.errorbar([v + shift for v in x], [per[p][m]["diff"] for p in loads], yerr=[per[p][m]["se"] for p in loads],
-                        label=m, capsize=2, color=style["color"], marker=style["marker"], linewidth=1.5)
+            ax.errorbar(
+                [v + shift for v in x],
+                [per[p][m]["diff"] for p in loads],
+                yerr=[per[p][m]["se"] for p in loads],
+                label=m,
+                capsize=2,
+                color=style["color"],
+                marker=style["marker"],
+                linewidth=1.5,
+            )
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("load p (per 7 nodes)")
         ax.set_xticks(x)

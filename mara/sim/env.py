@@ -33,7 +33,8 @@ only when it gets a new observation (from the 4th on), and the estimate then cou
 A predictor that answers cold tasks too says so with its ``first_obs`` (1–4, default 4): its estimates are then
 asked for, and shown in ``Observation.pred_remaining``, from that observation on; before it the estimate is the cap.
 A cold task it has no estimate for (NaN: a family without training curves) keeps the cap and
-``Observation.no_estimate``. """
+``Observation.no_estimate``."""
+
 from __future__ import annotations
 
 from enum import IntEnum
@@ -77,9 +78,30 @@ class Observation:
 
     first_obs = WARMUP_OBS  # observations from which the estimates are shown (the predictor's ``first_obs``)
 
-    def __init__(self, t, slot_task, slot_s, slot_arrival, slot_deadline, slot_cap, slot_pred, slot_pred_s, n_queued, done, n_nodes, max_active, obs_every,
-                 slot_pred_lo=None, slot_pred_hi=None, node_speed=None, switch_cost=0, last_node=None, started=None,
-                 setup_left=None, first_obs=WARMUP_OBS):
+    def __init__(
+        self,
+        t,
+        slot_task,
+        slot_s,
+        slot_arrival,
+        slot_deadline,
+        slot_cap,
+        slot_pred,
+        slot_pred_s,
+        n_queued,
+        done,
+        n_nodes,
+        max_active,
+        obs_every,
+        slot_pred_lo=None,
+        slot_pred_hi=None,
+        node_speed=None,
+        switch_cost=0,
+        last_node=None,
+        started=None,
+        setup_left=None,
+        first_obs=WARMUP_OBS,
+    ):
         self.t = t
         self.task = slot_task  # [E, K] int task index (arrival order), -1 if empty
         self.present = slot_task >= 0  # [E, K] bool
@@ -106,7 +128,9 @@ class Observation:
 
     @cached_property
     def last_node(self) -> np.ndarray:  # [E, K] int node that served the slot at t-1, -1 if none
-        return self._mask(self._last_node, -1) if self._last_node is not None else np.full(self.task.shape, -1, np.int64)
+        return (
+            self._mask(self._last_node, -1) if self._last_node is not None else np.full(self.task.shape, -1, np.int64)
+        )
 
     @cached_property
     def started(self) -> np.ndarray:  # [E, K] bool served at some earlier step (a move or resume pays the switch cost)
@@ -164,7 +188,9 @@ class Observation:
         return np.where(warm, np.clip(pred - (self._s - self._pred_s), 0, None), self.cap_remaining).astype(np.float64)
 
     @cached_property
-    def pred_remaining_lo(self) -> np.ndarray:  # [E, K] lower end (q10) of the predictor's band, aged like pred_remaining
+    def pred_remaining_lo(
+        self,
+    ) -> np.ndarray:  # [E, K] lower end (q10) of the predictor's band, aged like pred_remaining
         return self._aged(self._pred_lo)
 
     @cached_property
@@ -201,12 +227,16 @@ def check_node_options(node_speed, switch_cost, n_nodes: int, obs_every: int):
         raise ValueError(f"sim.node_speed must have one entry per node (sim.nodes = {n_nodes}), got {len(sp)}")
     for v in sp:
         if not _is_whole(v):
-            raise ValueError("sim.node_speed entries must be integers (batches per step; fractional speeds are not "
-                             f"supported), got {v!r}")
+            raise ValueError(
+                "sim.node_speed entries must be integers (batches per step; fractional speeds are not "
+                f"supported), got {v!r}"
+            )
         if v < 1:
             raise ValueError(f"sim.node_speed entries must be >= 1, got {v}")
         if v > obs_every:
-            raise ValueError(f"sim.node_speed entries must be <= sim.obs_every = {obs_every} (one observation per step), got {v}")
+            raise ValueError(
+                f"sim.node_speed entries must be <= sim.obs_every = {obs_every} (one observation per step), got {v}"
+            )
     arr = np.asarray(sp, dtype=np.int64)
     return (None if np.all(arr == 1) else arr), int(switch_cost)
 
@@ -256,7 +286,9 @@ class BatchedEnv:
         self.M, self.K, self.obs_every = n_nodes, max_active, obs_every
         self.predictor, self.beta, self.compute_reward = predictor, beta, compute_reward
         # the observation from which the predictor is asked for estimates (4 unless it answers cold tasks too)
-        self.first_obs = WARMUP_OBS if predictor is None else check_first_obs(getattr(predictor, "first_obs", WARMUP_OBS))
+        self.first_obs = (
+            WARMUP_OBS if predictor is None else check_first_obs(getattr(predictor, "first_obs", WARMUP_OBS))
+        )
         # live mode (mara.live): ``curve_source.advance(env, actions, served)`` runs the chosen batches for real
         # and writes their losses into ``bank.L`` (and ``slot_need`` on a crossing) before the step reads them;
         # None = replay the recorded curves
@@ -383,13 +415,31 @@ class BatchedEnv:
     def observe(self) -> Observation:
         extra = {}
         if self.hetero:
-            extra = dict(node_speed=None if self.node_speed is None else self.node_speed.copy(), switch_cost=self.switch_cost,
-                         last_node=self.slot_last_node.copy(), started=self.slot_started.copy(), setup_left=self.slot_setup.copy())
+            extra = dict(
+                node_speed=None if self.node_speed is None else self.node_speed.copy(),
+                switch_cost=self.switch_cost,
+                last_node=self.slot_last_node.copy(),
+                started=self.slot_started.copy(),
+                setup_left=self.slot_setup.copy(),
+            )
         return Observation(
-            self.t, self.slot_task.copy(), self.slot_s.copy(), self.slot_arrival.copy(), self.slot_deadline.copy(),
-            self.slot_cap.copy(), self.slot_pred.copy(), self.slot_pred_s.copy(), self.n_queued.copy(), self.done.copy(),
-            self.M, self.K, self.obs_every, slot_pred_lo=self.slot_pred_lo.copy(), slot_pred_hi=self.slot_pred_hi.copy(),
-            first_obs=self.first_obs, **extra,
+            self.t,
+            self.slot_task.copy(),
+            self.slot_s.copy(),
+            self.slot_arrival.copy(),
+            self.slot_deadline.copy(),
+            self.slot_cap.copy(),
+            self.slot_pred.copy(),
+            self.slot_pred_s.copy(),
+            self.n_queued.copy(),
+            self.done.copy(),
+            self.M,
+            self.K,
+            self.obs_every,
+            slot_pred_lo=self.slot_pred_lo.copy(),
+            slot_pred_hi=self.slot_pred_hi.copy(),
+            first_obs=self.first_obs,
+            **extra,
         )
 
     def _serve(self, actions: np.ndarray, served: np.ndarray) -> np.ndarray:
@@ -452,7 +502,9 @@ class BatchedEnv:
             return None
         s = self.slot_s[er, ks]
         if getattr(self.predictor, "privileged", False):  # the perfect-prediction bound reads the true crossing
-            est = self.predictor.remaining_from_need(self.slot_need[er, ks], s, np.maximum(self.slot_cap[er, ks] - s, 0))
+            est = self.predictor.remaining_from_need(
+                self.slot_need[er, ks], s, np.maximum(self.slot_cap[er, ks] - s, 0)
+            )
             self.slot_pred[er, ks] = self.slot_pred_lo[er, ks] = self.slot_pred_hi[er, ks] = est
             self.slot_pred_s[er, ks] = s
             return
@@ -472,8 +524,21 @@ class BatchedEnv:
         keys = None
         if self.fm_cache is not None:  # the observed history: bank row, n points, horizon, spacing
             keys = list(zip(rows.tolist(), n.tolist(), cap_rem.tolist(), [self.obs_every] * len(rows)))
-        return {"er": er, "ks": ks, "tk": tk, "s": s, "S": S, "L": L, "n": n, "eps": self.slot_eps[er, ks],
-                "cap": cap_rem, "bs": bs, "lr": self.ep.lr[er, tk], "family": self.ep.family[er, tk], "keys": keys}
+        return {
+            "er": er,
+            "ks": ks,
+            "tk": tk,
+            "s": s,
+            "S": S,
+            "L": L,
+            "n": n,
+            "eps": self.slot_eps[er, ks],
+            "cap": cap_rem,
+            "bs": bs,
+            "lr": self.ep.lr[er, tk],
+            "family": self.ep.family[er, tk],
+            "keys": keys,
+        }
 
     def _refresh_apply(self, req: dict, lo, est, hi, current_only: bool = False) -> None:
         """Write a request's estimates; ``current_only``: only to slots still holding the task they were made for."""
@@ -491,8 +556,19 @@ class BatchedEnv:
         req = self._refresh_request(new_obs)
         if req is None:
             return
-        lo, est, hi = predict_band(self.predictor, req["S"], req["L"], req["n"], req["eps"], req["cap"], req["bs"],
-                                   req["lr"], family=req["family"], keys=req["keys"], cache=self.fm_cache)
+        lo, est, hi = predict_band(
+            self.predictor,
+            req["S"],
+            req["L"],
+            req["n"],
+            req["eps"],
+            req["cap"],
+            req["bs"],
+            req["lr"],
+            family=req["family"],
+            keys=req["keys"],
+            cache=self.fm_cache,
+        )
         self._refresh_apply(req, lo, est, hi)
 
     def _potential(self) -> np.ndarray:
@@ -577,7 +653,12 @@ class BatchedEnv:
                 self.n_queued -= c
         self.t = t + 1
         self._arrive_and_admit()
-        self.done = (self.t >= self.ep.n_steps) & (self.n_queued == 0) & (self.slot_task < 0).all(axis=1) & (self.arrived == self.ep.n_tasks)
+        self.done = (
+            (self.t >= self.ep.n_steps)
+            & (self.n_queued == 0)
+            & (self.slot_task < 0).all(axis=1)
+            & (self.arrived == self.ep.n_tasks)
+        )
         reward = n_win.astype(np.float64)
         if self.compute_reward:
             phi_next = self._potential()
@@ -605,9 +686,14 @@ class BatchedEnv:
             "ready": ready_mean,
             "steps": self.steps.copy(),
             "turned_away": self.turned_away.copy(),
-            "oracle": (((self.ep.need <= self.ep.budget) & self.valid) & (self.status != TaskStatus.TURNED_AWAY)).sum(axis=1)
-            if not self.hetero else ((isolated_feasible(self.ep.need, self.ep.budget, self.node_speed) & self.valid)
-                                     & (self.status != TaskStatus.TURNED_AWAY)).sum(axis=1),
+            "oracle": (((self.ep.need <= self.ep.budget) & self.valid) & (self.status != TaskStatus.TURNED_AWAY)).sum(
+                axis=1
+            )
+            if not self.hetero
+            else (
+                (isolated_feasible(self.ep.need, self.ep.budget, self.node_speed) & self.valid)
+                & (self.status != TaskStatus.TURNED_AWAY)
+            ).sum(axis=1),
             **({"setup_steps": self.setup_steps.copy(), "switches": self.switches.copy()} if self.hetero else {}),
         }
 
@@ -625,13 +711,23 @@ def step_envs(envs: list[BatchedEnv], actions: list[np.ndarray]) -> list[tuple]:
         pad = lambda a: np.pad(a, ((0, 0), (0, H - a.shape[1])))  # noqa: E731
         cat = lambda k: np.concatenate([r[k] for _, r in reqs])  # noqa: E731
         keys = None if first.fm_cache is None else [k for _, r in reqs for k in r["keys"]]
-        lo, est, hi = predict_band(first.predictor, np.concatenate([pad(r["S"]) for _, r in reqs]),
-                                   np.concatenate([pad(r["L"]) for _, r in reqs]), cat("n"), cat("eps"), cat("cap"),
-                                   cat("bs"), cat("lr"), family=cat("family"), keys=keys, cache=first.fm_cache)
+        lo, est, hi = predict_band(
+            first.predictor,
+            np.concatenate([pad(r["S"]) for _, r in reqs]),
+            np.concatenate([pad(r["L"]) for _, r in reqs]),
+            cat("n"),
+            cat("eps"),
+            cat("cap"),
+            cat("bs"),
+            cat("lr"),
+            family=cat("family"),
+            keys=keys,
+            cache=first.fm_cache,
+        )
         at = 0
         for env, r in reqs:
             b = len(r["er"])
-            env._refresh_apply(r, lo[at:at + b], est[at:at + b], hi[at:at + b], current_only=True)
+            env._refresh_apply(r, lo[at : at + b], est[at : at + b], hi[at : at + b], current_only=True)
             env.deferred_refresh = None
             at += b
     return [(env.observe(), *out) for env, out in zip(envs, outs)]

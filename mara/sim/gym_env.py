@@ -7,6 +7,7 @@ the last entry, idle, always 1). Action: ``MultiDiscrete([K + 1] * M)``, node i 
 idle. A choice of an empty slot, or of a slot an earlier node already took, is executed as idle
 (earlier nodes win), so every action is valid; ``info["repaired"]`` counts such repairs.
 """
+
 from __future__ import annotations
 
 import gymnasium as gym

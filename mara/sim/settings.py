@@ -3,6 +3,7 @@
 ``SimSettings.from_cfg(sim)`` checks a ``sim`` config node (one-line ``ConfigError`` for an impossible value) and
 returns the frozen settings; ``check_number`` and ``node_options`` are the checks it is made of.
 """
+
 from __future__ import annotations
 
 import math
@@ -11,7 +12,6 @@ from typing import Any
 
 from mara.core.config import ConfigError, plain_config
 from mara.sim.env import check_node_options
-
 
 ENGINES = ("batched", "replay")  # BatchedEnv (mara/sim/env.py) | the trace replay (mara/traces/paper_setting.py)
 
@@ -38,8 +38,9 @@ def node_options(sim) -> dict:
     speed = plain_config(sim.get("node_speed"))
     cost = sim.get("switch_cost", 0)
     try:
-        speed, cost = check_node_options(speed, 0 if cost is None else cost, int(sim.get("nodes", 7)),
-                                         int(sim.get("obs_every", 10)))
+        speed, cost = check_node_options(
+            speed, 0 if cost is None else cost, int(sim.get("nodes", 7)), int(sim.get("obs_every", 10))
+        )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     return {"node_speed": speed, "switch_cost": cost}
@@ -92,16 +93,29 @@ class SimSettings:
         """Checked settings of a ``sim`` config node (one-line ConfigError otherwise)."""
         validate_sim_cfg(sim)
         speed, q = plain_config(sim.get("node_speed")), sim.get("queue_capacity")
-        return cls(nodes=int(sim.nodes), max_active=int(sim.max_active), steps=int(sim.steps),
-                   obs_every=int(sim.get("obs_every", 10)), loads=tuple(float(x) for x in sim.loads),
-                   queue_capacity=None if q is None else int(q), node_speed=None if speed is None else tuple(speed),
-                   switch_cost=sim.get("switch_cost", 0), beta=float(sim.get("beta", 0.1)),
-                   engine=str(sim.get("engine", "batched")))
+        return cls(
+            nodes=int(sim.nodes),
+            max_active=int(sim.max_active),
+            steps=int(sim.steps),
+            obs_every=int(sim.get("obs_every", 10)),
+            loads=tuple(float(x) for x in sim.loads),
+            queue_capacity=None if q is None else int(q),
+            node_speed=None if speed is None else tuple(speed),
+            switch_cost=sim.get("switch_cost", 0),
+            beta=float(sim.get("beta", 0.1)),
+            engine=str(sim.get("engine", "batched")),
+        )
 
     def node_options(self) -> dict:
         """``{node_speed [M] int64 or None, switch_cost int}`` as ``BatchedEnv`` takes them."""
-        return node_options({"node_speed": self.node_speed, "switch_cost": self.switch_cost, "nodes": self.nodes,
-                             "obs_every": self.obs_every})
+        return node_options(
+            {
+                "node_speed": self.node_speed,
+                "switch_cost": self.switch_cost,
+                "nodes": self.nodes,
+                "obs_every": self.obs_every,
+            }
+        )
 
     @property
     def hetero(self) -> bool:
@@ -114,15 +128,23 @@ class SimSettings:
         preemption (what a policy's training passes, so identical-node runs build the paper's envs)."""
         opts = self.node_options()
         speed, cost = opts["node_speed"], int(opts["switch_cost"] or 0)
-        return {} if speed is None and not cost else {"node_speed": None if speed is None else [int(x) for x in speed],
-                                                       "switch_cost": cost}
+        return (
+            {}
+            if speed is None and not cost
+            else {"node_speed": None if speed is None else [int(x) for x in speed], "switch_cost": cost}
+        )
 
     def recorded(self) -> dict:
         """The cluster as a policy checkpoint records it (``hyper_parameters.sim``): node speeds and switch cost only
         when set, so identical-node policies keep the paper's record."""
         opts = self.env_options()
-        out = {"n_nodes": self.nodes, "max_active": self.max_active, "obs_every": self.obs_every, "n_steps": self.steps,
-               "beta": self.beta}
+        out = {
+            "n_nodes": self.nodes,
+            "max_active": self.max_active,
+            "obs_every": self.obs_every,
+            "n_steps": self.steps,
+            "beta": self.beta,
+        }
         if opts.get("node_speed") is not None:
             out["node_speed"] = opts["node_speed"]
         if opts.get("switch_cost"):

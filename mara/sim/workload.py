@@ -4,6 +4,7 @@ An evaluation root fixes every random draw of its episodes: each episode's gener
 ``SeedSequence(root, spawn_key=(crc32(task_set), round(load·1e4), episode))``. Episodes are returned
 as padded arrays ``[E, N]`` (episodes × tasks, tasks sorted by arrival; ``valid = j < n_tasks``).
 """
+
 from __future__ import annotations
 
 import zlib
@@ -87,7 +88,9 @@ class EpisodeBatch:
         kw = {}
         for f in fields(self):
             v = getattr(self, f.name)
-            kw[f.name] = v[idx] if isinstance(v, np.ndarray) else [v[i] for i in idx] if isinstance(v, list) and v else v
+            kw[f.name] = (
+                v[idx] if isinstance(v, np.ndarray) else [v[i] for i in idx] if isinstance(v, list) and v else v
+            )
         return EpisodeBatch(**kw)
 
     @staticmethod
@@ -130,7 +133,9 @@ def episode_rng(root: int, task_set: str, load: float, episode: int) -> np.rando
     return np.random.default_rng(np.random.SeedSequence(int(root), spawn_key=key))
 
 
-def episodes_from_tasks(tasks: list[list[dict]], bank: CurveBank, meta: dict | None = None, n_steps: int = 500) -> EpisodeBatch:
+def episodes_from_tasks(
+    tasks: list[list[dict]], bank: CurveBank, meta: dict | None = None, n_steps: int = 500
+) -> EpisodeBatch:
     """Pack per-episode task dicts (arrival, budget, eps, curve_row, family; optional cap, else the curve's length)."""
     E = len(tasks)
     meta = meta or {"task_set": ["custom"] * E, "load": [0.0] * E, "root": [0] * E, "episode": list(range(E))}
@@ -185,7 +190,9 @@ def generate_episodes(
     """Random-arrival episodes: each of ``n_steps`` steps brings a task with probability ``load``."""
     if not 0.0 <= load <= 1.0:
         raise ValueError(f"load p must lie in [0, 1], got {load}")
-    validate_family_params(family_params, task_set.all_families, source=f"family parameters for task set {task_set.name}")
+    validate_family_params(
+        family_params, task_set.all_families, source=f"family parameters for task set {task_set.name}"
+    )
     bank.require_families(task_set.all_families, "pool", context=f"task set {task_set.name}")
     pools = {f: bank.rows(f, "pool") for f in task_set.all_families}
     tasks, meta = [], {"task_set": [], "load": [], "root": [], "episode": []}
@@ -199,7 +206,9 @@ def generate_episodes(
                 fam = task_set.ood_family
             row = int(pools[fam][rng.integers(len(pools[fam]))])
             eps, budget = sample_eps_budget(family_params[fam], rng, 1)
-            ep_tasks.append({"arrival": int(t), "budget": int(budget[0]), "eps": float(eps[0]), "curve_row": row, "family": fam})
+            ep_tasks.append(
+                {"arrival": int(t), "budget": int(budget[0]), "eps": float(eps[0]), "curve_row": row, "family": fam}
+            )
         tasks.append(ep_tasks)
         meta["task_set"].append(task_set.name)
         meta["load"].append(load)
@@ -240,14 +249,24 @@ def generate_stress_episodes(
         for _ in range(n_infeasible):
             row = int(pools[rng.integers(len(pools))])
             eps = 0.5 * float(np.nanmin(bank.L[row]))
-            ep_tasks.append({"arrival": 0, "budget": infeasible_budget, "eps": eps, "curve_row": row, "family": bank.family[row]})
+            ep_tasks.append(
+                {"arrival": 0, "budget": infeasible_budget, "eps": eps, "curve_row": row, "family": bank.family[row]}
+            )
         while len(ep_tasks) < n_infeasible + n_short:
             row = int(pools[rng.integers(len(pools))])
             n = int(rng.integers(short_need[0], short_need[1] + 1))
             L = bank.L[row]
             if bank.lengths[row] < n or not np.all(L[: n - 1] > L[n - 1]):
                 continue  # the curve must first reach L(n) exactly at batch n
-            ep_tasks.append({"arrival": short_arrival, "budget": short_budget, "eps": float(L[n - 1]), "curve_row": row, "family": bank.family[row]})
+            ep_tasks.append(
+                {
+                    "arrival": short_arrival,
+                    "budget": short_budget,
+                    "eps": float(L[n - 1]),
+                    "curve_row": row,
+                    "family": bank.family[row],
+                }
+            )
         tasks.append(ep_tasks)
         meta["task_set"].append("stress")
         meta["load"].append(0.0)
@@ -261,7 +280,9 @@ def check_family_params_cover(bank: CurveBank, family_params: dict | None, famil
     """Resolve the ε/budget table: the given one, else the bank's own calibrated table."""
     table = family_params if family_params is not None else bank.family_params
     if table is None:
-        raise BankError(f"curve bank {bank.path}: carries no calibrated family_params; pass family_params=paper or "
-                        "calibrate the bank")
+        raise BankError(
+            f"curve bank {bank.path}: carries no calibrated family_params; pass family_params=paper or "
+            "calibrate the bank"
+        )
     validate_family_params(table, families, source=where)
     return table

@@ -5,6 +5,7 @@ arrival): a job gets its largest level (``max_level``, at most N) when that many
 that fits the GPUs still free, else none (it waits, or is preempted at no cost). Its finish is planned as
 ceil(now + iterations left / speed). Jobs already hopeless still run, in deadline order.
 """
+
 from __future__ import annotations
 
 import math

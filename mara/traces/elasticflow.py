@@ -16,6 +16,7 @@ At each decision, with ``now`` the grid origin (plan times are rounded up to slo
     finish. A job ends at its finish rounded up to the grid plus that overhead; it met its deadline when its planned
     finish is <= its deadline.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,8 +45,9 @@ class TraceElasticFlow:
         self.s = state
         J = len(state.submit)
         self.plans: list = [None] * J  # (starts, gpus, end) per live job
-        self.levels = [[int(g) for g, sp in zip(LEVELS, state.tput[j]) if sp > 0 and g <= state.n_gpus]
-                       for j in range(J)]
+        self.levels = [
+            [int(g) for g, sp in zip(LEVELS, state.tput[j]) if sp > 0 and g <= state.n_gpus] for j in range(J)
+        ]
         self.top = [lv[-1] if lv else 0 for lv in self.levels]
         # a job's next level above any GPU count it may hold (None above its top)
         self.up = [{int(g): next((v for v in lv if v > g), None) for g in [0, *LEVELS.tolist()]} for lv in self.levels]

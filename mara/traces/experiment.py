@@ -22,8 +22,10 @@ def check_trace_experiment(cfg: DictConfig):
         over = plain_config(cfg.get("method_overrides")) or {}
         for m, _ in methods:
             if load_method_cfg(m, over.get(m)).get("trace_count") == "predicted":
-                raise ConfigError(f"method {m!r} plans on estimates from each job's loss prefix: run it with "
-                                  f"trace.jobs=target_loss (docs/traces-target-loss.md)")
+                raise ConfigError(
+                    f"method {m!r} plans on estimates from each job's loss prefix: run it with "
+                    f"trace.jobs=target_loss (docs/traces-target-loss.md)"
+                )
     return ts, trace, methods, windows
 
 

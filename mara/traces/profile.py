@@ -1,4 +1,5 @@
 """A step function of free GPUs over future time: breakpoints ``times`` (sorted) and the free count from each."""
+
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
@@ -97,7 +98,7 @@ class FreeProfile:
 
     def breakpoints(self, lo, hi) -> list:
         """Breakpoints in [lo, hi)."""
-        return self.times[bisect_left(self.times, lo):bisect_left(self.times, hi)]
+        return self.times[bisect_left(self.times, lo) : bisect_left(self.times, hi)]
 
     def merge(self) -> None:
         """Drop breakpoints that do not change the free count (the first one stays)."""

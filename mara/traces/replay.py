@@ -21,6 +21,7 @@ its measured speed (the paper's nodes of unequal speed; docs/traces.md, "One sim
 
 Arrays are ``[J]`` over the jobs replayed (sorted by submission time).
 """
+
 from __future__ import annotations
 
 import math
@@ -138,7 +139,7 @@ def replay(state: JobState, policy, size_class: np.ndarray, n_classes: int, time
         ev = state.end_event[run & (state.end_event < NEVER)]
         times = set()
         if ai < len(arrival_times):
-            times.update(arrival_times[ai:ai + 2].tolist())
+            times.update(arrival_times[ai : ai + 2].tolist())
         if ev.size:
             times.update(np.unique(ev)[:2].tolist())
         if replan_at is not None and replan_at > t:
@@ -166,10 +167,17 @@ def replay(state: JobState, policy, size_class: np.ndarray, n_classes: int, time
             raise TimeoutError(f"replay passed its time limit of {time_limit:.0f} s at trace time {t}")
     met = (state.status == DONE) & (state.finish <= state.ddl)
     fin = np.where(state.status == DONE, state.finish, np.nan)
-    return Replay(met=met, declined=state.status == DECLINED, finish=fin, started=state.started.copy(),
-                  gpu_seconds=state.gpu_seconds.copy(), occupancy_t=np.asarray(occ_t),
-                  occupancy=np.asarray(occ).reshape(len(occ_t), n_classes), decision_s=np.asarray(dec_s),
-                  n_decisions=len(occ_t))
+    return Replay(
+        met=met,
+        declined=state.status == DECLINED,
+        finish=fin,
+        started=state.started.copy(),
+        gpu_seconds=state.gpu_seconds.copy(),
+        occupancy_t=np.asarray(occ_t),
+        occupancy=np.asarray(occ).reshape(len(occ_t), n_classes),
+        decision_s=np.asarray(dec_s),
+        n_decisions=len(occ_t),
+    )
 
 
 def _progress(state: JobState, now: int, dt: int) -> np.ndarray:

@@ -1,4 +1,5 @@
 """What a cluster operator reads from a trace run: results.json / results.md, occupancy figure, TensorBoard."""
+
 from __future__ import annotations
 
 import json
@@ -39,20 +40,27 @@ def summarise(rows, windows_info, methods) -> dict:
     base = methods[0]
     for m in methods:
         met = _per_window(rows, m, "deadline_met")
-        s = {"deadline_met": _mean_se(list(met.values())),
-             "jct_h": _mean_se([v / 3600 for v in _per_window(rows, m, "jct_s").values()]),
-             "queue_h": _mean_se([v / 3600 for v in _per_window(rows, m, "queue_s").values()]),
-             "declined": _mean_se(list(_per_window(rows, m, "declined").values())),
-             "gpu_utilisation": _mean_se([w["gpu_utilisation"] for w in windows_info if w["method"] == m]),
-             "jobs": sum(1 for r in rows if r["method"] == m)}
+        s = {
+            "deadline_met": _mean_se(list(met.values())),
+            "jct_h": _mean_se([v / 3600 for v in _per_window(rows, m, "jct_s").values()]),
+            "queue_h": _mean_se([v / 3600 for v in _per_window(rows, m, "queue_s").values()]),
+            "declined": _mean_se(list(_per_window(rows, m, "declined").values())),
+            "gpu_utilisation": _mean_se([w["gpu_utilisation"] for w in windows_info if w["method"] == m]),
+            "jobs": sum(1 for r in rows if r["method"] == m),
+        }
         if m != base:
             b = _per_window(rows, base, "deadline_met")
             s["minus_" + base] = _mean_se([met[w] - b[w] for w in met if w in b])
-        s["by_size"] = {c: _mean_se(list(_per_window(rows, m, "deadline_met", lambda r, c=c: r["size_class"] == c).values()))
-                        for c in SIZE_CLASSES if any(r["size_class"] == c for r in rows)}
+        s["by_size"] = {
+            c: _mean_se(list(_per_window(rows, m, "deadline_met", lambda r, c=c: r["size_class"] == c).values()))
+            for c in SIZE_CLASSES
+            if any(r["size_class"] == c for r in rows)
+        }
         models = sorted({r["model"] for r in rows})
-        s["by_model"] = {k: _mean_se(list(_per_window(rows, m, "deadline_met", lambda r, k=k: r["model"] == k).values()))
-                         for k in models}
+        s["by_model"] = {
+            k: _mean_se(list(_per_window(rows, m, "deadline_met", lambda r, k=k: r["model"] == k).values()))
+            for k in models
+        }
         out[m] = s
     return out
 
@@ -74,32 +82,62 @@ def trace_markdown(res: dict) -> str:
     """results.md of a trace run."""
     p, summ = res["protocol"], res["summary"]
     methods = list(summ)
-    lines = [f"# Trace replay: {Path(p['trace']).name} on {p['cluster']} ({p['gpus']} GPUs)", "",
-             f"{len(p['windows'])} {p['split']} window(s); slot {p['slot_s']} s; "
-             f"{_scope(p)}; "
-             f"numbers are mean ± standard error over windows, on identical jobs for every method.", "",
-             "| method | deadline met | paired vs " + methods[0] + " | declined | JCT (h) | queueing (h) | GPU utilisation | "
-             "replay (s) |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Trace replay: {Path(p['trace']).name} on {p['cluster']} ({p['gpus']} GPUs)",
+        "",
+        f"{len(p['windows'])} {p['split']} window(s); slot {p['slot_s']} s; "
+        f"{_scope(p)}; "
+        f"numbers are mean ± standard error over windows, on identical jobs for every method.",
+        "",
+        "| method | deadline met | paired vs "
+        + methods[0]
+        + " | declined | JCT (h) | queueing (h) | GPU utilisation | "
+        "replay (s) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for m in methods:
         s = summ[m]
         diff = _pm(s["minus_" + methods[0]]) if "minus_" + methods[0] in s else "-"
-        lines.append(f"| {m} | {_pm(s['deadline_met'])} | {diff} | {_pm(s['declined'])} | {_pm(s['jct_h'])} | "
-                     f"{_pm(s['queue_h'])} | {_pm(s['gpu_utilisation'])} | {res['timings'][m]:.1f} |")
+        lines.append(
+            f"| {m} | {_pm(s['deadline_met'])} | {diff} | {_pm(s['declined'])} | {_pm(s['jct_h'])} | "
+            f"{_pm(s['queue_h'])} | {_pm(s['gpu_utilisation'])} | {res['timings'][m]:.1f} |"
+        )
     classes = [c for c in SIZE_CLASSES if any(c in summ[m]["by_size"] for m in methods)]
-    lines += ["", "## Deadline met by job size (GPUs asked)", "", "| method | " + " | ".join(classes) + " |",
-              "|---|" + "---|" * len(classes)]
+    lines += [
+        "",
+        "## Deadline met by job size (GPUs asked)",
+        "",
+        "| method | " + " | ".join(classes) + " |",
+        "|---|" + "---|" * len(classes),
+    ]
     for m in methods:
         lines.append(f"| {m} | " + " | ".join(_pm(summ[m]["by_size"].get(c, (np.nan, np.nan))) for c in classes) + " |")
     models = sorted({k for m in methods for k in summ[m]["by_model"]})
-    lines += ["", "## Deadline met by model", "", "| method | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
+    lines += [
+        "",
+        "## Deadline met by model",
+        "",
+        "| method | " + " | ".join(models) + " |",
+        "|---|" + "---|" * len(models),
+    ]
     for m in methods:
         lines.append(f"| {m} | " + " | ".join(_pm(summ[m]["by_model"].get(k, (np.nan, np.nan))) for k in models) + " |")
-    lines += ["", "## Decision time", "", "| method | window | jobs | decisions | p50 ms | p99 ms |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Decision time",
+        "",
+        "| method | window | jobs | decisions | p50 ms | p99 ms |",
+        "|---|---|---|---|---|---|",
+    ]
     for w in res["windows"]:
-        lines.append(f"| {w['method']} | {w['window']} | {w['jobs']} | {w['decisions']} | {w['decision_ms_p50']:.2f} | "
-                     f"{w['decision_ms_p99']:.2f} |")
+        lines.append(
+            f"| {w['method']} | {w['window']} | {w['jobs']} | {w['decisions']} | {w['decision_ms_p50']:.2f} | "
+            f"{w['decision_ms_p99']:.2f} |"
+        )
     if res.get("figures"):
-        lines += ["", "## GPU occupancy by job size", ""] + [f"![{k}]({Path(v).name})" for k, v in res["figures"].items()]
+        lines += ["", "## GPU occupancy by job size", ""] + [
+            f"![{k}]({Path(v).name})" for k, v in res["figures"].items()
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -125,15 +163,29 @@ def plot_occupancy(occupancy: dict, gpus: int, path: Path) -> Path | None:
     return path
 
 
-def write_trace_results(rows, windows_info, occupancy, protocol, timings, out: Path, tensorboard: bool = True,
-                        cpu_timings: dict | None = None) -> dict:
+def write_trace_results(
+    rows,
+    windows_info,
+    occupancy,
+    protocol,
+    timings,
+    out: Path,
+    tensorboard: bool = True,
+    cpu_timings: dict | None = None,
+) -> dict:
     """Write results.json, results.md, occupancy.png and TensorBoard scalars into ``out``; returns the results.
     ``timings``: wall seconds of each method's replays; ``cpu_timings``: their CPU seconds (``timings_cpu``)."""
     out = Path(out)
     methods = list(timings)
-    res = {"kind": "trace", "protocol": protocol, "timings": timings, **({"timings_cpu": cpu_timings} if cpu_timings
-           else {}), "windows": windows_info,
-           "summary": summarise(rows, windows_info, methods), "rows": rows}
+    res = {
+        "kind": "trace",
+        "protocol": protocol,
+        "timings": timings,
+        **({"timings_cpu": cpu_timings} if cpu_timings else {}),
+        "windows": windows_info,
+        "summary": summarise(rows, windows_info, methods),
+        "rows": rows,
+    }
     fig = plot_occupancy(occupancy, protocol["gpus"], out / "occupancy.png")
     if fig:
         res["figures"] = {"occupancy": str(fig)}

@@ -5,6 +5,7 @@ the first N jobs), the deadline factor of raw traces, rigid or elastic jobs. Eve
 results are one row per method × window × job (``deadline_met`` 0/1) in ``results.json``, and ``results.md`` with
 the operator's tables (docs/traces.md).
 """
+
 from __future__ import annotations
 
 import time
@@ -83,13 +84,22 @@ def trace_settings(cfg: DictConfig) -> TraceSettings:
     if tl is not None and (isinstance(tl, bool) or not isinstance(tl, (int, float)) or tl <= 0):
         raise ConfigError(f"trace.time_limit_s must be a number > 0 or null, got {tl!r}")
     return TraceSettings(
-        path=str(path), cluster=parse_cluster(tc.get("cluster", "n64g8")), slot=_int("trace.slot", tc.get("slot", 60), 1),
+        path=str(path),
+        cluster=parse_cluster(tc.get("cluster", "n64g8")),
+        slot=_int("trace.slot", tc.get("slot", 60), 1),
         first_jobs=_int("trace.first_jobs", tc.get("first_jobs"), 1, True),
-        window_s=_int("trace.window_s", tc.get("window_s"), 1, True), warmup_s=_int("trace.warmup_s", tc.get("warmup_s", 0), 0),
-        windows=_int("trace.windows", tc.get("windows", 1), 1), val_windows=_int("trace.val_windows", tc.get("val_windows", 0), 0),
-        split=split, deadline_factor=float(factor), rigid=bool(tc.get("rigid", False)),
-        overhead=bool(tc.get("overhead", True)), time_limit_s=None if tl is None else float(tl),
-        jobs=jobs, target_seed=_int("trace.target_seed", tc.get("target_seed", 0), 0))
+        window_s=_int("trace.window_s", tc.get("window_s"), 1, True),
+        warmup_s=_int("trace.warmup_s", tc.get("warmup_s", 0), 0),
+        windows=_int("trace.windows", tc.get("windows", 1), 1),
+        val_windows=_int("trace.val_windows", tc.get("val_windows", 0), 0),
+        split=split,
+        deadline_factor=float(factor),
+        rigid=bool(tc.get("rigid", False)),
+        overhead=bool(tc.get("overhead", True)),
+        time_limit_s=None if tl is None else float(tl),
+        jobs=jobs,
+        target_seed=_int("trace.target_seed", tc.get("target_seed", 0), 0),
+    )
 
 
 def trace_methods(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
@@ -159,24 +169,36 @@ def job_rows(method: str, w: Window, jobs: Trace, scored: np.ndarray, rep) -> li
     cls = size_class(jobs.num_gpu)
     for j in np.flatnonzero(scored):
         fin, st = rep.finish[j], rep.started[j]
-        rows.append({
-            "method": method, "window": w.index, "split": w.split, "job_id": str(jobs.job_id[j]),
-            "num_gpu": int(jobs.num_gpu[j]), "size_class": SIZE_CLASSES[cls[j]], "model": str(jobs.model[j]) or "-",
-            "submit": int(jobs.submit[j]), "deadline": int(jobs.deadline[j]),
-            "deadline_met": int(rep.met[j]), "declined": int(rep.declined[j]),
-            "finish": None if np.isnan(fin) else float(fin),
-            "jct_s": None if np.isnan(fin) else float(fin - jobs.submit[j]),
-            "queue_s": None if np.isnan(st) else float(st - jobs.submit[j]),
-            "gpu_seconds": float(rep.gpu_seconds[j]),
-        })
+        rows.append(
+            {
+                "method": method,
+                "window": w.index,
+                "split": w.split,
+                "job_id": str(jobs.job_id[j]),
+                "num_gpu": int(jobs.num_gpu[j]),
+                "size_class": SIZE_CLASSES[cls[j]],
+                "model": str(jobs.model[j]) or "-",
+                "submit": int(jobs.submit[j]),
+                "deadline": int(jobs.deadline[j]),
+                "deadline_met": int(rep.met[j]),
+                "declined": int(rep.declined[j]),
+                "finish": None if np.isnan(fin) else float(fin),
+                "jct_s": None if np.isnan(fin) else float(fin - jobs.submit[j]),
+                "queue_s": None if np.isnan(st) else float(st - jobs.submit[j]),
+                "gpu_seconds": float(rep.gpu_seconds[j]),
+            }
+        )
     return rows
 
 
 def run_trace(cfg: DictConfig, out: Path, log=print) -> dict:
     """The trace experiment: every method on every window; writes results.json / results.md / figure / TensorBoard."""
     ts, trace, methods, windows = check_trace_run(cfg)
-    log(f"trace {ts.path}: {trace.n_jobs} jobs ({trace.schema} schema), cluster {ts.cluster.name} ({ts.cluster.gpus} GPUs), "
-        f"{len(windows)} {ts.split} window(s), methods {', '.join(m for m, _ in methods)}")
+    log(
+        f"trace {ts.path}: {trace.n_jobs} jobs ({trace.schema} schema), "
+        f"cluster {ts.cluster.name} ({ts.cluster.gpus} GPUs), "
+        f"{len(windows)} {ts.split} window(s), methods {', '.join(m for m, _ in methods)}"
+    )
     rows, timings, cpu_timings, windows_info, occupancy = [], {}, {}, [], {}
     for name, spec in methods:
         timings[name] = cpu_timings[name] = 0.0
@@ -188,15 +210,35 @@ def run_trace(cfg: DictConfig, out: Path, log=print) -> dict:
             windows_info.append(window_record(name, w.index, jobs, scored, rep, secs, ts.cluster.gpus))
             if w is windows[0]:
                 occupancy[name] = (rep.occupancy_t - rep.occupancy_t[0], rep.occupancy)
-            log(f"{name} window {w.index}: met {rep.met[scored].mean():.3f} of {int(scored.sum())} jobs in {secs:.1f} s")
-    protocol = {"trace": ts.path, "schema": trace.schema, "cluster": ts.cluster.name, "gpus": ts.cluster.gpus,
-                "slot_s": ts.slot, "first_jobs": ts.first_jobs, "window_s": ts.window_s, "warmup_s": ts.warmup_s,
-                "split": ts.split, "windows": [w.__dict__ for w in windows], "rigid": ts.rigid, "overhead": ts.overhead}
+            log(
+                f"{name} window {w.index}: met {rep.met[scored].mean():.3f} of {int(scored.sum())} jobs in {secs:.1f} s"
+            )
+    protocol = {
+        "trace": ts.path,
+        "schema": trace.schema,
+        "cluster": ts.cluster.name,
+        "gpus": ts.cluster.gpus,
+        "slot_s": ts.slot,
+        "first_jobs": ts.first_jobs,
+        "window_s": ts.window_s,
+        "warmup_s": ts.warmup_s,
+        "split": ts.split,
+        "windows": [w.__dict__ for w in windows],
+        "rigid": ts.rigid,
+        "overhead": ts.overhead,
+    }
     if trace.schema == "raw":
         protocol["deadline_factor"] = ts.deadline_factor
-    return write_trace_results(rows, windows_info, occupancy, protocol, timings, out,
-                               tensorboard=bool((cfg.get("eval") or {}).get("tensorboard", True)),
-                               cpu_timings=cpu_timings)
+    return write_trace_results(
+        rows,
+        windows_info,
+        occupancy,
+        protocol,
+        timings,
+        out,
+        tensorboard=bool((cfg.get("eval") or {}).get("tensorboard", True)),
+        cpu_timings=cpu_timings,
+    )
 
 
 def window_record(name: str, window: int, jobs, scored, rep, secs: float, gpus: int) -> dict:
@@ -204,8 +246,12 @@ def window_record(name: str, window: int, jobs, scored, rep, secs: float, gpus: 
     times (p50 / p99 ms) and GPU utilisation over the window's span."""
     span = max(float(np.nanmax(np.r_[rep.occupancy_t, jobs.submit])) - float(jobs.submit.min()), 1.0)
     return {
-        "method": name, "window": window, "jobs": int(scored.sum()), "replay_s": secs,
-        "decisions": rep.n_decisions, "decision_ms_p50": float(np.percentile(rep.decision_s, 50) * 1e3),
+        "method": name,
+        "window": window,
+        "jobs": int(scored.sum()),
+        "replay_s": secs,
+        "decisions": rep.n_decisions,
+        "decision_ms_p50": float(np.percentile(rep.decision_s, 50) * 1e3),
         "decision_ms_p99": float(np.percentile(rep.decision_s, 99) * 1e3),
         "gpu_utilisation": float(rep.gpu_seconds.sum() / (gpus * span)),
     }

@@ -8,6 +8,7 @@ A raw trace has no iteration count, model or deadline: each job is rigid work of
 GPUs, and its deadline is ``submission_time + deadline_factor * duration`` (``trace.deadline_factor``).
 Every fault is one ``TraceError`` line naming the file, row and column.
 """
+
 from __future__ import annotations
 
 import csv
@@ -60,7 +61,9 @@ def parse_cluster(spec) -> Cluster:
     """``"n64g8"`` → Cluster(64, 8); anything else a one-line ConfigError."""
     m = re.fullmatch(r"n(\d+)g(\d+)", str(spec).strip())
     if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
-        raise ConfigError(f"trace.cluster must name nodes x GPUs per node as n<nodes>g<gpus> (e.g. n64g8), got {spec!r}")
+        raise ConfigError(
+            f"trace.cluster must name nodes x GPUs per node as n<nodes>g<gpus> (e.g. n64g8), got {spec!r}"
+        )
     return Cluster(int(m.group(1)), int(m.group(2)))
 
 
@@ -123,18 +126,22 @@ def load_trace(path, cluster: Cluster | None = None, deadline_factor: float = 1.
     missing = [c for c in RAW_COLUMNS if c not in header]
     if missing:
         raise TraceError(f"{where}: missing column(s) {', '.join(missing)} (a trace needs {', '.join(RAW_COLUMNS)})")
-    elastic = [c for c in ELASTIC_COLUMNS[len(RAW_COLUMNS):] if c in header]
+    elastic = [c for c in ELASTIC_COLUMNS[len(RAW_COLUMNS) :] if c in header]
     if elastic and len(elastic) < 4:
-        lack = [c for c in ELASTIC_COLUMNS[len(RAW_COLUMNS):] if c not in header]
-        raise TraceError(f"{where}: has {', '.join(elastic)} but lacks {', '.join(lack)} (the elasticflow schema "
-                         f"needs all of {', '.join(ELASTIC_COLUMNS[len(RAW_COLUMNS):])})")
+        lack = [c for c in ELASTIC_COLUMNS[len(RAW_COLUMNS) :] if c not in header]
+        raise TraceError(
+            f"{where}: has {', '.join(elastic)} but lacks {', '.join(lack)} (the elasticflow schema "
+            f"needs all of {', '.join(ELASTIC_COLUMNS[len(RAW_COLUMNS) :])})"
+        )
     if not rows:
         raise TraceError(f"{where}: no jobs (the file has a header only)")
     if "best_effort" in header:
         be = _int_column(rows, "best_effort", where)
         if be.any():
-            raise TraceError(f"{where}: row {int(np.argmax(be)) + 2}: best-effort jobs (no deadline) are not replayed; "
-                             f"drop them or set best_effort=0")
+            raise TraceError(
+                f"{where}: row {int(np.argmax(be)) + 2}: best-effort jobs (no deadline) are not replayed; "
+                f"drop them or set best_effort=0"
+            )
     submit = _int_column(rows, "submission_time", where)
     duration = _int_column(rows, "duration", where)
     num_gpu = _int_column(rows, "num_gpu", where)
@@ -143,8 +150,10 @@ def load_trace(path, cluster: Cluster | None = None, deadline_factor: float = 1.
         raise TraceError(f"{where}: row {bad[0] + 2}, column num_gpu: a job needs at least 1 GPU, got 0")
     if cluster is not None and num_gpu.max() > cluster.gpus:
         i = int(np.argmax(num_gpu))
-        raise TraceError(f"{where}: row {i + 2}: job asks for {num_gpu[i]} GPUs, more than cluster {cluster.name} has "
-                         f"({cluster.gpus}); pick a larger trace.cluster")
+        raise TraceError(
+            f"{where}: row {i + 2}: job asks for {num_gpu[i]} GPUs, more than cluster {cluster.name} has "
+            f"({cluster.gpus}); pick a larger trace.cluster"
+        )
     job_id = np.array([(r.get("job_id") or "").strip() for r in rows], dtype=object)
     if elastic:
         schema = "elasticflow"
@@ -158,8 +167,10 @@ def load_trace(path, cluster: Cluster | None = None, deadline_factor: float = 1.
         if known_models is not None:
             for i, (m, b) in enumerate(zip(model, batch)):
                 if (m, int(b)) not in known_models:
-                    raise TraceError(f"{where}: row {i + 2}: no throughput table for model_name={m!r} at batch_size="
-                                     f"{b} (known: {', '.join(sorted({k[0] for k in known_models}))})")
+                    raise TraceError(
+                        f"{where}: row {i + 2}: no throughput table for model_name={m!r} at batch_size="
+                        f"{b} (known: {', '.join(sorted({k[0] for k in known_models}))})"
+                    )
     else:
         schema = "raw"
         bad = np.flatnonzero(duration < 1)
@@ -199,8 +210,10 @@ def make_windows(trace: Trace, length, warmup: int, count: int, val_count: int, 
     span = length + warmup
     n = (t1 - t0) // span
     if n < count + val_count:
-        raise ConfigError(f"trace.windows: {count} evaluation + {val_count} validation windows of {length}+{warmup} s "
-                          f"do not fit the trace's {t1 - t0} s (at most {n}); shorten trace.window_s or ask fewer")
+        raise ConfigError(
+            f"trace.windows: {count} evaluation + {val_count} validation windows of {length}+{warmup} s "
+            f"do not fit the trace's {t1 - t0} s (at most {n}); shorten trace.window_s or ask fewer"
+        )
     out = []
     for k in range(val_count + count):
         split = "val" if k < val_count else "eval"

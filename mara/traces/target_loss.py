@@ -11,6 +11,7 @@ jobs alike in every observable can need different true counts (tests/test_traces
 
 Arrays are ``[J]`` over a trace's jobs; bank curves ``[R, N]`` as in mara/curves/bank.py.
 """
+
 from __future__ import annotations
 
 import math
@@ -122,7 +123,9 @@ def draw_job(bank: CurveBank, family: str, rng: np.random.Generator) -> tuple[in
     raise ValueError(f"curve bank {bank.path}: no {JOB_SPLIT} curve of {family} reaches its targets")
 
 
-def target_loss_jobs(job_id, model, n_true, bank: CurveBank, seed: int = 0, q: float = DECLARE_QUANTILE) -> TargetLossJobs:
+def target_loss_jobs(
+    job_id, model, n_true, bank: CurveBank, seed: int = 0, q: float = DECLARE_QUANTILE
+) -> TargetLossJobs:
     """Curves, targets and declared counts of jobs ``[J]`` (ids, trace model names, true iteration counts); ``q``:
     the share of past runs a declared count covers."""
     J = len(job_id)
@@ -137,5 +140,13 @@ def target_loss_jobs(job_id, model, n_true, bank: CurveBank, seed: int = 0, q: f
         target[j] = float(stretched_loss(bank.L[r], x, n_true[j], n_true[j]))
         past[j] = declared_batches(bank, fam[j], target[j], q)
         declared[j] = math.ceil(n_true[j] / x * past[j])
-    return TargetLossJobs(family=fam.astype(str), row=row, target=target, x_star=x_star, scale=n_true / x_star,
-                          true=n_true.copy(), declared=declared, past_batches=past)
+    return TargetLossJobs(
+        family=fam.astype(str),
+        row=row,
+        target=target,
+        x_star=x_star,
+        scale=n_true / x_star,
+        true=n_true.copy(),
+        declared=declared,
+        past_batches=past,
+    )

@@ -14,6 +14,7 @@ Each method's config says which count its trace scheduler plans on (``trace_coun
 The true count is never in the view of a ``declared`` scheduler: its ``iter_left`` is the declared count less the
 iterations done.
 """
+
 from __future__ import annotations
 
 import copy
@@ -44,12 +45,15 @@ def method_counts(cfg: DictConfig) -> dict[str, str]:
         mc = load_method_cfg(m, over.get(m))
         c = mc.get("trace_count")
         if c not in COUNTS:
-            raise ConfigError(f"method {m!r} has no trace_count ({' | '.join(COUNTS)}): it cannot run target-loss "
-                              f"jobs (trace.jobs=target_loss)")
+            raise ConfigError(
+                f"method {m!r} has no trace_count ({' | '.join(COUNTS)}): it cannot run target-loss "
+                f"jobs (trace.jobs=target_loss)"
+            )
         if c == "predicted":
             if mc.get("trace_band") not in BANDS:
-                raise ConfigError(f"method {m!r}: trace_band must be one of {', '.join(BANDS)}, got "
-                                  f"{mc.get('trace_band')!r}")
+                raise ConfigError(
+                    f"method {m!r}: trace_band must be one of {', '.join(BANDS)}, got {mc.get('trace_band')!r}"
+                )
             pq_ = mc.get("trace_prior_quantile")
             if isinstance(pq_, bool) or not isinstance(pq_, (int, float)) or not 0 < pq_ <= 1:
                 raise ConfigError(f"method {m!r}: trace_prior_quantile must be a number in (0, 1], got {pq_!r}")
@@ -62,12 +66,16 @@ def method_counts(cfg: DictConfig) -> dict[str, str]:
 def check_target_loss_run(cfg: DictConfig, trace) -> dict[str, str]:
     """What a target-loss run needs beyond a trace run's checks: an elasticflow-schema trace with mapped models."""
     if trace.schema != "elasticflow":
-        raise ConfigError(f"trace.jobs=target_loss needs the elasticflow schema (model, num_iteration): {trace.path} "
-                          f"is {trace.schema}")
+        raise ConfigError(
+            f"trace.jobs=target_loss needs the elasticflow schema (model, num_iteration): {trace.path} "
+            f"is {trace.schema}"
+        )
     unknown = sorted(set(map(str, trace.model)) - set(MODEL_FAMILY))
     if unknown:
-        raise ConfigError(f"trace.jobs=target_loss: model(s) {', '.join(unknown)} have no curve family "
-                          f"(known: {', '.join(MODEL_FAMILY)})")
+        raise ConfigError(
+            f"trace.jobs=target_loss: model(s) {', '.join(unknown)} have no curve family "
+            f"(known: {', '.join(MODEL_FAMILY)})"
+        )
     q = (plain_config(cfg.get("trace")) or {}).get("declare_quantile", 0.9)
     if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q <= 1:
         raise ConfigError(f"trace.declare_quantile must be a number in (0, 1], got {q!r}")
@@ -153,8 +161,9 @@ class PredictedCount:
         live = np.flatnonzero((s.status == PENDING) | (s.status == RUNNING))
         if live.size:
             self.asked = False
-            self.view.iter_left[live] = self._estimates(live, self.work[live] - s.iter_left[live],
-                                                        now - self.asked_at >= self.every_s)
+            self.view.iter_left[live] = self._estimates(
+                live, self.work[live] - s.iter_left[live], now - self.asked_at >= self.every_s
+            )
             if self.asked:
                 self.asked_at = now
         nxt = self.inner.decide(now, arrivals)
@@ -173,12 +182,14 @@ def prefix_band(predictor, tl, bank, jobs: np.ndarray, seen: np.ndarray) -> np.n
     pad = np.arange(H)[None, :] >= n[:, None]
     S[pad], L[pad] = np.nan, np.nan
     cap = (bank.lengths[rows] - n).astype(np.float64)
-    return predictor.predict_quantiles(S, L, n, tl.target[jobs], cap, bank.batch_size[rows], bank.lr[rows],
-                                       family=tl.family[jobs])
+    return predictor.predict_quantiles(
+        S, L, n, tl.target[jobs], cap, bank.batch_size[rows], bank.lr[rows], family=tl.family[jobs]
+    )
 
 
-def replay_target_window(trace, w, ts, spec, count: str, bank, seed: int, q: float, mc=None, predictor=None,
-                         every_s: float = 0.0):
+def replay_target_window(
+    trace, w, ts, spec, count: str, bank, seed: int, q: float, mc=None, predictor=None, every_s: float = 0.0
+):
     """Replay one window of target-loss jobs under one scheduler: (jobs, scored, Replay, wall s, TargetLossJobs);
     ``every_s``: a ``predicted`` count asks its predictor at most once per that many seconds of trace time."""
     import time
@@ -191,8 +202,13 @@ def replay_target_window(trace, w, ts, spec, count: str, bank, seed: int, q: flo
         work = np.minimum(work, tl.declared)
         sched = DeclaredCount(sched, tl.declared)
     elif count == "predicted":
-        prior = tl.declared / tl.past_batches * np.array(
-            [declared_batches(bank, f, e, float(mc.trace_prior_quantile)) for f, e in zip(tl.family, tl.target)])
+        prior = (
+            tl.declared
+            / tl.past_batches
+            * np.array(
+                [declared_batches(bank, f, e, float(mc.trace_prior_quantile)) for f, e in zip(tl.family, tl.target)]
+            )
+        )
         sched = PredictedCount(sched, tl, bank, predictor, BANDS[mc.trace_band], np.ceil(prior), every_s)
     tput, max_level = job_speeds(jobs, sched.caps, ts.cluster.gpus, rigid=ts.rigid)
     state = JobState(jobs.submit, jobs.deadline, tput, max_level, work, ts.cluster.gpus, slot=ts.slot)
@@ -211,8 +227,10 @@ def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
     seed, q = ts.target_seed, float((plain_config(cfg.get("trace")) or {}).get("declare_quantile", 0.9))
     every_s = float((plain_config(cfg.get("trace")) or {}).get("estimate_every_s", 0))
     bank = load_bank(default_bank_path())
-    log(f"target-loss jobs of {ts.path}: cluster {ts.cluster.name}, {len(windows)} {ts.split} window(s), methods "
-        + ", ".join(f"{m} ({counts[m]} count)" for m, _ in methods))
+    log(
+        f"target-loss jobs of {ts.path}: cluster {ts.cluster.name}, {len(windows)} {ts.split} window(s), methods "
+        + ", ".join(f"{m} ({counts[m]} count)" for m, _ in methods)
+    )
     rows, timings, windows_info, occupancy = [], {}, [], {}
     over = plain_config(cfg.get("method_overrides")) or {}
     planned_on = {}
@@ -221,31 +239,63 @@ def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
         mc, predictor = load_method_cfg(name, over.get(name)), None
         if counts[name] == "predicted":
             predictor = predictor_from(str(mc.trace_predictor), bank.path)
-            planned_on[name] = {"predictor": str(mc.trace_predictor), "band": str(mc.trace_band),
-                                "prior_quantile": float(mc.trace_prior_quantile)}
+            planned_on[name] = {
+                "predictor": str(mc.trace_predictor),
+                "band": str(mc.trace_band),
+                "prior_quantile": float(mc.trace_prior_quantile),
+            }
         for w in windows:
-            jobs, scored, rep, secs, tl = replay_target_window(trace, w, ts, spec, counts[name], bank, seed, q, mc,
-                                                               predictor, every_s)
+            jobs, scored, rep, secs, tl = replay_target_window(
+                trace, w, ts, spec, counts[name], bank, seed, q, mc, predictor, every_s
+            )
             timings[name] += secs
             new = job_rows(name, w, jobs, scored, rep)
             for r, j in zip(new, np.flatnonzero(scored)):
-                r.update(true_iterations=float(tl.true[j]), declared_iterations=float(tl.declared[j]),
-                         target_loss=float(tl.target[j]), family=str(tl.family[j]))
+                r.update(
+                    true_iterations=float(tl.true[j]),
+                    declared_iterations=float(tl.declared[j]),
+                    target_loss=float(tl.target[j]),
+                    family=str(tl.family[j]),
+                )
             rows.extend(new)
             windows_info.append(window_record(name, w.index, jobs, scored, rep, secs, ts.cluster.gpus))
             if w is windows[0]:
                 occupancy[name] = (rep.occupancy_t - rep.occupancy_t[0], rep.occupancy)
             short = float((tl.declared[scored] < tl.true[scored]).mean())
-            log(f"{name} window {w.index}: met {rep.met[scored].mean():.3f} of {int(scored.sum())} jobs in {secs:.1f} s"
-                f" (declared count short of the true one: {short:.3f} of jobs)")
-    protocol = {"trace": ts.path, "schema": trace.schema, "cluster": ts.cluster.name, "gpus": ts.cluster.gpus,
-                "slot_s": ts.slot, "first_jobs": ts.first_jobs, "window_s": ts.window_s, "warmup_s": ts.warmup_s,
-                "split": ts.split, "windows": [w.__dict__ for w in windows], "rigid": ts.rigid, "overhead": ts.overhead,
-                "jobs": "target_loss", "target_seed": seed, "declare_quantile": q, "bank": str(bank.path), "counts": counts,
-                "estimate_every_s": every_s,
-                "predicted": planned_on}
-    return write_trace_results(rows, windows_info, occupancy, protocol, timings, out,
-                               tensorboard=bool((cfg.get("eval") or {}).get("tensorboard", True)))
+            log(
+                f"{name} window {w.index}: met {rep.met[scored].mean():.3f} of {int(scored.sum())} jobs in {secs:.1f} s"
+                f" (declared count short of the true one: {short:.3f} of jobs)"
+            )
+    protocol = {
+        "trace": ts.path,
+        "schema": trace.schema,
+        "cluster": ts.cluster.name,
+        "gpus": ts.cluster.gpus,
+        "slot_s": ts.slot,
+        "first_jobs": ts.first_jobs,
+        "window_s": ts.window_s,
+        "warmup_s": ts.warmup_s,
+        "split": ts.split,
+        "windows": [w.__dict__ for w in windows],
+        "rigid": ts.rigid,
+        "overhead": ts.overhead,
+        "jobs": "target_loss",
+        "target_seed": seed,
+        "declare_quantile": q,
+        "bank": str(bank.path),
+        "counts": counts,
+        "estimate_every_s": every_s,
+        "predicted": planned_on,
+    }
+    return write_trace_results(
+        rows,
+        windows_info,
+        occupancy,
+        protocol,
+        timings,
+        out,
+        tensorboard=bool((cfg.get("eval") or {}).get("tensorboard", True)),
+    )
 
 
 def next_target_event(s: JobState, run: np.ndarray, now: float, nxt: float | None) -> float | None:

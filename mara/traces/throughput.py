@@ -6,6 +6,7 @@ level of GPUs (a power of two up to 64, as the measurements); its speed is the m
 interpolated. A raw-schema job (no model) does ``duration`` units of work, one per second on ``num_gpu`` GPUs and
 proportionally slower on fewer.
 """
+
 from __future__ import annotations
 
 import csv
@@ -20,8 +21,13 @@ TABLE = SHIPPED_DIR / "throughputs_A100.csv"
 
 #: per-model GPU caps of ElasticFlow's A100 model profiles: (model, batch size) -> max GPUs; others min(bs, 64)
 ELASTICFLOW_MAX_GPU = {
-    ("gpt2", 128): 16, ("gpt2", 256): 32, ("bert", 64): 8, ("inception3", 64): 16, ("inception3", 128): 32,
-    ("resnet50", 64): 32, ("vgg16", 64): 32,
+    ("gpt2", 128): 16,
+    ("gpt2", 256): 32,
+    ("bert", 64): 8,
+    ("inception3", 64): 16,
+    ("inception3", 128): 32,
+    ("resnet50", 64): 32,
+    ("vgg16", 64): 32,
 }
 ELASTICFLOW_MAX_GPU_BY_MODEL = {"bert": 16}  # any other batch size of these models
 #: deepspeech2's cap is its batch size (one sample per GPU at least)

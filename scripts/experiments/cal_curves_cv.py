@@ -9,6 +9,7 @@ curves the simulator and the prediction benchmark draw from.
 
     python scripts/experiments/cal_curves_cv.py [--cal-bank mara/data/banks/zoo_cal.parquet]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,8 +85,10 @@ def main() -> None:
                     cover.append((lo <= y[test] + 1e-6) & (y[test] <= hi + 1e-6))
                     width.append(hi - lo)
                 c, w = np.concatenate(cover), np.concatenate(width)
-                print(f"  FM band, offsets {mode:8s} bins {bins!s:8s}: coverage {100 * c.mean():5.1f} %, "
-                      f"width {w.mean():6.1f} batches")
+                print(
+                    f"  FM band, offsets {mode:8s} bins {bins!s:8s}: coverage {100 * c.mean():5.1f} %, "
+                    f"width {w.mean():6.1f} batches"
+                )
         for name, (head, band) in heads.items():
             levels = head.quantiles
             moved = np.full_like(band, np.nan)
@@ -95,10 +98,14 @@ def main() -> None:
                 shifts = level_shifts(band[fit], y[fit], levels, fam[fit], n_obs[fit], BINS)
                 moved[test] = apply_level_shifts(band[test], fam[test], n_obs[test], shifts, BINS, q["cap"][test])
             for label, b in (("raw", band[mine]), ("shifted", moved[mine])):
-                share = ", ".join(f"q{lv:g} {100 * (y[mine] <= b[:, j] + 1e-6).mean():.0f} %" for j, lv in enumerate(levels))
+                share = ", ".join(
+                    f"q{lv:g} {100 * (y[mine] <= b[:, j] + 1e-6).mean():.0f} %" for j, lv in enumerate(levels)
+                )
                 cov = ((b[:, 0] <= y[mine] + 1e-6) & (y[mine] <= b[:, -1] + 1e-6)).mean()
-                print(f"  head {name:5s} {label:8s}: truths at or below {share}; [q{levels[0]:g}, q{levels[-1]:g}] "
-                      f"coverage {100 * cov:.1f} %")
+                print(
+                    f"  head {name:5s} {label:8s}: truths at or below {share}; [q{levels[0]:g}, q{levels[-1]:g}] "
+                    f"coverage {100 * cov:.1f} %"
+                )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 Validation roots 100-101 (never the evaluation roots 0-4), 4 episodes per task set, p = 0.04 and 0.07, WLS
 estimates, speeds [2,2,1,1,1,1,1], switch cost 0 and 2. Prints mean success (%) and the switches paid.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,19 +34,34 @@ class SlackUnitSteps(slack.SlackRule):
 
 def main() -> None:
     import sys
+
     if sys.argv[1:] and sys.argv[1] in ("-h", "--help"):
         raise SystemExit(__doc__)
     bank = load_bank(default_bank_path())
-    ep = EpisodeBatch.concat([generate_episodes(bank, bank.family_params, ts, p, r, 4)
-                              for ts in PAPER_TASK_SETS.values() for p in (0.04, 0.07) for r in (100, 101)])
+    ep = EpisodeBatch.concat(
+        [
+            generate_episodes(bank, bank.family_params, ts, p, r, 4)
+            for ts in PAPER_TASK_SETS.values()
+            for p in (0.04, 0.07)
+            for r in (100, 101)
+        ]
+    )
     speed = [2, 2, 1, 1, 1, 1, 1]
     for cost in (0, 2):
-        for name, make, pred in (("FIFO", FIFO, None), ("EDF", EDF, None), ("LARA", LARA, WLSPredictor),
-                                 ("Slack-WLS (unit steps)", SlackUnitSteps, WLSPredictor),
-                                 ("Slack-WLS (fastest-node steps)", slack.SlackRule, WLSPredictor)):
-            m = run_episodes(BatchedEnv(ep, bank, predictor=pred and pred(), node_speed=speed, switch_cost=cost), make())
-            print(f"switch_cost {cost}  {name:32s} {100 * np.mean(m['success_rate']):6.2f} %  switches "
-                  f"{int(m['switches'].sum())}")
+        for name, make, pred in (
+            ("FIFO", FIFO, None),
+            ("EDF", EDF, None),
+            ("LARA", LARA, WLSPredictor),
+            ("Slack-WLS (unit steps)", SlackUnitSteps, WLSPredictor),
+            ("Slack-WLS (fastest-node steps)", slack.SlackRule, WLSPredictor),
+        ):
+            m = run_episodes(
+                BatchedEnv(ep, bank, predictor=pred and pred(), node_speed=speed, switch_cost=cost), make()
+            )
+            print(
+                f"switch_cost {cost}  {name:32s} {100 * np.mean(m['success_rate']):6.2f} %  switches "
+                f"{int(m['switches'].sum())}"
+            )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ e.g. ``python scripts/experiments/plan_timing.py Slack-QR,Slack-QR-displace,Plan
 'eval.roots=[100,101]' 'sim.loads=[0.05]'``. Each method runs with its own predictor; the first is the
 baseline of the paired differences (± standard error over episodes).
 """
+
 from __future__ import annotations
 
 import sys
@@ -29,7 +30,9 @@ def main(methods: list[str], overrides: list[str]) -> None:
     ep = build_episodes(run.workload, bank, run.protocol, run.sim.steps)
     loads = sorted(set(np.round(ep.load, 6).tolist()))
     predictors, base = {}, None
-    print("| method | " + " | ".join(f"p = {p:g} (paired)" for p in loads) + " | switches / episode | s | ms / decision |")
+    print(
+        "| method | " + " | ".join(f"p = {p:g} (paired)" for p in loads) + " | switches / episode | s | ms / decision |"
+    )
     print("|---|" + "---:|" * (len(loads) + 3))
     for name in methods:
         mcfg = load_method_cfg(name)

@@ -8,6 +8,7 @@ successes with switch costs, and per group of tasks (both complete them / only t
 neither, though alone on a fast node the task could finish) the median demand, time budget, demand / budget and
 batches the rule served them. Use validation roots only (≥ 1000) when the answer guides a choice.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,25 +47,41 @@ def main() -> None:
     bank = load_bank(default_bank_path())
     for ts in ("ID", "RL_OOD", "ViT_OOD"):
         ep = generate_episodes(bank, bank.family_params, PAPER_TASK_SETS[ts], a.load, a.root, a.episodes)
-        res = clairvoyant_k_batch(ep.arrival, ep.deadline, ep.need, ep.n_tasks, n_nodes=len(SPEED), max_active=10,
-                                  node_speed=SPEED, time_limit_s=a.time_limit)
+        res = clairvoyant_k_batch(
+            ep.arrival,
+            ep.deadline,
+            ep.need,
+            ep.n_tasks,
+            n_nodes=len(SPEED),
+            max_active=10,
+            node_speed=SPEED,
+            time_limit_s=a.time_limit,
+        )
         chosen = chosen_tasks(res, ep.N) & ep.valid
         env = BatchedEnv(ep, bank, predictor=TruthPredictor(), node_speed=SPEED, switch_cost=COST)
         served = served_batches(env, SlackRule(name="Slack-Truth-displace", displace=True))
         ok = (env.status == TaskStatus.SUCCEEDED) & ep.valid
-        print(f"{ts}: Clairvoyant best found {sum(r.successes for r in res)}, proven bound "
-              f"{sum(r.upper_bound for r in res)}, "
-              f"Slack-Truth-displace {int(ok.sum())} tasks")
+        print(
+            f"{ts}: Clairvoyant best found {sum(r.successes for r in res)}, proven bound "
+            f"{sum(r.upper_bound for r in res)}, "
+            f"Slack-Truth-displace {int(ok.sum())} tasks"
+        )
         need, budget = ep.need.astype(float), (ep.deadline - ep.arrival).astype(float)
         alone = ep.valid & (need <= max(SPEED) * budget)
-        groups = {"both": chosen & ok, "Clairvoyant only": chosen & ~ok, "rule only": ~chosen & ok,
-                  "neither (could finish alone)": ~chosen & ~ok & alone}
+        groups = {
+            "both": chosen & ok,
+            "Clairvoyant only": chosen & ~ok,
+            "rule only": ~chosen & ok,
+            "neither (could finish alone)": ~chosen & ~ok & alone,
+        }
         for name, g in groups.items():
             if g.any():
-                print(f"  {name:30s} {int(g.sum()):4d} tasks · median demand {np.median(need[g]):5.0f} · budget "
-                      f"{np.median(budget[g]):4.0f} · demand/budget "
-                      f"{np.median(need[g] / np.maximum(budget[g], 1)):.2f} · "
-                      f"served by the rule {np.median(served[g]):4.0f}")
+                print(
+                    f"  {name:30s} {int(g.sum()):4d} tasks · median demand {np.median(need[g]):5.0f} · budget "
+                    f"{np.median(budget[g]):4.0f} · demand/budget "
+                    f"{np.median(need[g] / np.maximum(budget[g], 1)):.2f} · "
+                    f"served by the rule {np.median(served[g]):4.0f}"
+                )
 
 
 if __name__ == "__main__":
