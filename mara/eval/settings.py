@@ -274,13 +274,16 @@ def prediction_settings(cfg: DictConfig) -> PredictionSettings:
 def trace_job_settings(tc) -> TraceJobSettings | None:
     """``prediction.trace_jobs`` ({enabled, path, first, predictors}; path null: the sample shipped in the package),
     None when off; a missing or unusable trace, ``first`` < 1 or an unknown predictor is a one-line ConfigError."""
+    where = "prediction.trace_jobs"
+    if tc is not None and not hasattr(tc, "get"):
+        raise ConfigError(f"{where} must be a mapping {{enabled, path, first, predictors}} or null, got {tc!r}")
     if not tc or not tc.get("enabled", True):
         return None
-    where = "prediction.trace_jobs"
     first = tc.get("first", 100)
     if isinstance(first, bool) or not isinstance(first, int) or first < 1:
         raise ConfigError(f"{where}.first must be an integer >= 1, got {first!r}")
-    preds = tuple(tc.get("predictors") or PREDICTORS)
+    preds = tc.get("predictors") or PREDICTORS
+    preds = (preds,) if isinstance(preds, str) else tuple(preds)
     bad = [p for p in preds if p not in PREDICTORS]
     if bad:
         raise ConfigError(f"{where}.predictors: {bad} not scored on trace jobs; pick from {list(PREDICTORS)}")
