@@ -34,7 +34,7 @@ from mara.core.registry import import_object, predictor_entry, predictor_file, p
 from mara.curves.bank import default_bank_path, shipped_bank_path
 from mara.eval.policy_fit import check_policy_fit, policy_facts
 from mara.eval.runner import check_number, node_options
-from mara.eval.settings import validate_sim_cfg
+from mara.eval.settings import trace_job_settings, validate_sim_cfg
 from mara.mat.allocator import read_policy_checkpoint
 from mara.mat.train import check_init_from, check_resume_checkpoint, checkpoint_method, with_run_policy
 from mara.predictors.protocol import WARMUP_OBS
@@ -628,6 +628,8 @@ def preflight(cfg: DictConfig, entry: str) -> None:
         check_live_predictors(cfg, methods)
     if entry == "train" and kind != "paper":
         check_stage_inputs(cfg)
+    if entry == "evaluate" and kind == "prediction":  # the trace whose jobs the predictors are also scored on
+        trace_job_settings((cfg.get("prediction") or {}).get("trace_jobs"))
     if need:
         check_checkpoints(cfg, methods, _policy_defaults(cfg, entry, methods))
     folder, where = run_folder(cfg)

@@ -154,6 +154,11 @@ CASES = [
     ("evaluate", ["experiment=prediction", "+prediction.extra.FM=qr"], "FM and WLS are the benchmark's own rows"),
     (
         "evaluate",
+        ["experiment=prediction", "prediction.trace_jobs.path=/nonexistent/trace.csv"],
+        "prediction.trace_jobs.path=/nonexistent/trace.csv: no such file",
+    ),
+    (
+        "evaluate",
         ["experiment=prediction", "predictors.qr_cal.recalibrate.cal_bank=/nonexistent/cal.parquet"],
         "predictors.qr_cal.recalibrate.cal_bank=/nonexistent/cal.parquet: no such file",
     ),

@@ -10,7 +10,9 @@ from mara.curves.bank import shipped_bank_path
 from mara.eval.decision_metrics import decision_markdown
 from mara.eval.decision_points import decision_points
 from mara.eval.prediction import COLD_OBS, by_obs_markdown, run_prediction_experiment, table1_markdown
-from mara.eval.settings import EvaluationSettings, PredictionSettings
+from mara.eval.settings import EvaluationSettings, PredictionSettings, TraceJobSettings
+from mara.traces.target_prediction import evaluate as evaluate_trace_jobs
+from mara.traces.target_prediction import markdown as trace_jobs_markdown
 
 
 def run_prediction(settings: PredictionSettings, run: EvaluationSettings | None, out: Path) -> dict:
@@ -24,11 +26,14 @@ def run_prediction(settings: PredictionSettings, run: EvaluationSettings | None,
     points = None
     if settings.decision_points is not None:
         points = decision_points(settings.decision_points, run)
+    trace_jobs = None if settings.trace_jobs is None else trace_jobs_section(settings.trace_jobs)
     path = out / "results.json"
     data = json.loads(path.read_text()) if path.exists() else {"schema": "mara.results/1", "rows": [], "summary": {}}
     data["prediction"] = results
     if points is not None:
         data["decision_points"] = points
+    if trace_jobs is not None:
+        data["trace_jobs"] = trace_jobs[0]
     path.write_text(json.dumps(data, indent=1))
     md = "# Remaining-resource prediction (Table 1)\n\n" + table1_markdown(results)
     md += (
@@ -61,6 +66,8 @@ def run_prediction(settings: PredictionSettings, run: EvaluationSettings | None,
             f"{meta['roots']}, {meta['n_episodes']} episodes.\n\n"
             + decision_markdown({f"{k} ({meta['policies'][k]})": v for k, v in points.items() if k != "_meta"})
         )
+    if trace_jobs is not None:
+        md += trace_jobs[1]
     md += "\n![Figure 3a](fig3a_trajectory.png)\n![Figure 3b](fig3b_mae_vs_rank.png)\n"
     if (out / "fig_calibration.png").exists():
         md += "![Band levels against the truth](fig_calibration.png)\n"
@@ -69,6 +76,24 @@ def run_prediction(settings: PredictionSettings, run: EvaluationSettings | None,
     print(md)
     print(f"wrote {path} and {out / 'results.md'}")
     return data
+
+
+def trace_jobs_section(tj: TraceJobSettings) -> tuple[dict, str]:
+    """(results.json's ``trace_jobs``, results.md's section): the predictors scored on the first ``tj.first`` jobs
+    of ``tj.path`` as target-loss jobs, per model and observed fraction (mara/traces/target_prediction.py)."""
+    res = evaluate_trace_jobs([tj.path], tj.first, tj.predictors)
+    md = (
+        f"\n## The predictor on trace jobs\n\nThe first {tj.first} jobs of {Path(tj.path).name} as target-loss jobs "
+        "(seed 0, docs/traces-target-loss.md): after a share f of each job's true count N (columns), the band of its "
+        "remaining iterations from the loss prefix the scheduler has seen, per model (rows).\n\n"
+        + trace_jobs_markdown(res)
+    )
+    data = {
+        "path": tj.path,
+        "first": tj.first,
+        "by_predictor": {k: {str(f): r for f, r in v.items()} for k, v in res.items()},
+    }
+    return data, md
 
 
 def _log_figures(out: Path) -> None:

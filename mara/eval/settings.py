@@ -14,6 +14,7 @@ Predictor and method configs stay configs: they are the predictors' and methods'
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Mapping
 
 from omegaconf import DictConfig, OmegaConf
@@ -23,6 +24,8 @@ from mara.core.registry import predictor_file
 from mara.curves.bank import CurveBank, default_bank_path, load_bank, shipped_bank_path
 from mara.sim.settings import SimSettings, check_number, node_options, validate_sim_cfg  # noqa: F401  (re-exported)
 from mara.sim.workload import TaskSet
+from mara.traces.schema import SHIPPED_SAMPLE
+from mara.traces.target_prediction import PREDICTORS, read_trace_jobs
 
 
 def resolve_roots(roots) -> list[int]:
@@ -103,6 +106,16 @@ class DecisionPointSettings:
 
 
 @dataclass(frozen=True)
+class TraceJobSettings:
+    """``prediction.trace_jobs``: the trace whose first ``first`` jobs (as target-loss jobs) the predictors are
+    scored on, per model and observed fraction (mara/traces/target_prediction.py)."""
+
+    path: str
+    first: int = 100
+    predictors: tuple[str, ...] = PREDICTORS
+
+
+@dataclass(frozen=True)
 class PredictionSettings:
     """The prediction benchmark (``experiment=prediction``): the FM and WLS predictor configs, the bank, the query
     ranks, observation period, ε/budget seed, decision quantiles and, when enabled, the decision points."""
@@ -116,6 +129,7 @@ class PredictionSettings:
     decision_quantiles: tuple | None = (0.05,)
     decision_points: DecisionPointSettings | None = None
     extra: tuple = ()  # ((label, predictor config), ...): more rows beside FM and WLS (prediction.extra)
+    trace_jobs: TraceJobSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -253,7 +267,34 @@ def prediction_settings(cfg: DictConfig) -> PredictionSettings:
         decision_quantiles=None if quantiles is None else tuple(quantiles),
         decision_points=points,
         extra=_extra_predictors(pc.get("extra") or {}, composed),
+        trace_jobs=trace_job_settings(pc.get("trace_jobs")),
     )
+
+
+def trace_job_settings(tc) -> TraceJobSettings | None:
+    """``prediction.trace_jobs`` ({enabled, path, first, predictors}; path null: the sample shipped in the package),
+    None when off; a missing or unusable trace, ``first`` < 1 or an unknown predictor is a one-line ConfigError."""
+    where = "prediction.trace_jobs"
+    if tc is not None and not hasattr(tc, "get"):
+        raise ConfigError(f"{where} must be a mapping {{enabled, path, first, predictors}} or null, got {tc!r}")
+    if not tc or not tc.get("enabled", True):
+        return None
+    first = tc.get("first", 100)
+    if isinstance(first, bool) or not isinstance(first, int) or first < 1:
+        raise ConfigError(f"{where}.first must be an integer >= 1, got {first!r}")
+    preds = tc.get("predictors") or PREDICTORS
+    preds = (preds,) if isinstance(preds, str) else tuple(preds)
+    bad = [p for p in preds if p not in PREDICTORS]
+    if bad:
+        raise ConfigError(f"{where}.predictors: {bad} not scored on trace jobs; pick from {list(PREDICTORS)}")
+    path = str(Path(tc.get("path") or SHIPPED_SAMPLE).expanduser())
+    if not Path(path).is_file():
+        raise ConfigError(f"{where}.path={path}: no such file")
+    try:
+        read_trace_jobs(path)
+    except ConfigError as e:
+        raise ConfigError(f"{where}.path: {e}") from None
+    return TraceJobSettings(path=path, first=int(first), predictors=preds)
 
 
 def _extra_predictors(extra, composed) -> tuple:

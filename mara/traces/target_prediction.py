@@ -19,14 +19,30 @@ import sys
 
 import numpy as np
 
+from mara.core.config import ConfigError
 from mara.curves.bank import default_bank_path, load_bank
 from mara.predictors.factory import predictor_from
-from mara.traces.schema import load_trace
+from mara.traces.schema import Trace, load_trace
 from mara.traces.target_loss import declared_batches, target_loss_jobs
 from mara.traces.target_run import prefix_band
 
 FRACTIONS = (0.1, 0.25, 0.5, 0.75)
 PRIOR_SHARE = 0.5  # the rules' prior before min_obs: the count of half the model's past runs
+PREDICTORS = ("qr", "wls")  # the predictors scored: the decision head and the slope fit, as the trace rules read them
+
+
+def read_trace_jobs(path) -> Trace:
+    """The trace at ``path`` if its jobs can be made target-loss jobs (elasticflow schema), else a one-line
+    ConfigError (missing or malformed file, or the raw schema without model and iteration count)."""
+    try:
+        tr = load_trace(path)
+    except ConfigError:
+        raise
+    except (OSError, ValueError) as e:  # unreadable, or a value the schema check did not name
+        raise ConfigError(f"{path}: {type(e).__name__}: {e}") from None
+    if tr.schema != "elasticflow":
+        raise ConfigError(f"{path}: target-loss jobs need the elasticflow schema (model, num_iteration)")
+    return tr
 
 
 def band_metrics(est: np.ndarray, true_left: np.ndarray, true_total: np.ndarray) -> dict:
@@ -129,19 +145,16 @@ def main(argv=None) -> int:
     ap.add_argument("--predictors", default="qr,wls")
     a = ap.parse_args(argv)
     preds = a.predictors.split(",")
-    bad = [p for p in preds if p not in ("qr", "wls")]
+    bad = [p for p in preds if p not in PREDICTORS]
     if bad or a.first < 1:
         print(f"--predictors must be qr and/or wls and --first >= 1, got {a.predictors!r}, {a.first}", file=sys.stderr)
         return 2
 
     for p in a.traces:
         try:
-            tr = load_trace(p)
-        except Exception as e:  # a missing or malformed trace: one line
-            print(f"{p}: {e}", file=sys.stderr)
-            return 2
-        if tr.schema != "elasticflow":
-            print(f"{p}: target-loss jobs need the elasticflow schema (model, num_iteration)", file=sys.stderr)
+            read_trace_jobs(p)
+        except ConfigError as e:  # a missing or malformed trace: one line
+            print(e, file=sys.stderr)
             return 2
     print(markdown(evaluate(a.traces, a.first, preds)))
     return 0
