@@ -21,7 +21,6 @@ from typing import Mapping
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
 from mara.core.config import ConfigError, conf_dir, plain_config
@@ -32,7 +31,7 @@ from mara.predictors.data import observe
 from mara.predictors.decision_data import decision_examples
 from mara.predictors.family_context import N_CONTEXT, FamilyContext
 from mara.predictors.fit_settings import HeadFitSettings, PredictorTraining
-from mara.predictors.quantile_train import QuantileHeadModule
+from mara.predictors.quantile_train import QuantileHeadModule, head_trainer
 
 
 @dataclass(frozen=True)
@@ -152,21 +151,7 @@ def fit_member(bank, ctx: FamilyContext, fit: ContextFitSettings, out: Path, see
     dm = ContextDataModule(bank, ctx, fit, seed=seed)
     net_kw = {**dict(fit.head.net), "n_static": N_STATIC_CTX}
     module = QuantileHeadModule(net_kw, lr=tc.lr, weight_decay=tc.weight_decay, stats=dm.stats)
-    ckpt_cb = ModelCheckpoint(
-        dirpath=out / f"checkpoints_seed{seed}", monitor="val/pinball", mode="min", filename="qr_ctx-{epoch:03d}"
-    )
-    trainer = L.Trainer(
-        max_epochs=tc.max_epochs,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        callbacks=[ckpt_cb, EarlyStopping(monitor="val/pinball", mode="min", patience=tc.patience)],
-        reload_dataloaders_every_n_epochs=1,
-        enable_model_summary=False,
-        enable_progress_bar=False,
-        gradient_clip_val=float(tc.gradient_clip_val),
-        default_root_dir=str(out),
-    )
+    trainer, ckpt_cb = head_trainer(tc, out, out / f"checkpoints_seed{seed}", "qr_ctx-{epoch:03d}")
     t0, c0 = time.time(), time.process_time()
     trainer.fit(module, datamodule=dm)
     best = load_checkpoint(ckpt_cb.best_model_path, "in-context head training checkpoint")["state_dict"]

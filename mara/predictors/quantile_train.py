@@ -129,6 +129,24 @@ class QuantileHeadModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "epoch"}}
 
 
+def head_trainer(tc, out: Path, ckpt_dir: Path, filename: str) -> tuple[L.Trainer, ModelCheckpoint]:
+    """A quantile head's CPU trainer: early stopping on validation pinball loss, the best epoch kept in ``ckpt_dir``."""
+    ckpt_cb = ModelCheckpoint(dirpath=ckpt_dir, monitor="val/pinball", mode="min", filename=filename)
+    trainer = L.Trainer(
+        max_epochs=tc.max_epochs,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        callbacks=[ckpt_cb, EarlyStopping(monitor="val/pinball", mode="min", patience=tc.patience)],
+        reload_dataloaders_every_n_epochs=1,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        gradient_clip_val=float(tc.gradient_clip_val),
+        default_root_dir=str(out),
+    )
+    return trainer, ckpt_cb
+
+
 def fit_quantile_head(bank, fit: HeadFitSettings, out, seed: int = 0) -> dict:
     """Train on ``bank``'s fm_train curves, early-stop on fm_val pinball loss, export ``out/qr.ckpt``."""
     tc = fit.train
@@ -145,19 +163,7 @@ def fit_quantile_head(bank, fit: HeadFitSettings, out, seed: int = 0) -> dict:
     )
     net_kw = dict(fit.net)
     module = QuantileHeadModule(net_kw, lr=tc.lr, weight_decay=tc.weight_decay, stats=dm.stats)
-    ckpt_cb = ModelCheckpoint(dirpath=out / "checkpoints", monitor="val/pinball", mode="min", filename="qr-{epoch:03d}")
-    trainer = L.Trainer(
-        max_epochs=tc.max_epochs,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        callbacks=[ckpt_cb, EarlyStopping(monitor="val/pinball", mode="min", patience=tc.patience)],
-        reload_dataloaders_every_n_epochs=1,
-        enable_model_summary=False,
-        enable_progress_bar=False,
-        gradient_clip_val=float(tc.gradient_clip_val),
-        default_root_dir=str(out),
-    )
+    trainer, ckpt_cb = head_trainer(tc, out, out / "checkpoints", "qr-{epoch:03d}")
     t0 = time.time()
     trainer.fit(module, datamodule=dm)
     module.load_state_dict(load_checkpoint(ckpt_cb.best_model_path, "decision-head training checkpoint")["state_dict"])

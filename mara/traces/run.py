@@ -191,6 +191,27 @@ def job_rows(method: str, w: Window, jobs: Trace, scored: np.ndarray, rep) -> li
     return rows
 
 
+def trace_protocol(ts, trace, windows) -> dict:
+    """What a trace run replayed (file, cluster, slots, windows, job model): the protocol block of its results."""
+    protocol = {
+        "trace": ts.path,
+        "schema": trace.schema,
+        "cluster": ts.cluster.name,
+        "gpus": ts.cluster.gpus,
+        "slot_s": ts.slot,
+        "first_jobs": ts.first_jobs,
+        "window_s": ts.window_s,
+        "warmup_s": ts.warmup_s,
+        "split": ts.split,
+        "windows": [w.__dict__ for w in windows],
+        "rigid": ts.rigid,
+        "overhead": ts.overhead,
+    }
+    if trace.schema == "raw":
+        protocol["deadline_factor"] = ts.deadline_factor
+    return protocol
+
+
 def run_trace(cfg: DictConfig, out: Path, log=print) -> dict:
     """The trace experiment: every method on every window; writes results.json / results.md / figure / TensorBoard."""
     ts, trace, methods, windows = check_trace_run(cfg)
@@ -213,27 +234,11 @@ def run_trace(cfg: DictConfig, out: Path, log=print) -> dict:
             log(
                 f"{name} window {w.index}: met {rep.met[scored].mean():.3f} of {int(scored.sum())} jobs in {secs:.1f} s"
             )
-    protocol = {
-        "trace": ts.path,
-        "schema": trace.schema,
-        "cluster": ts.cluster.name,
-        "gpus": ts.cluster.gpus,
-        "slot_s": ts.slot,
-        "first_jobs": ts.first_jobs,
-        "window_s": ts.window_s,
-        "warmup_s": ts.warmup_s,
-        "split": ts.split,
-        "windows": [w.__dict__ for w in windows],
-        "rigid": ts.rigid,
-        "overhead": ts.overhead,
-    }
-    if trace.schema == "raw":
-        protocol["deadline_factor"] = ts.deadline_factor
     return write_trace_results(
         rows,
         windows_info,
         occupancy,
-        protocol,
+        trace_protocol(ts, trace, windows),
         timings,
         out,
         tensorboard=bool((cfg.get("eval") or {}).get("tensorboard", True)),

@@ -28,7 +28,7 @@ from mara.curves.bank import default_bank_path, load_bank
 from mara.predictors.factory import predictor_from
 from mara.traces.replay import NEVER, PENDING, RUNNING, JobState, replay
 from mara.traces.report import write_trace_results
-from mara.traces.run import build_scheduler, check_trace_run, job_rows, window_record
+from mara.traces.run import build_scheduler, check_trace_run, job_rows, trace_protocol, window_record
 from mara.traces.schema import SIZE_CLASSES, size_class, window_jobs
 from mara.traces.target_loss import MODEL_FAMILY, declared_batches, target_loss_jobs
 from mara.traces.throughput import LEVELS, job_speeds
@@ -267,18 +267,7 @@ def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
                 f" (declared count short of the true one: {short:.3f} of jobs)"
             )
     protocol = {
-        "trace": ts.path,
-        "schema": trace.schema,
-        "cluster": ts.cluster.name,
-        "gpus": ts.cluster.gpus,
-        "slot_s": ts.slot,
-        "first_jobs": ts.first_jobs,
-        "window_s": ts.window_s,
-        "warmup_s": ts.warmup_s,
-        "split": ts.split,
-        "windows": [w.__dict__ for w in windows],
-        "rigid": ts.rigid,
-        "overhead": ts.overhead,
+        **trace_protocol(ts, trace, windows),
         "jobs": "target_loss",
         "target_seed": seed,
         "declare_quantile": q,
