@@ -70,9 +70,36 @@ class FlowFitSettings:
 
 
 @dataclass(frozen=True)
+class PriorPretrainSettings:
+    """``predictor.pretrain``: pre-training of the decision head on ``prior_curves`` curves of the LC-PFN prior
+    (mara/predictors/prior_curves.py; 0: none) for at most ``epochs`` epochs of ``train_examples`` examples, early
+    stopping on the fm_val pinball loss after ``patience`` epochs, before the usual training on fm_train."""
+
+    prior_curves: int = 0
+    epochs: int = 10
+    train_examples: int = 32768
+    patience: int = 4
+
+    @classmethod
+    def from_config(cls, pt: Mapping | None) -> "PriorPretrainSettings":
+        pt = dict(pt or {})
+        unknown = sorted(set(pt) - {"prior_curves", "epochs", "train_examples", "patience"})
+        if unknown:
+            raise ValueError(f"predictor.pretrain: unknown key(s) {', '.join(unknown)}")
+        out = cls(**{k: int(v) for k, v in pt.items()})
+        if min(out.prior_curves, out.epochs, out.train_examples, out.patience) < 0:
+            raise ValueError(f"predictor.pretrain: every setting must be >= 0, got {pt}")
+        return out
+
+    @property
+    def enabled(self) -> bool:
+        return self.prior_curves > 0 and self.epochs > 0
+
+
+@dataclass(frozen=True)
 class HeadFitSettings:
     """The decision head's training: network arguments, examples per epoch / validation, batch size, observation
-    period and the fit."""
+    period, the fit, and the optional pre-training on the LC-PFN prior's curves (off by default)."""
 
     net: dict
     train_examples: int
@@ -80,6 +107,7 @@ class HeadFitSettings:
     batch_size: int
     obs_every: int
     train: FitSettings
+    pretrain: PriorPretrainSettings = field(default_factory=PriorPretrainSettings)
 
     @classmethod
     def from_config(cls, pc: Mapping) -> "HeadFitSettings":
@@ -91,6 +119,7 @@ class HeadFitSettings:
             batch_size=dc["batch_size"],
             obs_every=dc["obs_every"],
             train=FitSettings.from_config(pc["train"], monitor="val/pinball"),
+            pretrain=PriorPretrainSettings.from_config(pc.get("pretrain")),
         )
 
 

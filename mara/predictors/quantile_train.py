@@ -2,6 +2,9 @@
 
 Pinball loss at the head's levels on log(1 + remaining batches); fm_train curves (examples resampled every epoch,
 seed + epoch), early stopping on the pinball loss of a fixed fm_val draw. Exports ``<out>/qr.ckpt``.
+Optionally (``predictor.pretrain.prior_curves=N``, off by default) the head is first trained on N curves of the
+LC-PFN prior (mara/predictors/prior_curves.py; same examples, inputs and standardisation, same fm_val early stopping)
+and then trained as usual from those weights.
 CLI: ``python -m mara.predictors.quantile_train [paths.output_dir=DIR] [seed=S] [predictor.train.max_epochs=N] ...``
 (composes conf/predictor/qr.yaml under ``predictor``).
 """
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import lightning as L
@@ -23,6 +27,7 @@ from mara.core.safe_load import load_checkpoint, plain_lightning_checkpoint
 from mara.curves.bank import default_bank_path, load_bank
 from mara.predictors.decision_data import decision_examples
 from mara.predictors.fit_settings import HeadFitSettings, PredictorTraining
+from mara.predictors.prior_curves import prior_bank
 from mara.predictors.quantile import pinball_loss
 from mara.predictors.quantile_head import QuantileNet, save_head
 
@@ -42,7 +47,9 @@ def _collate(items):
 
 
 class DecisionDataModule(L.LightningDataModule):
-    """fm_train examples resampled per epoch; a fixed fm_val draw; standardisation stats from a fixed training draw."""
+    """fm_train examples resampled per epoch; a fixed fm_val draw; standardisation stats from a fixed training draw.
+    ``train_bank``: the bank whose fm_train curves give the training examples (default ``bank``; the LC-PFN prior's
+    curves when pre-training) — validation and standardisation always come from ``bank``."""
 
     def __init__(
         self,
@@ -52,9 +59,11 @@ class DecisionDataModule(L.LightningDataModule):
         val_examples: int = 4096,
         batch_size: int = 256,
         obs_every: int = 10,
+        train_bank=None,
     ):
         super().__init__()
         self.bank, self.seed, self.obs_every = bank, int(seed), int(obs_every)
+        self.train_bank = bank if train_bank is None else train_bank
         self.n_train, self.batch_size = int(train_examples), int(batch_size)
         fp = bank.family_params or {}
         self.fp = fp
@@ -78,8 +87,8 @@ class DecisionDataModule(L.LightningDataModule):
     def train_dataloader(self):
         epoch = self.trainer.current_epoch if self.trainer is not None else 0
         ex = decision_examples(
-            self.bank,
-            self.train_rows,
+            self.train_bank,
+            self.train_rows if self.train_bank is self.bank else np.flatnonzero(self.train_bank.split == "fm_train"),
             self.n_train,
             np.random.default_rng([self.seed, 100, epoch]),
             self.fp,
@@ -147,8 +156,42 @@ def head_trainer(tc, out: Path, ckpt_dir: Path, filename: str) -> tuple[L.Traine
     return trainer, ckpt_cb
 
 
+def _fit_best(module, dm, tc, out: Path, ckpt_dir: Path, filename: str) -> tuple[int, float]:
+    """Fit ``module`` on ``dm`` with ``tc``, load its best epoch's weights back; (epochs run, best val pinball)."""
+    trainer, ckpt_cb = head_trainer(tc, out, ckpt_dir, filename)
+    trainer.fit(module, datamodule=dm)
+    module.load_state_dict(load_checkpoint(ckpt_cb.best_model_path, "decision-head training checkpoint")["state_dict"])
+    return trainer.current_epoch, float(ckpt_cb.best_model_score)
+
+
+def _pretrain_on_prior(module, bank, fit: HeadFitSettings, out: Path, seed: int) -> dict:
+    """Train ``module`` on the LC-PFN prior's curves (``fit.pretrain``), early-stopped on ``bank``'s fm_val."""
+    pt = fit.pretrain
+    prior = prior_bank(bank, pt.prior_curves, np.random.default_rng([seed, 7]))
+    dm = DecisionDataModule(
+        bank,
+        seed=seed,
+        train_examples=pt.train_examples,
+        val_examples=fit.val_examples,
+        batch_size=fit.batch_size,
+        obs_every=fit.obs_every,
+        train_bank=prior,
+    )
+    tc = replace(fit.train, max_epochs=pt.epochs, patience=pt.patience)
+    t0, c0 = time.time(), time.process_time()
+    epochs, best = _fit_best(module, dm, tc, out, out / "checkpoints_prior", "prior-{epoch:03d}")
+    return {
+        "prior_curves": pt.prior_curves,
+        "epochs": epochs,
+        "best_val_pinball": best,
+        "wall_s": time.time() - t0,
+        "cpu_s": time.process_time() - c0,
+    }
+
+
 def fit_quantile_head(bank, fit: HeadFitSettings, out, seed: int = 0) -> dict:
-    """Train on ``bank``'s fm_train curves, early-stop on fm_val pinball loss, export ``out/qr.ckpt``."""
+    """Train on ``bank``'s fm_train curves (after the prior's curves if ``fit.pretrain`` is on), early-stop on fm_val
+    pinball loss, export ``out/qr.ckpt``."""
     tc = fit.train
     L.seed_everything(seed, workers=True)
     torch.set_num_threads(tc.num_threads)
@@ -163,17 +206,18 @@ def fit_quantile_head(bank, fit: HeadFitSettings, out, seed: int = 0) -> dict:
     )
     net_kw = dict(fit.net)
     module = QuantileHeadModule(net_kw, lr=tc.lr, weight_decay=tc.weight_decay, stats=dm.stats)
-    trainer, ckpt_cb = head_trainer(tc, out, out / "checkpoints", "qr-{epoch:03d}")
-    t0 = time.time()
-    trainer.fit(module, datamodule=dm)
-    module.load_state_dict(load_checkpoint(ckpt_cb.best_model_path, "decision-head training checkpoint")["state_dict"])
+    pretrain = _pretrain_on_prior(module, bank, fit, out, seed) if fit.pretrain.enabled else None
+    t0, c0 = time.time(), time.process_time()
+    epochs, best = _fit_best(module, dm, tc, out, out / "checkpoints", "qr-{epoch:03d}")
     result = {
         "wall_s": time.time() - t0,
-        "epochs": trainer.current_epoch,
-        "best_val_pinball": float(ckpt_cb.best_model_score),
+        "epochs": epochs,
+        "best_val_pinball": best,
         "bank": str(bank.path),
         "seed": seed,
     }
+    if pretrain is not None:
+        result.update(cpu_s=time.process_time() - c0, pretrain=pretrain)
     result["ckpt"] = str(save_head(module.net, net_kw, out / "qr.ckpt", extra=result))
     return result
 
@@ -209,7 +253,11 @@ def settings_from_cli(argv: list[str]) -> tuple[HeadFitSettings, str | None, str
 
 
 def _cli(argv: list[str]) -> None:
-    fit, bank_path, out, seed = settings_from_cli(argv)
+    try:
+        fit, bank_path, out, seed = settings_from_cli(argv)
+    except (ValueError, TypeError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     print(fit_quantile_head(load_bank(bank_path or default_bank_path()), fit, out, seed=seed))
 
 
