@@ -69,8 +69,7 @@ def run_cases(args, python: Path) -> None:
         with open(path) as f:
             n_jobs = sum(1 for _ in f) - 1
         entry = case_entry(record, case, sha256(path), n_jobs)
-        # a limit given on the command line wins over the case's default for a slow method
-        limit = args.time_limit if args.time_limit is not None else case.limits.get(method, DEFAULT_LIMIT_S)
+        limit = case.limit_s(method, args.time_limit, DEFAULT_LIMIT_S)
         if not args.force and not needs_run(entry, method, limit):
             print(_line(case.name, entry["results"][method]) + "   (recorded)")
             continue
