@@ -39,6 +39,8 @@ from mara.peers.record import (
     save_record,
 )
 
+DEFAULT_LIMIT_S = 900.0
+
 
 def _fail(msg: str) -> None:
     print(f"error: {msg}", file=sys.stderr)
@@ -67,7 +69,7 @@ def run_cases(args, python: Path) -> None:
         with open(path) as f:
             n_jobs = sum(1 for _ in f) - 1
         entry = case_entry(record, case, sha256(path), n_jobs)
-        limit = case.limits.get(method, args.time_limit)
+        limit = case.limit_s(method, args.time_limit, DEFAULT_LIMIT_S)
         if not args.force and not needs_run(entry, method, limit):
             print(_line(case.name, entry["results"][method]) + "   (recorded)")
             continue
@@ -93,7 +95,12 @@ def main(argv=None) -> None:
     ap.add_argument("--method", action="append", help=f"one of {', '.join(SCHEDULES)} (repeatable)")
     ap.add_argument("--trace", type=Path, help="run on this trace CSV instead of the cases (printed, not recorded)")
     ap.add_argument("--cluster", default="n64g8", help="cluster spec of --trace (the peer's cluster_specs/<name>.csv)")
-    ap.add_argument("--time-limit", type=float, default=900.0, help="seconds per peer run (default 900)")
+    ap.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        help=f"seconds per peer run (default: the case's limit for a slow method, else {DEFAULT_LIMIT_S:g})",
+    )
     ap.add_argument("--slot", type=int, default=DEFAULT_SLOT, help="scheduling slot in seconds (default 60)")
     ap.add_argument("--nice", type=int, default=10, help="niceness of the peer's process (default 10)")
     ap.add_argument("--force", action="store_true", help="rerun what is already recorded")
@@ -138,7 +145,7 @@ def main(argv=None) -> None:
                 python=python,
                 peer_root=args.peer_root,
                 slot=args.slot,
-                time_limit_s=args.time_limit,
+                time_limit_s=args.time_limit if args.time_limit is not None else DEFAULT_LIMIT_S,
                 nice=args.nice,
             )
             print(_line(args.trace.name, r.as_record()) + (f"   {r.error}" if r.error else ""), flush=True)

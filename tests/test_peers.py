@@ -93,6 +93,14 @@ def test_cases_are_named_once_and_pair_clusters_as_the_peer_does():
         case_named("cluster99")
 
 
+def test_a_limit_given_by_the_user_wins_over_a_cases_limit_for_a_slow_method():
+    whole = case_named("cluster01")
+    assert whole.limits["ElasticFlow"] < 9000
+    assert whole.limit_s("ElasticFlow", 9000.0, 900.0) == 9000.0
+    assert whole.limit_s("ElasticFlow", None, 900.0) == whole.limits["ElasticFlow"]
+    assert whole.limit_s("EDF", None, 900.0) == 900.0
+
+
 def test_record_reuses_a_result_only_for_the_same_file_and_retries_a_timeout_under_a_longer_limit():
     record = {"cases": {}}
     case = case_named("cluster01_first300")

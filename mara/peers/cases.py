@@ -57,6 +57,12 @@ class Case:
     def path(self) -> Path:
         return CASE_DIR / f"{self.name}.csv"
 
+    def limit_s(self, method: str, given: float | None, default: float) -> float:
+        """Seconds the peer may run ``method``: a limit the user gave wins over the case's, then the default."""
+        if given is not None:
+            return given
+        return self.limits.get(method, default)
+
     def describe(self) -> str:
         if self.source == "generated":
             return f"peer generator {' '.join(self.args)}, {self.cluster}"
