@@ -472,6 +472,17 @@ def check_checkpoints(cfg: DictConfig, methods: list[str], policy_defaults: dict
             check_policy_fit(default_mcfg or mcfg, [read_policy(p) for p in paths], cfg.get("sim"))
 
 
+def check_engine(cfg: DictConfig, methods: list[str]) -> None:
+    """On ``sim.engine=replay`` (the trace replay, one episode at a time) every method runs there: a selection bound
+    (``chosen_by``: a rule restricted to the Clairvoyant's chosen tasks of the whole stack) runs on ``batched`` only."""
+    if (cfg.get("sim") or {}).get("engine", "batched") != "replay":
+        return
+    overrides = plain_config(cfg.get("method_overrides")) or {}
+    for m in methods:
+        if load_method_cfg(m, overrides.get(m)).get("chosen_by") is not None:
+            raise ConfigError(f"method {m}: chosen_by (a selection bound) runs on sim.engine=batched only")
+
+
 def check_stage_inputs(cfg: DictConfig) -> None:
     """The files a training stage reads, whichever stages run (``stage=policy`` as much as ``stage=all``): the run's
     predictor checkpoint, and for the policy stage the checkpoint it resumes from (``ckpt_path``) and the policy it
@@ -631,6 +642,7 @@ def preflight(cfg: DictConfig, entry: str) -> None:
     if entry == "evaluate" and kind == "prediction":  # the trace whose jobs the predictors are also scored on
         trace_job_settings((cfg.get("prediction") or {}).get("trace_jobs"))
     if need:
+        check_engine(cfg, methods)
         check_checkpoints(cfg, methods, _policy_defaults(cfg, entry, methods))
     folder, where = run_folder(cfg)
     if folder is not None:

@@ -1,6 +1,6 @@
 """Row-by-row comparison of two results.json files of the same protocol: per method, how many rows (method, task set,
-load, root, training seed, episode) differ in any recorded outcome. Used to show that a change leaves every number of
-a method unchanged, e.g. against a checkout of an earlier commit:
+load, root, training seed, episode) differ in any recorded outcome (a bound's solve seconds, a wall clock, aside).
+Used to show that a change leaves every number of a method unchanged, e.g. against a checkout of an earlier commit:
 
     python scripts/compare_results.py BEFORE/results.json AFTER/results.json
 """
@@ -11,10 +11,15 @@ import json
 import sys
 
 KEY = ("method", "task_set", "load", "root", "train_seed", "episode")
+CLOCK = ("solve_time_s",)  # wall-clock seconds of a bound's solve: they differ between any two runs, not an outcome
 
 
 def rows(path: str) -> dict[tuple, dict]:
-    return {tuple(r.get(k) for k in KEY): r for r in json.load(open(path))["rows"]}
+    """Each row of ``path`` by its key, without its wall-clock fields."""
+    return {
+        tuple(r.get(k) for k in KEY): {k: v for k, v in r.items() if k not in CLOCK}
+        for r in json.load(open(path))["rows"]
+    }
 
 
 def main(before: str, after: str) -> int:

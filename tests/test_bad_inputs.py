@@ -71,6 +71,12 @@ CASES = [
     ("train", ["methods=[FIFO,Nope]"], "unknown method 'Nope'"),
     ("live", ["methods=[FIFOO]"], "did you mean 'FIFO'?"),
     ("evaluate", ["methods=[]"], "methods is empty"),
+    # a method the trace replay cannot run: a selection bound (the Clairvoyant's chosen tasks of the whole stack)
+    (
+        "evaluate",
+        ["methods=[FIFO,Slack-Truth-chosen]", "sim.engine=replay"],
+        "method Slack-Truth-chosen: chosen_by (a selection bound) runs on sim.engine=batched only",
+    ),
     ("train", ["methods=[]"], "methods is empty"),
     ("live", ["methods=[]"], "methods is empty"),
     ("evaluate", ["methods=FIFO"], "methods must be a list"),
