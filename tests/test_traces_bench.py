@@ -63,4 +63,4 @@ def test_bench_times_every_rule_on_a_trace(tmp_path):
     assert "(also Slack-" in p.stdout
     rec = json.loads(out.read_text())["replay"]
     assert sorted(r["method"] for r in rec) == sorted(rules)
-    assert all(r["jobs"] == 40 and 0.0 <= r["met"] <= 1.0 and r["seconds"] > 0 for r in rec)
+    assert all(r["jobs"] == 40 and 0.0 <= r["met"] <= 1.0 and r["seconds"] > 0 and r["cpu_seconds"] > 0 for r in rec)

@@ -14,7 +14,8 @@ from mara.traces.throughput import job_speeds, known_models
 
 
 def replay_once(path, cluster: str, method: str, first_jobs=None, time_limit=None) -> dict:
-    """One replay of ``method`` on a trace: {seconds, met, decisions, p50/p99 ms per decision}, or a time-out note."""
+    """One replay of ``method`` on a trace: {seconds (wall), cpu_seconds, met, decisions, p50/p99 ms per decision},
+    or a time-out note."""
     cl = parse_cluster(cluster)
     tr = load_trace(path, cl, known_models=known_models())
     if first_jobs:
@@ -22,14 +23,15 @@ def replay_once(path, cluster: str, method: str, first_jobs=None, time_limit=Non
     sched = build_scheduler(load_method_cfg(method).trace_scheduler, True, cl.gpus_per_node)
     tput, ml = job_speeds(tr, sched.caps, cl.gpus)
     st = JobState(tr.submit, tr.deadline, tput, ml, tr.iterations.copy(), cl.gpus)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         rep = replay(st, sched, size_class(tr.num_gpu), 4, time_limit=time_limit)
     except TimeoutError:
-        return {"seconds": time.perf_counter() - t0, "timed_out": True}
+        return {"seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0, "timed_out": True}
     ms = rep.decision_s * 1e3
     return {
         "seconds": time.perf_counter() - t0,
+        "cpu_seconds": time.process_time() - c0,
         "met": float(rep.met.mean()),
         "decisions": rep.n_decisions,
         "p50_ms": float(np.percentile(ms, 50)),
@@ -88,21 +90,23 @@ def trace_rows(
     rec: dict = {"replay": [], "decision_ms": []}
     for path, cluster in traces:
         name = str(path).split(chr(47))[-1]
-        total, over = 0.0, False
+        total, cpu, over = 0.0, 0.0, False
         for m in methods:
             r = replay_once(path, cluster, m, time_limit=time_limit)
             r.update(trace=str(path), cluster=cluster, method=m, same_as=list((aliases or {}).get(m, [])))
             rec["replay"].append(r)
             total += r["seconds"]
+            cpu += r["cpu_seconds"]
             over |= bool(r.get("timed_out"))
             val = f"> {time_limit:.0f} (limit)" if r.get("timed_out") else f"{r['seconds']:.2f}"
-            extra = "" if r.get("timed_out") else f"  met {r['met']:.3f}, {r['decisions']} decisions"
+            extra = f"  CPU {r['cpu_seconds']:.2f} s"
+            extra += "" if r.get("timed_out") else f", met {r['met']:.3f}, {r['decisions']} decisions"
             if r["same_as"]:
                 extra += f" (also {', '.join(r['same_as'])})"
-            print(f"{f'trace replay {m}, {name} {cluster} (s)':<44}{val:>16}{extra}")
+            print(f"{f'trace replay {m}, {name} {cluster} (s)':<56}{val:>16}{extra}")
         if len(methods) > 1:
             val = ("> " if over else "") + f"{total:.2f}"
-            print(f"{f'trace replay, all {len(methods)} above, {name} (s)':<44}{val:>16}")
+            print(f"{f'trace replay, all {len(methods)} above, {name} (s)':<56}{val:>16}  CPU {cpu:.2f} s")
     for n in sizes:
         for m in methods:
             r = replay_once(SHIPPED_SAMPLE, f"n{n}g8", m, first_jobs=sweep_jobs, time_limit=time_limit)
