@@ -241,3 +241,43 @@ def test_a_rule_planning_on_estimates_is_refused_on_iteration_count_jobs(tmp_pat
     )
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
     assert "trace.jobs=target_loss" in r.stderr and not (tmp_path / "run" / "results.json").exists()
+
+
+def _grow_by_scan(gpus, free, who, tp, rem):
+    """The extra-GPU loop written plainly: every step scans every job of ``who`` for the largest gain per added GPU."""
+    while free > 0 and who.size:
+        best, best_val, best_lv = -1, 0.0, 0
+        for j in who:
+            g = int(gpus[j])
+            up = [int(lv) for lv, sp in zip(LEVELS, tp[j]) if lv > g and sp > 0]
+            if not up or up[0] - g > free:
+                continue
+            k, i = int(LEVELS.searchsorted(g)), int(LEVELS.searchsorted(up[0]))
+            val = (tp[j, i] - tp[j, k]) / max(rem[j], 1e-9) / (up[0] - g)
+            if val > best_val:
+                best, best_val, best_lv = int(j), val, up[0]
+        if best < 0:
+            break
+        free -= best_lv - int(gpus[best])
+        gpus[best] = best_lv
+    return free
+
+
+def test_extra_gpus_by_heap_equal_the_plain_scan():
+    """The heap that hands out extra GPUs gives every job the GPUs the plain every-job scan gives, ties included
+    (equal throughput rows, so equal gains, must go to the earliest job)."""
+    from mara.traces.slack import _grow
+
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        n = int(rng.integers(1, 40))
+        base = np.sort(rng.uniform(0.5, 5.0, size=(4, len(LEVELS))), axis=1)  # a few rows, so ties happen
+        tp = base[rng.integers(0, 4, size=n)] * (rng.random((n, len(LEVELS))) > 0.2)
+        tp[:, 0] = np.maximum(tp[:, 0], 0.5)  # every job may run on one GPU
+        rem = rng.choice([1.0, 10.0, 1e4, 0.0], size=n)
+        gpus = np.where(rng.random(n) < 0.7, 1, 0).astype(np.int64)
+        who = rng.permutation(np.flatnonzero(gpus > 0))
+        free = int(rng.integers(0, 200))
+        a, b = gpus.copy(), gpus.copy()
+        assert _grow(a, free, who, tp, rem) == _grow_by_scan(b, free, who, tp, rem), trial
+        np.testing.assert_array_equal(a, b, err_msg=str(trial))

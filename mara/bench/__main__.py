@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from mara.allocators.rules import EDF, FIFO
-from mara.bench.traces import parse_traces, trace_rows
+from mara.bench.traces import expand_methods, parse_traces, trace_rows
 from mara.bounds.clairvoyant_k import clairvoyant_k_batch
 from mara.curves.bank import default_bank_path, load_bank, shipped_bank_path
 from mara.curves.families import ID_FAMILIES
@@ -327,15 +327,22 @@ def main(argv=None) -> None:
         metavar="NODES",
         help="cluster sizes (nodes of 8 GPUs) of the decision-time sweep; none: skip it",
     )
-    ap.add_argument("--trace-methods", nargs="+", default=["EDF", "ElasticFlow"], help="trace schedulers timed")
+    ap.add_argument(
+        "--trace-methods",
+        nargs="+",
+        default=["EDF", "ElasticFlow"],
+        help="trace schedulers timed (method names; all: every registered trace rule, one per distinct scheduler)",
+    )
     args = ap.parse_args(argv)
     if args.traces is not None:
         print(f"{'benchmark':<44}{'value':>16}")
+        methods, aliases = expand_methods(args.trace_methods)
         rec = trace_rows(
             parse_traces(args.traces),
-            methods=tuple(args.trace_methods),
+            methods=tuple(methods),
             sizes=tuple(args.trace_sweep),
             time_limit=args.trace_limit,
+            aliases=aliases,
         )
         if args.json:
             import json

@@ -8,8 +8,6 @@ ceil(now + iterations left / speed). Jobs already hopeless still run, in deadlin
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from mara.traces.replay import NEVER, PENDING, RUNNING, JobState
@@ -32,21 +30,22 @@ class TraceEDF:
         live = np.flatnonzero((s.status == PENDING) | (s.status == RUNNING))
         order = live[np.lexsort((live, s.ddl[live]))]
         free = s.n_gpus
-        top = LEVELS[np.minimum(s.max_level[order], LEVELS.searchsorted(s.n_gpus, side="right") - 1)]
+        head = order[: s.n_gpus]  # each job served takes a GPU at least: no more than N are served
+        top = LEVELS[np.minimum(s.max_level[head], LEVELS.searchsorted(s.n_gpus, side="right") - 1)]
         gpus = np.zeros(order.size, dtype=np.int64)
-        for i in range(order.size):
+        fit = LEVELS.tolist()
+        for i, want in enumerate(top.tolist()):  # in deadline order: its largest level, else the largest that fits
             if free == 0:
                 break
-            want = int(top[i])
-            g = want if free >= want else int(LEVELS[LEVELS.searchsorted(free, side="right") - 1])
+            g = want if free >= want else max(lv for lv in fit if lv <= free)
             gpus[i] = g
             free -= g
         s.gpus[order] = gpus
         on = order[gpus > 0]
         off = order[gpus == 0]
-        for j in on:
-            sp = s.speed(j, int(s.gpus[j]))
-            s.finish[j] = math.ceil(now + max(s.iter_left[j], 0.0) / sp) if sp > 0 else NEVER
+        sp = s.tput[on, LEVELS.searchsorted(s.gpus[on])]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            s.finish[on] = np.where(sp > 0, np.ceil(now + np.maximum(s.iter_left[on], 0.0) / sp), NEVER)
         s.end_event[on] = s.finish[on]
         start = on[s.status[on] == PENDING]
         s.status[start] = RUNNING

@@ -101,6 +101,9 @@ def replay(state: JobState, policy, size_class: np.ndarray, n_classes: int, time
 
     arrival_times = np.unique(state.submit)
     ai = 0  # next arrival batch
+    by_submit = np.argsort(state.submit, kind="stable")  # arrivals are looked for from `seen` on: the jobs before
+    seen = 0  # it in submission order have all left FUTURE (nothing returns to it), so no decision scans every job
+    submitted = state.submit[by_submit]
     t = int(arrival_times[0])
     dt = 0
     policy.reset(state)
@@ -128,12 +131,15 @@ def replay(state: JobState, policy, size_class: np.ndarray, n_classes: int, time
         while ai < len(arrival_times) and arrival_times[ai] <= t:
             ai += 1
         if ai:
-            cand = np.flatnonzero((state.status == FUTURE) & (state.submit <= t))
-            new = cand
+            while seen < len(by_submit) and state.status[by_submit[seen]] != FUTURE:
+                seen += 1
+            cand = by_submit[seen : int(np.searchsorted(submitted, t, side="right"))]
+            new = np.sort(cand[state.status[cand] == FUTURE])
         replan_at = policy.decide(t, np.asarray(new, dtype=np.int64))
         dec_s.append(_time.perf_counter() - w0)
         occ_t.append(t)
-        occ.append(np.bincount(size_class, weights=state.gpus, minlength=n_classes))
+        busy = np.flatnonzero(state.gpus)  # only jobs holding GPUs add to occupancy and GPU time
+        occ.append(np.bincount(size_class[busy], weights=state.gpus[busy], minlength=n_classes))
         # next decision
         run = state.status == RUNNING
         ev = state.end_event[run & (state.end_event < NEVER)]
@@ -161,7 +167,7 @@ def replay(state: JobState, policy, size_class: np.ndarray, n_classes: int, time
             nxt = t + state.slot if (first - t <= state.slot and len(times) >= 2) else first
             nxt = max(math.ceil(nxt), t + 1)
         dt = nxt - t
-        state.gpu_seconds += state.gpus * dt
+        state.gpu_seconds[busy] += state.gpus[busy] * dt
         t = nxt
         if time_limit is not None and _time.perf_counter() - wall0 > time_limit:
             raise TimeoutError(f"replay passed its time limit of {time_limit:.0f} s at trace time {t}")

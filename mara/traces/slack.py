@@ -24,6 +24,7 @@ jobs of a decision, throughputs ``[n, L]`` over LEVELS (0: level not allowed).
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 
@@ -84,32 +85,45 @@ def slack_order(view: TraceView, margin: float = 0.0) -> tuple[np.ndarray, np.nd
     return stage, order
 
 
-def _next_level(tp_row: np.ndarray, g: int) -> int:
-    """The next allowed level above ``g`` GPUs (0: none)."""
-    for lv, sp in zip(LEVELS, tp_row):
-        if lv > g and sp > 0:
-            return int(lv)
-    return 0
+_LEVEL_LIST = LEVELS.tolist()
+_LEVEL_INDEX = {lv: i for i, lv in enumerate(_LEVEL_LIST)}
+
+
+def _step_value(tp_row: list, g: int, rem: float) -> tuple[int, float]:
+    """(next allowed level above ``g`` GPUs, progress-rate gain v / r per added GPU of that step), on a job's
+    throughputs ``tp_row [L]`` as a list; (0, 0.0) when there is none."""
+    k = _LEVEL_INDEX[g]
+    for i in range(k + 1, len(_LEVEL_LIST)):
+        if tp_row[i] > 0:
+            nxt = _LEVEL_LIST[i]
+            return nxt, (tp_row[i] - tp_row[k]) / max(rem, 1e-9) / (nxt - g)
+    return 0, 0.0
 
 
 def _grow(gpus: np.ndarray, free: int, who: np.ndarray, tp: np.ndarray, rem: np.ndarray) -> int:
     """Give free GPUs one level step at a time to the job of ``who`` (positions holding GPUs) whose progress rate
-    v / r grows most per added GPU; returns the GPUs still free. ``gpus`` is updated in place."""
-    idx = {int(lv): i for i, lv in enumerate(LEVELS)}
-    while free > 0 and who.size:
-        best, best_val, best_lv = -1, 0.0, 0
-        for j in who:
-            g = int(gpus[j])
-            nxt = _next_level(tp[j], g)
-            if nxt == 0 or nxt - g > free:
-                continue
-            val = (tp[j, idx[nxt]] - tp[j, idx[g]]) / max(rem[j], 1e-9) / (nxt - g)
-            if val > best_val:
-                best, best_val, best_lv = int(j), val, nxt
-        if best < 0:
-            break
-        free -= best_lv - int(gpus[best])
-        gpus[best] = best_lv
+    v / r grows most per added GPU (ties: the earliest in ``who``); returns the GPUs still free. ``gpus`` is updated
+    in place. A job's step value changes only when it is grown, and a step that does not fit the free GPUs never will
+    (they only shrink), so a heap of the steps replays the scan over every job at every step in O(log n) a step."""
+    if who.size == 0:
+        return free
+    g, t = gpus[who], tp[who]
+    above = (LEVELS[None, :] > g[:, None]) & (t > 0)
+    ni, gi, rows = above.argmax(axis=1), LEVELS.searchsorted(g), np.arange(who.size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        val = (t[rows, ni] - t[rows, gi]) / np.maximum(rem[who], 1e-9) / (LEVELS[ni] - g)
+    ok = np.flatnonzero(above.any(axis=1) & (val > 0.0))
+    heap = list(zip((-val[ok]).tolist(), ok.tolist(), who[ok].tolist(), LEVELS[ni[ok]].tolist()))
+    heapq.heapify(heap)
+    while free > 0 and heap:
+        _, pos, j, nxt = heapq.heappop(heap)
+        if nxt - int(gpus[j]) > free:
+            continue
+        free -= nxt - int(gpus[j])
+        gpus[j] = nxt
+        nxt, val = _step_value(tp[j].tolist(), nxt, float(rem[j]))
+        if nxt and val > 0.0:
+            heapq.heappush(heap, (-val, pos, j, nxt))
     return free
 
 

@@ -78,14 +78,15 @@ class TraceThemis:
         s, clk, slot = self.s, self.clk, self.s.slot
         if len(arrivals) or self.ending:
             self.event_t = now
-        for j in self.ending:
-            finish_job(s, j, now, self.end_time[j])
-            self.live.remove(j)
+        if self.ending:
+            for j in self.ending:
+                finish_job(s, j, now, self.end_time[j])
+            gone = set(self.ending)
+            self.live = [j for j in self.live if j not in gone]
         self.ending = []
-        for j in runnable_arrivals(s, self.clk, arrivals):
-            s.status[j] = PENDING
-            self.live.append(int(j))
-        running: list[int] = []
+        ok = runnable_arrivals(s, self.clk, arrivals)
+        s.status[ok] = PENDING
+        self.live.extend(ok.tolist())
         if self.live:
             live = np.asarray(self.live, dtype=np.int64)
             g = clk.g[live]
@@ -105,27 +106,26 @@ class TraceThemis:
                 s.n_gpus,
             )
             order = np.argsort(-x, kind="stable")
-            self.live = [int(j) for j in live[order]]
+            live = live[order]
+            self.live = live.tolist()
+            take = np.zeros(live.size, dtype=bool)  # the auction: largest shares first, each while its GPUs fit
             free = s.n_gpus
-            for j in self.live:
+            for i, gj in enumerate(g[order].tolist()):
                 if free <= 0:
                     break
-                if clk.g[j] <= free:
-                    running.append(j)
-                    free -= int(clk.g[j])
-        chosen = set(running)
-        stop = [j for j in self.live if j not in chosen]
-        s.gpus[stop] = 0
-        s.status[[j for j in stop if s.status[j] == RUNNING]] = PENDING
-        for j in running:
-            if np.isnan(s.started[j]):
-                s.started[j] = now
-            s.status[j] = RUNNING
-            s.gpus[j] = clk.g[j]
-            self.iters[j] -= slot * clk.speed[j]
-            if self.iters[j] <= 0:
-                self.ending.append(j)
-                self.end_time[j] = now + slot
+                if gj <= free:
+                    take[i] = True
+                    free -= gj
+            run, stop = live[take], live[~take]
+            s.gpus[stop] = 0
+            s.status[stop[s.status[stop] == RUNNING]] = PENDING
+            s.started[run[np.isnan(s.started[run])]] = now
+            s.status[run] = RUNNING
+            s.gpus[run] = clk.g[run]
+            self.iters[run] -= slot * clk.speed[run]
+            done = run[self.iters[run] <= 0]
+            self.ending = done.tolist()
+            self.end_time[done] = now + slot
         if self.live or np.any(s.status == FUTURE):
             return now + slot
         return None
