@@ -49,6 +49,10 @@ class TraceElasticFlow:
             [int(g) for g, sp in zip(LEVELS, state.tput[j]) if sp > 0 and g <= state.n_gpus] for j in range(J)
         ]
         self.top = [lv[-1] if lv else 0 for lv in self.levels]
+        # the largest level (at most ``top``) that fits f free GPUs, for 1 <= f <= N: fit_of[top][f]
+        self.fit_of = {
+            t: [0] + [min(1 << (f.bit_length() - 1), t) for f in range(1, state.n_gpus + 1)] for t in set(self.top)
+        }
         # a job's next level above any GPU count it may hold (None above its top)
         self.up = [{int(g): next((v for v in lv if v > g), None) for g in [0, *LEVELS.tolist()]} for lv in self.levels]
         self.speeds = [{int(g): float(sp) for g, sp in zip(LEVELS, state.tput[j]) if sp > 0} for j in range(J)]
@@ -71,18 +75,23 @@ class TraceElasticFlow:
         s, slot = self.s, self.s.slot
         ddl = int(s.ddl[j])
         a = align(now, ddl, slot)
-        lo, hi = bisect_left(prof.times, start), bisect_left(prof.times, a) if a > start else None
+        times = prof.times
+        lo, hi = bisect_left(times, start), bisect_left(times, a) if a > start else None
         if hi is None or hi <= lo:
             bps, fr = [start], [prof.at(start)]
         else:
-            bps, fr = prof.times[lo:hi], prof.free[lo:hi]
+            bps, fr = times[lo:hi], prof.free[lo:hi]
             if bps[0] != start:
                 bps, fr = [start] + bps, [prof.at(start)] + fr
-        ends = bps[1:] + [max(a, start)]
-        durs = [max(min(e, ddl) - b, 0) if e == a else e - b for b, e in zip(bps, ends)]
-        top, sp = self.top[j], self.speeds[j]
-        fits = [0 if f < 1 else min(1 << (int(f).bit_length() - 1), top) for f in fr]  # _fit of each period
         n = len(bps)
+        # each period's length; only the last one can end at the aligned deadline, and counts only up to the real one
+        durs = [e - b for b, e in zip(bps, bps[1:])]
+        last = max(a, start)
+        durs.append(max(min(last, ddl) - bps[-1], 0) if last == a else last - bps[-1])
+        fit = self.fit_of[self.top[j]]
+        fits = [fit[f] if f > 0 else 0 for f in fr]  # the largest level that fits each period
+        widest = max(fits)
+        sp = self.speeds[j]
         prev = 0
         for q in self.levels[j]:
             acc = 0.0
@@ -92,55 +101,77 @@ class TraceElasticFlow:
                     continue
                 acc += durs[k] * sp[q if q < fk else fk]
                 if acc >= it:
-                    return self._walk(j, bps, fits, durs, k, q, prev, it, now)
+                    return self._walk(j, bps, fits, durs, k, q, prev, it)
+            if q >= widest:  # every larger level plans the same periods at the same speeds: none meets it either
+                break
             prev = q
         return self._fallback(j, prof, now, start, it)
 
-    def _walk(self, j, bps, fits, durs, p, q, prev, it, now):
+    def _walk(self, j, bps, fits, durs, p, q, prev, it):
         """Run the plan forward: ``prev`` level before period p, q from it (``fits``: the largest level that fits
-        each period); where the iterations run out."""
+        each period); where the iterations run out. Periods at the same level are one segment of the plan."""
         slot = self.s.slot
+        sp = self.speeds[j]
         starts, gpus = [], []
+        held = -1
         rem = it
         for k in range(len(bps)):
-            g = min(q if k >= p else prev, fits[k])
-            starts.append(bps[k])
-            gpus.append(g)
+            fk = fits[k]
+            g = (q if k >= p else prev) if fk > (q if k >= p else prev) else fk
+            if g != held:
+                starts.append(bps[k])
+                gpus.append(g)
+                held = g
             if g == 0:
                 continue
-            sp = self._sp(j, g)
-            done = durs[k] * sp
+            v = sp[g]
+            done = durs[k] * v
             if k >= p and done >= rem:
-                left = math.ceil(rem / sp)
+                left = math.ceil(rem / v)
                 return starts, gpus, bps[k] + left, bps[k] + align(0, left, slot), bps[k] + left <= self.s.ddl[j]
             rem -= done
-        g = gpus[-1] or (self.levels[j][-1] if self.levels[j] else 0)
-        gpus[-1] = g
-        left = math.ceil(rem / self._sp(j, g)) if g else 0
-        return starts, gpus, starts[-1] + left, starts[-1] + align(0, left, slot), False
+        g = held or (self.levels[j][-1] if self.levels[j] else 0)
+        if g != held:  # the last period runs at the job's largest level: a segment of its own
+            if starts[-1] == bps[-1]:
+                gpus[-1] = g
+            else:
+                starts.append(bps[-1])
+                gpus.append(g)
+        left = math.ceil(rem / sp[g]) if g else 0
+        return starts, gpus, bps[-1] + left, bps[-1] + align(0, left, slot), False
 
     def _fallback(self, j, prof: FreeProfile, now, start, it):
         """No level meets the deadline: what fits at each breakpoint, the job's largest level after the last one."""
         slot, ddl = self.s.slot, int(self.s.ddl[j])
-        bps = [b for b in prof.times if b >= start]
+        times, free = prof.times, prof.free
+        lo = bisect_left(times, start)
+        bps, fr = times[lo:], free[lo:]
         if not bps or bps[0] != start:
-            bps = [start] + bps
-        starts, gpus, rem = [], [], it
+            bps, fr = [start] + bps, [prof.at(start)] + fr
+        fit = self.fit_of[self.top[j]]
+        sp = self.speeds[j]
+        starts, gpus, rem, held = [], [], it, -1
         top = self.levels[j][-1] if self.levels[j] else 0
-        for k, b in enumerate(bps):
-            last = k == len(bps) - 1
-            g = self._fit(j, prof.at(b)) if not last else max(self._fit(j, prof.at(b)), top)
-            starts.append(b)
-            gpus.append(g)
+        n = len(bps)
+        for k in range(n):
+            b, f = bps[k], fr[k]
+            last = k == n - 1
+            g = fit[f] if f > 0 else 0
+            if last and top > g:
+                g = top
+            if g != held:
+                starts.append(b)
+                gpus.append(g)
+                held = g
             if g == 0:
                 continue
-            sp = self._sp(j, g)
-            if last or (bps[k + 1] - b) * sp >= rem:
-                left = math.ceil(rem / sp)
+            v = sp[g]
+            if last or (bps[k + 1] - b) * v >= rem:
+                left = math.ceil(rem / v)
                 end = b + align(0, left, slot)
                 real = b + left
                 return starts, gpus, real, end, real <= ddl
-            rem -= (bps[k + 1] - b) * sp
+            rem -= (bps[k + 1] - b) * v
         return starts, gpus, NEVER, NEVER, False
 
     def _reserve(self, prof: FreeProfile, plan, sign=-1):

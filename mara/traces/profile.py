@@ -49,7 +49,9 @@ class FreeProfile:
                 self.add(s, min(e, end), sign * g)
 
     def apply_plan(self, starts, gpus, end, sign: int) -> None:
-        """``add_plan`` then ``merge`` in one sweep (the same breakpoints and counts; the profile must be merged)."""
+        """``add_plan`` then ``merge`` (the same breakpoints and counts; the profile must be merged). A merged profile
+        only changes where a plan's GPU count changes: the counts between two such times move together, so only the
+        breakpoints at those times (and a new first one) can fall equal to their left neighbour."""
         ev: dict = {}
         n = len(starts)
         for i in range(n):
@@ -67,34 +69,26 @@ class FreeProfile:
             return
         times, free = self.times, self.free
         ets = sorted(ev)
-        ne = len(ets)
-        # only [first event, last event] changes: the deltas sum to zero after the last one
-        i = bisect_left(times, ets[0])
-        stop = bisect_right(times, ets[-1])
-        out_t, out_f = times[:i], free[:i]
-        base = free[i - 1] if i > 0 else free[0]
-        cum, k = 0, 0
-        while i < stop or k < ne:
-            if k >= ne or (i < stop and times[i] <= ets[k]):
-                t = times[i]
-                base = free[i]
-                i += 1
-                if k < ne and ets[k] == t:
-                    cum += ev[t]
-                    k += 1
-            else:
-                t = ets[k]
-                cum += ev[t]
-                k += 1
-            v = base + cum
-            if not out_f or v != out_f[-1]:
-                out_t.append(t)
-                out_f.append(v)
-        if stop < len(times):
-            first = stop + 1 if free[stop] == out_f[-1] else stop
-            out_t.extend(times[first:])
-            out_f.extend(free[first:])
-        self.times, self.free = out_t, out_f
+        first = times[0]
+        at = []  # index of each event time, made a breakpoint (inserting later ones never moves earlier ones)
+        for t in ets:
+            k = bisect_left(times, t)
+            if k == len(times) or times[k] != t:
+                times.insert(k, t)
+                free.insert(k, free[k - 1] if k > 0 else free[0])
+            at.append(k)
+        cum = 0
+        for m in range(len(ets) - 1):  # the deltas sum to zero after the last event
+            cum += ev[ets[m]]
+            if cum:
+                a, b = at[m], at[m + 1]
+                free[a:b] = [v + cum for v in free[a:b]]
+        check = set(at)
+        if ets[0] < first:  # the old first breakpoint may now repeat the count before it
+            check.add(bisect_left(times, first))
+        for k in sorted(check, reverse=True):
+            if 0 < k < len(free) and free[k] == free[k - 1]:
+                del times[k], free[k]
 
     def breakpoints(self, lo, hi) -> list:
         """Breakpoints in [lo, hi)."""
