@@ -56,6 +56,7 @@ class TraceElasticFlow:
         # a job's next level above any GPU count it may hold (None above its top)
         self.up = [{int(g): next((v for v in lv if v > g), None) for g in [0, *LEVELS.tolist()]} for lv in self.levels]
         self.speeds = [{int(g): float(sp) for g, sp in zip(LEVELS, state.tput[j]) if sp > 0} for j in range(J)]
+        self.ddl = [int(d) for d in state.ddl]  # deadlines as Python ints: read in every plan
         self.real_end = np.full(J, NEVER)
         self.started_once = np.zeros(J, dtype=bool)
         self.base = 7 if state.n_gpus >= 256 else 2
@@ -72,9 +73,8 @@ class TraceElasticFlow:
 
     def min_plan(self, j: int, prof: FreeProfile, now: int, start: int, it: float):
         """Minimum satisfactory plan of job j from ``start``: (starts, gpus, real_end, end, feasible)."""
-        s, slot = self.s, self.s.slot
-        ddl = int(s.ddl[j])
-        a = align(now, ddl, slot)
+        slot, ddl = self.s.slot, self.ddl[j]
+        a = now - (now - ddl) // slot * slot  # the deadline rounded up to the slot grid from now
         times = prof.times
         lo, hi = bisect_left(times, start), bisect_left(times, a) if a > start else None
         if hi is None or hi <= lo:
@@ -128,7 +128,7 @@ class TraceElasticFlow:
             done = durs[k] * v
             if k >= p and done >= rem:
                 left = math.ceil(rem / v)
-                return starts, gpus, bps[k] + left, bps[k] + align(0, left, slot), bps[k] + left <= self.s.ddl[j]
+                return starts, gpus, bps[k] + left, bps[k] - (-left // slot) * slot, bps[k] + left <= self.ddl[j]
             rem -= done
         g = held or (self.levels[j][-1] if self.levels[j] else 0)
         if g != held:  # the last period runs at the job's largest level: a segment of its own
@@ -138,7 +138,7 @@ class TraceElasticFlow:
                 starts.append(bps[-1])
                 gpus.append(g)
         left = math.ceil(rem / sp[g]) if g else 0
-        return starts, gpus, bps[-1] + left, bps[-1] + align(0, left, slot), False
+        return starts, gpus, bps[-1] + left, bps[-1] - (-left // slot) * slot, False
 
     def _fallback(self, j, prof: FreeProfile, now, start, it):
         """No level meets the deadline: what fits at each breakpoint, the job's largest level after the last one."""
@@ -181,12 +181,14 @@ class TraceElasticFlow:
 
     @staticmethod
     def _gpu_time(plan) -> float:
+        """GPU seconds a plan holds (whole seconds: exact in any order)."""
         starts, gpus, _, end, _ = plan
         tot = 0.0
-        for i, (st, g) in enumerate(zip(starts, gpus)):
-            e = starts[i + 1] if i + 1 < len(starts) else end
-            tot += g * (min(e, end) - st)
-        return tot
+        st, g = starts[0], gpus[0]
+        for nx, gn in zip(starts[1:], gpus[1:]):
+            tot += g * ((nx if nx < end else end) - st)
+            st, g = nx, gn
+        return tot + g * (end - st)
 
     def _iters(self, j: int) -> float:
         return max(float(self.s.iter_left[j]), 1e-6)
@@ -263,6 +265,9 @@ class TraceElasticFlow:
         cur = {int(j): (plans[j][1][0] if plans[j][0][0] == now else 0) for j in live}
         spare = prof.at(now)
         order = [int(j) for j in live[np.argsort(self.s.ddl[live], kind="stable")]]
+        its = {j: self._iters(j) for j in order}
+        up = self.up
+        exact = self.exact_marginals
         cache: dict = {}  # job -> (marginal, trial plan, profile it was planned on, profile version)
         version = 0  # bumped whenever ``prof`` changes: a trial of the current version is still exact
         held: dict = {}  # job -> GPU time of its current plan
@@ -270,16 +275,16 @@ class TraceElasticFlow:
             best, best_val = None, -BIG
             for j in order:
                 g = cur[j]
-                nxt = self.up[j].get(g)
+                nxt = up[j].get(g)
                 if nxt is None or nxt - g > spare:
                     continue
-                if j not in cache or self.exact_marginals:
+                if exact or j not in cache:
                     if g == 0:  # a job without GPUs comes first whatever its trial: planned only if it is chosen
                         cache[j] = (BIG, None, None, -1)
                     else:
                         trial_prof = prof.copy()
                         self._reserve(trial_prof, plans[j], sign=+1)
-                        trial = self._trial(j, trial_prof, now, nxt)
+                        trial = self._trial(j, trial_prof, now, nxt, its[j])
                         if j not in held:
                             held[j] = self._gpu_time(plans[j])
                         val = (self._gpu_time(trial) - held[j]) / (nxt - g)
@@ -291,10 +296,10 @@ class TraceElasticFlow:
                 break
             _, trial, trial_prof, planned_on = cache.pop(best)
             if planned_on != version:  # the cached trial was planned on an older profile: plan it on this one
-                nxt = self.up[best][cur[best]]
+                nxt = up[best][cur[best]]
                 trial_prof = prof.copy()
                 self._reserve(trial_prof, plans[best], sign=+1)
-                trial = self._trial(best, trial_prof, now, nxt)
+                trial = self._trial(best, trial_prof, now, nxt, its[best])
             self._reserve(trial_prof, trial)
             prof.times, prof.free = trial_prof.times, trial_prof.free
             version += 1
@@ -303,16 +308,17 @@ class TraceElasticFlow:
             plans[best] = trial
             held.pop(best, None)
 
-    def _trial(self, j: int, prof: FreeProfile, now: int, g: int):
-        """Job j at ``g`` GPUs until the profile's next breakpoint (or its aligned deadline), then its minimum plan."""
-        slot, ddl = self.s.slot, int(self.s.ddl[j])
-        a = align(now, ddl, slot)
-        k = bisect_right(prof.times, now)
-        nxt = prof.times[k] if k < len(prof.times) else a
-        sp = self._sp(j, g)
-        it = self._iters(j)
+    def _trial(self, j: int, prof: FreeProfile, now: int, g: int, it: float):
+        """Job j at ``g`` GPUs until the profile's next breakpoint (or its aligned deadline), then its minimum plan
+        (``it``: its iterations left)."""
+        slot, ddl = self.s.slot, self.ddl[j]
+        a = now - (now - ddl) // slot * slot  # the deadline rounded up to the slot grid from now
+        times = prof.times
+        k = bisect_right(times, now)
+        nxt = times[k] if k < len(times) else a
+        sp = self.speeds[j][g]
         left = math.ceil(it / sp)
-        end = now + align(0, left, slot)
+        end = now - (-left // slot) * slot
         if nxt >= end and ddl >= now + left:
             return [now], [g], now + left, end, True
         dur = (ddl - now) if nxt == a else (nxt - now)
