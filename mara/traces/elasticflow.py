@@ -261,16 +261,40 @@ class TraceElasticFlow:
         """Hand the GPUs free now to jobs, one level step at a time, largest GPU-time growth per GPU first.
 
         With ``exact_marginals`` every job's trial plan is recomputed after each step (ElasticFlow's own loop);
-        otherwise only the grown job's is, the others keep their last value (much faster on busy clusters)."""
+        otherwise only the grown job's is, the others keep their last value (much faster on busy clusters).
+        A job's trials are planned on the profile without its own plan; a step of that job leaves that profile as it
+        was (the new profile is it less the new plan), so it serves the job's next trial as well, and the new profile
+        itself is made only when another job's trial needs it."""
         cur = {int(j): (plans[j][1][0] if plans[j][0][0] == now else 0) for j in live}
         spare = prof.at(now)
         order = [int(j) for j in live[np.argsort(self.s.ddl[live], kind="stable")]]
         its = {j: self._iters(j) for j in order}
         up = self.up
         exact = self.exact_marginals
-        cache: dict = {}  # job -> (marginal, trial plan, profile it was planned on, profile version)
+        cache: dict = {}  # job -> (marginal, trial plan, profile version it was planned on)
         version = 0  # bumped whenever ``prof`` changes: a trial of the current version is still exact
         held: dict = {}  # job -> GPU time of its current plan
+        bare: dict = {}  # job -> (the profile without its plan, the version of ``prof`` it belongs to); read only
+        owed = None  # (profile, plan): ``prof`` is that profile less that plan, not made yet
+
+        def settle():
+            nonlocal owed
+            if owed is not None:
+                p = owed[0].copy()
+                self._reserve(p, owed[1])
+                prof.times, prof.free = p.times, p.free
+                owed = None
+
+        def without(j):
+            b = bare.get(j)
+            if b is not None and b[1] == version:
+                return b[0]
+            settle()
+            p = prof.copy()
+            self._reserve(p, plans[j], sign=+1)
+            bare[j] = (p, version)
+            return p
+
         while spare > 0:
             best, best_val = None, -BIG
             for j in order:
@@ -280,33 +304,30 @@ class TraceElasticFlow:
                     continue
                 if exact or j not in cache:
                     if g == 0:  # a job without GPUs comes first whatever its trial: planned only if it is chosen
-                        cache[j] = (BIG, None, None, -1)
+                        cache[j] = (BIG, None, -1)
                     else:
-                        trial_prof = prof.copy()
-                        self._reserve(trial_prof, plans[j], sign=+1)
-                        trial = self._trial(j, trial_prof, now, nxt, its[j])
+                        trial = self._trial(j, without(j), now, nxt, its[j])
                         if j not in held:
                             held[j] = self._gpu_time(plans[j])
                         val = (self._gpu_time(trial) - held[j]) / (nxt - g)
-                        cache[j] = (val, trial, trial_prof, version)
+                        cache[j] = (val, trial, version)
                 val = cache[j][0]
                 if best is None or val > best_val:
                     best, best_val = j, val
             if best is None:
                 break
-            _, trial, trial_prof, planned_on = cache.pop(best)
+            _, trial, planned_on = cache.pop(best)
+            base = without(best)
             if planned_on != version:  # the cached trial was planned on an older profile: plan it on this one
-                nxt = up[best][cur[best]]
-                trial_prof = prof.copy()
-                self._reserve(trial_prof, plans[best], sign=+1)
-                trial = self._trial(best, trial_prof, now, nxt, its[best])
-            self._reserve(trial_prof, trial)
-            prof.times, prof.free = trial_prof.times, trial_prof.free
+                trial = self._trial(best, base, now, up[best][cur[best]], its[best])
+            owed = (base, trial)
             version += 1
+            bare[best] = (base, version)
             spare -= trial[1][0] - cur[best]
             cur[best] = trial[1][0]
             plans[best] = trial
             held.pop(best, None)
+        settle()
 
     def _trial(self, j: int, prof: FreeProfile, now: int, g: int, it: float):
         """Job j at ``g`` GPUs until the profile's next breakpoint (or its aligned deadline), then its minimum plan
