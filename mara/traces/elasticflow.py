@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from heapq import heappop, heappush
 
 import numpy as np
 
@@ -73,6 +74,11 @@ class TraceElasticFlow:
 
     def min_plan(self, j: int, prof: FreeProfile, now: int, start: int, it: float):
         """Minimum satisfactory plan of job j from ``start``: (starts, gpus, real_end, end, feasible)."""
+        return self._plan_on(j, self._periods(j, prof, now, start), prof, now, start, it)
+
+    def _periods(self, j: int, prof: FreeProfile, now: int, start: int):
+        """The periods job j can plan on from ``start`` to its aligned deadline: (starts, lengths, the largest level
+        that fits each, the largest of those)."""
         slot, ddl = self.s.slot, self.ddl[j]
         a = now - (now - ddl) // slot * slot  # the deadline rounded up to the slot grid from now
         times = prof.times
@@ -83,14 +89,18 @@ class TraceElasticFlow:
             bps, fr = times[lo:hi], prof.free[lo:hi]
             if bps[0] != start:
                 bps, fr = [start] + bps, [prof.at(start)] + fr
-        n = len(bps)
         # each period's length; only the last one can end at the aligned deadline, and counts only up to the real one
         durs = [e - b for b, e in zip(bps, bps[1:])]
         last = max(a, start)
         durs.append(max(min(last, ddl) - bps[-1], 0) if last == a else last - bps[-1])
         fit = self.fit_of[self.top[j]]
-        fits = [fit[f] if f > 0 else 0 for f in fr]  # the largest level that fits each period
-        widest = max(fits)
+        fits = [fit[f] if f > 0 else 0 for f in fr]
+        return bps, durs, fits, max(fits)
+
+    def _plan_on(self, j: int, periods, prof: FreeProfile, now: int, start: int, it: float):
+        """``min_plan`` on periods made by ``_periods`` from the same profile and start."""
+        bps, durs, fits, widest = periods
+        n = len(bps)
         sp = self.speeds[j]
         prev = 0
         for q in self.levels[j]:
@@ -271,7 +281,7 @@ class TraceElasticFlow:
         its = {j: self._iters(j) for j in order}
         up = self.up
         exact = self.exact_marginals
-        cache: dict = {}  # job -> (marginal, trial plan, profile version it was planned on)
+        cache: dict = {}  # job -> (trial plan, profile version it was planned on)
         version = 0  # bumped whenever ``prof`` changes: a trial of the current version is still exact
         held: dict = {}  # job -> GPU time of its current plan
         bare: dict = {}  # job -> (the profile without its plan, the version of ``prof`` it belongs to); read only
@@ -295,43 +305,56 @@ class TraceElasticFlow:
             bare[j] = (p, version)
             return p
 
-        while spare > 0:
-            best, best_val = None, -BIG
-            for j in order:
-                g = cur[j]
-                nxt = up[j].get(g)
-                if nxt is None or nxt - g > spare:
-                    continue
-                if exact or j not in cache:
-                    if g == 0:  # a job without GPUs comes first whatever its trial: planned only if it is chosen
-                        cache[j] = (BIG, None, -1)
-                    else:
-                        trial = self._trial(j, without(j), now, nxt, its[j])
-                        if j not in held:
-                            held[j] = self._gpu_time(plans[j])
-                        val = (self._gpu_time(trial) - held[j]) / (nxt - g)
-                        cache[j] = (val, trial, version)
-                val = cache[j][0]
-                if best is None or val > best_val:
-                    best, best_val = j, val
-            if best is None:
-                break
-            _, trial, planned_on = cache.pop(best)
+        periods: dict = {}  # job -> (profile, start, its periods): a job's trials share its profile without its plan
+        place = {j: i for i, j in enumerate(order)}
+        heap: list = []  # (-marginal, place in deadline order, job): the largest marginal first, ties by deadline
+
+        def offer(j):
+            """Put job j's next step on the heap, with its marginal (a job that can no longer grow is left out)."""
+            g = cur[j]
+            nxt = up[j].get(g)
+            if nxt is None or nxt - g > spare:
+                return
+            if g == 0:  # a job without GPUs comes first whatever its trial: planned only if it is chosen
+                cache[j] = (None, -1)
+                heappush(heap, (-BIG, place[j], j))
+                return
+            trial = self._trial(j, without(j), now, nxt, its[j], periods)
+            if j not in held:
+                held[j] = self._gpu_time(plans[j])
+            cache[j] = (trial, version)
+            heappush(heap, (-((self._gpu_time(trial) - held[j]) / (nxt - g)), place[j], j))
+
+        for j in order:
+            offer(j)
+        while spare > 0 and heap:
+            best = heappop(heap)[2]
+            g = cur[best]
+            if up[best][g] - g > spare:  # spare GPUs only shrink: this step never fits again
+                continue
+            trial, planned_on = cache.pop(best)
             base = without(best)
             if planned_on != version:  # the cached trial was planned on an older profile: plan it on this one
-                trial = self._trial(best, base, now, up[best][cur[best]], its[best])
+                trial = self._trial(best, base, now, up[best][g], its[best], periods)
             owed = (base, trial)
             version += 1
             bare[best] = (base, version)
-            spare -= trial[1][0] - cur[best]
+            spare -= trial[1][0] - g
             cur[best] = trial[1][0]
             plans[best] = trial
             held.pop(best, None)
+            if exact:  # every marginal afresh on the new profile
+                heap.clear()
+                for j in order:
+                    offer(j)
+            else:
+                offer(best)
         settle()
 
-    def _trial(self, j: int, prof: FreeProfile, now: int, g: int, it: float):
+    def _trial(self, j: int, prof: FreeProfile, now: int, g: int, it: float, periods: dict):
         """Job j at ``g`` GPUs until the profile's next breakpoint (or its aligned deadline), then its minimum plan
-        (``it``: its iterations left)."""
+        (``it``: its iterations left; ``periods``: job -> (profile, start, periods) of its last trial, reused when
+        planned on the same read-only profile from the same start)."""
         slot, ddl = self.s.slot, self.ddl[j]
         a = now - (now - ddl) // slot * slot  # the deadline rounded up to the slot grid from now
         times = prof.times
@@ -346,6 +369,12 @@ class TraceElasticFlow:
         rest = it - max(dur, 0) * sp
         if rest <= 0:
             return [now], [g], now + left, end, now + left <= ddl
-        tail = self.min_plan(j, prof, now, nxt, rest)
+        known = periods.get(j)
+        if known is not None and known[0] is prof and known[1] == nxt:
+            per = known[2]
+        else:
+            per = self._periods(j, prof, now, nxt)
+            periods[j] = (prof, nxt, per)
+        tail = self._plan_on(j, per, prof, now, nxt, rest)
         starts, gpus, real, end2, ok = tail
         return [now] + list(starts), [g] + list(gpus), real, end2, ok
