@@ -125,9 +125,18 @@ class TraceElasticFlow:
         starts, gpus = [], []
         held = -1
         rem = it
-        for k in range(len(bps)):
+        for k in range(p):
             fk = fits[k]
-            g = (q if k >= p else prev) if fk > (q if k >= p else prev) else fk
+            g = prev if fk > prev else fk
+            if g != held:
+                starts.append(bps[k])
+                gpus.append(g)
+                held = g
+            if g:
+                rem -= durs[k] * sp[g]
+        for k in range(p, len(bps)):
+            fk = fits[k]
+            g = q if fk > q else fk
             if g != held:
                 starts.append(bps[k])
                 gpus.append(g)
@@ -136,7 +145,7 @@ class TraceElasticFlow:
                 continue
             v = sp[g]
             done = durs[k] * v
-            if k >= p and done >= rem:
+            if done >= rem:
                 left = math.ceil(rem / v)
                 return starts, gpus, bps[k] + left, bps[k] - (-left // slot) * slot, bps[k] + left <= self.ddl[j]
             rem -= done
