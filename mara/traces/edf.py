@@ -8,8 +8,6 @@ ceil(now + iterations left / speed). Jobs already hopeless still run, in deadlin
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from mara.traces.replay import NEVER, PENDING, RUNNING, JobState
@@ -42,11 +40,13 @@ class TraceEDF:
             gpus[i] = g
             free -= g
         s.gpus[order] = gpus
-        on = order[gpus > 0]
-        off = order[gpus == 0]
-        for j in on:
-            sp = s.speed(j, int(s.gpus[j]))
-            s.finish[j] = math.ceil(now + max(s.iter_left[j], 0.0) / sp) if sp > 0 else NEVER
+        given = gpus > 0
+        on = order[given]
+        off = order[~given]
+        sp = s.tput[on, LEVELS.searchsorted(gpus[given])]
+        left = np.maximum(s.iter_left[on], 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            s.finish[on] = np.where(sp > 0, np.ceil(now + left / sp), NEVER)
         s.end_event[on] = s.finish[on]
         start = on[s.status[on] == PENDING]
         s.status[start] = RUNNING
