@@ -63,15 +63,6 @@ class TraceElasticFlow:
         self.base = 7 if state.n_gpus >= 256 else 2
 
     # ------------------------------------------------------------------------------------------------ plans
-    def _fit(self, j: int, free: int) -> int:
-        """The largest level of job j that fits ``free`` GPUs (0 if none); a job's levels are 1, 2, 4, ... top."""
-        if free < 1:
-            return 0
-        return min(1 << (int(free).bit_length() - 1), self.top[j])
-
-    def _sp(self, j: int, g: int) -> float:
-        return self.speeds[j][g]
-
     def min_plan(self, j: int, prof: FreeProfile, now: int, start: int, it: float):
         """Minimum satisfactory plan of job j from ``start``: (starts, gpus, real_end, end, feasible)."""
         return self._plan_on(j, self._periods(j, prof, now, start), prof, now, start, it)
