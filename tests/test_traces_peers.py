@@ -144,10 +144,12 @@ def test_applying_a_plan_in_one_sweep_is_adding_it_then_merging():
     from mara.traces.profile import FreeProfile
 
     rng = np.random.default_rng(0)
-    for _ in range(300):
+    for _ in range(600):
         a, b = FreeProfile(100, 64), FreeProfile(100, 64)
-        for _ in range(int(rng.integers(1, 6))):
-            starts = np.sort(rng.choice(np.arange(60, 900, 30), size=int(rng.integers(1, 4)), replace=False)).tolist()
+        for _ in range(int(rng.integers(1, 8))):
+            # non-decreasing starts (a repeated start is an empty segment), equal neighbours (one level held longer)
+            size, repeat = int(rng.integers(1, 7)), bool(rng.integers(2))
+            starts = np.sort(rng.choice(np.arange(60, 900, 30), size=size, replace=repeat)).tolist()
             gpus = rng.choice([0, 1, 2, 4, 8], size=len(starts)).tolist()
             end = int(rng.choice([starts[-1] + 30, 2000, starts[0]]))
             sign = int(rng.choice([-1, 1]))

@@ -85,8 +85,9 @@ CASES = (
     _itp("05", 300, CORE_METHODS + OTHER_METHODS, limits={"Themis": 900}),
     # the peer's ElasticFlow did not finish the whole of cluster01 in 30 minutes: EDF only, ElasticFlow limited
     _itp("01", None, CORE_METHODS, limits={"ElasticFlow": 600}),
-    # the largest trace (15,802 jobs, 1,024 GPUs): the speed comparison, each side under a limit
-    _itp("04", None, CORE_METHODS, limits={"EDF": 900, "ElasticFlow": 600}),
+    # the largest trace (15,802 jobs, 1,024 GPUs): the speed comparison. The peer's EDF did not finish it in 15 minutes:
+    # each method runs under a limit long enough that the peer's CPU seconds at the cut can bound the speed-up
+    _itp("04", None, CORE_METHODS, limits={"EDF": 1200, "ElasticFlow": 1200}),
 )
 
 

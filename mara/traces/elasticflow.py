@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from heapq import heappop, heappush
 
 import numpy as np
 
@@ -49,40 +50,49 @@ class TraceElasticFlow:
             [int(g) for g, sp in zip(LEVELS, state.tput[j]) if sp > 0 and g <= state.n_gpus] for j in range(J)
         ]
         self.top = [lv[-1] if lv else 0 for lv in self.levels]
+        # the largest level (at most ``top``) that fits f free GPUs, for 1 <= f <= N: fit_of[top][f]
+        self.fit_of = {
+            t: [0] + [min(1 << (f.bit_length() - 1), t) for f in range(1, state.n_gpus + 1)] for t in set(self.top)
+        }
         # a job's next level above any GPU count it may hold (None above its top)
         self.up = [{int(g): next((v for v in lv if v > g), None) for g in [0, *LEVELS.tolist()]} for lv in self.levels]
         self.speeds = [{int(g): float(sp) for g, sp in zip(LEVELS, state.tput[j]) if sp > 0} for j in range(J)]
+        self.ddl = [int(d) for d in state.ddl]  # deadlines as Python ints: read in every plan
         self.real_end = np.full(J, NEVER)
         self.started_once = np.zeros(J, dtype=bool)
         self.base = 7 if state.n_gpus >= 256 else 2
 
     # ------------------------------------------------------------------------------------------------ plans
-    def _fit(self, j: int, free: int) -> int:
-        """The largest level of job j that fits ``free`` GPUs (0 if none); a job's levels are 1, 2, 4, ... top."""
-        if free < 1:
-            return 0
-        return min(1 << (int(free).bit_length() - 1), self.top[j])
-
-    def _sp(self, j: int, g: int) -> float:
-        return self.speeds[j][g]
-
     def min_plan(self, j: int, prof: FreeProfile, now: int, start: int, it: float):
         """Minimum satisfactory plan of job j from ``start``: (starts, gpus, real_end, end, feasible)."""
-        s, slot = self.s, self.s.slot
-        ddl = int(s.ddl[j])
-        a = align(now, ddl, slot)
-        lo, hi = bisect_left(prof.times, start), bisect_left(prof.times, a) if a > start else None
+        return self._plan_on(j, self._periods(j, prof, now, start), prof, now, start, it)
+
+    def _periods(self, j: int, prof: FreeProfile, now: int, start: int):
+        """The periods job j can plan on from ``start`` to its aligned deadline: (starts, lengths, the largest level
+        that fits each, the largest of those)."""
+        slot, ddl = self.s.slot, self.ddl[j]
+        a = now - (now - ddl) // slot * slot  # the deadline rounded up to the slot grid from now
+        times = prof.times
+        lo, hi = bisect_left(times, start), bisect_left(times, a) if a > start else None
         if hi is None or hi <= lo:
             bps, fr = [start], [prof.at(start)]
         else:
-            bps, fr = prof.times[lo:hi], prof.free[lo:hi]
+            bps, fr = times[lo:hi], prof.free[lo:hi]
             if bps[0] != start:
                 bps, fr = [start] + bps, [prof.at(start)] + fr
-        ends = bps[1:] + [max(a, start)]
-        durs = [max(min(e, ddl) - b, 0) if e == a else e - b for b, e in zip(bps, ends)]
-        top, sp = self.top[j], self.speeds[j]
-        fits = [0 if f < 1 else min(1 << (int(f).bit_length() - 1), top) for f in fr]  # _fit of each period
+        # each period's length; only the last one can end at the aligned deadline, and counts only up to the real one
+        durs = [e - b for b, e in zip(bps, bps[1:])]
+        last = max(a, start)
+        durs.append(max(min(last, ddl) - bps[-1], 0) if last == a else last - bps[-1])
+        fit = self.fit_of[self.top[j]]
+        fits = [fit[f] if f > 0 else 0 for f in fr]
+        return bps, durs, fits, max(fits)
+
+    def _plan_on(self, j: int, periods, prof: FreeProfile, now: int, start: int, it: float):
+        """``min_plan`` on periods made by ``_periods`` from the same profile and start."""
+        bps, durs, fits, widest = periods
         n = len(bps)
+        sp = self.speeds[j]
         prev = 0
         for q in self.levels[j]:
             acc = 0.0
@@ -92,55 +102,86 @@ class TraceElasticFlow:
                     continue
                 acc += durs[k] * sp[q if q < fk else fk]
                 if acc >= it:
-                    return self._walk(j, bps, fits, durs, k, q, prev, it, now)
+                    return self._walk(j, bps, fits, durs, k, q, prev, it)
+            if q >= widest:  # every larger level plans the same periods at the same speeds: none meets it either
+                break
             prev = q
         return self._fallback(j, prof, now, start, it)
 
-    def _walk(self, j, bps, fits, durs, p, q, prev, it, now):
+    def _walk(self, j, bps, fits, durs, p, q, prev, it):
         """Run the plan forward: ``prev`` level before period p, q from it (``fits``: the largest level that fits
-        each period); where the iterations run out."""
+        each period); where the iterations run out. Periods at the same level are one segment of the plan."""
         slot = self.s.slot
+        sp = self.speeds[j]
         starts, gpus = [], []
+        held = -1
         rem = it
-        for k in range(len(bps)):
-            g = min(q if k >= p else prev, fits[k])
-            starts.append(bps[k])
-            gpus.append(g)
+        for k in range(p):
+            fk = fits[k]
+            g = prev if fk > prev else fk
+            if g != held:
+                starts.append(bps[k])
+                gpus.append(g)
+                held = g
+            if g:
+                rem -= durs[k] * sp[g]
+        for k in range(p, len(bps)):
+            fk = fits[k]
+            g = q if fk > q else fk
+            if g != held:
+                starts.append(bps[k])
+                gpus.append(g)
+                held = g
             if g == 0:
                 continue
-            sp = self._sp(j, g)
-            done = durs[k] * sp
-            if k >= p and done >= rem:
-                left = math.ceil(rem / sp)
-                return starts, gpus, bps[k] + left, bps[k] + align(0, left, slot), bps[k] + left <= self.s.ddl[j]
+            v = sp[g]
+            done = durs[k] * v
+            if done >= rem:
+                left = math.ceil(rem / v)
+                return starts, gpus, bps[k] + left, bps[k] - (-left // slot) * slot, bps[k] + left <= self.ddl[j]
             rem -= done
-        g = gpus[-1] or (self.levels[j][-1] if self.levels[j] else 0)
-        gpus[-1] = g
-        left = math.ceil(rem / self._sp(j, g)) if g else 0
-        return starts, gpus, starts[-1] + left, starts[-1] + align(0, left, slot), False
+        g = held or (self.levels[j][-1] if self.levels[j] else 0)
+        if g != held:  # the last period runs at the job's largest level: a segment of its own
+            if starts[-1] == bps[-1]:
+                gpus[-1] = g
+            else:
+                starts.append(bps[-1])
+                gpus.append(g)
+        left = math.ceil(rem / sp[g]) if g else 0
+        return starts, gpus, bps[-1] + left, bps[-1] - (-left // slot) * slot, False
 
     def _fallback(self, j, prof: FreeProfile, now, start, it):
         """No level meets the deadline: what fits at each breakpoint, the job's largest level after the last one."""
         slot, ddl = self.s.slot, int(self.s.ddl[j])
-        bps = [b for b in prof.times if b >= start]
+        times, free = prof.times, prof.free
+        lo = bisect_left(times, start)
+        bps, fr = times[lo:], free[lo:]
         if not bps or bps[0] != start:
-            bps = [start] + bps
-        starts, gpus, rem = [], [], it
+            bps, fr = [start] + bps, [prof.at(start)] + fr
+        fit = self.fit_of[self.top[j]]
+        sp = self.speeds[j]
+        starts, gpus, rem, held = [], [], it, -1
         top = self.levels[j][-1] if self.levels[j] else 0
-        for k, b in enumerate(bps):
-            last = k == len(bps) - 1
-            g = self._fit(j, prof.at(b)) if not last else max(self._fit(j, prof.at(b)), top)
-            starts.append(b)
-            gpus.append(g)
+        n = len(bps)
+        for k in range(n):
+            b, f = bps[k], fr[k]
+            last = k == n - 1
+            g = fit[f] if f > 0 else 0
+            if last and top > g:
+                g = top
+            if g != held:
+                starts.append(b)
+                gpus.append(g)
+                held = g
             if g == 0:
                 continue
-            sp = self._sp(j, g)
-            if last or (bps[k + 1] - b) * sp >= rem:
-                left = math.ceil(rem / sp)
+            v = sp[g]
+            if last or (bps[k + 1] - b) * v >= rem:
+                left = math.ceil(rem / v)
                 end = b + align(0, left, slot)
                 real = b + left
                 return starts, gpus, real, end, real <= ddl
-            rem -= (bps[k + 1] - b) * sp
+            rem -= (bps[k + 1] - b) * v
         return starts, gpus, NEVER, NEVER, False
 
     def _reserve(self, prof: FreeProfile, plan, sign=-1):
@@ -150,12 +191,14 @@ class TraceElasticFlow:
 
     @staticmethod
     def _gpu_time(plan) -> float:
+        """GPU seconds a plan holds (whole seconds: exact in any order)."""
         starts, gpus, _, end, _ = plan
         tot = 0.0
-        for i, (st, g) in enumerate(zip(starts, gpus)):
-            e = starts[i + 1] if i + 1 < len(starts) else end
-            tot += g * (min(e, end) - st)
-        return tot
+        st, g = starts[0], gpus[0]
+        for nx, gn in zip(starts[1:], gpus[1:]):
+            tot += g * ((nx if nx < end else end) - st)
+            st, g = nx, gn
+        return tot + g * (end - st)
 
     def _iters(self, j: int) -> float:
         return max(float(self.s.iter_left[j]), 1e-6)
@@ -228,66 +271,110 @@ class TraceElasticFlow:
         """Hand the GPUs free now to jobs, one level step at a time, largest GPU-time growth per GPU first.
 
         With ``exact_marginals`` every job's trial plan is recomputed after each step (ElasticFlow's own loop);
-        otherwise only the grown job's is, the others keep their last value (much faster on busy clusters)."""
+        otherwise only the grown job's is, the others keep their last value (much faster on busy clusters).
+        A job's trials are planned on the profile without its own plan; a step of that job leaves that profile as it
+        was (the new profile is it less the new plan), so it serves the job's next trial as well, and the new profile
+        itself is made only when another job's trial needs it."""
         cur = {int(j): (plans[j][1][0] if plans[j][0][0] == now else 0) for j in live}
         spare = prof.at(now)
         order = [int(j) for j in live[np.argsort(self.s.ddl[live], kind="stable")]]
-        cache: dict = {}  # job -> (marginal, trial plan, profile it was planned on, profile version)
+        its = {j: self._iters(j) for j in order}
+        up = self.up
+        exact = self.exact_marginals
+        cache: dict = {}  # job -> (trial plan, profile version it was planned on)
         version = 0  # bumped whenever ``prof`` changes: a trial of the current version is still exact
         held: dict = {}  # job -> GPU time of its current plan
-        while spare > 0:
-            best, best_val = None, -BIG
-            for j in order:
-                g = cur[j]
-                nxt = self.up[j].get(g)
-                if nxt is None or nxt - g > spare:
-                    continue
-                if j not in cache or self.exact_marginals:
-                    if g == 0:  # a job without GPUs comes first whatever its trial: planned only if it is chosen
-                        cache[j] = (BIG, None, None, -1)
-                    else:
-                        trial_prof = prof.copy()
-                        self._reserve(trial_prof, plans[j], sign=+1)
-                        trial = self._trial(j, trial_prof, now, nxt)
-                        if j not in held:
-                            held[j] = self._gpu_time(plans[j])
-                        val = (self._gpu_time(trial) - held[j]) / (nxt - g)
-                        cache[j] = (val, trial, trial_prof, version)
-                val = cache[j][0]
-                if best is None or val > best_val:
-                    best, best_val = j, val
-            if best is None:
-                break
-            _, trial, trial_prof, planned_on = cache.pop(best)
+        bare: dict = {}  # job -> (the profile without its plan, the version of ``prof`` it belongs to); read only
+        owed = None  # (profile, plan): ``prof`` is that profile less that plan, not made yet
+
+        def settle():
+            nonlocal owed
+            if owed is not None:
+                p = owed[0].copy()
+                self._reserve(p, owed[1])
+                prof.times, prof.free = p.times, p.free
+                owed = None
+
+        def without(j):
+            b = bare.get(j)
+            if b is not None and b[1] == version:
+                return b[0]
+            settle()
+            p = prof.copy()
+            self._reserve(p, plans[j], sign=+1)
+            bare[j] = (p, version)
+            return p
+
+        periods: dict = {}  # job -> (profile, start, its periods): a job's trials share its profile without its plan
+        place = {j: i for i, j in enumerate(order)}
+        heap: list = []  # (-marginal, place in deadline order, job): the largest marginal first, ties by deadline
+
+        def offer(j):
+            """Put job j's next step on the heap, with its marginal (a job that can no longer grow is left out)."""
+            g = cur[j]
+            nxt = up[j].get(g)
+            if nxt is None or nxt - g > spare:
+                return
+            if g == 0:  # a job without GPUs comes first whatever its trial: planned only if it is chosen
+                cache[j] = (None, -1)
+                heappush(heap, (-BIG, place[j], j))
+                return
+            trial = self._trial(j, without(j), now, nxt, its[j], periods)
+            if j not in held:
+                held[j] = self._gpu_time(plans[j])
+            cache[j] = (trial, version)
+            heappush(heap, (-((self._gpu_time(trial) - held[j]) / (nxt - g)), place[j], j))
+
+        for j in order:
+            offer(j)
+        while spare > 0 and heap:
+            best = heappop(heap)[2]
+            g = cur[best]
+            if up[best][g] - g > spare:  # spare GPUs only shrink: this step never fits again
+                continue
+            trial, planned_on = cache.pop(best)
+            base = without(best)
             if planned_on != version:  # the cached trial was planned on an older profile: plan it on this one
-                nxt = self.up[best][cur[best]]
-                trial_prof = prof.copy()
-                self._reserve(trial_prof, plans[best], sign=+1)
-                trial = self._trial(best, trial_prof, now, nxt)
-            self._reserve(trial_prof, trial)
-            prof.times, prof.free = trial_prof.times, trial_prof.free
+                trial = self._trial(best, base, now, up[best][g], its[best], periods)
+            owed = (base, trial)
             version += 1
-            spare -= trial[1][0] - cur[best]
+            bare[best] = (base, version)
+            spare -= trial[1][0] - g
             cur[best] = trial[1][0]
             plans[best] = trial
             held.pop(best, None)
+            if exact:  # every marginal afresh on the new profile
+                heap.clear()
+                for j in order:
+                    offer(j)
+            else:
+                offer(best)
+        settle()
 
-    def _trial(self, j: int, prof: FreeProfile, now: int, g: int):
-        """Job j at ``g`` GPUs until the profile's next breakpoint (or its aligned deadline), then its minimum plan."""
-        slot, ddl = self.s.slot, int(self.s.ddl[j])
-        a = align(now, ddl, slot)
-        k = bisect_right(prof.times, now)
-        nxt = prof.times[k] if k < len(prof.times) else a
-        sp = self._sp(j, g)
-        it = self._iters(j)
+    def _trial(self, j: int, prof: FreeProfile, now: int, g: int, it: float, periods: dict):
+        """Job j at ``g`` GPUs until the profile's next breakpoint (or its aligned deadline), then its minimum plan
+        (``it``: its iterations left; ``periods``: job -> (profile, start, periods) of its last trial, reused when
+        planned on the same read-only profile from the same start)."""
+        slot, ddl = self.s.slot, self.ddl[j]
+        a = now - (now - ddl) // slot * slot  # the deadline rounded up to the slot grid from now
+        times = prof.times
+        k = bisect_right(times, now)
+        nxt = times[k] if k < len(times) else a
+        sp = self.speeds[j][g]
         left = math.ceil(it / sp)
-        end = now + align(0, left, slot)
+        end = now - (-left // slot) * slot
         if nxt >= end and ddl >= now + left:
             return [now], [g], now + left, end, True
         dur = (ddl - now) if nxt == a else (nxt - now)
         rest = it - max(dur, 0) * sp
         if rest <= 0:
             return [now], [g], now + left, end, now + left <= ddl
-        tail = self.min_plan(j, prof, now, nxt, rest)
+        known = periods.get(j)
+        if known is not None and known[0] is prof and known[1] == nxt:
+            per = known[2]
+        else:
+            per = self._periods(j, prof, now, nxt)
+            periods[j] = (prof, nxt, per)
+        tail = self._plan_on(j, per, prof, now, nxt, rest)
         starts, gpus, real, end2, ok = tail
         return [now] + list(starts), [g] + list(gpus), real, end2, ok

@@ -49,52 +49,52 @@ class FreeProfile:
                 self.add(s, min(e, end), sign * g)
 
     def apply_plan(self, starts, gpus, end, sign: int) -> None:
-        """``add_plan`` then ``merge`` in one sweep (the same breakpoints and counts; the profile must be merged)."""
-        ev: dict = {}
+        """``add_plan`` then ``merge`` (the same breakpoints and counts; the profile must be merged, ``starts``
+        non-decreasing). A merged profile only changes where the plan's GPU count changes: the counts between two such
+        times move together, so only the breakpoints at those times (and an old first one) can equal their left
+        neighbour."""
+        ets, eds = [], []  # times where the plan's signed count changes, and by how much
+        level = 0
         n = len(starts)
         for i in range(n):
-            g = gpus[i]
-            if not g:
-                continue
             s0 = starts[i]
-            e = starts[i + 1] if i + 1 < n and starts[i + 1] < end else end
-            if e <= s0:
+            if s0 >= end:
+                break
+            if i + 1 < n and starts[i + 1] == s0:  # an empty segment
                 continue
-            d = sign * g
-            ev[s0] = ev.get(s0, 0) + d
-            ev[e] = ev.get(e, 0) - d
-        if not ev:
+            g = sign * gpus[i]
+            if g != level:
+                ets.append(s0)
+                eds.append(g - level)
+                level = g
+        if level:
+            ets.append(end)
+            eds.append(-level)
+        if not ets:
             return
         times, free = self.times, self.free
-        ets = sorted(ev)
-        ne = len(ets)
-        # only [first event, last event] changes: the deltas sum to zero after the last one
-        i = bisect_left(times, ets[0])
-        stop = bisect_right(times, ets[-1])
-        out_t, out_f = times[:i], free[:i]
-        base = free[i - 1] if i > 0 else free[0]
-        cum, k = 0, 0
-        while i < stop or k < ne:
-            if k >= ne or (i < stop and times[i] <= ets[k]):
-                t = times[i]
-                base = free[i]
-                i += 1
-                if k < ne and ets[k] == t:
-                    cum += ev[t]
-                    k += 1
-            else:
-                t = ets[k]
-                cum += ev[t]
-                k += 1
-            v = base + cum
-            if not out_f or v != out_f[-1]:
-                out_t.append(t)
-                out_f.append(v)
-        if stop < len(times):
-            first = stop + 1 if free[stop] == out_f[-1] else stop
-            out_t.extend(times[first:])
-            out_f.extend(free[first:])
-        self.times, self.free = out_t, out_f
+        first = times[0]
+        at = []  # index of each event time, made a breakpoint (inserting later ones never moves earlier ones)
+        for t in ets:
+            k = bisect_left(times, t)
+            if k == len(times) or times[k] != t:
+                times.insert(k, t)
+                free.insert(k, free[k - 1] if k > 0 else free[0])
+            at.append(k)
+        cum = 0
+        for m in range(len(ets) - 1):  # the changes sum to zero after the last one
+            cum += eds[m]
+            a, b = at[m], at[m + 1]
+            if cum and b > a:
+                free[a:b] = [v + cum for v in free[a:b]]
+        if ets[0] < first:  # the old first breakpoint may now repeat the count before it
+            at.append(bisect_left(times, first))
+            at.sort()
+        done = -1
+        for k in reversed(at):
+            if k != done and k > 0 and free[k] == free[k - 1]:
+                del times[k], free[k]
+            done = k
 
     def breakpoints(self, lo, hi) -> list:
         """Breakpoints in [lo, hi)."""
