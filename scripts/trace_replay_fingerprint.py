@@ -1,10 +1,11 @@
-"""One trace replay's outcome in one line, and its seconds: the check that a speed change of a trace rule changed
-nothing. Prints the deadline-met ratio, the number of decisions, a hash of every job's outcome (met, declined,
+"""One trace replay's outcome in one line per method, and its seconds: the check that a speed change of a trace rule
+changed nothing. Prints the deadline-met ratio, the number of decisions, a hash of every job's outcome (met, declined,
 finish, first start, GPU seconds) and of the occupancy trace, and the replay's wall and CPU seconds (best of
 ``--repeats``). Run it with ``PYTHONPATH`` on two checkouts to compare them:
 
     python scripts/trace_replay_fingerprint.py data_cache/trace_cases/cluster02_first300.csv n64g8 ElasticFlow
-    python scripts/trace_replay_fingerprint.py <csv> <cluster> <method> [--repeats N] [--exact] [--first N]
+    python scripts/trace_replay_fingerprint.py <csv> <cluster> <method> [<method> ...] [--repeats N] [--exact]
+        [--first N]
         # --exact: ElasticFlow with exact marginals (every job's trial re-planned after each step)
 """
 
@@ -35,7 +36,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("trace")
     ap.add_argument("cluster")
-    ap.add_argument("method")
+    ap.add_argument("method", nargs="+")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--exact", action="store_true", help="ElasticFlow's exact marginals")
     ap.add_argument("--first", type=int, default=None, help="only the first N jobs by submission time")
@@ -45,10 +46,16 @@ def main() -> None:
         tr = load_trace(a.trace, cl, known_models=known_models())
         if a.first:
             tr = tr.take(slice(0, a.first))
-        spec = load_method_cfg(a.method).trace_scheduler
+        specs = {m: load_method_cfg(m).trace_scheduler for m in a.method}
     except (ConfigError, OSError) as exc:
         print(f"trace_replay_fingerprint: {exc}", file=sys.stderr)
         sys.exit(2)
+    for method, spec in specs.items():
+        print(json.dumps(fingerprint(a, tr, cl, method, spec)), flush=True)
+
+
+def fingerprint(a, tr, cl, method: str, spec) -> dict:
+    """Replay ``method`` ``a.repeats`` times on ``tr``; its outcome, hashed, and its best replay seconds."""
     best = None
     for _ in range(max(a.repeats, 1)):
         sched = build_scheduler(spec, True, cl.gpus_per_node)
@@ -61,10 +68,10 @@ def main() -> None:
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         if best is None or cpu < best[1]:
             best = (wall, cpu)
-    out = {
+    return {
         "trace": a.trace,
         "cluster": a.cluster,
-        "method": a.method,
+        "method": method,
         "jobs": tr.n_jobs,
         "met": round(float(rep.met.mean()), 6),
         "decisions": rep.n_decisions,
@@ -72,7 +79,6 @@ def main() -> None:
         "replay_wall_s": round(best[0], 3),
         "replay_cpu_s": round(best[1], 3),
     }
-    print(json.dumps(out))
 
 
 if __name__ == "__main__":
