@@ -64,3 +64,22 @@ def test_bench_times_every_rule_on_a_trace(tmp_path):
     rec = json.loads(out.read_text())["replay"]
     assert sorted(r["method"] for r in rec) == sorted(rules)
     assert all(r["jobs"] == 40 and 0.0 <= r["met"] <= 1.0 and r["seconds"] > 0 and r["cpu_seconds"] > 0 for r in rec)
+
+
+def test_bad_trace_bench_input_stops_in_one_line_before_any_replay():
+    """A missing file, a bad cluster spec or an unknown method name: one line on stderr, exit 2."""
+    for args in (
+        ["--traces", "no_such_trace.csv:n64g8"],
+        ["--traces", f"{SHIPPED_SAMPLE}:x64"],
+        ["--traces", "--trace-methods", "Bogus"],
+    ):
+        r = subprocess.run(
+            [sys.executable, "-m", "mara.bench", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        assert r.returncode == 2, (args, r.stderr)
+        assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
+        assert "benchmark" not in r.stdout

@@ -28,6 +28,7 @@ import numpy as np
 from mara.allocators.rules import EDF, FIFO
 from mara.bench.traces import expand_methods, parse_traces, trace_rows
 from mara.bounds.clairvoyant_k import clairvoyant_k_batch
+from mara.core.config import ConfigError
 from mara.curves.bank import default_bank_path, load_bank, shipped_bank_path
 from mara.curves.families import ID_FAMILIES
 from mara.eval.prediction import CONF_PREDICTOR, build_queries
@@ -335,10 +336,14 @@ def main(argv=None) -> None:
     )
     args = ap.parse_args(argv)
     if args.traces is not None:
+        try:
+            traces = parse_traces(args.traces)
+            methods, aliases = expand_methods(args.trace_methods)
+        except ConfigError as exc:
+            ap.exit(2, f"error: {exc}\n")
         print(f"{'benchmark':<44}{'value':>16}")
-        methods, aliases = expand_methods(args.trace_methods)
         rec = trace_rows(
-            parse_traces(args.traces),
+            traces,
             methods=tuple(methods),
             sizes=tuple(args.trace_sweep),
             time_limit=args.trace_limit,

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 
-from mara.core.config import available_methods, is_learned, load_method_cfg, plain_config
+from mara.core.config import ConfigError, available_methods, is_learned, load_method_cfg, plain_config
 from mara.traces.replay import JobState, replay
 from mara.traces.run import build_scheduler, size_class
-from mara.traces.schema import SHIPPED_SAMPLE, load_trace, parse_cluster
+from mara.traces.schema import SHIPPED_SAMPLE, TraceError, load_trace, parse_cluster
 from mara.traces.throughput import job_speeds, known_models
 
 
@@ -68,6 +69,9 @@ def expand_methods(methods) -> tuple[list[str], dict[str, list[str]]]:
     """``--trace-methods`` → (methods timed, {method: methods it stands for}); ``all`` is every trace rule
     (``trace_rules``), any other name is taken as given."""
     rules = trace_rules()
+    unknown = [m for m in methods if m != "all" and m not in available_methods()]
+    if unknown:
+        raise ConfigError(f"--trace-methods: unknown method {unknown[0]} (all, or one of {', '.join(rules)})")
     out: list[str] = []
     for m in methods:
         for n in list(rules) if m == "all" else [m]:
@@ -129,5 +133,9 @@ def parse_traces(specs) -> list:
     out = []
     for s in specs:
         path, _, cl = str(s).rpartition(":")
-        out.append((path, cl) if path else (cl, "n64g8"))
+        path, cl = (path, cl) if path else (cl, "n64g8")
+        parse_cluster(cl)  # a bad spec or a missing file stops here, before any replay
+        if not Path(path).is_file():
+            raise TraceError(f"--traces {s}: no such trace file {path}")
+        out.append((path, cl))
     return out
