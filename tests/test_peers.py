@@ -24,6 +24,7 @@ from mara.peers.record import case_entry, needs_run, put_result
 from mara.peers.side_by_side import (
     compare_row,
     markdown_table,
+    merge_rows,
     per_job_agreement,
     read_ours,
 )
@@ -254,3 +255,21 @@ def test_bench_rows_say_a_time_limit_and_a_lower_bound(capsys):
     assert "our process" in out[7]
     assert "> 300 (limit)" in out[8] and ">= 150.1" in "".join(out[9:])  # a peer cut by its limit: a lower bound
     assert "unavailable" in out[-1] and "no peer environment" in out[-1]
+
+
+def test_merge_rows_replaces_the_same_case_and_method_and_keeps_the_case_order():
+    old = [
+        {"case": "cluster03", "method": "EDF", "our_ratio": 0.1},
+        {"case": "cluster01", "method": "EDF", "our_ratio": 0.2},
+        {"case": "cluster01", "method": "Gandiva", "our_ratio": 0.3},
+    ]
+    new = [{"case": "cluster01", "method": "EDF", "our_ratio": 0.9}, {"case": "x", "method": "EDF"}]
+    rows = merge_rows(old, new, ["cluster01", "cluster03"])
+    assert [(r["case"], r["method"]) for r in rows] == [
+        ("cluster01", "EDF"),
+        ("cluster01", "Gandiva"),
+        ("cluster03", "EDF"),
+        ("x", "EDF"),
+    ]
+    assert rows[0]["our_ratio"] == 0.9  # the fresh row wins
+    assert merge_rows(old, [], ["cluster01"]) == sorted(old, key=lambda r: (r["case"] != "cluster01", r["method"]))
