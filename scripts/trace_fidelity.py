@@ -77,6 +77,7 @@ def main(argv=None) -> None:
         help="add this run's rows to the table at --out (same case and method replaced) instead of writing a new one",
     )
     ap.add_argument("--record", type=Path, default=DEFAULT_RECORD, help="the peer's results file")
+    ap.add_argument("--peer-logs", type=Path, help="keep each peer run's printed log here, as <case>_<method>.log")
     ap.add_argument("--peer-root", type=Path, default=DEFAULT_PEER_ROOT)
     ap.add_argument("--venv", type=Path, default=DEFAULT_VENV)
     args = ap.parse_args(argv)
@@ -115,6 +116,7 @@ def main(argv=None) -> None:
                     peer_root=args.peer_root,
                     slot=DEFAULT_SLOT,
                     time_limit_s=limit,
+                    keep_log=None if args.peer_logs is None else args.peer_logs / f"{case.name}_{method}.log",
                 )
                 peer = put_result(
                     entry,

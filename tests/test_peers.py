@@ -201,11 +201,15 @@ def test_peer_runs_a_tiny_trace_and_its_outcomes_are_read(tmp_path, method):
         pytest.skip(f"the peer's environment cannot be made here: {exc}")
     trace = tmp_path / "tiny.csv"
     trace.write_text(TINY)
-    res = run_peer(trace, "n1g8", method, python=python, time_limit_s=120)
+    kept = tmp_path / "logs" / "peer.log"
+    res = run_peer(trace, "n1g8", method, python=python, time_limit_s=120, keep_log=kept)
     assert res.status == "ok", res.error
     assert 0 < res.cpu_seconds and 0 < res.seconds
     assert res.ratio == pytest.approx(2 / 3)
     assert res.deadline_met == [0, 1, 1]
+    # the kept log is the one read: it names the same missed job
+    again = scan_log(kept.read_text().splitlines(keepends=True))
+    assert again.refused | again.late == {0}
 
 
 def test_bench_rows_say_a_time_limit_and_a_lower_bound(capsys):

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -231,6 +231,13 @@ def _lower_priority(pid: int, nice: int) -> None:
             pass
 
 
+def _tee(lines: Iterable[str], out) -> Iterator[str]:
+    """``lines``, each also written to ``out``."""
+    for line in lines:
+        out.write(line)
+        yield line
+
+
 def run_peer(
     trace: Path,
     cluster: str,
@@ -241,11 +248,13 @@ def run_peer(
     slot: int = DEFAULT_SLOT,
     time_limit_s: float | None = None,
     nice: int = 10,
+    keep_log: Path | None = None,
 ) -> PeerResult:
     """Run the peer's simulator once on ``trace`` with ``cluster`` (e.g. ``n64g8``) and ``method`` (our name).
 
     The wall and CPU times count the peer's process alone (start-up included, the copy of its folder not). Past
-    ``time_limit_s`` the process is killed and the result says ``timeout``."""
+    ``time_limit_s`` the process is killed and the result says ``timeout``. With ``keep_log`` its printed log is
+    also written there (the evidence where its decisions and ours part)."""
     schedule = SCHEDULES[method]
     trace = Path(trace).resolve()
     peer_root = check_peer_root(peer_root)
@@ -286,7 +295,12 @@ def run_peer(
             if timer:
                 timer.start()
             try:
-                log = scan_log(proc.stdout)
+                if keep_log is None:
+                    log = scan_log(proc.stdout)
+                else:
+                    Path(keep_log).parent.mkdir(parents=True, exist_ok=True)
+                    with open(keep_log, "w") as kept:
+                        log = scan_log(_tee(proc.stdout, kept))
                 rc = proc.wait()
             finally:
                 if timer:
