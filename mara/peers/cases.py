@@ -41,7 +41,7 @@ OTHER_METHODS = ("Gandiva", "Tiresias", "Themis")
 WHOLE_METHODS = CORE_METHODS + ("Gandiva", "Tiresias")
 #: seconds per peer run on a whole cluster of 3,000-6,000 jobs: its ElasticFlow is the slow one (the others run
 #: under the command's limit)
-WHOLE_LIMITS = {"ElasticFlow": 1200}
+WHOLE_LIMITS = {"ElasticFlow": 900}
 
 
 @dataclass(frozen=True)
