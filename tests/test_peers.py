@@ -15,6 +15,7 @@ from mara.peers.elasticflow import (
     PeerLog,
     PeerResult,
     PeerUnavailable,
+    decided_outcomes,
     job_outcomes,
     outcomes_agree,
     read_ratio,
@@ -35,7 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PEER_LINES = [
     "0-3, 0, 0 ",
     "----job[4]'s DDL request cannot be satisfied. Declined.",
+    "**** job[1] completed",
     "ends at 1200 1262.0 ddl 5000",
+    "**** job[2] completed",
     "ends at 1800 1903.0 ddl 1850",
     "{'job_id': 'x', 'job_idx': 2, 'real_end_time': 1890, 'ddl': 1850}",
     "{'job_id': 'y', 'job_idx': 7}",  # a record not right after an end line is not a late finish
@@ -52,6 +55,12 @@ def test_scan_log_names_refused_and_late_jobs_and_keeps_the_last_counts():
     assert log.refused == {4}
     assert log.late == {2, 5}
     assert (log.accepted, log.declined) == (4, 3)
+    assert log.completed == {1, 2}
+
+
+def test_decided_outcomes_are_what_the_log_settles_so_far():
+    # job 1 completed in time, job 2 completed late, 4 refused, 5 late (EDF's message); job 3 is still running
+    assert decided_outcomes(scan_log(PEER_LINES)) == {1: 1, 2: 0, 4: 0, 5: 0}
 
 
 def test_job_outcomes_per_row_best_effort_uncounted():

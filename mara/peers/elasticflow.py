@@ -56,10 +56,12 @@ class PeerUnavailable(RuntimeError):
 
 @dataclass
 class PeerLog:
-    """What the peer printed about jobs: rows refused at admission, rows that finished late, its final counts."""
+    """What the peer printed about jobs: rows refused at admission, rows that finished late, rows completed (in time
+    or not), its final counts."""
 
     refused: set = field(default_factory=set)
     late: set = field(default_factory=set)
+    completed: set = field(default_factory=set)
     accepted: int | None = None
     declined: int | None = None
 
@@ -95,6 +97,7 @@ _REFUSED = re.compile(r"job\[(\d+)\]'s DDL request cannot be satisfied")
 _LATE = re.compile(r"job\[(\d+)\]'s DDL request is not satisfied")
 _JOB_IDX = re.compile(r"'job_idx': (\d+)")
 _COUNT = re.compile(r"^(accepted|declined) jobs: (\d+)")
+_DONE = re.compile(r"^\*\*\*\* job\[(\d+)\] completed")
 
 
 def scan_log(lines: Iterable[str]) -> PeerLog:
@@ -117,7 +120,19 @@ def scan_log(lines: Iterable[str]) -> PeerLog:
         m = _COUNT.match(line)
         if m:
             setattr(log, m.group(1), int(m.group(2)))
+            continue
+        m = _DONE.match(line)
+        if m:
+            log.completed.add(int(m.group(1)))
     return log
+
+
+def decided_outcomes(log: PeerLog) -> dict:
+    """Row -> 1 / 0 for the jobs whose outcome the log already settles: refused or late 0, completed in time 1 (of a
+    run cut by its time limit, the jobs it decided before the cut)."""
+    out = {i: 1 for i in log.completed}
+    out.update({i: 0 for i in log.refused | log.late})
+    return out
 
 
 def read_ratio(final_result: Path) -> float:
