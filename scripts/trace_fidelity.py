@@ -3,11 +3,13 @@
     python scripts/trace_fidelity.py                         # every case, EDF and ElasticFlow
     python scripts/trace_fidelity.py --case fig10 --case cluster01_first300
     python scripts/trace_fidelity.py --recorded              # the peer's recorded numbers, not a fresh run
+    python scripts/trace_fidelity.py --case cluster03 --method Gandiva --merge --out docs/fidelity/trace_fidelity_whole
 
 Prints case, method, peer ratio, our ratio, difference, jobs on which both agree, peer seconds, our seconds and the
-speed-up, and writes the table to docs/fidelity/trace_fidelity.md and .json. Ours is
-``python -m mara.evaluate experiment=trace trace.path=<csv> trace.cluster=<spec> 'methods=[<method>]'``; where it
-is not available yet the table says so and still gives the peer's column. Fresh peer results also refresh
+speed-up, and writes the table to docs/fidelity/trace_fidelity.md and .json (with --merge: into the rows already
+there, replacing those of the same case and method; every row keeps the date and command of the run that made it).
+Ours is ``python -m mara.evaluate experiment=trace trace.path=<csv> trace.cluster=<spec> 'methods=[<method>]'``;
+where it is not available yet the table says so and still gives the peer's column. Fresh peer results also refresh
 docs/fidelity/trace_peer.json.
 """
 
@@ -43,6 +45,7 @@ from mara.peers.side_by_side import (
     compare_row,
     job_ids,
     markdown_table,
+    merge_rows,
     ours_available,
     run_ours,
 )
@@ -68,7 +71,13 @@ def main(argv=None) -> None:
         help=f"override for our command, replacing the default {' '.join(WHOLE_FILE)} (repeatable)",
     )
     ap.add_argument("--out", type=Path, default=OUT, help="table path without suffix (.md and .json are written)")
+    ap.add_argument(
+        "--merge",
+        action="store_true",
+        help="add this run's rows to the table at --out (same case and method replaced) instead of writing a new one",
+    )
     ap.add_argument("--record", type=Path, default=DEFAULT_RECORD, help="the peer's results file")
+    ap.add_argument("--peer-logs", type=Path, help="keep each peer run's printed log here, as <case>_<method>.log")
     ap.add_argument("--peer-root", type=Path, default=DEFAULT_PEER_ROOT)
     ap.add_argument("--venv", type=Path, default=DEFAULT_VENV)
     args = ap.parse_args(argv)
@@ -107,6 +116,7 @@ def main(argv=None) -> None:
                     peer_root=args.peer_root,
                     slot=DEFAULT_SLOT,
                     time_limit_s=limit,
+                    keep_log=None if args.peer_logs is None else args.peer_logs / f"{case.name}_{method}.log",
                 )
                 peer = put_result(
                     entry,
@@ -124,20 +134,27 @@ def main(argv=None) -> None:
             row = compare_row(case.name, method, peer, ours, ids)
             rows.append(row)
             print(markdown_table([row]).splitlines()[-1], flush=True)
-    table = markdown_table(rows)
-    print("\n" + table)
+    print("\n" + markdown_table(rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    command = "python scripts/trace_fidelity.py " + " ".join(sys.argv[1:] if argv is None else argv)
     peer_note = "recorded (docs/fidelity/trace_peer.json)" if args.recorded else "run in this same run"
+    for row in rows:
+        row.update(date=when, command=command.strip(), peer=peer_note)
+    runs = [{"date": when, "machine": machine(), "peer": peer_note, "command": command.strip()}]
+    old = args.out.with_suffix(".json")
+    if args.merge and old.is_file():
+        before = json.loads(old.read_text())
+        # a table written before rows carried their run keeps its one run
+        first = [{k: before.get(k, "-") for k in ("date", "machine", "peer", "command")}] if "date" in before else []
+        runs = before.get("runs", first) + runs
+        rows = merge_rows(before.get("rows", []), rows, [c.name for c in CASES])
+    made_by = "\n".join(f"- {r['date']}, {r['machine']}; peer {r['peer']}: `{r['command']}`" for r in runs)
     args.out.with_suffix(".md").write_text(
-        f"Peer (ElasticFlow authors' simulator) and ours on the same trace files; {when}, {machine()}; peer "
-        f"{peer_note}. Command: `python scripts/trace_fidelity.py{' --recorded' if args.recorded else ''}`.\n\n"
-        + table
-        + "\n"
+        "Peer (ElasticFlow authors' simulator) and ours on the same trace files, each row from one run of the "
+        f"command (its date and command per row in the .json):\n\n{made_by}\n\n" + markdown_table(rows) + "\n"
     )
-    args.out.with_suffix(".json").write_text(
-        json.dumps({"date": when, "machine": machine(), "peer": peer_note, "rows": rows}, indent=1) + "\n"
-    )
+    args.out.with_suffix(".json").write_text(json.dumps({"runs": runs, "rows": rows}, indent=1) + "\n")
     print(f"wrote {args.out.with_suffix('.md')} and .json")
 
 

@@ -15,6 +15,7 @@ from mara.peers.elasticflow import (
     PeerLog,
     PeerResult,
     PeerUnavailable,
+    decided_outcomes,
     job_outcomes,
     outcomes_agree,
     read_ratio,
@@ -24,6 +25,7 @@ from mara.peers.record import case_entry, needs_run, put_result
 from mara.peers.side_by_side import (
     compare_row,
     markdown_table,
+    merge_rows,
     per_job_agreement,
     read_ours,
 )
@@ -34,7 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PEER_LINES = [
     "0-3, 0, 0 ",
     "----job[4]'s DDL request cannot be satisfied. Declined.",
+    "**** job[1] completed",
     "ends at 1200 1262.0 ddl 5000",
+    "**** job[2] completed",
     "ends at 1800 1903.0 ddl 1850",
     "{'job_id': 'x', 'job_idx': 2, 'real_end_time': 1890, 'ddl': 1850}",
     "{'job_id': 'y', 'job_idx': 7}",  # a record not right after an end line is not a late finish
@@ -51,6 +55,12 @@ def test_scan_log_names_refused_and_late_jobs_and_keeps_the_last_counts():
     assert log.refused == {4}
     assert log.late == {2, 5}
     assert (log.accepted, log.declined) == (4, 3)
+    assert log.completed == {1, 2}
+
+
+def test_decided_outcomes_are_what_the_log_settles_so_far():
+    # job 1 completed in time, job 2 completed late, 4 refused, 5 late (EDF's message); job 3 is still running
+    assert decided_outcomes(scan_log(PEER_LINES)) == {1: 1, 2: 0, 4: 0, 5: 0}
 
 
 def test_job_outcomes_per_row_best_effort_uncounted():
@@ -208,11 +218,15 @@ def test_peer_runs_a_tiny_trace_and_its_outcomes_are_read(tmp_path, method):
         pytest.skip(f"the peer's environment cannot be made here: {exc}")
     trace = tmp_path / "tiny.csv"
     trace.write_text(TINY)
-    res = run_peer(trace, "n1g8", method, python=python, time_limit_s=120)
+    kept = tmp_path / "logs" / "peer.log"
+    res = run_peer(trace, "n1g8", method, python=python, time_limit_s=120, keep_log=kept)
     assert res.status == "ok", res.error
     assert 0 < res.cpu_seconds and 0 < res.seconds
     assert res.ratio == pytest.approx(2 / 3)
     assert res.deadline_met == [0, 1, 1]
+    # the kept log is the one read: it names the same missed job
+    again = scan_log(kept.read_text().splitlines(keepends=True))
+    assert again.refused | again.late == {0}
 
 
 def test_bench_rows_say_a_time_limit_and_a_lower_bound(capsys):
@@ -262,3 +276,21 @@ def test_bench_rows_say_a_time_limit_and_a_lower_bound(capsys):
     assert "our process" in out[7]
     assert "> 300 (limit)" in out[8] and ">= 150.1" in "".join(out[9:])  # a peer cut by its limit: a lower bound
     assert "unavailable" in out[-1] and "no peer environment" in out[-1]
+
+
+def test_merge_rows_replaces_the_same_case_and_method_and_keeps_the_case_order():
+    old = [
+        {"case": "cluster03", "method": "EDF", "our_ratio": 0.1},
+        {"case": "cluster01", "method": "EDF", "our_ratio": 0.2},
+        {"case": "cluster01", "method": "Gandiva", "our_ratio": 0.3},
+    ]
+    new = [{"case": "cluster01", "method": "EDF", "our_ratio": 0.9}, {"case": "x", "method": "EDF"}]
+    rows = merge_rows(old, new, ["cluster01", "cluster03"])
+    assert [(r["case"], r["method"]) for r in rows] == [
+        ("cluster01", "EDF"),
+        ("cluster01", "Gandiva"),
+        ("cluster03", "EDF"),
+        ("x", "EDF"),
+    ]
+    assert rows[0]["our_ratio"] == 0.9  # the fresh row wins
+    assert merge_rows(old, [], ["cluster01"]) == sorted(old, key=lambda r: (r["case"] != "cluster01", r["method"]))

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -56,10 +56,12 @@ class PeerUnavailable(RuntimeError):
 
 @dataclass
 class PeerLog:
-    """What the peer printed about jobs: rows refused at admission, rows that finished late, its final counts."""
+    """What the peer printed about jobs: rows refused at admission, rows that finished late, rows completed (in time
+    or not), its final counts."""
 
     refused: set = field(default_factory=set)
     late: set = field(default_factory=set)
+    completed: set = field(default_factory=set)
     accepted: int | None = None
     declined: int | None = None
 
@@ -95,6 +97,7 @@ _REFUSED = re.compile(r"job\[(\d+)\]'s DDL request cannot be satisfied")
 _LATE = re.compile(r"job\[(\d+)\]'s DDL request is not satisfied")
 _JOB_IDX = re.compile(r"'job_idx': (\d+)")
 _COUNT = re.compile(r"^(accepted|declined) jobs: (\d+)")
+_DONE = re.compile(r"^\*\*\*\* job\[(\d+)\] completed")
 
 
 def scan_log(lines: Iterable[str]) -> PeerLog:
@@ -117,7 +120,19 @@ def scan_log(lines: Iterable[str]) -> PeerLog:
         m = _COUNT.match(line)
         if m:
             setattr(log, m.group(1), int(m.group(2)))
+            continue
+        m = _DONE.match(line)
+        if m:
+            log.completed.add(int(m.group(1)))
     return log
+
+
+def decided_outcomes(log: PeerLog) -> dict:
+    """Row -> 1 / 0 for the jobs whose outcome the log already settles: refused or late 0, completed in time 1 (of a
+    run cut by its time limit, the jobs it decided before the cut)."""
+    out = {i: 1 for i in log.completed}
+    out.update({i: 0 for i in log.refused | log.late})
+    return out
 
 
 def read_ratio(final_result: Path) -> float:
@@ -231,6 +246,13 @@ def _lower_priority(pid: int, nice: int) -> None:
             pass
 
 
+def _tee(lines: Iterable[str], out) -> Iterator[str]:
+    """``lines``, each also written to ``out``."""
+    for line in lines:
+        out.write(line)
+        yield line
+
+
 def run_peer(
     trace: Path,
     cluster: str,
@@ -241,11 +263,13 @@ def run_peer(
     slot: int = DEFAULT_SLOT,
     time_limit_s: float | None = None,
     nice: int = 10,
+    keep_log: Path | None = None,
 ) -> PeerResult:
     """Run the peer's simulator once on ``trace`` with ``cluster`` (e.g. ``n64g8``) and ``method`` (our name).
 
     The wall and CPU times count the peer's process alone (start-up included, the copy of its folder not). Past
-    ``time_limit_s`` the process is killed and the result says ``timeout``."""
+    ``time_limit_s`` the process is killed and the result says ``timeout``. With ``keep_log`` its printed log is
+    also written there (the evidence where its decisions and ours part)."""
     schedule = SCHEDULES[method]
     trace = Path(trace).resolve()
     peer_root = check_peer_root(peer_root)
@@ -286,7 +310,12 @@ def run_peer(
             if timer:
                 timer.start()
             try:
-                log = scan_log(proc.stdout)
+                if keep_log is None:
+                    log = scan_log(proc.stdout)
+                else:
+                    Path(keep_log).parent.mkdir(parents=True, exist_ok=True)
+                    with open(keep_log, "w") as kept:
+                        log = scan_log(_tee(proc.stdout, kept))
                 rc = proc.wait()
             finally:
                 if timer:

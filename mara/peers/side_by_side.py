@@ -216,3 +216,12 @@ def markdown_table(rows: list) -> str:
             f"{_f(r.get('our_replay_seconds'), '.2f')} | {speed} | {cpu} |"
         )
     return "\n".join(lines)
+
+
+def merge_rows(old: list, new: list, order: list) -> list:
+    """``old`` rows with those of the same (case, method) as a ``new`` row replaced by it, sorted by case as in
+    ``order`` (case names) and then by method name: tables grown over several runs, each row from one run."""
+    fresh = {(r["case"], r["method"]) for r in new}
+    rows = [r for r in old if (r["case"], r["method"]) not in fresh] + list(new)
+    rank = {name: i for i, name in enumerate(order)}
+    return sorted(rows, key=lambda r: (rank.get(r["case"], len(rank)), r["method"]))
