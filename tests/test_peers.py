@@ -294,3 +294,12 @@ def test_merge_rows_replaces_the_same_case_and_method_and_keeps_the_case_order()
     ]
     assert rows[0]["our_ratio"] == 0.9  # the fresh row wins
     assert merge_rows(old, [], ["cluster01"]) == sorted(old, key=lambda r: (r["case"] != "cluster01", r["method"]))
+
+
+def test_record_text_reads_back_the_same_and_keeps_a_runs_rows_on_one_line():
+    from mara.peers.record import record_text
+
+    rec = {"cases": {"c": {"results": {"EDF": {"missed": list(range(500)), "ratio": 0.5, "x": [1.5, -2, 3]}}}}}
+    text = record_text(rec)
+    assert json.loads(text) == rec
+    assert text.count("\n") < 20

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import time
 from pathlib import Path
 
@@ -57,8 +58,19 @@ def save_record(record: dict, path: Path = DEFAULT_RECORD) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.write_text(record_text(record))
     os.replace(tmp, path)
+
+
+def record_text(record: dict) -> str:
+    """The record as JSON, indented, with every list of plain numbers (a run's rows) kept on one line: whole-trace
+    runs list thousands of rows, one line each would make the file tens of thousands of lines long."""
+    text = json.dumps(record, indent=1)
+    return re.sub(r"\[\s*((?:-?\d+(?:\.\d+)?,\s*)*-?\d+(?:\.\d+)?)\s*\]", _one_line, text) + "\n"
+
+
+def _one_line(m: re.Match) -> str:
+    return "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]"
 
 
 def case_entry(record: dict, case: Case, file_sha: str, n_jobs: int) -> dict:
