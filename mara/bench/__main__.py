@@ -37,7 +37,7 @@ from mara.mat.losses import gae
 from mara.mat.nets import MATPolicy
 from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout
 from mara.peers.bench import DEFAULT_CASES, peer_rows, print_peer_rows
-from mara.peers.cases import case_named
+from mara.peers.cases import CORE_METHODS, case_named
 from mara.predictors.cache import FlowSampleCache
 from mara.predictors.data import observe
 from mara.predictors.factory import predictor_from
@@ -253,7 +253,11 @@ def _peer_bench(args) -> None:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     print(f"{'benchmark':<44}{'value':>16}  target")
-    rows = peer_rows(tuple(args.peer_case or DEFAULT_CASES), time_limit_s=args.peer_limit)
+    rows = peer_rows(
+        tuple(args.peer_case or DEFAULT_CASES),
+        methods=tuple(args.peer_method or CORE_METHODS),
+        time_limit_s=args.peer_limit,
+    )
     print_peer_rows(rows)
     if args.json:
         import json
@@ -306,6 +310,12 @@ def main(argv=None) -> None:
         "default cluster01_first300; cases: scripts/peer_elasticflow.py --list)",
     )
     ap.add_argument("--peer-limit", type=float, default=300.0, help="seconds per peer run under --peer (default 300)")
+    ap.add_argument(
+        "--peer-method",
+        action="append",
+        choices=list(CORE_METHODS),
+        help="method timed under --peer (repeatable; default: EDF and ElasticFlow)",
+    )
     ap.add_argument(
         "--traces",
         nargs="*",
