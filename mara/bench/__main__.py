@@ -309,7 +309,12 @@ def main(argv=None) -> None:
         help="trace case for --peer (repeatable; "
         "default cluster01_first300; cases: scripts/peer_elasticflow.py --list)",
     )
-    ap.add_argument("--peer-limit", type=float, default=300.0, help="seconds per peer run under --peer (default 300)")
+    ap.add_argument(
+        "--peer-limit",
+        type=float,
+        default=None,
+        help="seconds per peer run under --peer (default: the case's limit for a slow method, else 300)",
+    )
     ap.add_argument(
         "--peer-method",
         action="append",

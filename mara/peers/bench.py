@@ -20,10 +20,13 @@ DEFAULT_CASES = ("cluster01_first300",)
 SPEEDUP_TARGET = 20.0
 
 
+DEFAULT_LIMIT_S = 300.0  # seconds a peer run may take where neither the user nor the case says
+
+
 def peer_rows(
     cases=DEFAULT_CASES,
     methods=CORE_METHODS,
-    time_limit_s: float = 300.0,
+    time_limit_s: float | None = None,
     ours: bool = True,
     peer_root=DEFAULT_PEER_ROOT,
     venv=DEFAULT_VENV,
@@ -39,7 +42,7 @@ def peer_rows(
         case = case_named(name)
         path = ensure_case_file(case, python, peer_root)
         for method in methods:
-            limit = min(time_limit_s, case.limits.get(method, time_limit_s))
+            limit = case.limit_s(method, time_limit_s, DEFAULT_LIMIT_S)
             peer = run_peer(path, case.cluster, method, python=python, peer_root=peer_root, time_limit_s=limit)
             row = {
                 "case": name,
@@ -51,7 +54,7 @@ def peer_rows(
                 "peer_ratio": peer.ratio,
             }
             if ours:
-                mine = run_ours(path, case.cluster, method, time_limit_s)
+                mine = run_ours(path, case.cluster, method, limit)
                 row.update(
                     our_status=mine.status,
                     our_seconds=mine.seconds,
