@@ -17,11 +17,12 @@ import time
 
 import numpy as np
 
+from mara.bench.traces import replay_setup
 from mara.core.config import ConfigError, load_method_cfg
-from mara.traces.replay import JobState, replay
-from mara.traces.run import build_scheduler, size_class
+from mara.traces.replay import replay
+from mara.traces.run import size_class
 from mara.traces.schema import SIZE_CLASSES, load_trace, parse_cluster
-from mara.traces.throughput import job_speeds, known_models
+from mara.traces.throughput import known_models
 
 
 def outcome_hash(rep) -> str:
@@ -58,11 +59,9 @@ def fingerprint(a, tr, cl, method: str, spec) -> dict:
     """Replay ``method`` ``a.repeats`` times on ``tr``; its outcome, hashed, and its best replay seconds."""
     best = None
     for _ in range(max(a.repeats, 1)):
-        sched = build_scheduler(spec, True, cl.gpus_per_node)
+        sched, st = replay_setup(tr, cl, spec)
         if a.exact:
             sched.exact_marginals = True
-        tput, ml = job_speeds(tr, sched.caps, cl.gpus)
-        st = JobState(tr.submit, tr.deadline, tput, ml, tr.iterations.copy(), cl.gpus)
         t0, c0 = time.perf_counter(), time.process_time()
         rep = replay(st, sched, size_class(tr.num_gpu), len(SIZE_CLASSES))
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0

@@ -10,8 +10,16 @@ import numpy as np
 from mara.core.config import ConfigError, available_methods, is_learned, load_method_cfg, plain_config
 from mara.traces.replay import JobState, replay
 from mara.traces.run import build_scheduler, size_class
-from mara.traces.schema import SHIPPED_SAMPLE, TraceError, load_trace, parse_cluster
+from mara.traces.schema import SHIPPED_SAMPLE, SIZE_CLASSES, TraceError, load_trace, parse_cluster
 from mara.traces.throughput import job_speeds, known_models
+
+
+def replay_setup(tr, cl, spec) -> tuple:
+    """A fresh scheduler for the ``trace_scheduler`` block ``spec`` and the job state of trace ``tr`` on cluster
+    ``cl``, ready for ``replay``: (scheduler, JobState)."""
+    sched = build_scheduler(spec, True, cl.gpus_per_node)
+    tput, ml = job_speeds(tr, sched.caps, cl.gpus)
+    return sched, JobState(tr.submit, tr.deadline, tput, ml, tr.iterations.copy(), cl.gpus)
 
 
 def replay_once(path, cluster: str, method: str, first_jobs=None, time_limit=None) -> dict:
@@ -21,12 +29,10 @@ def replay_once(path, cluster: str, method: str, first_jobs=None, time_limit=Non
     tr = load_trace(path, cl, known_models=known_models())
     if first_jobs:
         tr = tr.take(slice(0, int(first_jobs)))
-    sched = build_scheduler(load_method_cfg(method).trace_scheduler, True, cl.gpus_per_node)
-    tput, ml = job_speeds(tr, sched.caps, cl.gpus)
-    st = JobState(tr.submit, tr.deadline, tput, ml, tr.iterations.copy(), cl.gpus)
+    sched, st = replay_setup(tr, cl, load_method_cfg(method).trace_scheduler)
     t0, c0 = time.perf_counter(), time.process_time()
     try:
-        rep = replay(st, sched, size_class(tr.num_gpu), 4, time_limit=time_limit)
+        rep = replay(st, sched, size_class(tr.num_gpu), len(SIZE_CLASSES), time_limit=time_limit)
     except TimeoutError:
         return {"seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0, "timed_out": True}
     ms = rep.decision_s * 1e3
