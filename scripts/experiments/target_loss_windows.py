@@ -1,18 +1,16 @@
 """Every target-loss method on windows of 300 consecutive jobs of ITP clusters, and the table of
 docs/traces-target-loss.md built from those runs (resumable: a run whose results.json exists is not run again).
 
-    python scripts/target_loss_slack_table.py run   <out> <cluster> <chunk> <method,...> [<band>]
-    python scripts/target_loss_slack_table.py bound <out> <cluster> <chunk>
-    python scripts/target_loss_slack_table.py table <out> <cluster,...> <chunk,...> <method,...>
+    python scripts/experiments/target_loss_windows.py run   <out> <cluster> <chunk> <method,...> [<band>]
+    python scripts/experiments/target_loss_windows.py bound <out> <cluster> <chunk>
+    python -m mara.report target-loss-windows <out> <cluster,...> <chunk,...> <method,...>
 
 A window is a chunk of 300 consecutive jobs by submission time (chunk k: jobs 300 k + 1 ... 300 (k + 1)), replayed
 from an empty cluster like ``trace.first_jobs`` (the file is written once into ``data_cache/trace_chunks``).
 Chunk 0 of clusters 02 and 07 is the validation set (choices only); chunks 1-3 of every cluster are evaluated.
 ``run`` replays the methods on one chunk in this process (mara.traces.target_run.run_target_loss, the trace
 experiment's own code; ``band``: Slack-QR-q's trace_band, else its config's) into ``<out>/<cluster>/c<chunk>/<run>``;
-``bound`` solves the relaxed GPU-time capacity bound (mara/bounds/trace_capacity.py) of a chunk; ``table`` prints, per
-cluster, each method's deadline-met ratio (mean ± standard error over chunks) and its paired difference to
-ElasticFlow (declared counts) on identical jobs, and the mean over clusters.
+``bound`` solves the relaxed GPU-time capacity bound (mara/bounds/trace_capacity.py) of a chunk.
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ SPEC = {"01": "n64g8", "02": "n64g8", "03": "n64g8", "05": "n64g8", "07": "n128g
 CHUNK = 300
 #: methods planning on estimates ask the predictor at most once per trace hour
 ESTIMATE_EVERY_S = 3600
-BASE = "ElasticFlow"
 BOUND = "Capacity-bound"
 
 
@@ -106,60 +103,10 @@ def bound(out: Path, cluster: str, k: int, time_limit_s: float = 60.0) -> Path:
     return d
 
 
-def met_by_method(out: Path, cluster: str, k: int) -> dict:
-    """{method: {job_id: deadline_met}} over every run of a chunk (the bound: {"*": its share})."""
-    res = {}
-    base = out / cluster / f"c{k}"
-    for d in sorted(base.glob("*/results.json")) if base.exists() else []:
-        r = json.loads(d.read_text())
-        if "bound" in r:
-            res[BOUND] = {"*": r["bound"] / r["jobs"]}
-            continue
-        tag = d.parent.name.split("_band-")
-        for row in r["rows"]:
-            m = row["method"] + (f" ({tag[1]})" if len(tag) > 1 else "")
-            res.setdefault(m, {})[row["job_id"]] = row["deadline_met"]
-    return res
-
-
-def mean_se(x) -> tuple[float, float]:
-    x = np.asarray(list(x), dtype=float)
-    return float(x.mean()), (float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else 0.0)
-
-
-def table(out: Path, clusters, chunks, methods) -> str:
-    lines = ["| cluster | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
-    over = {m: [] for m in methods}
-    for c in clusters:
-        per = {k: met_by_method(out, c, k) for k in chunks}
-        cells = []
-        for m in methods:
-            ks = [k for k in chunks if m in per[k]]
-            if not ks:
-                cells.append("-")
-                continue
-            wm = {k: float(np.mean(list(per[k][m].values()))) for k in ks}
-            if len(ks) == len(chunks):
-                over[m].append(np.mean(list(wm.values())))
-            s = "{:.3f} ± {:.3f}".format(*mean_se(wm.values()))
-            if m not in (BASE, BOUND) and all(BASE in per[k] for k in ks):
-                for k in ks:
-                    assert set(per[k][m]) == set(per[k][BASE]), f"{c} c{k} {m}: not the same jobs as {BASE}"
-                s += " ({:+.3f} ± {:.3f})".format(*mean_se(wm[k] - np.mean(list(per[k][BASE].values())) for k in ks))
-            cells.append(s + ("" if len(ks) == len(chunks) else f" [{len(ks)} of {len(chunks)}]"))
-        lines.append(f"| {c} | " + " | ".join(cells) + " |")
-    lines.append(
-        "| mean over clusters | "
-        + " | ".join(
-            "{:.3f} ± {:.3f}".format(*mean_se(over[m])) if len(over[m]) == len(clusters) else "-" for m in methods
-        )
-        + " |"
-    )
-    return "\n".join(lines)
-
-
 def main(argv) -> int:
-    usage = __doc__.strip().splitlines()[3]
+    usage = (
+        "python scripts/experiments/target_loss_windows.py run|bound <out> <cluster> <chunk> [<method,...> [<band>]]"
+    )
     try:
         cmd, out = argv[0], Path(argv[1])
         if cmd == "run":
@@ -170,12 +117,10 @@ def main(argv) -> int:
             if argv[2] not in SPEC:
                 raise ValueError
             bound(out, argv[2], int(argv[3]))
-        elif cmd == "table":
-            print(table(out, argv[2].split(","), [int(k) for k in argv[3].split(",")], argv[4].split(",")))
         else:
             raise ValueError
     except (IndexError, ValueError):
-        print(f"usage: {usage.strip()} (clusters {', '.join(SPEC)})", file=sys.stderr)
+        print(f"usage: {usage} (clusters {', '.join(SPEC)})", file=sys.stderr)
         return 2
     return 0
 
