@@ -3,8 +3,9 @@ deadline-met ratio (mean ± standard error over windows) and its paired differen
 on identical jobs, and the mean over clusters.
 
 The runs lie as ``<out>/<cluster>/c<window>/<run>/results.json`` (``scripts/experiments/target_loss_windows.py``
-writes them): a trace run's rows (a run named ``..._band-<band>`` labels its methods ``<method> (<band>)``), or a
-capacity bound's ``{"bound": jobs met at most, "jobs": jobs}``.
+writes them): a trace run's rows (a run named ``..._band-<band>`` labels its methods ``<method> (<band>)``; a bound
+method's share is its window's proven bound over its jobs), or a capacity bound's ``{"bound": jobs met at most,
+"jobs": jobs}``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ def met_by_method(out: Path, cluster: str, k: int) -> dict:
         for row in r["rows"]:
             m = row["method"] + (f" ({tag[1]})" if len(tag) > 1 else "")
             res.setdefault(m, {})[row["job_id"]] = row["deadline_met"]
+        for w in r.get("windows", []):
+            if "bound" in w:  # a bound method: the proven bound, not the selection its solve found
+                res[w["method"]] = {"*": w["bound"] / w["jobs"]}
     return res
 
 

@@ -1,26 +1,24 @@
-"""Every target-loss method on windows of 300 consecutive jobs of ITP clusters, and the table of
-docs/traces-target-loss.md built from those runs (resumable: a run whose results.json exists is not run again).
+"""Every target-loss method on windows of 300 consecutive jobs of ITP clusters (resumable: a run whose results.json
+exists is not run again); the table of docs/traces-target-loss.md is ``python -m mara.report target-loss-windows``
+on the same ``<out>``.
 
     python scripts/experiments/target_loss_windows.py run   <out> <cluster> <chunk> <method,...> [<band>]
     python scripts/experiments/target_loss_windows.py bound <out> <cluster> <chunk>
-    python -m mara.report target-loss-windows <out> <cluster,...> <chunk,...> <method,...>
 
 A window is a chunk of 300 consecutive jobs by submission time (chunk k: jobs 300 k + 1 ... 300 (k + 1)), replayed
 from an empty cluster like ``trace.first_jobs`` (the file is written once into ``data_cache/trace_chunks``).
 Chunk 0 of clusters 02 and 07 is the validation set (choices only); chunks 1-3 of every cluster are evaluated.
 ``run`` replays the methods on one chunk in this process (mara.traces.target_run.run_target_loss, the trace
 experiment's own code; ``band``: Slack-QR-q's trace_band, else its config's) into ``<out>/<cluster>/c<chunk>/<run>``;
-``bound`` solves the relaxed GPU-time capacity bound (mara/bounds/trace_capacity.py) of a chunk.
+``bound`` solves the relaxed GPU-time capacity bound of a chunk (the bound method ``Capacity-bound``,
+mara/bounds/trace_capacity.py).
 """
 
 from __future__ import annotations
 
 import csv
-import json
 import sys
 from pathlib import Path
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "data_cache" / "itp-traces" / "elasticflow"
@@ -83,24 +81,9 @@ def run(out: Path, cluster: str, k: int, methods: list, band: str | None = None)
     return d
 
 
-def bound(out: Path, cluster: str, k: int, time_limit_s: float = 60.0) -> Path:
-    """The relaxed capacity bound of a chunk's jobs, as a run named BOUND."""
-    from mara.bounds.trace_capacity import capacity_bound, gpu_seconds_needed
-    from mara.traces.schema import load_trace, parse_cluster
-    from mara.traces.throughput import job_speeds, known_models
-
-    d = run_dir(out, cluster, k, BOUND)
-    if (d / "results.json").exists():
-        return d
-    cl = parse_cluster(SPEC[cluster])
-    jobs = load_trace(str(chunk_csv(cluster, k)), cl, 1.5, known_models())
-    tput = np.maximum(job_speeds(jobs, "table", cl.gpus)[0], job_speeds(jobs, "elasticflow", cl.gpus)[0])
-    gs, ws = gpu_seconds_needed(jobs.iterations.astype(np.float64), tput, cl.gpus)
-    ub, pick = capacity_bound(jobs.submit, jobs.deadline, gs, ws, cl.gpus, time_limit_s)
-    print(f"{cluster} c{k}: bound {ub:.0f} of {jobs.n_jobs} jobs ({ub / jobs.n_jobs:.3f})", flush=True)
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "results.json").write_text(json.dumps({"bound": ub, "jobs": int(jobs.n_jobs)}))
-    return d
+def bound(out: Path, cluster: str, k: int) -> Path:
+    """The relaxed capacity bound of a chunk's jobs: the bound method (conf/method/Capacity-bound.yaml), as a run."""
+    return run(out, cluster, k, [BOUND])
 
 
 def main(argv) -> int:
