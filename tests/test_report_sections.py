@@ -94,3 +94,16 @@ def test_a_missing_or_foreign_run_is_refused_in_one_line(tmp_path, args):
 def test_help_lists_every_section():
     out = subprocess.run([sys.executable, "-m", "mara.report", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and all(f"mara.report {name} " in out.stdout for name in SECTIONS)
+
+
+def test_suite_reads_every_setting_and_refuses_a_missing_one(tmp_path, capsys):
+    from mara.report.suite import CLUSTERS, folder
+
+    for name in CLUSTERS:
+        _paper_run(tmp_path / folder(name), {"MARA-suite": [0.6, 0.8], "EDF": [0.5, 0.7], "FIFO": [0.4, 0.4]})
+    assert main(["suite", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "| **MARA-suite − best rule** | +10.00 ± 0.00 (EDF) |" in out
+    assert "### Mean over the suite" in out
+    assert (tmp_path / "suite_summary.json").is_file()
+    assert main(["suite", str(tmp_path), "sizes"]) == 2

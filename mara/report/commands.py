@@ -7,6 +7,7 @@ evaluation is read) is refused in one line, exit 2, before any table.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from mara.report.compare import compare_rows
@@ -14,6 +15,8 @@ from mara.report.paired import by_task_set, paired_table
 from mara.report.paired_runs import paired_runs_table, per_episode
 from mara.report.ratio import ratio_table
 from mara.report.runs import TRACE_FIELDS, load_results, load_rows
+from mara.report.suite import SETTINGS, folder, setting_table, suite_means
+from mara.report.suite_figure import suite_figure
 from mara.report.target_loss_breakdown import breakdown
 from mara.report.target_loss_windows import windows_table
 from mara.report.trace_table import trace_mara_table
@@ -116,6 +119,28 @@ def _breakdown(args: list[str]) -> int:
     return 0
 
 
+def _suite(args: list[str]) -> int:
+    if len(args) not in (1, 2) or (len(args) == 2 and args[1] not in SETTINGS):
+        raise UsageError
+    out, settings = Path(args[0]), SETTINGS[args[1] if len(args) == 2 else "clusters"]
+    runs = {name: out / folder(name) for name in settings}
+    for d in runs.values():  # every setting's run checked before the first table
+        load_results(d)
+    summary = {}
+    for name, d in runs.items():
+        rows = load_results(d)["rows"]
+        if (d / "size_policy").is_dir():  # the size's own policy, evaluated as MARA-suite in its own folder
+            rows += [{**r, "method": "MARA-size"} for r in load_results(d / "size_policy")["rows"]]
+        text, summary[name] = setting_table(name, rows)
+        print(text)
+    print(suite_means(summary))
+    (out / "suite_summary.json").write_text(json.dumps(summary, indent=1))
+    fig = suite_figure(summary, out / "suite_learned_vs_best.png")
+    if fig:
+        print(f"\nfigure: {fig}")
+    return 0
+
+
 #: section -> (its arguments, what it prints, handler)
 SECTIONS = {
     "paired": ("RUNS BASE [METHOD ...]", "mean success per load and METHOD − BASE (paired)", _paired),
@@ -135,6 +160,11 @@ SECTIONS = {
         "RUN[=EDF-rule] ...",
         "MARA against the trace baselines per cluster, and per job-size class",
         _trace_table,
+    ),
+    "suite": (
+        "OUT [clusters|sizes]",
+        "one MARA across the suite's settings: learned − best rule per setting, the suite means and its figure",
+        _suite,
     ),
     "target-loss-windows": (
         "OUT CLUSTER,... WINDOW,... METHOD,...",
