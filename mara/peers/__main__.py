@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import sys
 
-SUBCOMMANDS = {
-    "run": "mara.peers.run_cases",
-    "fidelity": "mara.peers.fidelity_table",
-    "partial": "mara.peers.partial",
-    "bench": "mara.peers.bench",
-}
+from mara.peers import bench, fidelity_table, partial, run_cases
+
+SUBCOMMANDS = {"run": run_cases.main, "fidelity": fidelity_table.main, "partial": partial.main, "bench": bench.main}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -28,9 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     if args[0] not in SUBCOMMANDS:
         print(f"error: unknown subcommand {args[0]!r}; one of {', '.join(SUBCOMMANDS)}", file=sys.stderr)
         sys.exit(2)
-    import importlib
-
-    importlib.import_module(SUBCOMMANDS[args[0]]).main(args[1:])
+    SUBCOMMANDS[args[0]](args[1:])
 
 
 if __name__ == "__main__":
