@@ -78,7 +78,7 @@ rules() {
   [ -e "$OUT/rules_stress/results.json" ] || python -m mara.evaluate "$m" scenario=stress hydra.run.dir="$OUT/rules_stress" >> "$OUT/rules.log" 2>&1
   [ -e "$OUT/prediction_v3/DONE" ] || { python -m mara.evaluate experiment=prediction predictors.fm.ckpt_variant=v3 \
       hydra.run.dir="$OUT/prediction_v3" > "$OUT/prediction_v3.log" 2>&1 && touch "$OUT/prediction_v3/DONE"; }
-  [ -e "$OUT/lara_sweep.done" ] || { scripts/lara_sweep.sh "$OUT/lara_sweep" > "$OUT/lara_sweep.md" && touch "$OUT/lara_sweep.done"; }
+  [ -e "$OUT/lara_sweep.done" ] || { scripts/experiments/lara_sweep.sh "$OUT/lara_sweep" > "$OUT/lara_sweep.md" && touch "$OUT/lara_sweep.done"; }
 }
 lofo_and_live() {
   [ -e "$OUT/lofo/DONE" ] || { python -m mara.evaluate experiment=prediction_lofo hydra.run.dir="$OUT/lofo" > "$OUT/lofo.log" 2>&1 \

@@ -184,11 +184,16 @@ def test_side_by_side_row_and_table():
     assert "| > 200.0 | > 100.0 |" in markdown_table([slow])  # a peer cut by its limit: a lower bound
 
 
-def test_scripts_refuse_bad_input_with_one_line():
+def test_peer_commands_refuse_bad_input_with_one_line():
     commands = (
-        ["scripts/peer_elasticflow.py", "--method", "Bogus"],
-        ["scripts/trace_fidelity.py", "--case", "nope"],
-        ["-m", "mara.bench", "--peer", "--peer-case", "nope"],
+        ["-m", "mara.peers", "run", "--method", "Bogus"],
+        ["-m", "mara.peers", "fidelity", "--case", "nope"],
+        ["-m", "mara.peers", "bench", "--case", "nope"],
+        ["-m", "mara.peers", "bench", "--limit", "0"],  # not "no limit" for the peer and an instant cut for ours
+        ["-m", "mara.peers", "bench", "--limit", "-5"],
+        ["-m", "mara.peers", "run", "--time-limit", "0"],
+        ["-m", "mara.peers", "fidelity", "--time-limit", "-1"],
+        ["-m", "mara.peers", "nope"],
     )
     for args in commands:
         out = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, check=False)

@@ -1,14 +1,12 @@
-"""scripts/ratio_to_bound.py: a method's mean success as a share of a bound's, paired over identical episodes."""
+"""``python -m mara.report ratio``: a method's mean success as a share of a bound's, paired over identical episodes."""
 
 import json
-import runpy
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "ratio_to_bound.py"
+from mara.report.__main__ import main
 
 
 def _rows(rng, n):
@@ -39,8 +37,7 @@ def test_ratio_is_the_ratio_of_means_with_a_delta_method_error(tmp_path, capsys)
     rows = _rows(rng, 400)
     path = tmp_path / "results.json"
     path.write_text(json.dumps({"rows": rows}))
-    sys.argv = ["ratio_to_bound.py", str(path), "B", "0.97", "M"]
-    runpy.run_path(str(SCRIPT), run_name="__main__")
+    assert main(["ratio", str(path), "B", "0.97", "M"]) == 0
     line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("| M |")][0]
     cells = [c.strip() for c in line.strip("|").split("|")]
     ratio, se = (float(v) for v in cells[4].split("±"))
@@ -54,5 +51,7 @@ def test_ratio_is_the_ratio_of_means_with_a_delta_method_error(tmp_path, capsys)
 
 
 def test_a_target_that_is_not_a_number_is_one_line_and_exit_2(tmp_path):
-    out = subprocess.run([sys.executable, str(SCRIPT), "x.json", "B", "high", "M"], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "mara.report", "ratio", "x.json", "B", "high", "M"], capture_output=True, text=True
+    )
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1

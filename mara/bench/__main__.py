@@ -11,9 +11,8 @@ headline figures of the run. ``--clairvoyant`` adds the Clairvoyant
 bound over the p = 0.04 protocol (target < 10 minutes). Predictor latency is part of the prediction
 benchmark (``python -m mara.evaluate experiment=prediction``); ``--predictors`` times the shipped FM checkpoints
 (paper v1 and v3) interleaved in one process on the ID Table-1 prefixes (target ≤ 0.25 ms/prefix,
-batched, one thread), so a loaded machine inflates both alike. ``--peer`` times only the ElasticFlow authors'
-simulator on trace cases (EDF and ElasticFlow, each run under ``--peer-limit`` seconds, said as such when reached)
-beside our replay of the same file and the speed-up (target ≥ 20×; mara/peers/bench.py). ``--decision-ms`` times
+batched, one thread), so a loaded machine inflates both alike. The peer's simulator beside our replay of the
+same file is ``python -m mara.peers bench`` (mara/peers/bench.py). ``--decision-ms`` times
 every predictor's band (``predict_band``, what the simulator asks at a decision) on the same prefixes: ms for a
 decision that refreshes one task, and ms per prefix when a decision refreshes 64 (one thread, interleaved).
 """
@@ -36,8 +35,6 @@ from mara.mat import ppo as ppo_step
 from mara.mat.losses import gae
 from mara.mat.nets import MATPolicy
 from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout
-from mara.peers.bench import DEFAULT_CASES, peer_rows, print_peer_rows
-from mara.peers.cases import CORE_METHODS, case_named
 from mara.predictors.cache import FlowSampleCache
 from mara.predictors.data import observe
 from mara.predictors.factory import predictor_from
@@ -242,34 +239,6 @@ def mat_throughput(
     return out
 
 
-def _peer_bench(args) -> None:
-    """The peer simulator's rows (mara/peers/bench.py), optionally written to --json."""
-    import sys
-
-    try:
-        for name in args.peer_case or ():
-            case_named(name)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    print(f"{'benchmark':<44}{'value':>16}  target")
-    rows = peer_rows(
-        tuple(args.peer_case or DEFAULT_CASES),
-        methods=tuple(args.peer_method or CORE_METHODS),
-        time_limit_s=args.peer_limit,
-    )
-    print_peer_rows(rows)
-    if args.json:
-        import json
-        from pathlib import Path
-
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(
-            json.dumps({"peer": rows, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=1)
-        )
-        print(f"wrote {args.json}")
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description="MARA benchmarks (simulator and protocol speed)")
     ap.add_argument("--bank", default=None, help="bank path or shipped name (default: the shipped default bank)")
@@ -297,30 +266,6 @@ def main(argv=None) -> None:
         "--device", default="cpu", help="device of the MAT policy (cpu | cuda); the simulator runs on the CPU"
     )
     ap.add_argument("--mat-iterations", type=int, default=None, help="timed PPO iterations (default 3; 1 with --quick)")
-    ap.add_argument(
-        "--peer",
-        action="store_true",
-        help="only time the ElasticFlow authors' simulator on trace cases, beside our replay (mara/peers)",
-    )
-    ap.add_argument(
-        "--peer-case",
-        action="append",
-        default=None,
-        help="trace case for --peer (repeatable; "
-        "default cluster01_first300; cases: scripts/peer_elasticflow.py --list)",
-    )
-    ap.add_argument(
-        "--peer-limit",
-        type=float,
-        default=None,
-        help="seconds per peer run under --peer (default: the case's limit for a slow method, else 300)",
-    )
-    ap.add_argument(
-        "--peer-method",
-        action="append",
-        choices=list(CORE_METHODS),
-        help="method timed under --peer (repeatable; default: EDF and ElasticFlow)",
-    )
     ap.add_argument(
         "--traces",
         nargs="*",
@@ -372,9 +317,6 @@ def main(argv=None) -> None:
             Path(args.json).write_text(json.dumps(rec, indent=1))
         return
     record: dict = {}
-    if args.peer:
-        _peer_bench(args)
-        return
     bank = load_bank(shipped_bank_path(args.bank) if args.bank else default_bank_path())
     print(f"bank: {bank.path} ({len(bank)} curves)")
     print(f"{'benchmark':<44}{'value':>16}  target")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from mara.bounds.cpsat import cp_model, solver
-from mara.traces.throughput import LEVELS
+from mara.traces.throughput import LEVELS, job_speeds
 
 
 def gpu_seconds_needed(work: np.ndarray, tput: np.ndarray, n_gpus: int) -> tuple[np.ndarray, np.ndarray]:
@@ -64,3 +64,19 @@ def capacity_bound(
             pick[j] = int(sv.Value(v))
         return float(sv.BestObjectiveBound()), pick
     return float(idx.size), pick
+
+
+def window_bound(jobs, scored, n_gpus: int, time_limit_s: float = 60.0) -> tuple[np.ndarray, np.ndarray, float]:
+    """The capacity bound of one trace window, as a trace evaluation's bound method computes it: (``met [J]`` 0/1 of
+    the best selection found among the scored jobs, ``gpu_s [J]`` the least GPU-seconds of each selected job, the
+    proven bound on the number of scored jobs met). Each job runs at its fastest known speed per level (the
+    throughput table's or ElasticFlow's), so no scheduler's speeds beat it; the warm-up's jobs are left out."""
+    tput = np.maximum(job_speeds(jobs, "table", n_gpus)[0], job_speeds(jobs, "elasticflow", n_gpus)[0])
+    idx = np.flatnonzero(scored)
+    gs, ws = gpu_seconds_needed(jobs.iterations[idx].astype(np.float64), tput[idx], n_gpus)
+    ub, pick = capacity_bound(jobs.submit[idx], jobs.deadline[idx], gs, ws, n_gpus, time_limit_s)
+    met = np.zeros(len(scored), dtype=np.int64)
+    met[idx] = pick
+    gpu_s = np.zeros(len(scored))
+    gpu_s[idx] = np.where(pick == 1, gs, 0.0)
+    return met, gpu_s, ub

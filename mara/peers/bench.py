@@ -1,11 +1,20 @@
-"""Benchmark rows for ``python -m mara.bench --peer``: the peer's simulator seconds per trace and method (wall and
+"""``python -m mara.peers bench``: the peer's simulator seconds per trace and method (wall and
 CPU of its process), measured in this run under a time limit (said as such when it is reached), beside our run of
 the same file where this checkout has it: the process (start-up included) and the replay alone (timed inside the
-process), and the speed-up of the replay (target: at least 20 times faster than the peer)."""
+process), and the speed-up of the replay (target: at least 20 times faster than the peer).
+
+    python -m mara.peers bench [--case CASE ...] [--method EDF|ElasticFlow ...] [--limit SECONDS] [--json FILE]
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import time
+from pathlib import Path
+
 from mara.peers.cases import CORE_METHODS, case_named, ensure_case_file
+from mara.peers.cli import check_limit, fail
 from mara.peers.elasticflow import (
     DEFAULT_PEER_ROOT,
     DEFAULT_VENV,
@@ -112,3 +121,44 @@ def print_peer_rows(rows: list, width: int = 44) -> None:
             )
         if r.get("speedup"):
             print(f"{'  speed-up, peer / our process':<{width}}{bound + format(r['speedup'], '.1f'):>16}")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m mara.peers bench", description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--case",
+        action="append",
+        default=None,
+        help=f"trace case (repeatable; default {', '.join(DEFAULT_CASES)}; cases: python -m mara.peers run --list)",
+    )
+    ap.add_argument(
+        "--limit",
+        type=float,
+        default=None,
+        help=f"seconds per peer run (default: the case's limit for a slow method, else {DEFAULT_LIMIT_S:g})",
+    )
+    ap.add_argument(
+        "--method",
+        action="append",
+        choices=list(CORE_METHODS),
+        help="method timed (repeatable; default: EDF and ElasticFlow)",
+    )
+    ap.add_argument("--json", default=None, metavar="FILE", help="also write the rows to FILE")
+    args = ap.parse_args(argv)
+    check_limit(args.limit, "--limit")
+    try:
+        for name in args.case or ():
+            case_named(name)
+    except ValueError as exc:
+        fail(str(exc))
+    print(f"{'benchmark':<44}{'value':>16}  target")
+    rows = peer_rows(
+        tuple(args.case or DEFAULT_CASES), methods=tuple(args.method or CORE_METHODS), time_limit_s=args.limit
+    )
+    print_peer_rows(rows)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(
+            json.dumps({"peer": rows, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=1)
+        )
+        print(f"wrote {args.json}")

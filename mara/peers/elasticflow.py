@@ -206,7 +206,7 @@ def ensure_venv(venv: Path = DEFAULT_VENV, install: bool = True) -> Path:
             _add_optional(python)
         return python
     if not install:
-        raise PeerUnavailable(f"no peer environment at {venv} (make it with scripts/peer_elasticflow.py --setup)")
+        raise PeerUnavailable(f"no peer environment at {venv} (make it with python -m mara.peers run --setup)")
     venv.parent.mkdir(parents=True, exist_ok=True)
     made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, check=False)
     if made.returncode != 0:

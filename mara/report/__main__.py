@@ -1,6 +1,9 @@
 """``python -m mara.report run=<folder> [readme=docs/results.md]``: (re)write a paper-protocol run's report.md /
 report.json and, with ``readme=``, regenerate the results section of that page between
 ``<!-- results:begin -->`` and ``<!-- results:end -->`` from it (figures copied to docs/figures/paper_*.png).
+
+``python -m mara.report <section> ...``: one table from run folders (paired differences, ratio to a bound, a
+row-by-row comparison, the trace tables); ``python -m mara.report --help`` lists the sections (mara/report/commands.py).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from mara.core.files import write_text_atomic
+from mara.report.commands import SECTIONS, UsageError, help_text, run_section, usage
 from mara.report.paper import copy_figures_for_readme, readme_markdown, write_report
 from mara.report.sections import figure_link, figures_dir, replace_section
 
@@ -43,6 +47,21 @@ def check_inputs(run: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
 
     args = sys.argv[1:] if argv is None else argv
+    if args[:1] in (["-h"], ["--help"]):
+        print(
+            "usage: python -m mara.report run=<folder> [readme=docs/results.md]\n    a paper run's report\n"
+            + help_text()
+        )
+        return 0
+    if args and args[0] in SECTIONS:
+        try:
+            return run_section(args[0], args[1:])
+        except UsageError:
+            print(usage(args[0]), file=sys.stderr)
+            return 2
+        except (ValueError, FileNotFoundError) as exc:
+            print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+            return 2
     try:
         cfg = OmegaConf.from_dotlist(args)
         unknown = set(cfg) - {"run", "readme"}

@@ -1,7 +1,8 @@
-"""The suite figure (``scripts/suite_eval.py``): per cluster, each learned method minus that setting's best
+"""The suite figure (``python -m mara.report suite``): per cluster, each learned method minus that setting's best
 non-learned method at every load, ± one standard error, beside the ±0.2 band the suite target allows.
 
-Input: ``scripts/suite_eval.py``'s summary ``{setting: {load: {"best": rule, <learned>: {diff, se, n}, ...}}}``.
+Input: the suite table's summary (mara/report/suite.py)
+``{setting: {load: {"best": rule, <learned>: {diff, se, n}, ...}}}``.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from mara.core.safe_load import load_checkpoint
 from mara.eval.lofo import lofo_markdown
 from mara.report.sections import replace_section
 
-#: scripts/lara_sweep.sh's readings, in the README's order: (folder name, what it sets)
+#: scripts/experiments/lara_sweep.sh's readings, in the README's order: (folder name, what it sets)
 LARA_READINGS = [
     ("faithful", "faithful (`LARA.yaml`: reserve 1 cold node, leftover warm LL → cold)"),
     ("plan_all", "`plan_nodes: all`"),
@@ -136,8 +136,10 @@ def lara_sweep_section(run: Path) -> str | None:
     if not any(got.values()):
         return None
     lines = [
-        "Measured by `scripts/lara_sweep.sh OUT` on validation roots 1000–1004 (3 task sets × 12 episodes × 4 "
-        "loads = 720 episodes per reading). Mean success (%) at p = " + " / ".join(LOADS) + ":",
+        "Measured by `scripts/experiments/lara_sweep.sh OUT` on validation roots 1000–1004 "
+        "(3 task sets × 12 episodes × 4 loads = 720 episodes per reading). Mean success (%) at p = "
+        + " / ".join(LOADS)
+        + ":",
         "",
         "| reading (options) | LARA (WLS) | LARA-FM |",
         "|---|---|---|",

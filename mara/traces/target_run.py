@@ -28,7 +28,15 @@ from mara.curves.bank import default_bank_path, load_bank
 from mara.predictors.factory import predictor_from
 from mara.traces.replay import NEVER, PENDING, RUNNING, JobState, replay
 from mara.traces.report import write_trace_results
-from mara.traces.run import build_scheduler, check_trace_run, job_rows, trace_protocol, window_record
+from mara.traces.run import (
+    bound_windows,
+    build_scheduler,
+    check_trace_run,
+    is_trace_bound,
+    job_rows,
+    trace_protocol,
+    window_record,
+)
 from mara.traces.schema import SIZE_CLASSES, size_class, window_jobs
 from mara.traces.target_loss import MODEL_FAMILY, declared_batches, target_loss_jobs
 from mara.traces.throughput import LEVELS, job_speeds
@@ -236,6 +244,9 @@ def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
     planned_on = {}
     for name, spec in methods:
         timings[name] = 0.0
+        if is_trace_bound(spec):  # target-loss jobs' true counts are the trace's: the same bound
+            timings[name] = bound_windows(name, spec, trace, windows, ts, rows, windows_info, log)[0]
+            continue
         mc, predictor = load_method_cfg(name, over.get(name)), None
         if counts[name] == "predicted":
             predictor = predictor_from(str(mc.trace_predictor), bank.path)

@@ -6,7 +6,7 @@
 # (predictors.qr_q_cold.cold.band[0]; default 0.05, the head's). The first run also evaluates the references Slack-QR-q, Slack-Truth and
 # Slack-Truth-cold (warm_obs 1). Criterion: the highest mean success over the four loads.
 # Usage: [READINGS="1:10 2:10 3:10 1:5 1:20 1:20:0.3"] [SKIP_REF=1] scripts/experiments/slack_cold_sweep.sh OUTDIR
-#        python scripts/paired_table.py OUTDIR/ref/results.json,OUTDIR/w1_k10/results.json Slack-QR-q ...
+#        python -m mara.report paired OUTDIR/ref/results.json,OUTDIR/w1_k10/results.json Slack-QR-q ...
 set -euo pipefail
 OUT=${1:-outputs/slack_cold_sweep}
 mkdir -p "$OUT"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # LARA / LARA-FM readings on VALIDATION roots 1000-1004 (never the evaluation roots 0-4), all loads 0.04-0.07,
-# 3 task sets x 12 episodes: 720 episodes per method and reading. Usage: scripts/lara_sweep.sh OUTDIR
+# 3 task sets x 12 episodes: 720 episodes per method and reading. Usage: scripts/experiments/lara_sweep.sh OUTDIR
 set -euo pipefail
 OUT=${1:-outputs/lara_sweep}
 declare -A R=(

@@ -2,7 +2,8 @@
 config: the yardstick for whether the network adds anything over the rule it imitates, and for the allocator's
 probe and reservation settings (per job-size class as well).
 
-    python scripts/trace_mara_rules.py [checkpoint] [--probe N ...] [--reserve N ...] [--only edf,network] [--later]
+    python scripts/experiments/trace_mara_rules.py [checkpoint] [--probe N ...] [--reserve N ...] \
+        [--only edf,network] [--later]
         # default: the shipped mara/data/checkpoints/mara_trace.ckpt, the allocator's default settings
 
 ``--later``: instead of the validation weeks, a week from day 35 of clusters 02, 03 and 05 (after every training

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Slack-FM-q readings on VALIDATION roots 1000-1004 (never the evaluation roots 0-4), all loads 0.04-0.07,
 # 3 task sets x 12 episodes: 720 episodes per reading, identical for every reading. The first run also evaluates the
-# references (Slack-WLS, Slack-FM, Slack-Truth) on the same episodes. Usage: scripts/slack_q_sweep.sh OUTDIR
-# (QS="0.01 0.02" ATS=median SKIP_REF=1 scripts/slack_q_sweep.sh OUTDIR: other readings, references kept)
+# references (Slack-WLS, Slack-FM, Slack-Truth) on the same episodes. Usage: scripts/experiments/slack_q_sweep.sh OUTDIR
+# (QS="0.01 0.02" ATS=median SKIP_REF=1 scripts/experiments/slack_q_sweep.sh OUTDIR: other readings, references kept)
 set -euo pipefail
 OUT=${1:-outputs/slack_q_sweep}
 mkdir -p "$OUT"

@@ -1,9 +1,10 @@
-"""Ours beside a peer run cut by its time limit: agreement on the jobs the peer had decided before the cut.
+"""``python -m mara.peers partial``: ours beside a peer run cut by its time limit, agreement on the jobs the peer had
+decided before the cut.
 
-    python scripts/peer_partial.py --log data_cache/peer_logs/cluster03_ElasticFlow.log \\
+    python -m mara.peers partial --log data_cache/peer_logs/cluster03_ElasticFlow.log \\
         --trace data_cache/trace_cases/cluster03.csv --ours <run dir>/results.json --method ElasticFlow
 
-The peer's kept log (``scripts/trace_fidelity.py --peer-logs``) names the jobs it refused at admission, those it
+The peer's kept log (``python -m mara.peers fidelity --peer-logs``) names the jobs it refused at admission, those it
 completed, and those that completed late; ours is a ``results.json`` of ``python -m mara.evaluate experiment=trace``
 on the same file. Prints the jobs decided by the peer, how many of them ours decides alike, the last arrival row the
 peer reached, and the rows where the two part (the first ones).
@@ -12,15 +13,15 @@ peer reached, and the rows where the two part (the first ones).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+from mara.peers.cli import fail
 from mara.peers.elasticflow import decided_outcomes, scan_log
 from mara.peers.side_by_side import job_ids, read_ours
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m mara.peers partial", description=__doc__.splitlines()[0])
     ap.add_argument("--log", type=Path, required=True, help="the peer's printed log")
     ap.add_argument("--trace", type=Path, required=True, help="the trace file both ran")
     ap.add_argument("--ours", type=Path, required=True, help="our results.json on the same file")
@@ -28,8 +29,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     for path in (args.log, args.trace, args.ours):
         if not path.is_file():
-            print(f"error: not found: {path}", file=sys.stderr)
-            sys.exit(2)
+            fail(f"not found: {path}")
     with open(args.log, errors="replace") as f:
         peer = decided_outcomes(scan_log(f))
     ids = job_ids(args.trace)
@@ -42,7 +42,3 @@ def main(argv=None) -> None:
         f"{sum(peer[i] for i in common)}, ours {sum(ours[ids[i]] for i in common)}"
     )
     print(f"rows where the two part (first 20): {apart[:20]}")
-
-
-if __name__ == "__main__":
-    main()

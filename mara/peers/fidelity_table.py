@@ -1,9 +1,10 @@
-"""The peer's simulator and ours side by side on the fidelity cases: same file, same run, same machine.
+"""``python -m mara.peers fidelity``: the peer's simulator and ours side by side on the fidelity cases: same file,
+same run, same machine.
 
-    python scripts/trace_fidelity.py                         # every case, EDF and ElasticFlow
-    python scripts/trace_fidelity.py --case fig10 --case cluster01_first300
-    python scripts/trace_fidelity.py --recorded              # the peer's recorded numbers, not a fresh run
-    python scripts/trace_fidelity.py --case cluster03 --method Gandiva --merge --out docs/fidelity/trace_fidelity_whole
+    python -m mara.peers fidelity                         # every case, EDF and ElasticFlow
+    python -m mara.peers fidelity --case fig10 --case cluster01_first300
+    python -m mara.peers fidelity --recorded              # the peer's recorded numbers, not a fresh run
+    python -m mara.peers fidelity --case cluster03 --method Gandiva --merge --out docs/fidelity/trace_fidelity_whole
 
 Prints case, method, peer ratio, our ratio, difference, jobs on which both agree, peer seconds, our seconds and the
 speed-up, and writes the table to docs/fidelity/trace_fidelity.md and .json (with --merge: into the rows already
@@ -22,10 +23,12 @@ import time
 from pathlib import Path
 
 from mara.peers.cases import CASES, CORE_METHODS, case_named, ensure_case_file, sha256
+from mara.peers.cli import check_limit, fail
 from mara.peers.elasticflow import (
     DEFAULT_PEER_ROOT,
     DEFAULT_SLOT,
     DEFAULT_VENV,
+    REPO_ROOT,
     SCHEDULES,
     PeerUnavailable,
     check_peer_root,
@@ -50,16 +53,11 @@ from mara.peers.side_by_side import (
     run_ours,
 )
 
-OUT = Path(__file__).resolve().parents[1] / "docs" / "fidelity" / "trace_fidelity"
-
-
-def _fail(msg: str) -> None:
-    print(f"error: {msg}", file=sys.stderr)
-    sys.exit(2)
+OUT = REPO_ROOT / "docs" / "fidelity" / "trace_fidelity"
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m mara.peers fidelity", description=__doc__.splitlines()[0])
     ap.add_argument("--case", action="append", help="a fidelity case (repeatable; default: all)")
     ap.add_argument("--method", action="append", help="EDF or ElasticFlow (repeatable; default: both)")
     ap.add_argument("--recorded", action="store_true", help="use the peer's recorded results instead of running it")
@@ -81,16 +79,17 @@ def main(argv=None) -> None:
     ap.add_argument("--peer-root", type=Path, default=DEFAULT_PEER_ROOT)
     ap.add_argument("--venv", type=Path, default=DEFAULT_VENV)
     args = ap.parse_args(argv)
+    check_limit(args.time_limit, "--time-limit")
     methods = args.method or list(CORE_METHODS)
     for m in methods:
         if m not in SCHEDULES:
-            _fail(f"unknown method {m!r}; the peer runs {', '.join(SCHEDULES)}")
+            fail(f"unknown method {m!r}; the peer runs {', '.join(SCHEDULES)}")
     try:
         cases = [case_named(n) for n in args.case] if args.case else list(CASES)
         check_peer_root(args.peer_root)
         python = ensure_venv(args.venv)
     except (ValueError, PeerUnavailable) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     ok, why = ours_available()
     if not ok:
         print(f"ours: {why}; the peer's column only")
@@ -121,7 +120,7 @@ def main(argv=None) -> None:
                 peer = put_result(
                     entry,
                     res,
-                    f"python scripts/peer_elasticflow.py --case {case.name} --method {method} --time-limit {limit:g}",
+                    f"python -m mara.peers run --case {case.name} --method {method} --time-limit {limit:g}",
                 )
                 save_record(record, args.record)
             ours = run_ours(
@@ -137,7 +136,7 @@ def main(argv=None) -> None:
     print("\n" + markdown_table(rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    command = "python scripts/trace_fidelity.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m mara.peers fidelity " + " ".join(sys.argv[1:] if argv is None else argv)
     peer_note = "recorded (docs/fidelity/trace_peer.json)" if args.recorded else "run in this same run"
     for row in rows:
         row.update(date=when, command=command.strip(), peer=peer_note)
@@ -156,7 +155,3 @@ def main(argv=None) -> None:
     )
     args.out.with_suffix(".json").write_text(json.dumps({"runs": runs, "rows": rows}, indent=1) + "\n")
     print(f"wrote {args.out.with_suffix('.md')} and .json")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,10 +1,11 @@
-"""Run the ElasticFlow authors' simulator on the fidelity cases (or on any trace) and record what it gives.
+"""``python -m mara.peers run``: the ElasticFlow authors' simulator on the fidelity cases (or on any trace), and
+the record of what it gives.
 
-    python scripts/peer_elasticflow.py                      # every case, EDF and ElasticFlow first; resumable
-    python scripts/peer_elasticflow.py --case fig10 --method EDF --force
-    python scripts/peer_elasticflow.py --trace my.csv --cluster n64g8 --method ElasticFlow --time-limit 600
-    python scripts/peer_elasticflow.py --setup              # only make the peer's environment
-    python scripts/peer_elasticflow.py --list               # the cases, and what is recorded as a table
+    python -m mara.peers run                      # every case, EDF and ElasticFlow first; resumable
+    python -m mara.peers run --case fig10 --method EDF --force
+    python -m mara.peers run --trace my.csv --cluster n64g8 --method ElasticFlow --time-limit 600
+    python -m mara.peers run --setup              # only make the peer's environment
+    python -m mara.peers run --list               # the cases, and what is recorded as a table
 
 Results of the cases go to docs/fidelity/trace_peer.json (ratio, seconds, date, machine, command, the trace rows
 that missed); a case/method already recorded for the same file is skipped unless --force. The peer runs under
@@ -14,10 +15,10 @@ that missed); a case/method already recorded for the same file is skipped unless
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from mara.peers.cases import CASES, CORE_METHODS, case_named, ensure_case_file, sha256
+from mara.peers.cli import check_limit, fail
 from mara.peers.elasticflow import (
     DEFAULT_PEER_ROOT,
     DEFAULT_SLOT,
@@ -40,11 +41,6 @@ from mara.peers.record import (
 )
 
 DEFAULT_LIMIT_S = 900.0
-
-
-def _fail(msg: str) -> None:
-    print(f"error: {msg}", file=sys.stderr)
-    sys.exit(2)
 
 
 def _line(case: str, r) -> str:
@@ -83,14 +79,14 @@ def run_cases(args, python: Path) -> None:
             time_limit_s=limit,
             nice=args.nice,
         )
-        command = f"python scripts/peer_elasticflow.py --case {case.name} --method {method}"
+        command = f"python -m mara.peers run --case {case.name} --method {method}"
         rec = put_result(entry, result, command + (f" --time-limit {limit:g}" if limit else ""))
         save_record(record, args.record)
         print(_line(case.name, rec) + (f"   {result.error}" if result.error else ""), flush=True)
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m mara.peers run", description=__doc__.splitlines()[0])
     ap.add_argument("--case", action="append", help="a fidelity case (repeatable; default: all)")
     ap.add_argument("--method", action="append", help=f"one of {', '.join(SCHEDULES)} (repeatable)")
     ap.add_argument("--trace", type=Path, help="run on this trace CSV instead of the cases (printed, not recorded)")
@@ -110,6 +106,7 @@ def main(argv=None) -> None:
     ap.add_argument("--setup", action="store_true", help="only make the peer's environment")
     ap.add_argument("--list", action="store_true", help="list the cases and what is recorded")
     args = ap.parse_args(argv)
+    check_limit(args.time_limit, "--time-limit")
     if args.list:
         for c in CASES:
             print(f"{c.name:<20}{c.describe()}")
@@ -117,22 +114,22 @@ def main(argv=None) -> None:
         return
     for m in args.method or ():
         if m not in SCHEDULES:
-            _fail(f"unknown method {m!r}; the peer runs {', '.join(SCHEDULES)}")
+            fail(f"unknown method {m!r}; the peer runs {', '.join(SCHEDULES)}")
     try:
         for n in args.case or ():
             case_named(n)
         check_peer_root(args.peer_root)
         if args.trace is not None:
             if not args.trace.is_file():
-                _fail(f"trace not found: {args.trace}")
+                fail(f"trace not found: {args.trace}")
             if args.cluster not in cluster_spec_names(args.peer_root):
-                _fail(
+                fail(
                     f"the peer has no cluster spec {args.cluster!r}; it has "
                     f"{', '.join(cluster_spec_names(args.peer_root))}"
                 )
         python = ensure_venv(args.venv)
     except (ValueError, PeerUnavailable) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if args.setup:
         print(f"peer environment ready: {python}")
         return
@@ -151,7 +148,3 @@ def main(argv=None) -> None:
             print(_line(args.trace.name, r.as_record()) + (f"   {r.error}" if r.error else ""), flush=True)
         return
     run_cases(args, python)
-
-
-if __name__ == "__main__":
-    main()

@@ -2,7 +2,7 @@
 # Slack-QR-q readings on VALIDATION roots 1000-1004 only (never the evaluation roots 0-4), loads
 # 0.04-0.07, 3 task sets x 12 episodes: 720 episodes per reading, identical for every reading. Each reading sets
 # the level the rule reads as "finishable" (a trained level of the decision head, conf/predictor/qr.yaml net.levels).
-# Usage: [CKPT=path/qr.ckpt] [QS="0.01 0.02 0.05"] scripts/slack_qr_sweep.sh OUTDIR
+# Usage: [CKPT=path/qr.ckpt] [QS="0.01 0.02 0.05"] scripts/experiments/slack_qr_sweep.sh OUTDIR
 set -euo pipefail
 OUT=${1:-outputs/slack_qr_sweep}
 mkdir -p "$OUT"

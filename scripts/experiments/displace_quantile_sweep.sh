@@ -1,10 +1,10 @@
 #!/bin/bash
 # Slack-QR-displace judged "finishable" at a lower level of the decision head than its median, on the three unequal-node
 # profiles of the MARA-suite suite, on VALIDATION roots 1000-1004 only (4 episodes a root and task set):
-#   bash scripts/displace_quantile_sweep.sh OUT
+#   bash scripts/experiments/displace_quantile_sweep.sh OUT
 # prints the mean success (%) per load and over the loads, per profile and level (0.5 = Slack-QR-displace as shipped).
 set -euo pipefail
-OUT=${1:?usage: bash scripts/displace_quantile_sweep.sh OUT}
+OUT=${1:?usage: bash scripts/experiments/displace_quantile_sweep.sh OUT}
 mkdir -p "$OUT"
 for prof in "2,2,1,1,1,1,1:2" "3,1,1,1,1,1,1:1" "2,2,2,1,1,1,1:3"; do
   sp=${prof%%:*}; c=${prof##*:}
