@@ -275,7 +275,8 @@ def test_batch_shapes_and_errors():
 @pytest.mark.parametrize("seed", range(40))
 def test_admission_window_is_valid(seed):
     # early/late admission bounds hold for random policies in the simulator
-    from mara.bounds.clairvoyant_k import _admission_window, _check
+    from mara.bounds.simulate_k import admission_window as _admission_window
+    from mara.bounds.simulate_k import fifo_episode as _check
 
     rng = np.random.default_rng(77 + seed)
     b, d, q = random_instance(rng, n_max=8, horizon=14)
