@@ -131,6 +131,12 @@ def _per_load_row(label: str, dec: dict, part: str, method: str, key: str = "dif
     )
 
 
+def _per_load_table(intro: list[str], first: str, loads: list[str], rows: list[str]) -> list[str]:
+    """A markdown table with one column per load: its intro lines, header (first cell ``first``), rows, a blank."""
+    header = (f"| {first} | " if first else "| | ") + " | ".join(f"p = {ld}" for ld in loads) + " |"
+    return [*intro, header, "|---|" + "---:|" * len(loads), *rows, ""]
+
+
 def decomposition_markdown(dec: dict, order: list[str] | None = None) -> list[str]:
     """Markdown lines of ``gap_decomposition`` (empty when there is nothing to show)."""
     if not dec:
@@ -144,37 +150,23 @@ def decomposition_markdown(dec: dict, order: list[str] | None = None) -> list[st
         "",
     ]
     if any("allocation_gap" in dec[ld] for ld in loads):
-        L += [
-            "| | " + " | ".join(f"p = {ld}" for ld in loads) + " |",
-            "|---|" + "---:|" * len(loads),
-            "| allocation gap (Clairvoyant − Slack-Truth) | "
-            + " | ".join(_pm(dec[ld].get("allocation_gap")) for ld in loads)
-            + " |",
+        gaps = " | ".join(_pm(dec[ld].get("allocation_gap")) for ld in loads)
+        rows = [f"| allocation gap (Clairvoyant − Slack-Truth) | {gaps} |"]
+        rows += [
+            _per_load_row(f"prediction gap of {m} (Slack-Truth − {m})", dec, "prediction_gap", m)
+            for m in _methods_of(dec, "prediction_gap", order)
         ]
-        for m in _methods_of(dec, "prediction_gap", order):
-            L.append(_per_load_row(f"prediction gap of {m} (Slack-Truth − {m})", dec, "prediction_gap", m))
-        L.append("")
+        L += _per_load_table([], "", loads, rows)
     shares = _methods_of(dec, "share_closed", order)
     if shares:
-        L += [
-            "Share of the Slack-WLS → Slack-Truth gap closed (method − Slack-WLS) / (Slack-Truth − Slack-WLS):",
-            "",
-            "| Method | " + " | ".join(f"p = {ld}" for ld in loads) + " |",
-            "|---|" + "---:|" * len(loads),
-        ]
-        for m in shares:
-            L.append(_per_load_row(m, dec, "share_closed", m, "share", pct=True))
-        L.append("")
+        intro = "Share of the Slack-WLS → Slack-Truth gap closed (method − Slack-WLS) / (Slack-Truth − Slack-WLS):"
+        L += _per_load_table(
+            [intro, ""], "Method", loads, [_per_load_row(m, dec, "share_closed", m, "share", pct=True) for m in shares]
+        )
     learned = sorted({m for ld in loads for m in (dec[ld].get("minus_best_rule") or {})})
     if learned:
-        L += [
-            "Learned method minus the best non-learned method at each load (bounds and Slack-Truth excluded):",
-            "",
-            "| | " + " | ".join(f"p = {ld}" for ld in loads) + " |",
-            "|---|" + "---:|" * len(loads),
-            "| best rule | " + " | ".join(dec[ld].get("best_rule", "–") for ld in loads) + " |",
-        ]
-        for m in learned:
-            L.append(_per_load_row(f"{m} − best rule", dec, "minus_best_rule", m))
-        L.append("")
+        intro = "Learned method minus the best non-learned method at each load (bounds and Slack-Truth excluded):"
+        rows = ["| best rule | " + " | ".join(dec[ld].get("best_rule", "–") for ld in loads) + " |"]
+        rows += [_per_load_row(f"{m} − best rule", dec, "minus_best_rule", m) for m in learned]
+        L += _per_load_table([intro, ""], "", loads, rows)
     return L
