@@ -80,6 +80,44 @@ def lofo_summary(folds: dict) -> dict:
     }
 
 
+def _train_fold(bank, fm_cfg, held, fams, fold_dir, seed, max_epochs, trainer_extra, log) -> tuple[Path, dict]:
+    """The FM of the fold that holds ``held`` out, trained on the other families on the CPU: (its checkpoint, its
+    training record); raises when the held-out family reached training or validation."""
+    from omegaconf import OmegaConf
+
+    others = [f for f in fams if f != held]
+    trainer = {
+        "max_epochs": int(max_epochs),
+        "accelerator": "cpu",
+        "devices": 1,
+        "enable_progress_bar": False,
+        **(trainer_extra or {}),
+    }
+    fit = FlowFitSettings.from_config(OmegaConf.to_container(fm_cfg, resolve=True))
+    res = fit_flow(bank, fit, trainer, fold_dir, seed=seed, families=others)
+    if held in res["seen_families"]:
+        raise RuntimeError(f"LOFO fold {held}: the held-out family reached training or validation")
+    log(f"fold {held}: trained on {len(others)} families in {res['wall_s']:.0f} s ({res['epochs']} epochs)")
+    return Path(res["fm_ckpt"]), {k: res[k] for k in ("wall_s", "epochs", "seen_families", "band_offset") if k in res}
+
+
+def _fold_predictor(bank, fm_cfg, ckpt, trained_on: list[str], seed: int):
+    """The fold's FM predictor from its checkpoint; a checkpoint without a novelty reference gets one from the data of
+    the families it was trained on."""
+    from omegaconf import OmegaConf
+
+    fm = predictor_from(OmegaConf.merge(fm_cfg, {"ckpt_path": str(ckpt)}))
+    if fm.novelty is None:
+        dm = CurveDataModule(
+            bank,
+            seed=seed,
+            families=trained_on,
+            **OmegaConf.to_container(fm_cfg.data, resolve=True) | {"feature_set": fm.net.feature_set},
+        )
+        fm.novelty = compute_novelty(fm.net, dm)
+    return fm
+
+
 def run_lofo(
     bank: CurveBank,
     fm_cfg,
@@ -116,37 +154,9 @@ def run_lofo(
         fold_dir = out_dir / f"fold_{held}"
         ckpt = Path(reuse_dir) / f"fold_{held}" / "fm.ckpt" if reuse_dir else None
         if ckpt is None:
-            others = [f for f in fams if f != held]
-            trainer = {
-                "max_epochs": int(max_epochs),
-                "accelerator": "cpu",
-                "devices": 1,
-                "enable_progress_bar": False,
-                **(trainer_extra or {}),
-            }
-            res = fit_flow(
-                bank,
-                FlowFitSettings.from_config(OmegaConf.to_container(fm_cfg, resolve=True)),
-                trainer,
-                fold_dir,
-                seed=seed,
-                families=others,
-            )
-            ckpt = Path(res["fm_ckpt"])
-            training[held] = {k: res[k] for k in ("wall_s", "epochs", "seen_families", "band_offset") if k in res}
-            if held in res["seen_families"]:
-                raise RuntimeError(f"LOFO fold {held}: the held-out family reached training or validation")
-            log(f"fold {held}: trained on {len(others)} families in {res['wall_s']:.0f} s ({res['epochs']} epochs)")
+            ckpt, training[held] = _train_fold(bank, fm_cfg, held, fams, fold_dir, seed, max_epochs, trainer_extra, log)
         torch.set_num_threads(1)
-        fm = predictor_from(OmegaConf.merge(fm_cfg, {"ckpt_path": str(ckpt)}))
-        if fm.novelty is None:  # a checkpoint from before the novelty score: its reference from the fold's own data
-            dm = CurveDataModule(
-                bank,
-                seed=seed,
-                families=[f for f in fams if f != held],
-                **OmegaConf.to_container(fm_cfg.data, resolve=True) | {"feature_set": fm.net.feature_set},
-            )
-            fm.novelty = compute_novelty(fm.net, dm)
+        fm = _fold_predictor(bank, fm_cfg, ckpt, [f for f in fams if f != held], seed)
         q = fold_queries(bank, held, test_splits, bank.family_params, n_ranks, obs_every, seed)
         folds[held] = {
             name: evaluate_predictor(p, bank, q, obs_every, n_ranks)[0] for name, p in (("FM", fm), ("WLS", wls))
