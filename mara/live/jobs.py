@@ -35,7 +35,7 @@ from mara.live.jobfile import UserJob, load_jobfile, parse_jobs, with_budget
 from mara.live.progress import say_worker_failures, step_reporter, tensorboard_writer
 from mara.live.report import STATUS, say, write_report
 from mara.live.validation import fixed_order, has_validation_step, validate
-from mara.live.workers import make_pool
+from mara.live.workers import make_pool, pool_options
 
 JOBS_BANK = "job_curves.parquet"
 #: the sizes the shipped MARA policy was trained for (mara/data/checkpoints/mara_live.ckpt; docs/live.md)
@@ -345,12 +345,8 @@ def run_jobs(cfg: DictConfig, out: Path, method_plans) -> dict:
     tasks, specs = job_tasks(jobs, specs, sim)
     bank = load_bank_from_cfg(cfg)  # the predictors' bank (MARA's FM, Slack's WLS)
     plans = method_plans(methods, cfg, bank.path, notes)
-    pool_options = {
-        "device": str(lv.device),
-        "threads": int(lv.threads),
-        "crash": {int(k): int(v) for k, v in (OmegaConf.to_container(lv.crash) or {}).items()},
-        "ray_cfg": OmegaConf.to_container(lv.ray, resolve=True),
-    }
+    crash, ray = OmegaConf.to_container(lv.crash), OmegaConf.to_container(lv.ray, resolve=True)
+    pool_opts = pool_options(lv.device, lv.threads, crash, ray)
     say(
         f"jobs: {', '.join(m for m, _, _ in plans)} on {len(tasks)} job(s) from {source}, M={sim['nodes']} nodes, "
         f"K={sim['max_active']}, workers={lv.workers} -> {out}"
@@ -361,7 +357,7 @@ def run_jobs(cfg: DictConfig, out: Path, method_plans) -> dict:
     sim = {**sim, "steps": n_steps}  # the arrival window covers every job's arrival
     runs = []
     for m, factory, predictor in plans:
-        pool = make_pool(str(lv.workers), **pool_options)
+        pool = make_pool(str(lv.workers), **pool_opts)
         progress = step_reporter(m, int(lv.progress_every))
         res = run_live(tasks, specs, factory(), pool, sim, predictor, meta, progress)
         say_worker_failures(m, res["worker_failures"], lambda j: repr(tasks[j]["name"]))

@@ -26,7 +26,7 @@ from mara.live.episode import live_tasks, scaled_family_params
 from mara.live.jobs import run_jobs
 from mara.live.progress import say_worker_failures, step_reporter, tensorboard_writer
 from mara.live.report import say, write_report
-from mara.live.workers import make_pool, preload_datasets
+from mara.live.workers import make_pool, pool_options, preload_datasets
 from mara.predictors.factory import predictor_from
 from mara.preflight import preflight
 
@@ -249,12 +249,8 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
     preload_datasets([s for _, specs in episodes for s in specs])
     notes = [note] if note else []
     plans = method_plans(methods, cfg, bank.path, notes)
-    pool_options = {
-        "device": str(lv.device),
-        "threads": int(lv.threads),
-        "crash": {int(k): int(v) for k, v in (OmegaConf.to_container(lv.crash) or {}).items()},
-        "ray_cfg": OmegaConf.to_container(lv.ray, resolve=True),
-    }
+    crash, ray = OmegaConf.to_container(lv.crash), OmegaConf.to_container(lv.ray, resolve=True)
+    pool_opts = pool_options(lv.device, lv.threads, crash, ray)
     n_jobs = sum(len(t) for t, _ in episodes)
     say(
         f"live: {', '.join(m for m, _, _ in plans)} on {len(episodes)} episode(s), {n_jobs} jobs of {', '.join(fams)} "
@@ -266,7 +262,7 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
     runs = []
     for m, factory, predictor in plans:
         for e, (tasks, specs) in enumerate(episodes):
-            pool = make_pool(str(lv.workers), **pool_options)
+            pool = make_pool(str(lv.workers), **pool_opts)
             progress = step_reporter(f"{m} ep{e}", int(lv.progress_every), tb, f"{m}/episode{e}")
             meta = {"task_set": ["live"], "load": [float(lv.load)], "root": [int(lv.root)], "episode": [e]}
             res = run_live(tasks, specs, factory(), pool, sim, predictor, meta, progress)
