@@ -118,46 +118,35 @@ def _fold_predictor(bank, fm_cfg, ckpt, trained_on: list[str], seed: int):
     return fm
 
 
-def run_lofo(
-    bank: CurveBank,
-    fm_cfg,
-    wls_cfg,
-    out_dir,
-    families=None,
-    test_splits=("fm_val", "pool"),
-    seed: int = 0,
-    n_ranks: int = 8,
-    obs_every: int = 10,
-    max_epochs: int = 10,
-    train_examples: int = 4096,
-    reuse_dir=None,
-    trainer_extra: dict | None = None,
-    log=print,
-) -> dict:
-    """Train (or reuse) one FM per held-out family, evaluate FM and WLS on it; writes lofo.md and lofo.json."""
+def run_lofo(bank: CurveBank, settings: LofoSettings, out_dir, trainer_extra: dict | None = None, log=print) -> dict:
+    """Train (or reuse: ``settings.reuse_dir``) one FM per held-out family, evaluate FM and WLS on it; writes lofo.md
+    and lofo.json. ``trainer_extra``: Lightning Trainer options over the folds' CPU defaults."""
     import torch
     from omegaconf import OmegaConf
 
+    seed, n_ranks, obs_every = settings.seed, settings.n_ranks, settings.obs_every
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    fams = lofo_families(bank, families)
+    fams = lofo_families(bank, settings.families)
     if len(fams) < 2:
         raise ValueError(
             f"curve bank {bank.path}: leave-one-family-out needs ≥ 2 ID families with fm_train and fm_val curves"
         )
-    fm_cfg = OmegaConf.create(OmegaConf.to_container(fm_cfg, resolve=True))
-    fm_cfg.data.train_examples = int(train_examples)
+    fm_cfg = OmegaConf.create(OmegaConf.to_container(settings.fm, resolve=True))
+    fm_cfg.data.train_examples = int(settings.train_examples)
     fm_cfg.train.figure_every_n_epochs = 0
-    wls = predictor_from(wls_cfg)
+    wls = predictor_from(settings.wls)
     folds, training = {}, {}
     for held in fams:
         fold_dir = out_dir / f"fold_{held}"
-        ckpt = Path(reuse_dir) / f"fold_{held}" / "fm.ckpt" if reuse_dir else None
+        ckpt = Path(settings.reuse_dir) / f"fold_{held}" / "fm.ckpt" if settings.reuse_dir else None
         if ckpt is None:
-            ckpt, training[held] = _train_fold(bank, fm_cfg, held, fams, fold_dir, seed, max_epochs, trainer_extra, log)
+            ckpt, training[held] = _train_fold(
+                bank, fm_cfg, held, fams, fold_dir, seed, settings.max_epochs, trainer_extra, log
+            )
         torch.set_num_threads(1)
         fm = _fold_predictor(bank, fm_cfg, ckpt, [f for f in fams if f != held], seed)
-        q = fold_queries(bank, held, test_splits, bank.family_params, n_ranks, obs_every, seed)
+        q = fold_queries(bank, held, settings.test_splits, bank.family_params, n_ranks, obs_every, seed)
         folds[held] = {
             name: evaluate_predictor(p, bank, q, obs_every, n_ranks)[0] for name, p in (("FM", fm), ("WLS", wls))
         }
@@ -181,21 +170,7 @@ def run_lofo(
 
 def run_lofo_experiment(settings: LofoSettings, out: Path) -> dict:
     """The LOFO benchmark (``experiment=prediction_lofo``) of ``settings`` into ``out``."""
-    bank = bank_at(settings.bank_path)
-    res = run_lofo(
-        bank,
-        settings.fm,
-        settings.wls,
-        out,
-        families=settings.families,
-        test_splits=settings.test_splits,
-        seed=settings.seed,
-        n_ranks=settings.n_ranks,
-        obs_every=settings.obs_every,
-        max_epochs=settings.max_epochs,
-        train_examples=settings.train_examples,
-        reuse_dir=settings.reuse_dir,
-    )
+    res = run_lofo(bank_at(settings.bank_path), settings, out)
     print("# Leave-one-family-out prediction\n\n" + res["markdown"])
     print(f"wrote {out / 'lofo.md'} and {out / 'lofo.json'}")
     return res
