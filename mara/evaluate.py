@@ -15,7 +15,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from mara.core.cli import check_group_overrides, output_dir, run_cli
+from mara.core.cli import check_group_overrides, exit_on_error, output_dir, run_cli
 from mara.core.config import (
     ConfigError,
     check_method_cfg,
@@ -81,19 +81,11 @@ def run_evaluation(run: EvaluationSettings, out: Path) -> dict:
     episodes, ``results.json`` / ``results.md`` rewritten after every method; returns the results."""
     setup_logging()
     protocol, sim = run.protocol, run.sim
-    methods = list(run.methods)
-    overrides = dict(run.method_overrides)
-    for m in methods:  # fail fast on unknown names and on a learned policy given the truth predictor, before any work
-        check_method_cfg(load_method_cfg(m, overrides.get(m)))
+    # fail fast on unknown names and on a learned policy given the truth predictor, before any work
+    for m in run.methods:
+        check_method_cfg(load_method_cfg(m, run.method_overrides.get(m)))
     bank = bank_at(run.bank_path)
-    if sim.hetero:
-        methods = _without_unfit_shipped(methods, overrides, bank.path)  # most shipped policies: identical nodes only
-    if run.shipped_policies:  # a learned method given no checkpoint evaluates the shipped policies
-        overrides, shipped = with_shipped_policies(methods, overrides, bank.path)
-        for m, paths in shipped.items():
-            log.info(
-                f"{m}: no checkpoint given, evaluating the shipped policies {', '.join(Path(p).name for p in paths)}"
-            )
+    methods, overrides = _methods_to_run(run, bank.path)
     episodes = build_episodes(run.workload, bank, protocol, sim.steps)
     log.info(
         f"evaluate {', '.join(methods)} on {episodes.E} episodes "
@@ -102,16 +94,7 @@ def run_evaluation(run: EvaluationSettings, out: Path) -> dict:
         f"{protocol.episodes} each) "
         f"from {bank.path}"
     )
-    proto = dict(run.recorded) | {
-        "loads": protocol.loads,
-        "scenario": protocol.scenario,
-        "queue_capacity": sim.queue_capacity,
-    }
-    if sim.node_speed is not None:  # recorded only when set, so old folders resume
-        proto["node_speed"] = list(sim.node_speed)
-    if sim.switch_cost not in (0, None):
-        proto["switch_cost"] = sim.switch_cost
-    base = {"protocol": proto, "bank": str(bank.path), "method_overrides": overrides}
+    base = {"protocol": _recorded_protocol(run), "bank": str(bank.path), "method_overrides": overrides}
     earlier = earlier_results(out / "results.json", base, methods, resume=run.resume)
     digests = checkpoint_digests(overrides)
     title = f"Evaluation ({protocol.scenario})"
@@ -126,21 +109,9 @@ def run_evaluation(run: EvaluationSettings, out: Path) -> dict:
         )
         rows = merged.pop("rows")  # the other methods' rows in this folder stay, with their settings
         extra = dict(base, timings=dict(timings), **merged)
-        cl = [r for r in rows if r["method"] == "Clairvoyant"]
-        if cl:
-            times = [r["solve_time_s"] for r in cl]
-            extra["clairvoyant"] = {
-                "n_episodes": len(cl),
-                "n_optimal": sum(bool(r["optimal"]) for r in cl),
-                "solve_time_s": float(sum(times)),
-                "max_solve_time_s": float(max(times)),
-                "admission_limit": bool(
-                    load_method_cfg("Clairvoyant", overrides.get("Clairvoyant")).get("admission_limit", True)
-                ),
-            }
-            kinds = sorted({r["bound_kind"] for r in cl if r.get("bound_kind")})
-            if kinds:  # heterogeneous nodes / switch costs: what the number is
-                extra["clairvoyant"]["bound_kind"] = ", ".join(kinds)
+        clairvoyant = _clairvoyant_summary(rows, overrides)
+        if clairvoyant:
+            extra["clairvoyant"] = clairvoyant
         return build_results(rows, extra)
 
     def checkpoint(rows, notes, timings):  # after every method: what is done is on disk
@@ -171,6 +142,59 @@ def run_evaluation(run: EvaluationSettings, out: Path) -> dict:
     log.info(f"wrote {paths['json']} and {paths['md']}")
     res["paths"] = {k: str(v) for k, v in paths.items()}
     return res
+
+
+def _methods_to_run(run: EvaluationSettings, bank_path) -> tuple[list[str], dict]:
+    """The methods to evaluate and their overrides: a learned method given no checkpoint evaluates the shipped
+    policies (and is dropped on a cluster they do not fit)."""
+    methods = list(run.methods)
+    overrides = dict(run.method_overrides)
+    if run.sim.hetero:
+        methods = _without_unfit_shipped(methods, overrides, bank_path)  # most shipped policies: identical nodes only
+    if run.shipped_policies:  # a learned method given no checkpoint evaluates the shipped policies
+        overrides, shipped = with_shipped_policies(methods, overrides, bank_path)
+        for m, paths in shipped.items():
+            log.info(
+                f"{m}: no checkpoint given, evaluating the shipped policies {', '.join(Path(p).name for p in paths)}"
+            )
+    return methods, overrides
+
+
+def _recorded_protocol(run: EvaluationSettings) -> dict:
+    """The protocol as ``results.json`` records it (what a resumed evaluation must match)."""
+    protocol, sim = run.protocol, run.sim
+    proto = dict(run.recorded) | {
+        "loads": protocol.loads,
+        "scenario": protocol.scenario,
+        "queue_capacity": sim.queue_capacity,
+    }
+    if sim.node_speed is not None:  # recorded only when set, so old folders resume
+        proto["node_speed"] = list(sim.node_speed)
+    if sim.switch_cost not in (0, None):
+        proto["switch_cost"] = sim.switch_cost
+    return proto
+
+
+def _clairvoyant_summary(rows: list[dict], overrides: dict) -> dict | None:
+    """How the Clairvoyant bound was solved over its rows (None without them): episodes, proven optima, solve time,
+    whether it models the admission limit and, on heterogeneous nodes or with switch costs, what its number is."""
+    cl = [r for r in rows if r["method"] == "Clairvoyant"]
+    if not cl:
+        return None
+    times = [r["solve_time_s"] for r in cl]
+    out = {
+        "n_episodes": len(cl),
+        "n_optimal": sum(bool(r["optimal"]) for r in cl),
+        "solve_time_s": float(sum(times)),
+        "max_solve_time_s": float(max(times)),
+        "admission_limit": bool(
+            load_method_cfg("Clairvoyant", overrides.get("Clairvoyant")).get("admission_limit", True)
+        ),
+    }
+    kinds = sorted({r["bound_kind"] for r in cl if r.get("bound_kind")})
+    if kinds:  # heterogeneous nodes / switch costs: what the number is
+        out["bound_kind"] = ", ".join(kinds)
+    return out
 
 
 def _without_unfit_shipped(methods: list[str], overrides: dict, bank_path=None) -> list[str]:
@@ -206,12 +230,7 @@ def all_methods_failed(res: dict | None) -> str | None:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
 def _hydra_main(cfg: DictConfig) -> None:
-    import sys
-
-    msg = all_methods_failed(run_cli(evaluate, cfg))
-    if msg:
-        print(f"error: {msg}", file=sys.stderr)
-        sys.exit(1)
+    exit_on_error(all_methods_failed(run_cli(evaluate, cfg)))
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ import hydra
 from omegaconf import DictConfig
 
 from mara.core import registry
-from mara.core.cli import check_group_overrides, made_run_dir, run_cli
+from mara.core.cli import check_group_overrides, exit_on_error, made_run_dir, run_cli
 from mara.core.config import ConfigError
 from mara.core.rundir import holding, run_settled_stage
 from mara.core.runlog import log
@@ -167,12 +167,8 @@ def evaluated_methods(run: RunSettings, trained: str | None, policy_ckpt: str | 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def _hydra_main(cfg: DictConfig) -> None:
-    import sys
-
     result = run_cli(train, cfg)
-    if isinstance(result, dict) and result.get("error"):
-        print(f"error: {result['error']}", file=sys.stderr)
-        sys.exit(1)
+    exit_on_error(result.get("error") if isinstance(result, dict) else None)
 
 
 def main() -> None:

@@ -11,12 +11,13 @@ and the imitation teacher's predictor. ``experiment=trace_mara`` (``experiment_k
 every window spec's trace read and checked). mara/mat, the predictors' training and mara/train.py read only these
 objects.
 
-``mat_settings`` also reads a bare conf/mat recipe (``load_recipe``), as the bench and the tests train from one.
+The MAT recipe's reading is mara/recipe_settings.py (``mat_settings`` also reads a bare conf/mat recipe,
+``load_recipe``, as the bench and the tests train from one); the ``trace_mara`` block's is mara/trace_mara_settings.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -24,34 +25,43 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mara.core import registry
-from mara.core.config import ConfigError, conf_dir, load_method_cfg, plain_config
+from mara.core.config import ConfigError, load_method_cfg, plain_config
 from mara.core.rundir import STAGE_SETTINGS, folder_of, stage_settings
 from mara.core.runlog import log
 from mara.eval.settings import EvaluationSettings, check_number, evaluation_settings, node_options, protocol_settings
-from mara.mat.settings import (
-    ImitationSettings,
-    MatSettings,
-    PPOSettings,
-    RolloutSettings,
-    SuiteEntry,
-    TrainerSettings,
-    ValidationSettings,
-    WorkloadSettings,
-)
-from mara.mat.trace_settings import TRACE_PREDICTORS, WARMUP_DAYS, TracePolicySettings, TraceWindowSpec
-from mara.mat.trace_train import trace_windows
+from mara.mat.settings import MatSettings
+from mara.mat.trace_settings import TracePolicySettings
 from mara.mat.train import policy_method
-from mara.predictors.factory import predictor_config, trained_predictor_mismatch
 from mara.predictors.fit_settings import FlowFitSettings, PredictorTraining
-from mara.sim.env import check_node_options
-from mara.sim.settings import SimSettings
-from mara.traces.target_run import BANDS
+from mara.recipe_settings import check_teacher_predictor, load_recipe, mat_settings, merged_recipe
+from mara.trace_mara_settings import trace_policy_settings
+
+#: the recipe's and the trace policy's readers are part of this entry's parse (mara.recipe_settings,
+#: mara.trace_mara_settings), importable from here as well
+__all__ = [
+    "TrainSettings",
+    "PaperSettings",
+    "TrainedSpec",
+    "RunSettings",
+    "parse",
+    "paper_settings",
+    "predictor_training",
+    "trained_method",
+    "run_predictor_key",
+    "with_run_folder",
+    "run_evaluation_settings",
+    "check_stage_and_reward",
+    "mat_settings",
+    "load_recipe",
+    "merged_recipe",
+    "check_teacher_predictor",
+    "trace_policy_settings",
+]
 
 STAGES = ("all", "predictor", "policy", "evaluate")
 #: what the predictor stage does with the run's predictor: ``auto`` trains a kind whose registry says
 #: ``pipeline: true`` (the FM), ``train`` any kind with a registered trainer, ``skip`` none
 PREDICTOR_STAGE = ("auto", "train", "skip")
-EVAL_ROOTS = set(range(5))
 
 
 @dataclass(frozen=True)
@@ -278,273 +288,6 @@ def predictor_training(cfg: DictConfig) -> PredictorTraining:
         bank_path=(cfg.get("bank") or {}).get("path"),
         seed=int(cfg.get("seed", 0)),
         trainer=plain_config(cfg.get("trainer")) or {},
-    )
-
-
-# ----------------------------------------------------------------------------------------- MARA's trace policy
-#: the trace policy's settings that count something, required (``>= 0``) and those with a default (``>= 1``)
-TRACE_COUNTS = ("imitation_epochs", "pg_rounds", "samples", "top_k", "hidden")
-TRACE_POSITIVE = ("threads", "keep", "windows_per_round")
-TRACE_SHARES = ("prior_quantile", "declare_quantile")  # quantiles, in [0, 1]
-TRACE_RATES = ("lr", "pg_lr")  # learning rates, > 0
-WINDOW_NEEDS = ("path", "cluster", "start_day", "days", "count")
-
-
-def trace_policy_settings(cfg: DictConfig) -> TracePolicySettings:
-    """The trace policy's training settings: the ``trace_mara`` block of ``cfg`` and its ``seed``, every setting
-    checked and every window spec's trace read (one ``ConfigError`` line), before any work."""
-    tm = plain_config(cfg.get("trace_mara")) or {}
-    if not isinstance(tm, dict):
-        raise ConfigError(f"trace_mara must be a block of settings, got {tm!r}")
-    for k in ("train", "val"):
-        if not tm.get(k):
-            raise ConfigError(f"trace_mara.{k} is empty: list the {k} windows")
-    for k in TRACE_COUNTS:
-        v = tm.get(k)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ConfigError(f"trace_mara.{k} must be an integer >= 0, got {v!r}")
-    if tm.get("band") not in BANDS:
-        raise ConfigError(f"trace_mara.band must be one of {', '.join(BANDS)}, got {tm.get('band')!r}")
-    if tm.get("predictor") not in TRACE_PREDICTORS:
-        raise ConfigError(f"trace_mara.predictor must be qr or wls, got {tm.get('predictor')!r}")
-    known = {f.name for f in fields(TracePolicySettings)} - {"seed"}  # the seed is the run's
-    unknown = sorted(set(tm) - known)
-    if unknown:
-        raise ConfigError(f"trace_mara: unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
-    given = dict(tm)
-    for k in TRACE_POSITIVE + ("target_seed",):
-        if k in given:
-            given[k] = check_number(f"trace_mara.{k}", given[k], int)
-            if k in TRACE_POSITIVE and given[k] < 1:
-                raise ConfigError(f"trace_mara.{k} must be an integer >= 1, got {given[k]!r}")
-    for k in TRACE_SHARES + TRACE_RATES:
-        if k in given:
-            given[k] = check_number(f"trace_mara.{k}", given[k], float)
-            if k in TRACE_SHARES and not 0 <= given[k] <= 1:
-                raise ConfigError(f"trace_mara.{k} must be in [0, 1], got {given[k]!r}")
-            if k in TRACE_RATES and given[k] <= 0:
-                raise ConfigError(f"trace_mara.{k} must be > 0, got {given[k]!r}")
-    for where in ("train", "val"):
-        if not isinstance(given[where], list):
-            raise ConfigError(f"trace_mara.{where} must be a list of windows, got {given[where]!r}")
-        given[where] = tuple(trace_window_spec(spec, where) for spec in given[where])
-    return TracePolicySettings(**given, seed=check_number("seed", cfg.get("seed", 0), int))
-
-
-def trace_window_spec(spec, where: str) -> TraceWindowSpec:
-    """One window spec of ``trace_mara.<where>``, checked, its trace read and its windows cut (one ``ConfigError``
-    line: a missing setting or trace, a spec no window fits)."""
-    if not isinstance(spec, dict):
-        raise ConfigError(f"trace_mara.{where}: each entry needs {', '.join(WINDOW_NEEDS)}; got {spec!r}")
-    for k in WINDOW_NEEDS:
-        if k not in spec:
-            raise ConfigError(f"trace_mara.{where}: each entry needs {k} (path, cluster, start_day, days, count)")
-    unknown = sorted(set(spec) - {f.name for f in fields(TraceWindowSpec)})
-    if unknown:
-        raise ConfigError(
-            f"trace_mara.{where}: unknown setting{'s' if len(unknown) > 1 else ''} "
-            f"{', '.join(unknown)} (path, cluster, split, start_day, days, warmup_days, count)"
-        )
-    split = spec.get("split", "train")
-    if split not in WARMUP_DAYS:
-        raise ConfigError(f"trace_mara.{where}: split must be one of {', '.join(WARMUP_DAYS)}, got {split!r}")
-    given = {k: spec[k] for k in ("start_day", "days")} | {"warmup_days": spec.get("warmup_days", WARMUP_DAYS[split])}
-    number = {k: check_number(f"trace_mara.{where}.{k}", v, float) for k, v in given.items()}
-    count = check_number(f"trace_mara.{where}.count", spec["count"], int)
-    if number["days"] <= 0 or number["warmup_days"] < 0 or count < 1:
-        raise ConfigError(
-            f"trace_mara.{where}: days must be > 0, warmup_days >= 0 and count >= 1, got "
-            f"{number['days']:g}, {number['warmup_days']:g}, {count}"
-        )
-    out = TraceWindowSpec(path=str(spec["path"]), cluster=str(spec["cluster"]), count=count, split=split, **number)
-    trace_windows(out, where)  # a missing trace or a spec no window fits stops here
-    return out
-
-
-# ------------------------------------------------------------------------------------------------- the MAT recipe
-def load_recipe(name: str) -> DictConfig:
-    """A bare conf/mat/<name>.yaml (or conf/experiments/mat/, or a ``MARA_CONF_PATH`` folder's: Hydra's search
-    path) laid over the recipes its ``defaults`` list names (default → band → clone), as Hydra composes it under
-    ``mat=<name>``."""
-    cfg = OmegaConf.load(registry.find_conf("mat", f"{name}.yaml") or conf_dir("mat", f"{name}.yaml"))
-    base = OmegaConf.create()
-    for entry in cfg.pop("defaults", []) or []:
-        if entry != "_self_":
-            base = OmegaConf.merge(base, load_recipe(str(entry)))
-    return OmegaConf.merge(base, cfg)
-
-
-def merged_recipe(cfg: DictConfig) -> dict:
-    """The MAT recipe as a plain dict: ``cfg.mat`` with the pipeline's shared keys (``seed``, ``reward``,
-    ``ckpt_path``, ``predictor``, ``paths.output_dir``, ``sim``, ``bank.path``, ``trainer.accelerator/devices/
-    strategy``) laid over it when ``cfg`` is the full conf/train.yaml; a bare conf/mat recipe as it is."""
-    if "mat" not in cfg:
-        return OmegaConf.to_container(cfg, resolve=True)
-    c = OmegaConf.to_container(cfg.mat, resolve=True)
-    for key in ("seed", "reward", "ckpt_path"):
-        if cfg.get(key) is not None:
-            c[key] = cfg[key]
-    if cfg.get("predictor") is not None:
-        c["predictor"] = OmegaConf.to_container(cfg.predictor, resolve=True)
-    if cfg.get("paths") is not None and cfg.paths.get("output_dir"):
-        c["output_dir"] = cfg.paths.output_dir
-    if cfg.get("bank") is not None and cfg.bank.get("path"):
-        c["bank_path"] = cfg.bank.path
-    if cfg.get("sim") is not None:
-        for ours, theirs in (
-            ("n_nodes", "nodes"),
-            ("max_active", "max_active"),
-            ("n_steps", "steps"),
-            ("obs_every", "obs_every"),
-            ("beta", "beta"),
-        ):
-            if cfg.sim.get(theirs) is not None:
-                c["sim"][ours] = cfg.sim[theirs]
-        speed, cost = plain_config(cfg.sim.get("node_speed")), cfg.sim.get("switch_cost") or 0
-        c["sim"]["node_speed"], c["sim"]["switch_cost"] = speed, cost
-    if cfg.get("trainer") is not None:
-        for key in ("accelerator", "devices", "strategy"):
-            if cfg.trainer.get(key) is not None:
-                c["trainer"][key] = cfg.trainer[key]
-    return c
-
-
-def _section(cls, where: str, given):
-    """``cls(**given)``, or one ConfigError line naming the keys ``cls`` does not have."""
-    given = dict(given or {})
-    unknown = sorted(set(given) - {f.name for f in fields(cls)})
-    if unknown:
-        raise ConfigError(f"{where}: unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
-    return cls(**given)
-
-
-def _suite_entry(i: int, s) -> SuiteEntry:
-    """One ``mat.imitation.suite`` entry, checked (one ConfigError line)."""
-    s = dict(s)
-    unknown = set(s) - {"nodes", "max_active", "node_speed", "switch_cost", "teacher"}
-    if unknown or "nodes" not in s or "max_active" not in s:
-        raise ConfigError(
-            f"mat.imitation.suite[{i}] needs nodes and max_active (and optionally node_speed, "
-            f"switch_cost, teacher); got keys {sorted(s)}"
-        )
-    m, k = int(s["nodes"]), int(s["max_active"])
-    if m < 1 or k < 1:
-        raise ConfigError(f"mat.imitation.suite[{i}]: nodes and max_active must be >= 1, got {m}, {k}")
-    speed = s.get("node_speed")
-    if speed is not None and len(speed) != m:
-        raise ConfigError(f"mat.imitation.suite[{i}]: node_speed has {len(speed)} entries for {m} nodes")
-    cost = s.get("switch_cost")
-    return SuiteEntry(
-        m,
-        k,
-        None if speed is None else tuple(int(x) for x in speed),
-        None if cost is None else int(cost),
-        None if s.get("teacher") is None else str(s["teacher"]),
-    )
-
-
-def mat_settings(cfg: DictConfig) -> MatSettings:
-    """The typed, checked settings of the policy stage (full conf/train.yaml or a bare conf/mat recipe)."""
-    c = merged_recipe(cfg)
-    sim = c.get("sim") or {}
-    try:
-        speed, cost = check_node_options(
-            sim.get("node_speed"), sim.get("switch_cost") or 0, int(sim["n_nodes"]), int(sim["obs_every"])
-        )
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    sim_settings = SimSettings(
-        nodes=int(sim["n_nodes"]),
-        max_active=int(sim["max_active"]),
-        steps=int(sim["n_steps"]),
-        obs_every=int(sim["obs_every"]),
-        beta=sim["beta"],
-        node_speed=None if speed is None else tuple(int(x) for x in speed),
-        switch_cost=int(cost),
-    )
-    im = dict(c.get("imitation") or {})
-    im["suite"] = tuple(_suite_entry(i, s) for i, s in enumerate(im.get("suite") or []))
-    wl = dict(c["workload"])
-    if not isinstance(wl.get("load", 0.04), (int, float)):
-        wl["load"] = tuple(wl["load"])
-    val = dict(c["validation"])
-    val["roots"] = tuple(val["roots"])
-    pred = c.get("predictor")
-    settings = MatSettings(
-        net=dict(c["net"]),
-        sim=sim_settings,
-        ppo=_section(PPOSettings, "mat.ppo", c["ppo"]),
-        rollout=_section(RolloutSettings, "mat.rollout", c["rollout"]),
-        workload=_section(WorkloadSettings, "mat.workload", wl),
-        validation=_section(ValidationSettings, "mat.validation", val),
-        imitation=_section(ImitationSettings, "mat.imitation", im),
-        trainer=_section(TrainerSettings, "mat.trainer", c["trainer"]),
-        reward=c.get("reward", "dense"),
-        predictor={"name": pred} if isinstance(pred, str) else pred,
-        bank_path=c.get("bank_path"),
-        seed=int(c.get("seed", 0)),
-        total_env_steps=c["total_env_steps"],
-        num_threads=c.get("num_threads", 1),
-        init_from=c.get("init_from"),
-        ckpt_path=c.get("ckpt_path"),
-        output_dir=c.get("output_dir"),
-        run_name=c.get("run_name"),
-    )
-    check_recipe(settings)
-    return settings
-
-
-def check_recipe(settings: MatSettings) -> None:
-    """The recipe's own consistency: a suite for ``rollout.suite`` / ``validation.suite``, training roots apart from
-    the evaluation and validation roots (one ConfigError line)."""
-    for key in ("rollout", "validation"):
-        if getattr(settings, key).suite and not settings.imitation.suite:
-            raise ConfigError(f"mat.{key}.suite=true needs the settings of mat.imitation.suite (recipe mat=suite_ppo)")
-    if settings.workload.train_root + settings.seed in EVAL_ROOTS | set(settings.validation.roots):
-        raise ConfigError("mat.workload.train_root + seed must differ from the evaluation (0–4) and validation roots")
-
-
-def check_teacher_predictor(settings: MatSettings) -> None:
-    """The imitation teacher reads MAT's own frozen predictor (by design: MARA-WLS imitates the slack rule on WLS
-    estimates). That is sound for rules defined on any predictor's median and band (Slack-FM, Slack-FM-q), not for
-    the decision head's rules, which read levels only the head was trained at (Slack-QR-q's 0.05 level, Slack-QR's
-    band): fed another predictor they would silently become another rule. So a teacher whose predictor is the head
-    (``qr`` kind) must be given that very predictor — or, for a rule that judges at the median (no ``quantile``:
-    Slack-QR, Slack-QR-displace), the same head with the same median and upper end, the only levels it reads.
-    One-line ConfigError otherwise. The privileged ``truth`` teacher (Slack-Truth) reads the simulator and is always
-    allowed. Every teacher of ``mat.imitation.suite`` is checked."""
-    im = settings.imitation
-    if not im.enabled or not im.teacher or settings.ckpt_path:
-        return
-    teachers = [str(im.teacher)] + [s.teacher for s in im.suite if s.teacher]
-    pred = settings.predictor
-    bare = pred is not None and set(pred) == {"name"}  # a bare recipe names its predictor: the group's file
-    given = predictor_config(pred["name"]) if bare else pred
-    for teacher in dict.fromkeys(teachers):
-        mcfg = load_method_cfg(teacher)
-        wants = mcfg.get("predictor")
-        if wants in (None, "truth") or predictor_config(wants).get("name") != "qr":
-            continue
-        why = trained_predictor_mismatch(given, wants)
-        if why and given is not None and (mcfg.get("allocator") or {}).get("quantile") is None:
-            why = None if reads_same_median_and_upper(given, predictor_config(wants)) else why
-        if why or pred is None:
-            have = None if pred is None else pred["name"]
-            raise ConfigError(
-                f"mat.imitation.teacher={teacher} reads predictor {wants!r} but this policy is "
-                f"trained with {have!r}: give the same predictor (e.g. `mat=default predictor=qr_q`) "
-                f"or a teacher made for {have!r}"
-            )
-
-
-def reads_same_median_and_upper(a, b) -> bool:
-    """Two predictor configs of one kind and checkpoint whose bands share the median and the upper end."""
-    band_a, band_b = (list(plain_config(x.get("band")) or []) for x in (a, b))
-    return (
-        a.get("name") == b.get("name")
-        and a.get("ckpt_path") == b.get("ckpt_path")
-        and len(band_a) == len(band_b) == 3
-        and band_a[1:] == band_b[1:]
     )
 
 

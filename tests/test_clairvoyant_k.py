@@ -275,13 +275,13 @@ def test_batch_shapes_and_errors():
 @pytest.mark.parametrize("seed", range(40))
 def test_admission_window_is_valid(seed):
     # early/late admission bounds hold for random policies in the simulator
-    from mara.bounds.clairvoyant_k import _admission_window, _check
+    from mara.bounds.simulate_k import admission_window, fifo_episode
 
     rng = np.random.default_rng(77 + seed)
     b, d, q = random_instance(rng, n_max=8, horizon=14)
-    b, d, q = _check(b, d, q)
+    b, d, q = fifo_episode(b, d, q)
     m, k = int(rng.integers(1, 3)), int(rng.integers(1, 4))
-    early, late = _admission_window(b, d, q, k, q <= d - b)
+    early, late = admission_window(b, d, q, k, q <= d - b)
     pol = np.random.default_rng(seed)
     for _ in range(5):
         ok, _, adm = simulate_k(

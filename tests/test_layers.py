@@ -26,6 +26,8 @@ LAYERS = (
         "mara/pipelines/",
         "mara/train.py",
         "mara/train_settings.py",
+        "mara/recipe_settings.py",
+        "mara/trace_mara_settings.py",
         "mara/evaluate.py",
         "mara/generate_curves.py",
         "mara/calibrate.py",

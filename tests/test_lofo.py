@@ -7,6 +7,7 @@ from omegaconf import OmegaConf
 
 from mara.curves.bank import default_bank_path, load_bank, records_to_table, write_bank
 from mara.eval.lofo import lofo_families, lofo_summary, run_lofo
+from mara.eval.settings import LofoSettings
 from mara.predictors.data import CurveDataModule
 from mara.predictors.train import seen_families
 
@@ -62,16 +63,9 @@ def test_datamodule_families_filter_every_example(lofo_bank):
 
 def test_lofo_never_trains_or_validates_on_the_held_out_family(lofo_bank, tmp_path):
     assert lofo_families(lofo_bank) == ["CNN_Cifar10", "TSFM_Audio_1", "ALSTM_Text_1"]
-    res = run_lofo(
-        lofo_bank,
-        small_fm_cfg(),
-        OmegaConf.load("conf/predictor/wls.yaml"),
-        tmp_path,
-        max_epochs=1,
-        train_examples=256,
-        n_ranks=4,
-        log=lambda s: None,
-    )
+    wls = OmegaConf.load("conf/predictor/wls.yaml")
+    settings = LofoSettings(fm=small_fm_cfg(), wls=wls, max_epochs=1, train_examples=256, n_ranks=4)
+    res = run_lofo(lofo_bank, settings, tmp_path, log=lambda s: None)
     for held in FAMS:
         seen = res["training"][held]["seen_families"]
         assert held not in seen and set(seen) == set(FAMS) - {held}
@@ -82,13 +76,6 @@ def test_lofo_never_trains_or_validates_on_the_held_out_family(lofo_bank, tmp_pa
     assert s["n_folds"] == 3 and 0 <= s["fm_wins"] <= 3
     assert "FM beats WLS on MAE" in (tmp_path / "lofo.md").read_text()
     # evaluation-only rerun from the saved fold checkpoints gives the same numbers
-    again = run_lofo(
-        lofo_bank,
-        small_fm_cfg(),
-        OmegaConf.load("conf/predictor/wls.yaml"),
-        tmp_path / "again",
-        reuse_dir=tmp_path,
-        n_ranks=4,
-        log=lambda s: None,
-    )
+    settings = LofoSettings(fm=small_fm_cfg(), wls=wls, reuse_dir=str(tmp_path), n_ranks=4)
+    again = run_lofo(lofo_bank, settings, tmp_path / "again", log=lambda s: None)
     assert again["summary"] == pytest.approx(s)

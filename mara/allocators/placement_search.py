@@ -101,37 +101,16 @@ def rollout_successes(
     nxt = np.zeros(R, dtype=np.int64)  # the next arrival each row admits
     c = int(switch_cost)
     top = float(speed.max())
+    slots = {"need": need, "est": est, "tau": tau, "cap": cap, "deadline": deadline, "task": task}
+    history = {"last": last, "started": started, "setup": setup, "done": done}  # updated in place
     for step in range(horizon):
         if step > 0:
             if arrivals is not None:
-                _admit(
-                    arrivals,
-                    step,
-                    nxt,
-                    present,
-                    joined,
-                    need,
-                    est,
-                    tau,
-                    cap,
-                    deadline,
-                    task,
-                    last,
-                    started,
-                    setup,
-                    done,
-                )
+                _admit(arrivals, step, nxt, present, joined, slots, history)
                 n_obs = np.where(joined, np.minimum(done, cap) // int(arrivals["obs_every"]), n_obs)
-            read = (
-                est if arrivals is None else np.where(joined & (n_obs < WARMUP_OBS), cap, est)
-            )  # a cold arrival: its cap
+            read = est if arrivals is None else np.where(joined & (n_obs < WARMUP_OBS), cap, est)  # a cold arrival: cap
             e = np.maximum(read - done, 0.0)
-            stage = slack_stage(present, cap - done, n_obs, e / top, tau)
-            keys = slack_keys(stage, e / top, tau, deadline, task)
-            order = np.lexsort(tuple(reversed(keys)), axis=-1)[:, :M]
-            picks = np.where(np.take_along_axis(stage, order, axis=1) != SKIP, order, IDLE)
-            if picks.shape[1] < M:
-                picks = np.pad(picks, ((0, 0), (0, M - picks.shape[1])), constant_values=IDLE)
+            picks = _rule_actions(present, e / top, cap - done, n_obs, tau, deadline, task, M)
             actions = assign_nodes(picks, speed, c, last, started, setup, e)
             if displace:
                 actions = displace_running(actions, picks, speed, c, last, started, setup, e, tau)
@@ -140,13 +119,13 @@ def rollout_successes(
         node = node[:, :K]
         served = node >= 0
         switch = served & started & (node != last)
-        setup = np.where(switch, c, setup)
+        setup[...] = np.where(switch, c, setup)
         in_setup = served & (setup > 0)
-        setup = setup - in_setup
+        setup -= in_setup
         work = served & ~in_setup
         done += np.where(work, speed[np.maximum(node, 0)], 0)
         started |= served
-        last = np.where(served, node, IDLE)
+        last[...] = np.where(served, node, IDLE)
         win = work & (done >= need) & present
         succ += win.sum(axis=1)
         tau -= 1
@@ -163,10 +142,24 @@ def _pending(arrivals: dict, nxt, horizon: int) -> np.ndarray:
     return (nxt < a_step.shape[1]) & (a_step[np.arange(len(nxt)), i] < horizon)
 
 
-def _admit(
-    arrivals: dict, step: int, nxt, present, joined, need, est, tau, cap, deadline, task, last, started, setup, done
-) -> None:
-    """Fill free slots, lowest first, with the rollout arrivals that have joined by ``step``, in order (in place)."""
+def _rule_actions(present, e_steps, cap_left, n_obs, tau, deadline, task, M: int) -> np.ndarray:
+    """The least-slack rule's picks [R, M] in a rollout step (slot indices in serving order, ``IDLE`` padded):
+    ``e_steps`` the estimate counted down with service, in steps on the fastest node."""
+    stage = slack_stage(present, cap_left, n_obs, e_steps, tau)
+    keys = slack_keys(stage, e_steps, tau, deadline, task)
+    order = np.lexsort(tuple(reversed(keys)), axis=-1)[:, :M]
+    picks = np.where(np.take_along_axis(stage, order, axis=1) != SKIP, order, IDLE)
+    if picks.shape[1] < M:
+        picks = np.pad(picks, ((0, 0), (0, M - picks.shape[1])), constant_values=IDLE)
+    return picks
+
+
+def _admit(arrivals: dict, step: int, nxt, present, joined, slots: dict, history: dict) -> None:
+    """Fill free slots, lowest first, with the rollout arrivals that have joined by ``step``, in order (in place):
+    ``slots`` the task arrays (need, est, tau, cap, deadline, task), ``history`` the placement's and the service's
+    (last, started, setup, done)."""
+    need, est, tau, cap, deadline, task = (slots[k] for k in ("need", "est", "tau", "cap", "deadline", "task"))
+    last, started, setup, done = (history[k] for k in ("last", "started", "setup", "done"))
     a_step = arrivals["step"]
     R, A = a_step.shape
     rows = np.arange(R)

@@ -250,13 +250,27 @@ def clairvoyant_episode(
         raise ValueError("n_nodes must be >= 0")
     unit, total = _capacity(n_nodes, node_speed) if n_nodes > 0 else (1, 0)
     n = len(b)
-    chosen = np.zeros(n, dtype=bool)
     cand = np.flatnonzero(independent_feasible(b, d, q, unit)) if n_nodes > 0 else np.zeros(0, np.int64)
+    return by_groups(
+        n,
+        time_components(b, d, cand),
+        lambda g, left, _: _solve_group(cp_model, b, d, q, g, total, left, unit),
+        time_limit_s,
+        t0,
+    )
+
+
+def by_groups(n: int, groups: list, solve_group, time_limit_s: float, t_start: float) -> ClairvoyantResult:
+    """One episode's result summed over its time-disjoint groups of task indices.
+
+    ``solve_group(g, left_s, groups_left)`` gets the episode budget still left and the number of groups not yet
+    solved (``g`` included) and returns ``(chosen bool[len(g)], successes, upper_bound, optimal)``."""
+    chosen = np.zeros(n, dtype=bool)
     best = bound = 0
     optimal = True
-    for g in time_components(b, d, cand):
-        left = time_limit_s - (time.perf_counter() - t0)
-        ch, gb, gu, gopt = _solve_group(cp_model, b, d, q, g, total, left, unit)
+    for gi, g in enumerate(groups):
+        left = time_limit_s - (time.perf_counter() - t_start)
+        ch, gb, gu, gopt = solve_group(g, left, len(groups) - gi)
         chosen[g] = ch
         best += gb
         bound += gu
@@ -265,7 +279,7 @@ def clairvoyant_episode(
         successes=int(best),
         upper_bound=int(bound),
         optimal=bool(optimal),
-        solve_time_s=time.perf_counter() - t0,
+        solve_time_s=time.perf_counter() - t_start,
         chosen=chosen,
     )
 

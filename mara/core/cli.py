@@ -49,6 +49,13 @@ def run_cli(fn, cfg: DictConfig):
         sys.exit(2)
 
 
+def exit_on_error(message: str | None) -> None:
+    """A command's last word: when the run reports an error, print it as one line on stderr and exit with status 1."""
+    if message:
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(1)
+
+
 def unknown_group_option(argv: list[str], conf_dir: Path = CONF_DIR) -> str | None:
     """The one-line error for a command-line override that picks a missing option of a config group
     (``experiment=typo`` → "unknown experiment 'typo'; available: ..."), or None when every choice exists.

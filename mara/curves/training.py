@@ -54,6 +54,8 @@ def code_version() -> str:
 
 
 def _quiet_lightning() -> None:
+    import lightning  # noqa: F401  (imported first: its import sets the levels quieted here)
+
     for name in ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning"):
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
@@ -70,6 +72,61 @@ def partial_checkpoint(job: Job, settings: GenerationSettings, attempt: int) -> 
     return Path(settings.shard_dir) / "partial" / f"{job.shard_name.removesuffix('.parquet')}.attempt{attempt}.ckpt"
 
 
+def _trainer(settings: GenerationSettings, cap: int, callbacks: list, device_index: int | None):
+    """A Lightning Trainer that runs exactly ``cap`` training batches and nothing else (no validation, logging or
+    checkpointing of its own), in full float32 precision."""
+    import lightning as L
+
+    devices = [device_index] if (device_index is not None and settings.accelerator not in ("cpu",)) else 1
+    return L.Trainer(
+        accelerator=settings.accelerator,
+        devices=devices,
+        max_steps=cap,
+        max_epochs=-1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+        use_distributed_sampler=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        precision="32-true",
+    )
+
+
+def _run_meta(job: Job, settings: GenerationSettings, attempt: int, cap: int, recorder, wall, cpu, device_index):
+    """The record's ``meta``: the versions, device and threads the run used, its wall and CPU time and its origin."""
+    import lightning as L
+    import torch
+
+    from tasks_zoo.registry import data_order, load_zoo_config
+
+    device = (
+        "cpu"
+        if settings.accelerator == "cpu"
+        else (torch.cuda.get_device_name(device_index or 0) if torch.cuda.is_available() else settings.accelerator)
+    )
+    return {
+        "code_version": settings.code_version,
+        "torch_version": torch.__version__,
+        "lightning_version": L.__version__,
+        "device": device,
+        "threads": torch.get_num_threads(),
+        "wall_time_s": round(wall, 3),
+        "cpu_time_s": round(cpu, 3),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # e.g. AVX2 / AVX512
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "source": f"tasks_zoo:{job.family} ({job.source} data)",
+        "attempt": attempt,
+        "cap": cap,
+        "data_order": data_order(load_zoo_config(job.family)),
+        **({"resumed_from_batch": recorder.resumed_at} if recorder.resumed_at else {}),  # wall/cpu time: after it
+        **settings.extra_meta,
+    }
+
+
 def train_curve(
     job: Job, settings: GenerationSettings, attempt: int = 0, device_index: int | None = None
 ) -> tuple[dict | None, str | None]:
@@ -77,10 +134,7 @@ def train_curve(
     (None, failure reason). With ``settings.checkpoint_every`` = n > 0 the run checkpoints every n batches and a killed
     run resumes from its checkpoint exactly (model, Adam, the loss record so far and the loader's mid-epoch
     position)."""
-    import lightning as L
-    import torch
-
-    from tasks_zoo.registry import build_run, data_order, load_zoo_config
+    from tasks_zoo.registry import build_run
 
     _quiet_lightning()
     cap = int(settings.cap or family_cap(job.family))
@@ -101,22 +155,7 @@ def train_curve(
     if settings.checkpoint_every:
         callbacks.append(MidRunCheckpoint(ckpt, int(settings.checkpoint_every)))
     resume = str(ckpt) if settings.checkpoint_every and ckpt.is_file() else None
-    devices = [device_index] if (device_index is not None and settings.accelerator not in ("cpu",)) else 1
-    trainer = L.Trainer(
-        accelerator=settings.accelerator,
-        devices=devices,
-        max_steps=cap,
-        max_epochs=-1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=callbacks,
-        use_distributed_sampler=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-        precision="32-true",
-    )
+    trainer = _trainer(settings, cap, callbacks, device_index)
     t0, c0 = time.perf_counter(), time.process_time()
     trainer.fit(module, datamodule=dm, ckpt_path=resume, weights_only=True)  # its own checkpoint, still read as data
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0  # cpu: this process's CPU time, all its threads
@@ -124,29 +163,7 @@ def train_curve(
         return None, recorder.failure
     if len(recorder.losses) != cap:
         return None, f"recorded {len(recorder.losses)} batches, expected {cap}"
-    device = (
-        "cpu"
-        if settings.accelerator == "cpu"
-        else (torch.cuda.get_device_name(device_index or 0) if torch.cuda.is_available() else settings.accelerator)
-    )
-    meta = {
-        "code_version": settings.code_version,
-        "torch_version": torch.__version__,
-        "lightning_version": L.__version__,
-        "device": device,
-        "threads": torch.get_num_threads(),
-        "wall_time_s": round(wall, 3),
-        "cpu_time_s": round(cpu, 3),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # e.g. AVX2 / AVX512
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "host": platform.node(),
-        "source": f"tasks_zoo:{job.family} ({job.source} data)",
-        "attempt": attempt,
-        "cap": cap,
-        "data_order": data_order(load_zoo_config(job.family)),
-        **({"resumed_from_batch": recorder.resumed_at} if recorder.resumed_at else {}),  # wall/cpu time: after it
-        **settings.extra_meta,
-    }
+    meta = _run_meta(job, settings, attempt, cap, recorder, wall, cpu, device_index)
     record = {
         "curve_id": job.curve_id,
         "family": job.family,

@@ -80,74 +80,73 @@ def lofo_summary(folds: dict) -> dict:
     }
 
 
-def run_lofo(
-    bank: CurveBank,
-    fm_cfg,
-    wls_cfg,
-    out_dir,
-    families=None,
-    test_splits=("fm_val", "pool"),
-    seed: int = 0,
-    n_ranks: int = 8,
-    obs_every: int = 10,
-    max_epochs: int = 10,
-    train_examples: int = 4096,
-    reuse_dir=None,
-    trainer_extra: dict | None = None,
-    log=print,
-) -> dict:
-    """Train (or reuse) one FM per held-out family, evaluate FM and WLS on it; writes lofo.md and lofo.json."""
+def _train_fold(bank, fm_cfg, held, fams, fold_dir, seed, max_epochs, trainer_extra, log) -> tuple[Path, dict]:
+    """The FM of the fold that holds ``held`` out, trained on the other families on the CPU: (its checkpoint, its
+    training record); raises when the held-out family reached training or validation."""
+    from omegaconf import OmegaConf
+
+    others = [f for f in fams if f != held]
+    trainer = {
+        "max_epochs": int(max_epochs),
+        "accelerator": "cpu",
+        "devices": 1,
+        "enable_progress_bar": False,
+        **(trainer_extra or {}),
+    }
+    fit = FlowFitSettings.from_config(OmegaConf.to_container(fm_cfg, resolve=True))
+    res = fit_flow(bank, fit, trainer, fold_dir, seed=seed, families=others)
+    if held in res["seen_families"]:
+        raise RuntimeError(f"LOFO fold {held}: the held-out family reached training or validation")
+    log(f"fold {held}: trained on {len(others)} families in {res['wall_s']:.0f} s ({res['epochs']} epochs)")
+    return Path(res["fm_ckpt"]), {k: res[k] for k in ("wall_s", "epochs", "seen_families", "band_offset") if k in res}
+
+
+def _fold_predictor(bank, fm_cfg, ckpt, trained_on: list[str], seed: int):
+    """The fold's FM predictor from its checkpoint; a checkpoint without a novelty reference gets one from the data of
+    the families it was trained on."""
+    from omegaconf import OmegaConf
+
+    fm = predictor_from(OmegaConf.merge(fm_cfg, {"ckpt_path": str(ckpt)}))
+    if fm.novelty is None:
+        dm = CurveDataModule(
+            bank,
+            seed=seed,
+            families=trained_on,
+            **OmegaConf.to_container(fm_cfg.data, resolve=True) | {"feature_set": fm.net.feature_set},
+        )
+        fm.novelty = compute_novelty(fm.net, dm)
+    return fm
+
+
+def run_lofo(bank: CurveBank, settings: LofoSettings, out_dir, trainer_extra: dict | None = None, log=print) -> dict:
+    """Train (or reuse: ``settings.reuse_dir``) one FM per held-out family, evaluate FM and WLS on it; writes lofo.md
+    and lofo.json. ``trainer_extra``: Lightning Trainer options over the folds' CPU defaults."""
     import torch
     from omegaconf import OmegaConf
 
+    seed, n_ranks, obs_every = settings.seed, settings.n_ranks, settings.obs_every
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    fams = lofo_families(bank, families)
+    fams = lofo_families(bank, settings.families)
     if len(fams) < 2:
         raise ValueError(
             f"curve bank {bank.path}: leave-one-family-out needs ≥ 2 ID families with fm_train and fm_val curves"
         )
-    fm_cfg = OmegaConf.create(OmegaConf.to_container(fm_cfg, resolve=True))
-    fm_cfg.data.train_examples = int(train_examples)
+    fm_cfg = OmegaConf.create(OmegaConf.to_container(settings.fm, resolve=True))
+    fm_cfg.data.train_examples = int(settings.train_examples)
     fm_cfg.train.figure_every_n_epochs = 0
-    wls = predictor_from(wls_cfg)
+    wls = predictor_from(settings.wls)
     folds, training = {}, {}
     for held in fams:
         fold_dir = out_dir / f"fold_{held}"
-        ckpt = Path(reuse_dir) / f"fold_{held}" / "fm.ckpt" if reuse_dir else None
+        ckpt = Path(settings.reuse_dir) / f"fold_{held}" / "fm.ckpt" if settings.reuse_dir else None
         if ckpt is None:
-            others = [f for f in fams if f != held]
-            trainer = {
-                "max_epochs": int(max_epochs),
-                "accelerator": "cpu",
-                "devices": 1,
-                "enable_progress_bar": False,
-                **(trainer_extra or {}),
-            }
-            res = fit_flow(
-                bank,
-                FlowFitSettings.from_config(OmegaConf.to_container(fm_cfg, resolve=True)),
-                trainer,
-                fold_dir,
-                seed=seed,
-                families=others,
+            ckpt, training[held] = _train_fold(
+                bank, fm_cfg, held, fams, fold_dir, seed, settings.max_epochs, trainer_extra, log
             )
-            ckpt = Path(res["fm_ckpt"])
-            training[held] = {k: res[k] for k in ("wall_s", "epochs", "seen_families", "band_offset") if k in res}
-            if held in res["seen_families"]:
-                raise RuntimeError(f"LOFO fold {held}: the held-out family reached training or validation")
-            log(f"fold {held}: trained on {len(others)} families in {res['wall_s']:.0f} s ({res['epochs']} epochs)")
         torch.set_num_threads(1)
-        fm = predictor_from(OmegaConf.merge(fm_cfg, {"ckpt_path": str(ckpt)}))
-        if fm.novelty is None:  # a checkpoint from before the novelty score: its reference from the fold's own data
-            dm = CurveDataModule(
-                bank,
-                seed=seed,
-                families=[f for f in fams if f != held],
-                **OmegaConf.to_container(fm_cfg.data, resolve=True) | {"feature_set": fm.net.feature_set},
-            )
-            fm.novelty = compute_novelty(fm.net, dm)
-        q = fold_queries(bank, held, test_splits, bank.family_params, n_ranks, obs_every, seed)
+        fm = _fold_predictor(bank, fm_cfg, ckpt, [f for f in fams if f != held], seed)
+        q = fold_queries(bank, held, settings.test_splits, bank.family_params, n_ranks, obs_every, seed)
         folds[held] = {
             name: evaluate_predictor(p, bank, q, obs_every, n_ranks)[0] for name, p in (("FM", fm), ("WLS", wls))
         }
@@ -171,21 +170,7 @@ def run_lofo(
 
 def run_lofo_experiment(settings: LofoSettings, out: Path) -> dict:
     """The LOFO benchmark (``experiment=prediction_lofo``) of ``settings`` into ``out``."""
-    bank = bank_at(settings.bank_path)
-    res = run_lofo(
-        bank,
-        settings.fm,
-        settings.wls,
-        out,
-        families=settings.families,
-        test_splits=settings.test_splits,
-        seed=settings.seed,
-        n_ranks=settings.n_ranks,
-        obs_every=settings.obs_every,
-        max_epochs=settings.max_epochs,
-        train_examples=settings.train_examples,
-        reuse_dir=settings.reuse_dir,
-    )
+    res = run_lofo(bank_at(settings.bank_path), settings, out)
     print("# Leave-one-family-out prediction\n\n" + res["markdown"])
     print(f"wrote {out / 'lofo.md'} and {out / 'lofo.json'}")
     return res

@@ -161,11 +161,17 @@ def reliability_figure(results: dict, out_dir: Path) -> str | None:
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
         ax.legend(fontsize=7, title="predictor (outer-level coverage)", title_fontsize=7)
+    return _save(fig, out_dir / "fig_calibration.png", dpi=110)
+
+
+def _save(fig, path: Path, dpi: int = 120) -> str:
+    """Lay the figure out tightly, write it to ``path`` and close it; returns the path."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
-    p = out_dir / "fig_calibration.png"
-    fig.savefig(p, dpi=110)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
-    return str(p)
+    return str(path)
 
 
 def _figure(bank, fm, wls, q, out_dir: Path, results: dict, obs_every: int, rank: int = 3) -> list[str]:
@@ -206,11 +212,7 @@ def _figure(bank, fm, wls, q, out_dir: Path, results: dict, obs_every: int, rank
         f"{bank.family[r]}: true {q['truth'][i]:.0f}, FM {fm_rem:.0f}, WLS {wls_rem:.0f} batches left", fontsize=9
     )
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    p = out_dir / "fig3a_trajectory.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    paths.append(str(p))
+    paths.append(_save(fig, out_dir / "fig3a_trajectory.png"))
     # (b) MAE vs query rank
     fig, ax = plt.subplots(figsize=(6, 4))
     for (ts, res), c in zip(results.items(), ("tab:green", "tab:red", "tab:purple")):
@@ -227,11 +229,7 @@ def _figure(bank, fm, wls, q, out_dir: Path, results: dict, obs_every: int, rank
     ax.set_xlabel("query rank")
     ax.set_ylabel("remaining-batch MAE")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    p = out_dir / "fig3b_mae_vs_rank.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    paths.append(str(p))
+    paths.append(_save(fig, out_dir / "fig3b_mae_vs_rank.png"))
     return paths
 
 

@@ -9,6 +9,7 @@ method config names (``compute``, mara/bounds/episodes.py).
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from typing import Mapping
 
 import numpy as np
@@ -60,21 +61,8 @@ def family_table(workload: Workload, bank: CurveBank, families) -> dict:
 def build_episodes(workload: Workload, bank: CurveBank, protocol: EvalProtocol, steps: int) -> EpisodeBatch:
     """Stack every (task set, load, root) group of ``protocol`` into one EpisodeBatch (``steps``: arrival window T)."""
     if protocol.scenario == "stress":
-        sc = workload.stress
-        batches = [
-            generate_stress_episodes(
-                bank,
-                root,
-                protocol.episodes,
-                int(sc.n_infeasible),
-                int(sc.n_short),
-                int(sc.short_arrival),
-                int(sc.infeasible_budget),
-                int(sc.short_budget),
-                tuple(sc.short_need),
-            )
-            for root in protocol.roots
-        ]
+        stress = asdict(workload.stress)  # StressSettings' fields are the generator's arguments
+        batches = [generate_stress_episodes(bank, root, protocol.episodes, **stress) for root in protocol.roots]
         return EpisodeBatch.concat(batches)
     task_sets = workload.task_sets
     unknown = [t for t in protocol.task_sets if t not in task_sets]

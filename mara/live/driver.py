@@ -187,6 +187,14 @@ def run_episode(env: BatchedEnv, allocator, on_step=None) -> dict:
     return {"decisions": decisions, "alloc_seconds": alloc_s}
 
 
+def _episode_env(ep, curves, sim: dict, predictor, source) -> BatchedEnv:
+    """The batched simulator of one live or replayed episode: the ``sim`` block's cluster, ``source`` reading the
+    curves (live batches, or the replay's counter)."""
+    nodes, max_active, obs_every = int(sim["nodes"]), int(sim["max_active"]), int(sim["obs_every"])
+    opts = node_options(sim)
+    return BatchedEnv(ep, curves, nodes, max_active, obs_every, predictor=predictor, curve_source=source, **opts)
+
+
 def run_live(tasks, specs, allocator, pool, sim: dict, predictor=None, meta: dict | None = None, progress=None) -> dict:
     """One live episode: real batches on ``pool``, the simulator's rules; returns everything the report needs."""
     curves = LiveCurves([t["cap"] for t in tasks], [t["batch_size"] for t in tasks], [t["lr"] for t in tasks])
@@ -195,16 +203,7 @@ def run_live(tasks, specs, allocator, pool, sim: dict, predictor=None, meta: dic
     opts = node_options(sim)
     targets = {j: (t["metric"]["mode"], float(t["metric"]["value"])) for j, t in enumerate(tasks) if t.get("metric")}
     source = LiveCurveSource(pool, specs, curves, **opts, targets=targets)
-    env = BatchedEnv(
-        ep,
-        curves,
-        int(sim["nodes"]),
-        int(sim["max_active"]),
-        int(sim["obs_every"]),
-        predictor=predictor,
-        curve_source=source,
-        **opts,
-    )
+    env = _episode_env(ep, curves, sim, predictor, source)
 
     def on_step(env):
         source.release_finished(env)
@@ -281,16 +280,7 @@ def replay(tasks, losses, allocator, sim: dict, predictor=None, meta: dict | Non
             ep.need[0, j] = metric_need(metrics[j] if metrics else [], t["metric"]["mode"], float(t["metric"]["value"]))
     n = len(tasks)
     counter = _ProcessedBatches(n)
-    env = BatchedEnv(
-        ep,
-        curves,
-        int(sim["nodes"]),
-        int(sim["max_active"]),
-        int(sim["obs_every"]),
-        predictor=predictor,
-        curve_source=counter,
-        **node_options(sim),
-    )
+    env = _episode_env(ep, curves, sim, predictor, counter)
     res = run_episode(env, allocator)
     m = env.metrics()
     processed = np.minimum(counter.processed, curves.lengths)  # past the cap a curve has no batches to read

@@ -32,9 +32,10 @@ from mara.live.job import (
     to_device,
 )
 from mara.live.jobfile import UserJob, load_jobfile, parse_jobs, with_budget
+from mara.live.progress import say_worker_failures, step_reporter, tensorboard_writer
 from mara.live.report import STATUS, say, write_report
 from mara.live.validation import fixed_order, has_validation_step, validate
-from mara.live.workers import make_pool
+from mara.live.workers import make_pool, pool_options
 
 JOBS_BANK = "job_curves.parquet"
 #: the sizes the shipped MARA policy was trained for (mara/data/checkpoints/mara_live.ckpt; docs/live.md)
@@ -340,66 +341,31 @@ def run_jobs(cfg: DictConfig, out: Path, method_plans) -> dict:
     if note:
         say(f"note: {note}")
     if any(j.budget is None for j in jobs):  # deadlines in minutes: measure a step (every job passed its checks)
-        step_s = max(batch_seconds(spec, f"{label}: job {job.name!r}") for spec, job in zip(specs, jobs))
-        jobs = [with_budget(j, step_s) for j in jobs]
-        notes.append(
-            f"deadlines in minutes converted at {step_s:.3f} s per scheduler step (measured here: the slowest job's "
-            f"batch time; set step_seconds in the job file to fix it)"
-        )
-        say(f"note: {notes[-1]}")
+        jobs = _budgets_in_steps(jobs, specs, label, notes)
     tasks, specs = job_tasks(jobs, specs, sim)
     bank = load_bank_from_cfg(cfg)  # the predictors' bank (MARA's FM, Slack's WLS)
     plans = method_plans(methods, cfg, bank.path, notes)
-    crash = {int(k): int(v) for k, v in (OmegaConf.to_container(lv.crash) or {}).items()}
+    crash, ray = OmegaConf.to_container(lv.crash), OmegaConf.to_container(lv.ray, resolve=True)
+    pool_opts = pool_options(lv.device, lv.threads, crash, ray)
     say(
         f"jobs: {', '.join(m for m, _, _ in plans)} on {len(tasks)} job(s) from {source}, M={sim['nodes']} nodes, "
         f"K={sim['max_active']}, workers={lv.workers} -> {out}"
     )
-    tb = None
-    if lv.tensorboard:
-        from torch.utils.tensorboard import SummaryWriter
-
-        tb = SummaryWriter(str(out / "tensorboard"))
+    tb = tensorboard_writer(bool(lv.tensorboard), out)
     meta = {"task_set": ["jobs"], "load": [0.0], "root": [0], "episode": [0]}
     n_steps = max(int(sim["steps"]), max(t["arrival"] for t in tasks) + 1)
     sim = {**sim, "steps": n_steps}  # the arrival window covers every job's arrival
     runs = []
     for m, factory, predictor in plans:
-        pool = make_pool(
-            str(lv.workers),
-            device=str(lv.device),
-            threads=int(lv.threads),
-            crash=crash,
-            ray_cfg=OmegaConf.to_container(lv.ray, resolve=True),
-        )
-        t0 = time.perf_counter()
-
-        def progress(env, src, m=m, t0=t0):
-            if env.t % int(lv.progress_every) == 0 or env.done.all():
-                say(
-                    f"[{m}] step {env.t:4d}  active {int(env.n_active[0])}  queued {int(env.n_queued[0])}  "
-                    f"succeeded {int(env.succeeded[0])}  failed {int(env.failed[0])}  batches {src.n_batches}  "
-                    f"{time.perf_counter() - t0:6.1f} s"
-                )
-
+        pool = make_pool(str(lv.workers), **pool_opts)
+        progress = step_reporter(m, int(lv.progress_every))
         res = run_live(tasks, specs, factory(), pool, sim, predictor, meta, progress)
-        for f in res["worker_failures"]:
-            say(
-                f"worker failure: {m}: job {tasks[f['job']]['name']!r} at step {f['step']}: {f['error']} (job marked "
-                "failed)"
-            )
+        say_worker_failures(m, res["worker_failures"], lambda j: repr(tasks[j]["name"]))
         if lv.replay:
             res["replay"] = replay(tasks, res["losses"], factory(), sim, predictor, meta, res.get("metrics"))
         runs.append({"method": m, "episode": 0, **res})
         if tb is not None:
-            for j, losses in enumerate(res["losses"]):
-                for s, loss in enumerate(losses, 1):
-                    tb.add_scalar(f"{m}/{tasks[j]['name']}/loss", loss, s)
-                for _, s, value in res["metrics"][j] if tasks[j].get("metric") else ():  # a metric target's validations
-                    tb.add_scalar(f"{m}/{tasks[j]['name']}/{tasks[j]['metric']['name']}", value, s)
-            for k in ("success_rate", "utilization", "wall_s"):
-                if res[k] is not None:
-                    tb.add_scalar(f"summary/{m}/{k}", res[k], 0)
+            _job_scalars(tb, m, tasks, res)
     if tb is not None:
         tb.close()
     records = bank_records(tasks, runs, str(cfg.get("jobs_bank_split", "pool")), int(sim["obs_every"]))
@@ -421,6 +387,40 @@ def run_jobs(cfg: DictConfig, out: Path, method_plans) -> dict:
     )
     outcomes = {r["method"]: job_outcomes(tasks, r, int(sim["obs_every"])) for r in runs}
     (out / "job_outcomes.json").write_text(json.dumps(outcomes, indent=1))
+    _say_outcomes(outcomes)
+    res["outcomes"] = outcomes
+    res["paths"]["outcomes"] = str(out / "job_outcomes.json")
+    return res
+
+
+def _budgets_in_steps(jobs: list[UserJob], specs, label: str, notes: list[str]) -> list[UserJob]:
+    """Jobs whose deadlines are in minutes, converted at the slowest job's measured batch time per scheduler step;
+    the conversion is said and joins ``notes``."""
+    step_s = max(batch_seconds(spec, f"{label}: job {job.name!r}") for spec, job in zip(specs, jobs))
+    jobs = [with_budget(j, step_s) for j in jobs]
+    notes.append(
+        f"deadlines in minutes converted at {step_s:.3f} s per scheduler step (measured here: the slowest job's "
+        f"batch time; set step_seconds in the job file to fix it)"
+    )
+    say(f"note: {notes[-1]}")
+    return jobs
+
+
+def _job_scalars(tb, method: str, tasks: list[dict], res: dict) -> None:
+    """A finished run's TensorBoard scalars: every job's losses (and a metric target's validations), the summary."""
+    for j, losses in enumerate(res["losses"]):
+        for s, loss in enumerate(losses, 1):
+            tb.add_scalar(f"{method}/{tasks[j]['name']}/loss", loss, s)
+        for _, s, value in res["metrics"][j] if tasks[j].get("metric") else ():  # a metric target's validations
+            tb.add_scalar(f"{method}/{tasks[j]['name']}/{tasks[j]['metric']['name']}", value, s)
+    for k in ("success_rate", "utilization", "wall_s"):
+        if res[k] is not None:
+            tb.add_scalar(f"summary/{method}/{k}", res[k], 0)
+
+
+def _say_outcomes(outcomes: dict) -> None:
+    """One line per job and method: its status, batches and final loss or metric, and where its observed loss left
+    its predicted band."""
     for m, rows in outcomes.items():
         for o in rows:
             say(
@@ -442,6 +442,3 @@ def run_jobs(cfg: DictConfig, out: Path, method_plans) -> dict:
                     "first "
                     f"{band['fitted_batches']} batches): its remaining-batch estimates were unreliable"
                 )
-    res["outcomes"] = outcomes
-    res["paths"]["outcomes"] = str(out / "job_outcomes.json")
-    return res

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -25,8 +24,9 @@ from mara.eval.runner import (
 from mara.live.driver import replay, run_live
 from mara.live.episode import live_tasks, scaled_family_params
 from mara.live.jobs import run_jobs
+from mara.live.progress import say_worker_failures, step_reporter, tensorboard_writer
 from mara.live.report import say, write_report
-from mara.live.workers import make_pool, preload_datasets
+from mara.live.workers import make_pool, pool_options, preload_datasets
 from mara.predictors.factory import predictor_from
 from mara.preflight import preflight
 
@@ -249,7 +249,8 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
     preload_datasets([s for _, specs in episodes for s in specs])
     notes = [note] if note else []
     plans = method_plans(methods, cfg, bank.path, notes)
-    crash = {int(k): int(v) for k, v in (OmegaConf.to_container(lv.crash) or {}).items()}
+    crash, ray = OmegaConf.to_container(lv.crash), OmegaConf.to_container(lv.ray, resolve=True)
+    pool_opts = pool_options(lv.device, lv.threads, crash, ray)
     n_jobs = sum(len(t) for t, _ in episodes)
     say(
         f"live: {', '.join(m for m, _, _ in plans)} on {len(episodes)} episode(s), {n_jobs} jobs of {', '.join(fams)} "
@@ -257,44 +258,15 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
         f"root={lv.root}, "
         f"workers={lv.workers}{_hetero_note(sim)} -> {out}"
     )
-    tb = None
-    if lv.tensorboard:
-        from torch.utils.tensorboard import SummaryWriter
-
-        tb = SummaryWriter(str(out / "tensorboard"))
+    tb = tensorboard_writer(bool(lv.tensorboard), out)
     runs = []
     for m, factory, predictor in plans:
         for e, (tasks, specs) in enumerate(episodes):
-            pool = make_pool(
-                str(lv.workers),
-                device=str(lv.device),
-                threads=int(lv.threads),
-                crash=crash,
-                ray_cfg=OmegaConf.to_container(lv.ray, resolve=True),
-            )
-            t0 = time.perf_counter()
-
-            def progress(env, src, m=m, e=e, t0=t0):
-                if tb is not None:
-                    tag = f"{m}/episode{e}"
-                    tb.add_scalar(f"{tag}/active", int(env.n_active[0]), env.t)
-                    tb.add_scalar(f"{tag}/queued", int(env.n_queued[0]), env.t)
-                    tb.add_scalar(f"{tag}/succeeded", int(env.succeeded[0]), env.t)
-                    tb.add_scalar(f"{tag}/failed", int(env.failed[0]), env.t)
-                if env.t % int(lv.progress_every) == 0 or env.done.all():
-                    say(
-                        f"[{m} ep{e}] step {env.t:4d}  active {int(env.n_active[0])}  queued {int(env.n_queued[0])}  "
-                        f"succeeded {int(env.succeeded[0])}  failed {int(env.failed[0])}  batches {src.n_batches}  "
-                        f"{time.perf_counter() - t0:6.1f} s"
-                    )
-
+            pool = make_pool(str(lv.workers), **pool_opts)
+            progress = step_reporter(f"{m} ep{e}", int(lv.progress_every), tb, f"{m}/episode{e}")
             meta = {"task_set": ["live"], "load": [float(lv.load)], "root": [int(lv.root)], "episode": [e]}
             res = run_live(tasks, specs, factory(), pool, sim, predictor, meta, progress)
-            for f in res["worker_failures"]:
-                say(
-                    f"worker failure: {m} episode {e}: job {f['job']} at step {f['step']}: {f['error']} (job marked "
-                    "failed)"
-                )
+            say_worker_failures(f"{m} episode {e}", res["worker_failures"])
             runs.append({"method": m, "episode": e, **res})
     if tb is not None:
         for r in runs:
@@ -303,7 +275,20 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
                 if r[k] is not None:
                     tb.add_scalar(f"summary/{tag}/{k}", r[k], 0)
         tb.close()
-    # every job's per-batch losses as curve-bank rows (data_source=live)
+    records = _bank_records(runs, episodes, int(lv.root), source)
+    bank_path = out / LIVE_BANK
+    if records:
+        write_bank(bank_path, records, {"generator": "mara.live", "family_params": table, "data": source})
+    if lv.replay and records:
+        _replay_from_bank(runs, episodes, load_bank(bank_path), plans, sim, float(lv.load), int(lv.root))
+    res = write_report(
+        cfg, out, runs, episodes, table, source, notes, bank_path if records else None, display_path(cal_bank.path)
+    )
+    return res
+
+
+def _bank_records(runs: list[dict], episodes, root: int, source: str) -> list[dict]:
+    """Every job's per-batch losses as curve-bank rows (``data_source=live``)."""
     records = []
     for r in runs:
         tasks, specs = episodes[r["episode"]]
@@ -313,7 +298,7 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
             t, s = tasks[j], specs[j]
             records.append(
                 {
-                    "curve_id": f"live/{r['method']}/root{lv.root}/ep{r['episode']}/job{j:03d}",
+                    "curve_id": f"live/{r['method']}/root{root}/ep{r['episode']}/job{j:03d}",
                     "family": s.family,
                     "split": "pool",
                     "data_source": "live",
@@ -334,26 +319,22 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
                     },
                 }
             )
-    bank_path = out / LIVE_BANK
-    if records:
-        write_bank(bank_path, records, {"generator": "mara.live", "family_params": table, "data": source})
-    if lv.replay and records:
-        import json
+    return records
 
-        recorded = load_bank(bank_path)  # replay reads the file, validated by the bank loader
-        by_key = {}
-        for i in range(len(recorded)):
-            mt = json.loads(recorded.meta[i])
-            by_key[(mt["method"], mt["episode"], mt["job"])] = recorded.ell[i, : recorded.lengths[i]].tolist()
-        factories = {m: (f, p) for m, f, p in plans}
-        for r in runs:
-            tasks, _ = episodes[r["episode"]]
-            losses = [by_key.get((r["method"], r["episode"], j), []) for j in range(len(tasks))]
-            f, p = factories[r["method"]]
-            meta = {"task_set": ["live"], "load": [float(lv.load)], "root": [int(lv.root)], "episode": [r["episode"]]}
-            rp = replay(tasks, losses, f(), sim, p, meta)
-            r["replay"] = rp
-    res = write_report(
-        cfg, out, runs, episodes, table, source, notes, bank_path if records else None, display_path(cal_bank.path)
-    )
-    return res
+
+def _replay_from_bank(runs: list[dict], episodes, recorded, plans, sim: dict, load: float, root: int) -> None:
+    """Replay every run in the batched simulator on the losses as the written bank holds them (read back through the
+    bank loader, which validates them); each run gets its ``replay``."""
+    import json
+
+    by_key = {}
+    for i in range(len(recorded)):
+        mt = json.loads(recorded.meta[i])
+        by_key[(mt["method"], mt["episode"], mt["job"])] = recorded.ell[i, : recorded.lengths[i]].tolist()
+    factories = {m: (f, p) for m, f, p in plans}
+    for r in runs:
+        tasks, _ = episodes[r["episode"]]
+        losses = [by_key.get((r["method"], r["episode"], j), []) for j in range(len(tasks))]
+        f, p = factories[r["method"]]
+        meta = {"task_set": ["live"], "load": [load], "root": [root], "episode": [r["episode"]]}
+        r["replay"] = replay(tasks, losses, f(), sim, p, meta)

@@ -371,6 +371,13 @@ class _RayJob:
         return self.job.to_bytes()
 
 
+def pool_options(device, threads, crash: dict | None, ray_cfg: dict | None) -> dict:
+    """:func:`make_pool`'s options from the ``live`` block's values: the device, threads per worker, the crash plan
+    (``{job: step}``, ints) and Ray's settings."""
+    crash = {int(k): int(v) for k, v in (crash or {}).items()}
+    return {"device": str(device), "threads": int(threads), "crash": crash, "ray_cfg": ray_cfg}
+
+
 def make_pool(
     kind: str, *, device: str = "cpu", threads: int = 1, crash: dict | None = None, ray_cfg: dict | None = None
 ):

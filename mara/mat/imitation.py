@@ -201,15 +201,24 @@ def clone(
     max_grad_norm: float = 1.0,
 ) -> list[float]:
     """Behaviour cloning: minimise −log π(teacher joint action | state) over ``data``. Returns mean loss per epoch."""
-    opt = torch.optim.Adam(policy.parameters(), lr=lr, eps=1e-5)
     n = len(data["actions"])
-    losses = []
+
+    def minibatches():
+        return ((data, idx) for idx in torch.split(torch.randperm(n, generator=generator), batch_size))
+
+    return clone_epochs(policy, epochs, lr, max_grad_norm, minibatches, n)
+
+
+def clone_epochs(policy: MATPolicy, epochs: int, lr: float, max_grad_norm: float, minibatches, n: int) -> list[float]:
+    """The behaviour-cloning loop: Adam over ``epochs`` epochs of ``minibatches()`` (``(data, idx)`` pairs, drawn
+    afresh per epoch), each a :func:`clone_step`. -> mean loss per epoch over ``n`` states."""
+    opt = torch.optim.Adam(policy.parameters(), lr=lr, eps=1e-5)
     policy.train()
+    losses = []
     for _ in range(epochs):
-        perm = torch.randperm(n, generator=generator)
         tot = 0.0
-        for idx in torch.split(perm, batch_size):
-            tot += clone_step(policy, opt, data, idx, max_grad_norm)
+        for d, idx in minibatches():
+            tot += clone_step(policy, opt, d, idx, max_grad_norm)
         losses.append(tot / n)
     return losses
 

@@ -118,6 +118,29 @@ class MATPolicy(nn.Module):
         node_head: bool = False,
     ) -> None:
         super().__init__()
+        self._set_options(placement, node_head, features, token_q, token_band, decoder)
+        # Plackett–Luce only (the autoregressive decoder always runs all K slots); sizes outside 1..K-1 mean nothing
+        use = slot_buckets if decoder == "plackett_luce" else ()
+        self.buckets = sorted({int(b) for b in use or () if 0 < int(b) < n_slots} | {n_slots})
+        self.K, self.M, self.d, self.value_scale = n_slots, n_nodes, d_model, value_scale
+        d = d_model
+        self.slot_in = nn.Linear(n_features(features)[1], d)
+        self.global_in = nn.Linear(N_GLOBAL_FEATURES, d)
+        self.global_tok = nn.Parameter(torch.zeros(d))
+        self.enc_blocks = nn.ModuleList(Block(d, n_heads, d_ff, cross=False) for _ in range(n_blocks))
+        self.enc_ln = nn.LayerNorm(d)
+        self.value_head = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, 1))
+        if decoder == "autoregressive":  # the Plackett–Luce decoder has no decoder blocks: slots are scored from `mem`
+            self.start_tok = nn.Parameter(torch.zeros(d))
+            self.idle_tok = nn.Parameter(torch.zeros(d))
+            self.choice_in = nn.Linear(d, d)
+            self.node_emb = nn.Parameter(torch.randn(n_nodes, d) * 0.02)
+            self.dec_blocks = nn.ModuleList(Block(d, n_heads, d_ff, cross=True) for _ in range(n_blocks))
+            self.dec_ln = nn.LayerNorm(d)
+        self._init_heads(d, decoder, idle_bias)
+
+    def _set_options(self, placement, node_head, features, token_q, token_band, decoder) -> None:
+        """The options that shape the network, checked (one ValueError naming the ``mat.net`` setting)."""
         # how the policy's ordered picks go onto unequal nodes (mara/allocators/placement.py): the rules' greedy
         # placement, or with the displacement move; checkpoints without it: greedy. The identity on identical nodes.
         if placement not in PLACEMENTS:
@@ -145,24 +168,10 @@ class MATPolicy(nn.Module):
         if decoder not in DECODERS:
             raise ValueError(f"mat.net.decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
         self.decoder = decoder
-        # Plackett–Luce only (the autoregressive decoder always runs all K slots); sizes outside 1..K-1 mean nothing
-        use = slot_buckets if decoder == "plackett_luce" else ()
-        self.buckets = sorted({int(b) for b in use or () if 0 < int(b) < n_slots} | {n_slots})
-        self.K, self.M, self.d, self.value_scale = n_slots, n_nodes, d_model, value_scale
-        d = d_model
-        self.slot_in = nn.Linear(n_feat, d)
-        self.global_in = nn.Linear(N_GLOBAL_FEATURES, d)
-        self.global_tok = nn.Parameter(torch.zeros(d))
-        self.enc_blocks = nn.ModuleList(Block(d, n_heads, d_ff, cross=False) for _ in range(n_blocks))
-        self.enc_ln = nn.LayerNorm(d)
-        self.value_head = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, 1))
-        if decoder == "autoregressive":  # the Plackett–Luce decoder has no decoder blocks: slots are scored from `mem`
-            self.start_tok = nn.Parameter(torch.zeros(d))
-            self.idle_tok = nn.Parameter(torch.zeros(d))
-            self.choice_in = nn.Linear(d, d)
-            self.node_emb = nn.Parameter(torch.randn(n_nodes, d) * 0.02)
-            self.dec_blocks = nn.ModuleList(Block(d, n_heads, d_ff, cross=True) for _ in range(n_blocks))
-            self.dec_ln = nn.LayerNorm(d)
+
+    def _init_heads(self, d: int, decoder: str, idle_bias: float) -> None:
+        """The pointer, idle, slot and node heads, initialised to a near-uniform policy (created after the encoder
+        and decoder, in this order: the parameters' random initialisation depends on it)."""
         self.ptr_q, self.ptr_k = nn.Linear(d, d), nn.Linear(d, d)
         self.idle_head = nn.Linear(d, 1)
         heads = [self.ptr_q, self.idle_head]

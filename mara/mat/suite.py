@@ -27,7 +27,7 @@ import torch
 from mara.mat.features import token_options
 from mara.mat.imitation import (
     agreement,
-    clone_step,
+    clone_epochs,
     collect_labelled_states,
     merge,
     node_agreement,
@@ -58,22 +58,17 @@ def clone_suite(
 ) -> list[float]:
     """Behaviour cloning on several settings' data: −log π(teacher's joint action | state), each minibatch from one
     setting, every setting's minibatches shuffled together per epoch. -> mean loss per epoch."""
-    opt = torch.optim.Adam(policy.parameters(), lr=lr, eps=1e-5)
-    policy.train()
     n_all = sum(len(d["actions"]) for d in datasets)
-    losses = []
-    for _ in range(epochs):
+
+    def minibatches():
         batches = [
-            (i, idx)
-            for i, d in enumerate(datasets)
+            (d, idx)
+            for d in datasets
             for idx in torch.split(torch.randperm(len(d["actions"]), generator=generator), batch_size)
         ]
-        tot = 0.0
-        for j in torch.randperm(len(batches), generator=generator).tolist():
-            i, idx = batches[j]
-            tot += clone_step(policy, opt, datasets[i], idx, max_grad_norm)
-        losses.append(tot / max(n_all, 1))
-    return losses
+        return [batches[j] for j in torch.randperm(len(batches), generator=generator).tolist()]
+
+    return clone_epochs(policy, epochs, lr, max_grad_norm, minibatches, max(n_all, 1))
 
 
 def imitate_suite(

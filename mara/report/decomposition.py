@@ -116,6 +116,27 @@ def _pm(c: dict | None, key: str = "diff", pct: bool = False) -> str:
     return f"{scale * c[key]:+.2f}{se}{unit}" if not pct else f"{scale * c[key]:.1f}{se}{unit}"
 
 
+def _methods_of(dec: dict, part: str, order: list[str] | None) -> list[str]:
+    """The methods a part of the decomposition names at any load, in the report's order (the rest by name)."""
+    return sorted(
+        {m for cell in dec.values() for m in (cell.get(part) or {})},
+        key=lambda m: (order.index(m) if order and m in order else 999, m),
+    )
+
+
+def _per_load_row(label: str, dec: dict, part: str, method: str, key: str = "diff", pct: bool = False) -> str:
+    """One markdown row: a method's entry of one part of the decomposition at every load."""
+    return (
+        f"| {label} | " + " | ".join(_pm((cell.get(part) or {}).get(method), key, pct) for cell in dec.values()) + " |"
+    )
+
+
+def _per_load_table(intro: list[str], first: str, loads: list[str], rows: list[str]) -> list[str]:
+    """A markdown table with one column per load: its intro lines, header (first cell ``first``), rows, a blank."""
+    header = (f"| {first} | " if first else "| | ") + " | ".join(f"p = {ld}" for ld in loads) + " |"
+    return [*intro, header, "|---|" + "---:|" * len(loads), *rows, ""]
+
+
 def decomposition_markdown(dec: dict, order: list[str] | None = None) -> list[str]:
     """Markdown lines of ``gap_decomposition`` (empty when there is nothing to show)."""
     if not dec:
@@ -129,56 +150,23 @@ def decomposition_markdown(dec: dict, order: list[str] | None = None) -> list[st
         "",
     ]
     if any("allocation_gap" in dec[ld] for ld in loads):
-        L += [
-            "| | " + " | ".join(f"p = {ld}" for ld in loads) + " |",
-            "|---|" + "---:|" * len(loads),
-            "| allocation gap (Clairvoyant − Slack-Truth) | "
-            + " | ".join(_pm(dec[ld].get("allocation_gap")) for ld in loads)
-            + " |",
+        gaps = " | ".join(_pm(dec[ld].get("allocation_gap")) for ld in loads)
+        rows = [f"| allocation gap (Clairvoyant − Slack-Truth) | {gaps} |"]
+        rows += [
+            _per_load_row(f"prediction gap of {m} (Slack-Truth − {m})", dec, "prediction_gap", m)
+            for m in _methods_of(dec, "prediction_gap", order)
         ]
-        methods = sorted(
-            {m for ld in loads for m in (dec[ld].get("prediction_gap") or {})},
-            key=lambda m: (order.index(m) if order and m in order else 999, m),
-        )
-        for m in methods:
-            L.append(
-                f"| prediction gap of {m} (Slack-Truth − {m}) | "
-                + " | ".join(_pm((dec[ld].get("prediction_gap") or {}).get(m)) for ld in loads)
-                + " |"
-            )
-        L.append("")
-    shares = sorted(
-        {m for ld in loads for m in (dec[ld].get("share_closed") or {})},
-        key=lambda m: (order.index(m) if order and m in order else 999, m),
-    )
+        L += _per_load_table([], "", loads, rows)
+    shares = _methods_of(dec, "share_closed", order)
     if shares:
-        L += [
-            "Share of the Slack-WLS → Slack-Truth gap closed (method − Slack-WLS) / (Slack-Truth − Slack-WLS):",
-            "",
-            "| Method | " + " | ".join(f"p = {ld}" for ld in loads) + " |",
-            "|---|" + "---:|" * len(loads),
-        ]
-        for m in shares:
-            L.append(
-                f"| {m} | "
-                + " | ".join(_pm((dec[ld].get("share_closed") or {}).get(m), "share", pct=True) for ld in loads)
-                + " |"
-            )
-        L.append("")
+        intro = "Share of the Slack-WLS → Slack-Truth gap closed (method − Slack-WLS) / (Slack-Truth − Slack-WLS):"
+        L += _per_load_table(
+            [intro, ""], "Method", loads, [_per_load_row(m, dec, "share_closed", m, "share", pct=True) for m in shares]
+        )
     learned = sorted({m for ld in loads for m in (dec[ld].get("minus_best_rule") or {})})
     if learned:
-        L += [
-            "Learned method minus the best non-learned method at each load (bounds and Slack-Truth excluded):",
-            "",
-            "| | " + " | ".join(f"p = {ld}" for ld in loads) + " |",
-            "|---|" + "---:|" * len(loads),
-            "| best rule | " + " | ".join(dec[ld].get("best_rule", "–") for ld in loads) + " |",
-        ]
-        for m in learned:
-            L.append(
-                f"| {m} − best rule | "
-                + " | ".join(_pm((dec[ld].get("minus_best_rule") or {}).get(m)) for ld in loads)
-                + " |"
-            )
-        L.append("")
+        intro = "Learned method minus the best non-learned method at each load (bounds and Slack-Truth excluded):"
+        rows = ["| best rule | " + " | ".join(dec[ld].get("best_rule", "–") for ld in loads) + " |"]
+        rows += [_per_load_row(f"{m} − best rule", dec, "minus_best_rule", m) for m in learned]
+        L += _per_load_table([intro, ""], "", loads, rows)
     return L

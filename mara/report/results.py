@@ -27,7 +27,8 @@ def _fmt(cell) -> str:
     return f"{cell['mean']:.2f} ± {cell['std']:.2f}"
 
 
-def _ordered(methods) -> list[str]:
+def ordered_methods(methods) -> list[str]:
+    """``methods`` in the report's order (:func:`method_order`), the ones it does not list sorted after."""
     order = method_order()
     return [m for m in order if m in methods] + sorted(m for m in methods if m not in order)
 
@@ -42,11 +43,8 @@ def build_results(rows: list[dict], extra: dict | None = None) -> dict:
     return res
 
 
-def results_markdown(res: dict, title: str = "Evaluation") -> str:
-    """Tables like the paper's: per load, task sets × methods (mean ± sample std of success rate, %)."""
-    summary = res["summary"]
-    methods = _ordered(summary.keys())
-    loads = sorted({ld for m in summary.values() for ts in m.values() for ld in ts}, key=float)
+def _task_sets(summary: dict, methods: list[str]) -> list[str]:
+    """The task sets of a summary in first-seen order, "Average" last."""
     task_sets = []
     for m in methods:
         for ts in summary[m]:
@@ -54,6 +52,72 @@ def results_markdown(res: dict, title: str = "Evaluation") -> str:
                 task_sets.append(ts)
     if any("Average" in summary[m] for m in methods):
         task_sets.append("Average")
+    return task_sets
+
+
+def _by_load_table(title: str, table: dict, methods: list[str], loads: list[str]) -> list[str]:
+    """A table of each method's "Average" cell (else its first task set's) at every load."""
+    lines = [title, "", "| Method | " + " | ".join(f"p={ld}" for ld in loads) + " |", "|---" * (len(loads) + 1) + "|"]
+    for m in methods:
+        key = "Average" if "Average" in table[m] else next(iter(table[m]))
+        lines.append(f"| {m} | " + " | ".join(_fmt(table[m][key].get(ld)) for ld in loads) + " |")
+    return lines + [""]
+
+
+def _diagnostics_md(diag: dict, methods: list[str]) -> list[str]:
+    diag_methods = [m for m in methods if diag.get(m, {}).get("utilization", {}).get("mean") is not None]
+    if not diag_methods:
+        return []
+    lines = [
+        "## Operational diagnostics (all loads and task sets)",
+        "",
+        "| Method | Util. (%) | Queue full (%) | Waiting | Ready |",
+        "|---|---|---|---|---|",
+    ]
+    for m in diag_methods:
+        d = diag[m]
+        lines.append(
+            f"| {m} | {_fmt(d['utilization'])} | {_fmt(d['queue_full'])} | {_fmt(d['waiting'])} | {_fmt(d['ready'])} |"
+        )
+    return lines + [""]
+
+
+def _clairvoyant_line(c: dict) -> str:
+    """What the Clairvoyant bound models and how many of its episodes were solved to proven optimality."""
+    return (
+        (
+            "Clairvoyant models the admission limit K exactly; "
+            if c.get("admission_limit", True)
+            else "Clairvoyant relaxes the admission limit K (a looser upper bound); "
+        )
+        + (f"here it is a {c['bound_kind']}; " if str(c.get("bound_kind", "exact")).startswith("bound") else "")
+        + f"upper bounds are reported; "
+        f"{c['n_optimal']}/{c['n_episodes']} episodes solved to proven optimality, "
+        f"total solve time {c['solve_time_s']:.1f} s (max {c['max_solve_time_s']:.2f} s per episode)."
+    )
+
+
+def _notes_md(res: dict) -> list[str]:
+    lines = []
+    if res.get("timings"):
+        lines += ["## Wall time (s)", "", "| Method | seconds |", "|---|---|"]
+        lines += [f"| {m} | {t:.2f} |" for m, t in res["timings"].items()]
+        lines.append("")
+    if res.get("clairvoyant"):
+        lines += [_clairvoyant_line(res["clairvoyant"]), ""]
+    for status in ("skipped", "failed"):
+        for m, reason in (res.get(status) or {}).items():
+            lines += [f"**{m} {status}:** {reason}", ""]
+    if res.get("prediction_markdown"):
+        lines += [res["prediction_markdown"], ""]
+    return lines
+
+
+def results_markdown(res: dict, title: str = "Evaluation") -> str:
+    """Tables like the paper's: per load, task sets × methods (mean ± sample std of success rate, %)."""
+    summary = res["summary"]
+    methods = ordered_methods(summary.keys())
+    loads = sorted({ld for m in summary.values() for ts in m.values() for ld in ts}, key=float)
     lines = [f"# {title}", ""]
     for load in loads:
         lines += [
@@ -62,73 +126,18 @@ def results_markdown(res: dict, title: str = "Evaluation") -> str:
             "| Task set | " + " | ".join(methods) + " |",
             "|---" * (len(methods) + 1) + "|",
         ]
-        for ts in task_sets:
+        for ts in _task_sets(summary, methods):
             lines.append(f"| {ts} | " + " | ".join(_fmt(summary[m].get(ts, {}).get(load)) for m in methods) + " |")
         lines.append("")
     if len(loads) > 1:
-        lines += [
-            "## Average success rate (%) by load",
-            "",
-            "| Method | " + " | ".join(f"p={ld}" for ld in loads) + " |",
-            "|---" * (len(loads) + 1) + "|",
-        ]
-        for m in methods:
-            key = "Average" if "Average" in summary[m] else next(iter(summary[m]))
-            lines.append(f"| {m} | " + " | ".join(_fmt(summary[m][key].get(ld)) for ld in loads) + " |")
-        lines.append("")
+        lines += _by_load_table("## Average success rate (%) by load", summary, methods, loads)
     lines += decomposition_markdown(res.get("decomposition") or gap_decomposition(res.get("rows") or []), methods)
     counts = summarize(res.get("rows") or [], key="n_tasks", scale=1.0)
     if counts and loads:
-        lines += [
-            "## Tasks per episode (counted; equal weight to the task sets)",
-            "",
-            "| Method | " + " | ".join(f"p={ld}" for ld in loads) + " |",
-            "|---" * (len(loads) + 1) + "|",
-        ]
-        for m in [m for m in methods if m in counts]:
-            key = "Average" if "Average" in counts[m] else next(iter(counts[m]))
-            lines.append(f"| {m} | " + " | ".join(_fmt(counts[m][key].get(ld)) for ld in loads) + " |")
-        lines.append("")
-    diag = res.get("diagnostics") or {}
-    diag_methods = [m for m in methods if diag.get(m, {}).get("utilization", {}).get("mean") is not None]
-    if diag_methods:
-        lines += [
-            "## Operational diagnostics (all loads and task sets)",
-            "",
-            "| Method | Util. (%) | Queue full (%) | Waiting | Ready |",
-            "|---|---|---|---|---|",
-        ]
-        for m in diag_methods:
-            d = diag[m]
-            lines.append(
-                f"| {m} | {_fmt(d['utilization'])} | {_fmt(d['queue_full'])} | {_fmt(d['waiting'])} | "
-                f"{_fmt(d['ready'])} |"
-            )
-        lines.append("")
-    if res.get("timings"):
-        lines += ["## Wall time (s)", "", "| Method | seconds |", "|---|---|"]
-        lines += [f"| {m} | {t:.2f} |" for m, t in res["timings"].items()]
-        lines.append("")
-    if res.get("clairvoyant"):
-        c = res["clairvoyant"]
-        lines += [
-            (
-                "Clairvoyant models the admission limit K exactly; "
-                if c.get("admission_limit", True)
-                else "Clairvoyant relaxes the admission limit K (a looser upper bound); "
-            )
-            + (f"here it is a {c['bound_kind']}; " if str(c.get("bound_kind", "exact")).startswith("bound") else "")
-            + f"upper bounds are reported; "
-            f"{c['n_optimal']}/{c['n_episodes']} episodes solved to proven optimality, "
-            f"total solve time {c['solve_time_s']:.1f} s (max {c['max_solve_time_s']:.2f} s per episode).",
-            "",
-        ]
-    for status in ("skipped", "failed"):
-        for m, reason in (res.get(status) or {}).items():
-            lines += [f"**{m} {status}:** {reason}", ""]
-    if res.get("prediction_markdown"):
-        lines += [res["prediction_markdown"], ""]
-    return "\n".join(lines)
+        counted = "## Tasks per episode (counted; equal weight to the task sets)"
+        lines += _by_load_table(counted, counts, [m for m in methods if m in counts], loads)
+    lines += _diagnostics_md(res.get("diagnostics") or {}, methods)
+    return "\n".join(lines + _notes_md(res))
 
 
 def plot_load_curve(res: dict, path: Path) -> Path | None:
@@ -143,7 +152,7 @@ def plot_load_curve(res: dict, path: Path) -> Path | None:
     if len(loads) < 2:
         return None
     fig, ax = plt.subplots(figsize=(7.4, 3.8))
-    for m in _ordered(summary.keys()):
+    for m in ordered_methods(summary.keys()):
         key = "Average" if "Average" in summary[m] else next(iter(summary[m]))
         cells = [summary[m][key].get(f"{ld:g}") for ld in loads]
         xs = [ld for ld, c in zip(loads, cells) if c and c["mean"] is not None]
