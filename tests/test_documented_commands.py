@@ -32,6 +32,7 @@ HYDRA = {
 STAND_INS = [
     (r"mat=<recipe>", "mat=band"),
     (r"methods=\[<method>\]", "methods=[EDF]"),
+    (r"predictor=<kind>", "predictor=qr"),
     (r"<[^>]*>", "outputs/doc_placeholder"),
     (r"\bRUN\b|\bOUT\b|\bDIR\b", "outputs/doc_placeholder"),
     (r"sim\.node_speed=\[…\]", "sim.node_speed=[2,2,1,1,1,1,1]"),
