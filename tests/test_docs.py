@@ -1,5 +1,5 @@
-"""The README and docs/: links and their #anchors resolve, the README stays short, its results table is the
-generated one."""
+"""The README and docs/: links and their #anchors resolve, the README stays short and keeps its set-up commands,
+docs/README.md lists every page, no page is too long to read, the README's results table is the generated one."""
 
 import re
 from pathlib import Path
@@ -8,8 +8,36 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "tasks_zoo" / "README.md"]
 
 
+SETUP = (
+    "pip install -e . && python -m mara.train                      # install, run the main job on the shipped default",
+    'pip install -e ".[test]" && python -m pytest                  # install the test extra, run the tests',
+)
+
+
 def test_readme_is_short():
     assert len((ROOT / "README.md").read_text().splitlines()) <= 200
+
+
+def test_readme_keeps_its_two_setup_commands():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    for command in SETUP:
+        assert command in lines, command
+
+
+def test_no_page_is_longer_than_400_lines():
+    long = {str(p.relative_to(ROOT)): n for p in PAGES if (n := len(p.read_text().splitlines())) > 400}
+    assert not long, long
+
+
+def test_docs_index_lists_every_page():
+    """docs/README.md links every page of docs/ (and the README links the index and the three starting pages)."""
+    index = (ROOT / "docs" / "README.md").read_text()
+    linked = set(re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", index))
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")} - {"README.md"}
+    assert not pages - linked, sorted(pages - linked)
+    readme = (ROOT / "README.md").read_text()
+    for page in ("docs/README.md", "docs/guide.md", "docs/research.md", "docs/developer.md"):
+        assert f"]({page})" in readme, page
 
 
 def test_every_relative_link_resolves():
