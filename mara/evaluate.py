@@ -43,6 +43,11 @@ def _before_any_work(cfg: DictConfig) -> None:
         raise ConfigError(
             "experiment=paper trains as well as evaluates: run it as python -m mara.train experiment=paper"
         )
+    if cfg.get("experiment_kind") == "trace_policy":  # nothing to evaluate: the experiment trains a policy
+        raise ConfigError(
+            "experiment=trace_mara trains MARA's trace policy: run it as python -m mara.train experiment=trace_mara "
+            "(its replay: python -m mara.evaluate experiment=trace trace.jobs=target_loss)"
+        )
     if cfg.get("experiment_kind") == "trace":  # job traces: the trace file, cluster, windows and schedulers
         check_trace_experiment(cfg)
         return

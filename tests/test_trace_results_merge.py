@@ -102,3 +102,9 @@ def test_the_real_bank_present_adds_no_note():
     from mara.curves.bank import default_bank_path, stand_in_note
 
     assert default_bank_path().name == "zoo.parquet" and stand_in_note(default_bank_path()) is None
+
+
+def test_the_trace_policy_experiment_is_refused_by_the_evaluation_in_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="run it as python -m mara.train experiment=trace_mara") as err:
+        evaluate(compose_config("evaluate", "experiment=trace_mara", f"paths.output_dir={tmp_path}"))
+    assert "\n" not in str(err.value) and not (tmp_path / "results.json").exists()

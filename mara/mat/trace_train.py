@@ -203,9 +203,10 @@ def _flat(x, key: str = "") -> dict:
 
 def trace_policy_record(settings: TracePolicySettings) -> dict:
     """What the trace policy's products depend on, flat and JSON-plain (``{"hidden": 32, "train.0.count": 2, ...}``):
-    every setting but :data:`NEUTRAL_SETTINGS`, and the curve bank the jobs draw their curves from."""
+    every setting but :data:`NEUTRAL_SETTINGS`, and the shipped curve bank the jobs draw their curves from (the real
+    one, or the parametric one standing in for it)."""
     plain = {k: v for k, v in asdict(settings).items() if k not in NEUTRAL_SETTINGS}
-    return json.loads(json.dumps({**_flat(plain), "bank": str(default_bank_path())}))
+    return json.loads(json.dumps({**_flat(plain), "bank": default_bank_path().name}))
 
 
 def check_resumable(out: Path, settings: TracePolicySettings, record: dict) -> None:
