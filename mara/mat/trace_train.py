@@ -189,6 +189,8 @@ def validate(net: PriorityNet, val: list[Episode]) -> float:
 # ------------------------------------------------------------------------------ the run folder: record and resume
 #: the trace policy's settings that change how fast it trains, not what it produces
 NEUTRAL_SETTINGS = ("threads",)
+#: state.json entries of the rounds a ``pg_last.ckpt`` has done (saved in it, restored from it)
+PG_HISTORY = ("val_pg", "best_val", "best_round")
 #: what a trace-policy run folder holds once training has started (its settings recorded in ``stage.json``)
 PRODUCTS = ("state.json", "imitation.ckpt", "pg_last.ckpt", "pg_best.ckpt", "mara_trace.ckpt")
 
@@ -222,7 +224,9 @@ def check_resumable(out: Path, settings: TracePolicySettings, record: dict) -> N
     plan_stage(out, record)  # another record: refused, naming the settings that differ
     for name in have:
         if name.endswith(".ckpt"):
-            load_into(PriorityNet(settings.hidden), out / name)
+            ck = load_into(PriorityNet(settings.hidden), out / name)
+            if name == "pg_last.ckpt":
+                check_round(ck, out / name)
     if "state.json" in have:
         try:
             json.loads((out / "state.json").read_text())
@@ -230,6 +234,26 @@ def check_resumable(out: Path, settings: TracePolicySettings, record: dict) -> N
             raise ConfigError(
                 f"{out / 'state.json'} is not readable JSON: rerun with fresh=true to start over"
             ) from None
+
+
+def check_round(ck: dict, path: Path) -> None:
+    """A round's checkpoint holds what resuming after it reads (its round, the optimizer's state, the random streams,
+    the rounds' validation history), else one ``CheckpointError`` line."""
+    meta, hist = ck.get("meta"), ck.get("history")
+    ok = (
+        isinstance(meta, dict)
+        and isinstance(meta.get("round"), int)
+        and isinstance(ck.get("optimizer"), dict)
+        and isinstance(ck.get("rng"), dict)
+        and isinstance(ck.get("torch_rng"), torch.Tensor)
+        and isinstance(hist, dict)
+        and set(hist) == set(PG_HISTORY)
+    )
+    if not ok:
+        raise CheckpointError(
+            f"{path} is not a resumable policy-gradient round (it needs meta.round, optimizer, rng, torch_rng and "
+            f"history): rerun with fresh=true to start over"
+        )
 
 
 def run_trace_policy(settings: TracePolicySettings, out: Path, log=print) -> dict:
@@ -329,9 +353,6 @@ def pg_gradient(net: PriorityNet, train_eps: list[Episode], picks, rng, settings
             (-(r - base) * logp / (len(picks) * len(runs))).backward()
         rewards.append(base)
     return float(np.mean(rewards))
-
-
-PG_HISTORY = ("val_pg", "best_val", "best_round")  # state.json entries of the rounds a pg_last.ckpt has done
 
 
 def policy_gradient(net, train_eps, val_eps, st: TrainingState, settings: TracePolicySettings, out: Path, tb, log):

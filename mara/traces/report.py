@@ -229,6 +229,7 @@ def write_trace_results(
     earlier = earlier or EarlierTrace()
     others, settings = earlier.others, dict(method_settings or {})
     methods = [m for m in earlier.order if m in others or m in timings] + [m for m in timings if m not in earlier.order]
+    wall = {**earlier.part("timings", others), **timings}
     cpu = {**earlier.part("timings_cpu", others), **(cpu_timings or {})}
     all_windows = earlier.windows(others) + list(windows_info)
     rows = earlier.kept.other + list(rows)
@@ -237,7 +238,7 @@ def write_trace_results(
         "protocol": protocol,
         "method_settings": {**earlier.kept.overrides, **settings},
         "checkpoint_digests": {**earlier.kept.digests, **checkpoint_digests(settings)},
-        "timings": {m: {**earlier.part("timings", others), **timings}[m] for m in methods},
+        "timings": {m: wall.get(m, float("nan")) for m in methods},
         **({"timings_cpu": {m: cpu[m] for m in methods if m in cpu}} if cpu else {}),
         "windows": all_windows,
         "summary": summarise(rows, all_windows, methods),
