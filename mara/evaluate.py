@@ -38,7 +38,6 @@ from mara.traces.experiment import check_trace_experiment, run_trace_experiment
 
 
 def _before_any_work(cfg: DictConfig) -> None:
-    _own_results_folder(cfg)
     if cfg.get("experiment_kind") == "paper":
         raise ConfigError(
             "experiment=paper trains as well as evaluates: run it as python -m mara.train experiment=paper"
@@ -48,6 +47,7 @@ def _before_any_work(cfg: DictConfig) -> None:
             "experiment=trace_mara trains MARA's trace policy: run it as python -m mara.train experiment=trace_mara "
             "(its replay: python -m mara.evaluate experiment=trace trace.jobs=target_loss)"
         )
+    _own_results_folder(cfg)
     if cfg.get("experiment_kind") == "trace":  # job traces: the trace file, cluster, windows and schedulers
         check_trace_experiment(cfg)
         return
