@@ -25,7 +25,7 @@ from mara.core.config import (
     with_shipped_policies,
 )
 from mara.core.registry import method_files
-from mara.core.rundir import checkpoint_digests, earlier_results, run_folder
+from mara.core.rundir import checkpoint_digests, earlier_results, folder_of, refuse_other_results, run_folder
 from mara.core.runlog import Progress, log, setup_logging
 from mara.eval.lofo import run_lofo_experiment
 from mara.eval.prediction_cli import run_prediction
@@ -42,6 +42,12 @@ def _before_any_work(cfg: DictConfig) -> None:
         raise ConfigError(
             "experiment=paper trains as well as evaluates: run it as python -m mara.train experiment=paper"
         )
+    if cfg.get("experiment_kind") == "trace_policy":  # nothing to evaluate: the experiment trains a policy
+        raise ConfigError(
+            "experiment=trace_mara trains MARA's trace policy: run it as python -m mara.train experiment=trace_mara "
+            "(its replay: python -m mara.evaluate experiment=trace trace.jobs=target_loss)"
+        )
+    _own_results_folder(cfg)
     if cfg.get("experiment_kind") == "trace":  # job traces: the trace file, cluster, windows and schedulers
         check_trace_experiment(cfg)
         return
@@ -49,6 +55,13 @@ def _before_any_work(cfg: DictConfig) -> None:
         if isinstance(m, str) and m in method_files() and load_method_cfg(m).get("trace_only"):
             raise ConfigError(f"method {m!r} schedules job traces only: run it with experiment=trace (docs/traces.md)")
     preflight(cfg, "evaluate")
+
+
+def _own_results_folder(cfg: DictConfig) -> None:
+    """A run folder whose results are of the other kind (an evaluation's where a trace replay would write, or the
+    reverse) is refused before any work: neither kind writes over the other's rows (``fresh=true`` sets them aside)."""
+    if not cfg.get("fresh", False):
+        refuse_other_results(folder_of(cfg), "trace" if cfg.get("experiment_kind") == "trace" else "evaluation")
 
 
 @run_folder(check=_before_any_work)  # one live run per folder; fresh=true sets the folder's earlier results aside

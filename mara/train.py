@@ -25,7 +25,7 @@ from mara.core.config import ConfigError
 from mara.core.rundir import holding, run_settled_stage
 from mara.core.runlog import log
 from mara.evaluate import all_methods_failed, run_evaluation
-from mara.mat.trace_train import train_trace_policy
+from mara.mat.trace_train import run_trace_policy
 from mara.mat.train import check_policy_files, checkpoint_method, train_policy, with_run_policy
 from mara.pipelines.paper import run_paper
 from mara.predictors.stage import run_trainer
@@ -71,7 +71,7 @@ def run_training(settings: TrainSettings) -> dict:
     with holding(folder, settings.fresh, dict(settings.records)):  # the stages' records (none: the trace policy)
         out = made_run_dir(settings.folder, settings.task_name)
         if settings.trace_policy is not None:  # MARA's trace policy: its own resumable stages (mara/mat/trace_train.py)
-            return train_trace_policy(settings.trace_policy, out, log=log.info)
+            return run_trace_policy(settings.trace_policy, out, log=log.info)
         if settings.paper is not None:  # the paper's protocol: its own resumable job graph (mara/pipelines/paper.py)
             return run_paper(settings.paper, out)
         return run_stages(with_run_folder(settings, out))

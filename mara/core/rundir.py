@@ -12,10 +12,13 @@ unfinished one from its last checkpoint (a killed attempt's TensorBoard events a
 the resumed attempt's events, which continue the step axis from the checkpoint, never mix with them), and refuses
 other settings before any work.
 
-**Results.** ``results.json`` merges by method: rows of the methods a run does not evaluate are kept with their
-settings; a method the run lists is kept when its own settings (``method_overrides``, checkpoint contents) are the
+**Results.** ``results.json`` merges by method, in an evaluation folder and in a trace-replay folder alike: rows of
+the methods a run does not evaluate are kept with their settings; a method the run lists is kept when its own
+settings (``method_overrides`` of an evaluation, ``method_settings`` of a trace replay; checkpoint contents) are the
 ones it was evaluated with (``eval.resume``, default true). Results of another protocol or bank are moved aside to
-``results.superseded-<time>.json``, never silently replaced.
+``results.superseded-<time>.json``, never silently replaced. A folder whose results are of another kind (an
+evaluation's where a trace replay writes, or the reverse) is refused before any work (one line): the two kinds share
+no rows, so neither run may write over the other's.
 
 **Fresh.** ``fresh=true`` moves everything the folder holds (but Hydra's ``.hydra/``, the logs and the lock) to
 ``<run>/superseded/<time>/`` and starts over.
@@ -414,12 +417,51 @@ class EarlierResults:
         }
 
 
-def earlier_results(path: Path, base: dict, methods: list[str], resume: bool = True) -> EarlierResults:
-    """Read ``path`` (results.json) for a run of ``methods`` whose protocol/bank/overrides are ``base`` (see
-    :class:`EarlierResults`). A file of another protocol or bank is moved aside (a warning names where)."""
+#: the kind of run a results.json holds: its ``kind`` field (a trace replay writes ``trace``); an evaluation's file
+#: (``schema: mara.results/1``, the prediction benchmark's sections) has none
+RESULT_KINDS = {"trace": "a trace replay", "evaluation": "an evaluation"}
+
+
+def results_kind(path: Path) -> str | None:
+    """The kind of run whose results ``path`` holds (a key of :data:`RESULT_KINDS`); None for no file or one that
+    cannot be read (which the merge moves aside)."""
+    try:
+        old = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return str(old.get("kind") or "evaluation") if isinstance(old, dict) else None
+
+
+def refuse_other_results(folder: Path | None, kind: str) -> None:
+    """A one-line ConfigError when ``folder``'s results.json holds another kind of run's results than ``kind``: a
+    run of one kind never writes over the other's rows (``fresh=true`` sets them aside first)."""
+    if folder is None:
+        return
+    have = results_kind(Path(folder) / "results.json")
+    if have is not None and have != kind:
+        raise ConfigError(
+            f"{Path(folder) / 'results.json'} holds the results of {RESULT_KINDS.get(have, repr(have))}, which "
+            f"{RESULT_KINDS[kind]} would write over: choose another hydra.run.dir, or rerun with fresh=true to move "
+            f"that folder's products aside first"
+        )
+
+
+def earlier_results(
+    path: Path,
+    base: dict,
+    methods: list[str],
+    resume: bool = True,
+    kind: str = "evaluation",
+    settings_key: str = "method_overrides",
+) -> EarlierResults:
+    """Read ``path`` (results.json) for a run of ``methods`` whose protocol/bank/method settings are ``base`` (see
+    :class:`EarlierResults`; ``settings_key``: the field of ``base`` and of the file that holds each method's own
+    settings). A file of another protocol or bank is moved aside (a warning names where); a file of another ``kind``
+    of run is refused (:func:`refuse_other_results`)."""
     path = Path(path)
     if not path.exists():
         return EarlierResults()
+    refuse_other_results(path.parent, kind)
     try:
         old = json.loads(path.read_text())
     except ValueError:
@@ -427,7 +469,7 @@ def earlier_results(path: Path, base: dict, methods: list[str], resume: bool = T
     differ = (
         ["unreadable file"]
         if old is None
-        else [k for k in base if k != "method_overrides" and old.get(k) != json.loads(json.dumps(base[k]))]
+        else [k for k in base if k != settings_key and old.get(k) != json.loads(json.dumps(base[k], default=str))]
     )
     if differ:
         stamp = _stamp()
@@ -439,9 +481,9 @@ def earlier_results(path: Path, base: dict, methods: list[str], resume: bool = T
             f"{path.stem}.superseded-{stamp}.json; evaluating every method anew"
         )
         return EarlierResults()
-    was_over = old.get("method_overrides") or {}
-    was, now = _neutral(was_over), _neutral(json.loads(json.dumps(base["method_overrides"])))
-    was_dig, now_dig = old.get("checkpoint_digests"), checkpoint_digests(base["method_overrides"])
+    was_over = old.get(settings_key) or {}
+    was, now = _neutral(was_over), _neutral(json.loads(json.dumps(base[settings_key], default=str)))
+    was_dig, now_dig = old.get("checkpoint_digests"), checkpoint_digests(base[settings_key])
     out = EarlierResults()
     for r in old.get("rows", []):
         m = r["method"]

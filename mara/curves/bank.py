@@ -280,6 +280,19 @@ def default_bank_path() -> Path:
     return zoo if zoo.exists() else SHIPPED_BANKS_DIR / "parametric.parquet"
 
 
+def stand_in_note(path: str | os.PathLike) -> str | None:
+    """The one line that says the interim parametric bank stands in for the absent task-zoo bank, when ``path`` is
+    :func:`default_bank_path`'s fallback; None for any other bank. Curves drawn from it are synthetic: a reader of
+    the results must know."""
+    zoo, parametric = SHIPPED_BANKS_DIR / "zoo.parquet", SHIPPED_BANKS_DIR / "parametric.parquet"
+    if zoo.exists() or Path(path).resolve() != parametric.resolve():
+        return None
+    return (
+        f"the real curve bank {zoo} is absent: curves are drawn from the parametric bank {parametric} (synthetic "
+        "curves; numbers differ from the real bank's)"
+    )
+
+
 def shipped_bank_path(name_or_path: str | os.PathLike) -> Path:
     """A bare name (no '/', no suffix) means a bank shipped in the package; anything else is a path."""
     s = str(name_or_path)

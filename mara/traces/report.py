@@ -1,13 +1,20 @@
-"""What a cluster operator reads from a trace run: results.json / results.md, occupancy figure, TensorBoard."""
+"""What a cluster operator reads from a trace run: results.json / results.md, occupancy figure, TensorBoard.
+
+A folder's results.json merges by method (mara/core/rundir.py): a trace run keeps the rows, windows and timings of
+the methods it does not replay, and reuses those of a method it lists that was replayed there with the same
+``method_settings`` (its ``trace_scheduler`` block, the count it plans on; checkpoint contents) on the same protocol.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from mara.core.files import write_text_atomic
+from mara.core.rundir import EarlierResults, checkpoint_digests, earlier_results
 from mara.traces.schema import SIZE_CLASSES
 
 
@@ -89,6 +96,7 @@ def trace_markdown(res: dict) -> str:
         f"{_scope(p)}; "
         f"numbers are mean ± standard error over windows, on identical jobs for every method.",
         "",
+        *([f"**{p['bank_note']}**", ""] if p.get("bank_note") else []),
         "| method | deadline met | paired vs "
         + methods[0]
         + " | declined | JCT (h) | queueing (h) | GPU utilisation | "
@@ -163,6 +171,44 @@ def plot_occupancy(occupancy: dict, gpus: int, path: Path) -> Path | None:
     return path
 
 
+@dataclass
+class EarlierTrace:
+    """What a trace folder's results.json already holds, for a run: ``kept`` (the rows of the methods it does not
+    replay, and of those it reuses: mara/core/rundir.py ``EarlierResults``) and the earlier file's per-method parts
+    (``old``: its windows, timings and method settings)."""
+
+    kept: EarlierResults = field(default_factory=EarlierResults)
+    old: dict = field(default_factory=dict)
+
+    @property
+    def others(self) -> list[str]:
+        """The methods whose rows are kept as they are (not listed by this run), in the earlier file's order."""
+        have = {r["method"] for r in self.kept.other}
+        return [m for m in self.order if m in have]
+
+    @property
+    def order(self) -> list[str]:
+        return list(self.old.get("summary") or {})
+
+    def part(self, key: str, methods) -> dict:
+        """The earlier file's ``key`` block ({method: value}) for ``methods``."""
+        return {m: v for m, v in (self.old.get(key) or {}).items() if m in methods}
+
+    def windows(self, methods) -> list[dict]:
+        """The earlier file's per-window records of ``methods``."""
+        return [w for w in self.old.get("windows") or [] if w["method"] in methods]
+
+
+def earlier_trace_results(out: Path, protocol: dict, method_settings: dict, resume: bool = True) -> EarlierTrace:
+    """What ``out/results.json`` keeps for a trace run of ``method_settings`` ({method: its trace settings}) on
+    ``protocol``: another kind of results is refused, another protocol moved aside (rundir ``earlier_results``)."""
+    path = Path(out) / "results.json"
+    base = {"protocol": protocol, "method_settings": method_settings}
+    kept = earlier_results(path, base, list(method_settings), resume, kind="trace", settings_key="method_settings")
+    old = json.loads(path.read_text()) if path.exists() and (kept.done or kept.other) else {}
+    return EarlierTrace(kept, old)
+
+
 def write_trace_results(
     rows,
     windows_info,
@@ -172,23 +218,37 @@ def write_trace_results(
     out: Path,
     tensorboard: bool = True,
     cpu_timings: dict | None = None,
+    method_settings: dict | None = None,
+    earlier: EarlierTrace | None = None,
 ) -> dict:
     """Write results.json, results.md, occupancy.png and TensorBoard scalars into ``out``; returns the results.
-    ``timings``: wall seconds of each method's replays; ``cpu_timings``: their CPU seconds (``timings_cpu``)."""
+    ``timings``: wall seconds of each method's replays; ``cpu_timings``: their CPU seconds (``timings_cpu``);
+    ``method_settings``: each method's trace settings; ``earlier``: the folder's earlier results, merged by method
+    (the occupancy figure shows the methods replayed by this run)."""
     out = Path(out)
-    methods = list(timings)
+    earlier = earlier or EarlierTrace()
+    others, settings = earlier.others, dict(method_settings or {})
+    methods = [m for m in earlier.order if m in others or m in timings] + [m for m in timings if m not in earlier.order]
+    wall = {**earlier.part("timings", others), **timings}
+    cpu = {**earlier.part("timings_cpu", others), **(cpu_timings or {})}
+    all_windows = earlier.windows(others) + list(windows_info)
+    rows = earlier.kept.other + list(rows)
     res = {
         "kind": "trace",
         "protocol": protocol,
-        "timings": timings,
-        **({"timings_cpu": cpu_timings} if cpu_timings else {}),
-        "windows": windows_info,
-        "summary": summarise(rows, windows_info, methods),
+        "method_settings": {**earlier.kept.overrides, **settings},
+        "checkpoint_digests": {**earlier.kept.digests, **checkpoint_digests(settings)},
+        "timings": {m: wall.get(m, float("nan")) for m in methods},
+        **({"timings_cpu": {m: cpu[m] for m in methods if m in cpu}} if cpu else {}),
+        "windows": all_windows,
+        "summary": summarise(rows, all_windows, methods),
         "rows": rows,
     }
-    fig = plot_occupancy(occupancy, protocol["gpus"], out / "occupancy.png")
+    fig = plot_occupancy(occupancy, protocol["gpus"], out / "occupancy.png") if occupancy else None
     if fig:
         res["figures"] = {"occupancy": str(fig)}
+    elif earlier.old.get("figures") and (out / "occupancy.png").exists():
+        res["figures"] = earlier.old["figures"]
     write_text_atomic(out / "results.json", json.dumps(res, indent=1, default=float))
     md = trace_markdown(res)
     write_text_atomic(out / "results.md", md)

@@ -3,7 +3,9 @@
 Settings (``trace.*``, conf/experiment/trace.yaml): the CSV, the cluster spec, the scheduling slot, the windows (or
 the first N jobs), the deadline factor of raw traces, rigid or elastic jobs. Every method sees the same jobs; the
 results are one row per method × window × job (``deadline_met`` 0/1) in ``results.json``, and ``results.md`` with
-the operator's tables (docs/traces.md).
+the operator's tables (docs/traces.md). The folder's results merge by method (mara/traces/report.py): the rows of
+methods this run does not list stay, and a listed method already replayed there with the same settings on the same
+protocol is reused (``eval.resume``, default true).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from mara.core.config import (
 )
 from mara.core.registry import import_object
 from mara.traces.replay import JobState, replay
-from mara.traces.report import write_trace_results
+from mara.traces.report import EarlierTrace, earlier_trace_results, write_trace_results
 from mara.traces.schema import (
     SHIPPED_SAMPLE,
     SIZE_CLASSES,
@@ -227,6 +229,33 @@ def trace_protocol(ts, trace, windows) -> dict:
     return protocol
 
 
+def method_settings(methods: list[tuple[str, DictConfig]]) -> dict:
+    """{method: the trace settings its rows depend on}: its ``trace_scheduler`` block as replayed."""
+    return {name: {"trace_scheduler": plain_config(spec)} for name, spec in methods}
+
+
+def resumes(cfg: DictConfig) -> bool:
+    """``eval.resume`` (default true): reuse a listed method's rows replayed in the folder with the same settings."""
+    return (cfg.get("eval") or {}).get("resume", True) is not False
+
+
+def reuse(name: str, earlier: EarlierTrace, rows: list, windows_info: list, timings: dict, cpu: dict, log) -> bool:
+    """Add to ``rows`` ... ``cpu`` what ``name`` left in the folder when it was replayed there with its present
+    settings on this protocol (then True: it is not replayed again), else False."""
+    done = earlier.kept.done.get(name)
+    if done is None:
+        return False
+    log(
+        f"{name}: replayed in this folder with these settings: its {len(done)} rows reused"
+        " (eval.resume=false replays it)"
+    )
+    rows.extend(done)
+    windows_info.extend(earlier.windows([name]))
+    timings[name] = earlier.part("timings", [name]).get(name, 0.0)
+    cpu.update(earlier.part("timings_cpu", [name]))
+    return True
+
+
 def run_trace(cfg: DictConfig, out: Path, log=print) -> dict:
     """The trace experiment: every method on every window; writes results.json / results.md / figure / TensorBoard."""
     ts, trace, methods, windows = check_trace_run(cfg)
@@ -235,8 +264,12 @@ def run_trace(cfg: DictConfig, out: Path, log=print) -> dict:
         f"cluster {ts.cluster.name} ({ts.cluster.gpus} GPUs), "
         f"{len(windows)} {ts.split} window(s), methods {', '.join(m for m, _ in methods)}"
     )
+    protocol, settings = trace_protocol(ts, trace, windows), method_settings(methods)
+    earlier = earlier_trace_results(out, protocol, settings, resumes(cfg))
     rows, timings, cpu_timings, windows_info, occupancy = [], {}, {}, [], {}
     for name, spec in methods:
+        if reuse(name, earlier, rows, windows_info, timings, cpu_timings, log):
+            continue
         timings[name] = cpu_timings[name] = 0.0
         if is_trace_bound(spec):
             timings[name], cpu_timings[name] = bound_windows(name, spec, trace, windows, ts, rows, windows_info, log)
@@ -256,11 +289,13 @@ def run_trace(cfg: DictConfig, out: Path, log=print) -> dict:
         rows,
         windows_info,
         occupancy,
-        trace_protocol(ts, trace, windows),
+        protocol,
         timings,
         out,
         tensorboard=bool((cfg.get("eval") or {}).get("tensorboard", True)),
         cpu_timings=cpu_timings,
+        method_settings=settings,
+        earlier=earlier,
     )
 
 

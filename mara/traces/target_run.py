@@ -24,16 +24,20 @@ import numpy as np
 from omegaconf import DictConfig
 
 from mara.core.config import ConfigError, load_method_cfg, plain_config
-from mara.curves.bank import default_bank_path, load_bank
+from mara.core.runlog import log as runlog
+from mara.curves.bank import default_bank_path, load_bank, stand_in_note
 from mara.predictors.factory import predictor_from
 from mara.traces.replay import NEVER, PENDING, RUNNING, JobState, replay
-from mara.traces.report import write_trace_results
+from mara.traces.report import earlier_trace_results, write_trace_results
 from mara.traces.run import (
     bound_windows,
     build_scheduler,
     check_trace_run,
     is_trace_bound,
     job_rows,
+    method_settings,
+    resumes,
+    reuse,
     trace_protocol,
     window_record,
 )
@@ -228,21 +232,60 @@ def replay_target_window(
     return jobs, scored, rep, secs, tl
 
 
+def target_method_settings(cfg: DictConfig, methods, counts: dict[str, str]) -> dict:
+    """{method: the settings its target-loss rows depend on}: its trace scheduler, the count it plans on and, for a
+    ``predicted`` count, the predictor, band and prior quantile."""
+    over = plain_config(cfg.get("method_overrides")) or {}
+    out = method_settings(methods)
+    for name, _ in methods:
+        out[name]["trace_count"] = counts[name]
+        if counts[name] == "predicted":
+            mc = load_method_cfg(name, over.get(name))
+            out[name]["predicted"] = {
+                "predictor": str(mc.trace_predictor),
+                "band": str(mc.trace_band),
+                "prior_quantile": float(mc.trace_prior_quantile),
+            }
+    return out
+
+
+def target_bank(log=print):
+    """The curve bank target-loss jobs draw their curves from; when the real (task-zoo) bank is absent and the
+    parametric one stands in, one line says so (stderr, and ``bank_note`` of the results): (bank, note or None)."""
+    bank = load_bank(default_bank_path())
+    note = stand_in_note(bank.path)
+    if note:
+        log(note)
+    return bank, note
+
+
 def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
     """Every method on target-loss jobs of every window; results as a trace run's, plus each job's counts."""
     ts, trace, methods, windows = check_trace_run(cfg)
     counts = check_target_loss_run(cfg, trace)
     seed, q = ts.target_seed, float((plain_config(cfg.get("trace")) or {}).get("declare_quantile", 0.9))
     every_s = float((plain_config(cfg.get("trace")) or {}).get("estimate_every_s", 0))
-    bank = load_bank(default_bank_path())
+    bank, note = target_bank(runlog.warning)
     log(
         f"target-loss jobs of {ts.path}: cluster {ts.cluster.name}, {len(windows)} {ts.split} window(s), methods "
         + ", ".join(f"{m} ({counts[m]} count)" for m, _ in methods)
     )
+    protocol = {
+        **trace_protocol(ts, trace, windows),
+        "jobs": "target_loss",
+        "target_seed": seed,
+        "declare_quantile": q,
+        "bank": str(bank.path),
+        **({"bank_note": note} if note else {}),
+        "estimate_every_s": every_s,
+    }
+    settings = target_method_settings(cfg, methods, counts)
+    earlier = earlier_trace_results(out, protocol, settings, resumes(cfg))
     rows, timings, windows_info, occupancy = [], {}, [], {}
     over = plain_config(cfg.get("method_overrides")) or {}
-    planned_on = {}
     for name, spec in methods:
+        if reuse(name, earlier, rows, windows_info, timings, {}, log):
+            continue
         timings[name] = 0.0
         if is_trace_bound(spec):  # target-loss jobs' true counts are the trace's: the same bound
             timings[name] = bound_windows(name, spec, trace, windows, ts, rows, windows_info, log)[0]
@@ -250,25 +293,12 @@ def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
         mc, predictor = load_method_cfg(name, over.get(name)), None
         if counts[name] == "predicted":
             predictor = predictor_from(str(mc.trace_predictor), bank.path)
-            planned_on[name] = {
-                "predictor": str(mc.trace_predictor),
-                "band": str(mc.trace_band),
-                "prior_quantile": float(mc.trace_prior_quantile),
-            }
         for w in windows:
             jobs, scored, rep, secs, tl = replay_target_window(
                 trace, w, ts, spec, counts[name], bank, seed, q, mc, predictor, every_s
             )
             timings[name] += secs
-            new = job_rows(name, w, jobs, scored, rep)
-            for r, j in zip(new, np.flatnonzero(scored)):
-                r.update(
-                    true_iterations=float(tl.true[j]),
-                    declared_iterations=float(tl.declared[j]),
-                    target_loss=float(tl.target[j]),
-                    family=str(tl.family[j]),
-                )
-            rows.extend(new)
+            rows.extend(target_rows(name, w, jobs, scored, rep, tl))
             windows_info.append(window_record(name, w.index, jobs, scored, rep, secs, ts.cluster.gpus))
             if w is windows[0]:
                 occupancy[name] = (rep.occupancy_t - rep.occupancy_t[0], rep.occupancy)
@@ -277,16 +307,6 @@ def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
                 f"{name} window {w.index}: met {rep.met[scored].mean():.3f} of {int(scored.sum())} jobs in {secs:.1f} s"
                 f" (declared count short of the true one: {short:.3f} of jobs)"
             )
-    protocol = {
-        **trace_protocol(ts, trace, windows),
-        "jobs": "target_loss",
-        "target_seed": seed,
-        "declare_quantile": q,
-        "bank": str(bank.path),
-        "counts": counts,
-        "estimate_every_s": every_s,
-        "predicted": planned_on,
-    }
     return write_trace_results(
         rows,
         windows_info,
@@ -295,7 +315,22 @@ def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
         timings,
         out,
         tensorboard=bool((cfg.get("eval") or {}).get("tensorboard", True)),
+        method_settings=settings,
+        earlier=earlier,
     )
+
+
+def target_rows(name: str, w, jobs, scored, rep, tl) -> list[dict]:
+    """A trace run's job rows of one window, each with its job's true and declared counts, target and family."""
+    new = job_rows(name, w, jobs, scored, rep)
+    for r, j in zip(new, np.flatnonzero(scored)):
+        r.update(
+            true_iterations=float(tl.true[j]),
+            declared_iterations=float(tl.declared[j]),
+            target_loss=float(tl.target[j]),
+            family=str(tl.family[j]),
+        )
+    return new
 
 
 def next_target_event(s: JobState, run: np.ndarray, now: float, nxt: float | None) -> float | None:
