@@ -88,6 +88,7 @@ def free_port() -> int:
     [
         ("unreachable", "no Ray cluster answers at 127.0.0.1:"),
         ("gpus", "live.ray.gpus_per_job=1: up to sim.max_active=4 admitted jobs"),
+        ("job file gpus", "live.ray.gpus_per_job=1: up to sim.max_active=4 admitted jobs"),
         ("not installed", 'needs Ray, which is not installed: pip install -e ".[cluster]"'),
     ],
 )
@@ -99,8 +100,9 @@ def test_bad_ray_settings_are_refused_by_the_entry_in_one_line_before_any_job(
     args = ["live.workers=ray"]
     if case == "unreachable":
         args.append(f"live.ray.address=127.0.0.1:{free_port()}")
-    elif case == "gpus":  # a local cluster declaring 1 GPU for up to 4 admitted jobs of 1 GPU each
+    elif case.endswith("gpus"):  # a local cluster declaring 1 GPU for up to 4 admitted jobs of 1 GPU each
         args += ["live.ray.num_gpus=1", "live.ray.gpus_per_job=1", "live.ray.cpus_per_job=0.1"]
+        args += [f"jobs={REPO / 'examples' / 'jobs.yaml'}"] if case.startswith("job file") else []
     else:
         monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails, as where Ray is not installed
     t0 = time.perf_counter()

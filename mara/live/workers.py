@@ -366,12 +366,12 @@ def check_ray_cluster(
             raise ConfigError(f"live.ray.{knob} must be >= 0, got {v}")
     if ray.is_initialized():
         totals, nodes = _declared(ray)
-        where, more = "the running Ray cluster", "declare more when starting it"
+        where, more = "the running Ray cluster", "declare more {} when starting it"
     elif not address:
         cpus = float(num_cpus) if num_cpus is not None else float(len(os.sched_getaffinity(0)))
         gpus = float(num_gpus) if num_gpus is not None else float(_local_gpus())
         totals, nodes = {"CPU": cpus, "GPU": gpus}, [{"CPU": cpus, "GPU": gpus}]
-        where, more = "the local Ray cluster", "declare more with live.ray.num_cpus / live.ray.num_gpus"
+        where, more = "the local Ray cluster", "declare more with live.ray.num_{}"
     else:
         if num_cpus is not None or num_gpus is not None:
             raise ConfigError(
@@ -395,7 +395,7 @@ def check_ray_cluster(
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ConfigError(f"live.ray.address={address}: Ray could not join the cluster: {first}") from None
         totals, nodes = _declared(ray)
-        where, more = f"the Ray cluster at {address}", "declare more with ray start --num-cpus / --num-gpus"
+        where, more = f"the Ray cluster at {address}", "declare more with ray start --num-{}"
     for res, per, knob in (("CPU", float(cpus_per_job), "cpus_per_job"), ("GPU", float(gpus_per_job), "gpus_per_job")):
         if per <= 0:
             continue
@@ -404,7 +404,7 @@ def check_ray_cluster(
             raise ConfigError(
                 f"live.ray.{knob}={per:g}: up to sim.max_active={max_active} admitted jobs hold a Ray actor each (a "
                 f"paused job keeps its reservation), but {where} declares {float(totals.get(res, 0.0)):g} {res}s "
-                f"(room for {fits}): lower live.ray.{knob} or sim.max_active, or {more}"
+                f"(room for {fits}): lower live.ray.{knob} or sim.max_active, or {more.format(res.lower() + 's')}"
             )
     return {"CPU": float(totals.get("CPU", 0.0)), "GPU": float(totals.get("GPU", 0.0))}
 
