@@ -489,10 +489,15 @@ class RayPool:
         return out
 
     def _died(self, j: int, exc: Exception) -> WorkerDied:
-        """The job's actor is gone: write its last checkpoint (if any) and say where it is."""
-        self.actors.pop(j, None)
+        """The job's actor is gone, or its job raised (the actor is then stopped, its reservation freed): write the
+        job's last checkpoint (if any) and say where it is."""
+        actor = self.actors.pop(j, None)
         kept = self.checkpoints.pop(j, None)
         msg = f"Ray actor of job {j} died ({exc.__class__.__name__})"
+        if isinstance(exc, self.ray.exceptions.RayTaskError) and actor is not None:
+            self.ray.kill(actor)
+            cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+            msg = f"job {j} raised in its Ray actor: {cause.__class__.__name__}: {str(cause).strip()[:200]}"
         if kept is None:
             return WorkerDied(f"{msg}; no checkpoint yet (one every {self.every} batches)")
         path = Path(f"{self.prefix}-job{j:03d}.ckpt")
