@@ -124,8 +124,9 @@ class LiveCurveSource:
                 (self.timeline if n_sim[j] > 0 else self.setup_timeline).append((t, m, j))
                 continue
             # the worker died (or a loss is not finite): the job fails now, nothing else is touched
-            if isinstance(res, WorkerDied):
-                self.worker_failures.append({"job": j, "step": t, "error": str(res)})
+            if isinstance(res, WorkerDied):  # with where its last checkpoint survives, if the pool keeps one
+                kept = {"checkpoint": res.checkpoint} if res.checkpoint else {}
+                self.worker_failures.append({"job": j, "step": t, "error": str(res), **kept})
             elif res is not None:
                 self.worker_failures.append({"job": j, "step": t, "error": f"non-finite loss {list(res.losses)}"})
                 self.pool.stop(j)

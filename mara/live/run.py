@@ -26,7 +26,7 @@ from mara.live.episode import live_tasks, scaled_family_params
 from mara.live.jobs import run_jobs
 from mara.live.progress import say_worker_failures, step_reporter, tensorboard_writer
 from mara.live.report import say, write_report
-from mara.live.workers import make_pool, pool_options, preload_datasets
+from mara.live.workers import check_ray_cluster, make_pool, pool_options, preload_datasets
 from mara.predictors.factory import predictor_from
 from mara.preflight import preflight
 
@@ -193,6 +193,11 @@ def export_bank(cfg: DictConfig, bank, out: Path) -> Path:
 def _before_any_work(cfg: DictConfig) -> None:
     validate(cfg)
     preflight(cfg, "live")
+    if cfg.live.workers == "ray":  # reachable, with the resources the jobs reserve (joins the cluster for the run)
+        r = cfg.live.ray
+        check_ray_cluster(
+            r.address, r.cpus_per_job, r.gpus_per_job, int(cfg.sim.max_active), r.get("num_cpus"), r.get("num_gpus")
+        )
 
 
 @run_folder(check=_before_any_work)  # one live run per folder
