@@ -21,6 +21,7 @@ from mara.core.config import (
     check_method_cfg,
     is_learned,
     load_method_cfg,
+    plain_config,
     shipped_policy_checkpoints,
     with_shipped_policies,
 )
@@ -32,23 +33,42 @@ from mara.eval.prediction_cli import run_prediction
 from mara.eval.runner import build_episodes, evaluate_methods
 from mara.eval.settings import EvaluationSettings, bank_at, from_cfg
 from mara.mat.allocator import read_policy_meta
-from mara.preflight import preflight
+from mara.preflight import check_writable, preflight
+from mara.preflight.common import run_folder as run_folder_of
+from mara.preflight.traces import check_trace_run
 from mara.report.results import build_results, write_results
-from mara.traces.experiment import check_trace_experiment, run_trace_experiment
+from mara.traces.experiment import run_trace_experiment
+from mara.traces.settings import TraceRunSettings, trace_run_settings
 
 
 def _before_any_work(cfg: DictConfig) -> None:
-    if cfg.get("experiment_kind") == "paper":
+    kind = cfg.get("experiment_kind")
+    if kind == "paper":
         raise ConfigError(
             "experiment=paper trains as well as evaluates: run it as python -m mara.train experiment=paper"
         )
-    if cfg.get("experiment_kind") == "trace":  # job traces: the trace file, cluster, windows and schedulers
-        check_trace_experiment(cfg)
+    if kind == "trace_policy":
+        raise ConfigError(
+            "experiment=trace_mara trains MARA's trace policy: run it as python -m mara.train experiment=trace_mara"
+        )
+    if kind == "trace":  # job traces: the trace file, cluster, windows, schedulers and their checkpoints
+        check_trace_run(trace_run_settings_of(cfg))
+        folder, where = run_folder_of(cfg)
+        if folder is not None:
+            check_writable(folder, where)
         return
     for m in cfg.get("methods") or ():
         if isinstance(m, str) and m in method_files() and load_method_cfg(m).get("trace_only"):
             raise ConfigError(f"method {m!r} schedules job traces only: run it with experiment=trace (docs/traces.md)")
     preflight(cfg, "evaluate")
+
+
+def trace_run_settings_of(cfg: DictConfig) -> TraceRunSettings:
+    """The one reading of a trace run's config: the settings it uses, as plain data, typed and checked."""
+    return trace_run_settings(
+        {k: plain_config(cfg.get(k)) for k in ("trace", "methods", "method_overrides")}
+        | {"eval": {"tensorboard": (cfg.get("eval") or {}).get("tensorboard", True)}}
+    )
 
 
 @run_folder(check=_before_any_work)  # one live run per folder; fresh=true sets the folder's earlier results aside
@@ -64,7 +84,7 @@ def evaluate(cfg: DictConfig) -> dict:
     setup_logging()
     out = output_dir(cfg)
     if cfg.get("experiment_kind") == "trace":
-        res = run_trace_experiment(cfg, out, log=log.info)
+        res = run_trace_experiment(trace_run_settings_of(cfg), out, log=log.info)
         print(Path(res["paths"]["md"]).read_text())
         log.info(f"wrote {res['paths']['json']} and {res['paths']['md']}")
         return res

@@ -59,8 +59,7 @@ def run_dir(out: Path, cluster: str, k: int, name: str) -> Path:
 
 
 def run(out: Path, cluster: str, k: int, methods: list, band: str | None = None) -> Path:
-    from omegaconf import OmegaConf
-
+    from mara.traces.settings import trace_run_settings
     from mara.traces.target_run import run_target_loss
 
     name = ",".join(methods) + (f"_band-{band}" if band else "")
@@ -68,7 +67,7 @@ def run(out: Path, cluster: str, k: int, methods: list, band: str | None = None)
     if (d / "results.json").exists():
         return d
     over = {"Slack-QR-q": {"trace_band": band}} if band else {}
-    cfg = OmegaConf.create(
+    run_settings = trace_run_settings(
         {
             "methods": methods,
             "method_overrides": over,
@@ -82,7 +81,7 @@ def run(out: Path, cluster: str, k: int, methods: list, band: str | None = None)
         }
     )
     d.mkdir(parents=True, exist_ok=True)
-    run_target_loss(cfg, d, log=lambda s: print(f"[{cluster} c{k}] {s}", flush=True))
+    run_target_loss(run_settings, d, log=lambda s: print(f"[{cluster} c{k}] {s}", flush=True))
     return d
 
 

@@ -94,6 +94,11 @@ class Trace:
 _ARRAYS = ("job_id", "submit", "duration", "num_gpu", "iterations", "model", "deadline", "batch_size")
 
 
+#: the largest value a trace's integer column may hold (seconds, GPUs, iterations; far beyond any real trace, and
+#: safe from overflow in the simulator's int64 arithmetic)
+INT_MAX = 2**62
+
+
 def _int_column(rows, col: str, where: str, first_row: int = 2) -> np.ndarray:
     out = np.empty(len(rows), dtype=np.int64)
     for i, r in enumerate(rows):
@@ -104,8 +109,30 @@ def _int_column(rows, col: str, where: str, first_row: int = 2) -> np.ndarray:
             raise TraceError(f"{where}: row {i + first_row}, column {col}: not a number ({v!r})") from None
         if not np.isfinite(x) or x < 0 or x != int(x):
             raise TraceError(f"{where}: row {i + first_row}, column {col}: must be a non-negative integer, got {v!r}")
+        if x > INT_MAX:
+            raise TraceError(f"{where}: row {i + first_row}, column {col}: {v[:30]} is beyond 2^62")
         out[i] = int(x)
     return out
+
+
+def _read_csv(p: Path, where: str) -> tuple[list[str], list[dict]]:
+    """(header with the ITP names, rows) of a CSV file: one TraceError line for bytes that are not UTF-8, a field
+    longer than the CSV reader takes, or a column named twice."""
+    with open(p, newline="", encoding="utf-8-sig") as fh:
+        reader = csv.DictReader(fh)
+        try:
+            header = [ALIASES.get(h.strip(), h.strip()) for h in (reader.fieldnames or [])]
+            if len(set(header)) < len(header):
+                raise TraceError(f"{where}: a column is named twice (or under both its name and its alias): {header}")
+            reader.fieldnames = header
+            rows = list(reader)
+        except UnicodeDecodeError as exc:
+            raise TraceError(
+                f"{where}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})"
+            ) from None
+        except csv.Error as exc:
+            raise TraceError(f"{where}: line {reader.line_num}: not a readable CSV row ({exc})") from None
+    return header, rows
 
 
 def load_trace(path, cluster: Cluster | None = None, deadline_factor: float = 1.5, known_models=None) -> Trace:
@@ -114,13 +141,7 @@ def load_trace(path, cluster: Cluster | None = None, deadline_factor: float = 1.
     where = str(p)
     if not p.is_file():
         raise TraceError(f"trace.path={where}: no such file")
-    with open(p, newline="") as fh:
-        reader = csv.DictReader(fh)
-        header = [ALIASES.get(h.strip(), h.strip()) for h in (reader.fieldnames or [])]
-        if len(set(header)) < len(header):
-            raise TraceError(f"{where}: a column is named twice (or under both its name and its alias): {header}")
-        reader.fieldnames = header
-        rows = list(reader)
+    header, rows = _read_csv(p, where)
     if not header:
         raise TraceError(f"{where}: empty file (expected a header {','.join(RAW_COLUMNS)} and one row per job)")
     missing = [c for c in RAW_COLUMNS if c not in header]
@@ -161,6 +182,13 @@ def load_trace(path, cluster: Cluster | None = None, deadline_factor: float = 1.
         deadline = _int_column(rows, "deadline", where)
         batch = _int_column(rows, "batch_size", where)
         model = np.array([(r.get("model_name") or "").strip() for r in rows], dtype=object)
+        early = np.flatnonzero(deadline < submit)
+        if early.size:
+            i = int(early[0])
+            raise TraceError(
+                f"{where}: row {i + 2}, column deadline: job {job_id[i]} is due at {deadline[i]}, before it is "
+                f"submitted ({submit[i]})"
+            )
         zero = np.flatnonzero(iterations < 1)
         if zero.size:
             raise TraceError(f"{where}: row {zero[0] + 2}, column num_iteration: a job needs at least 1 iteration")
