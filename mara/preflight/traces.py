@@ -25,7 +25,7 @@ from mara.preflight.methods import _check_allocator_keys
 from mara.traces.experiment import check_job_kind
 from mara.traces.policy import SHIPPED_TRACE_POLICY, PriorityNet
 from mara.traces.run import build_scheduler, trace_windows
-from mara.traces.schema import Cluster, Trace, Window, load_trace, parse_cluster
+from mara.traces.schema import SHIPPED_SAMPLE, Cluster, Trace, Window, load_trace, parse_cluster
 from mara.traces.settings import TraceMethod, TraceRunSettings, trace_method_list
 from mara.traces.target_run import check_target_loss_run
 from mara.traces.throughput import known_models
@@ -117,9 +117,13 @@ def check_bench_traces(traces, methods, sweep) -> None:
     """``mara.bench --traces``: every trace read and checked on its cluster, every method a trace scheduler built
     from its settings, every cluster size of the sweep a positive number of nodes."""
     listed = trace_method_list(list(methods), {})
-    for n in sweep:
+    for n in sweep:  # the sweep replays the shipped sample's first jobs on n nodes of 8 GPUs
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 4096:
             raise ConfigError(f"--trace-sweep: a cluster size is a number of 8-GPU nodes in [1, 4096], got {n!r}")
+        try:
+            load_trace(SHIPPED_SAMPLE, parse_cluster(f"n{n}g8"), known_models=known_models())
+        except ConfigError as exc:
+            raise ConfigError(f"--trace-sweep {n}: {_first_line(exc)}") from None
     for path, cluster in traces:
         cl = parse_cluster(cluster)
         load_trace(path, cl, known_models=known_models())
