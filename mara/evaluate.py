@@ -25,7 +25,7 @@ from mara.core.config import (
     shipped_policy_checkpoints,
     with_shipped_policies,
 )
-from mara.core.registry import method_files
+from mara.core.registry import method, method_files
 from mara.core.rundir import checkpoint_digests, earlier_results, run_folder
 from mara.core.runlog import Progress, log, setup_logging
 from mara.eval.lofo import run_lofo_experiment
@@ -58,7 +58,7 @@ def _before_any_work(cfg: DictConfig) -> None:
             check_writable(folder, where)
         return
     for m in cfg.get("methods") or ():
-        if isinstance(m, str) and m in method_files() and load_method_cfg(m).get("trace_only"):
+        if isinstance(m, str) and m in method_files() and method(m).trace.only:
             raise ConfigError(f"method {m!r} schedules job traces only: run it with experiment=trace (docs/traces.md)")
     preflight(cfg, "evaluate")
 

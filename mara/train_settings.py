@@ -159,7 +159,7 @@ def parse(cfg: DictConfig) -> TrainSettings:
     methods = tuple(cfg.get("methods") or ())
     evaluates = stage in ("all", "evaluate") and cfg.get("experiment_kind") != "paper"
     for m in methods:
-        if load_method_cfg(m).get("trace_only") and evaluates:
+        if m in registry.method_files() and registry.method(m).trace.only and evaluates:
             raise ConfigError(
                 f"method {m!r} schedules job traces only: run it with python -m mara.evaluate "
                 "experiment=trace (docs/traces.md)"
@@ -357,7 +357,12 @@ def trace_window_spec(spec, where: str) -> TraceWindowSpec:
             f"{number['days']:g}, {number['warmup_days']:g}, {count}"
         )
     out = TraceWindowSpec(path=str(spec["path"]), cluster=str(spec["cluster"]), count=count, split=split, **number)
-    trace_windows(out, where)  # a missing trace or a spec no window fits stops here
+    path, (trace, _), _ = trace_windows(out, where)  # a missing trace or a spec no window fits stops here
+    if trace.schema != "elasticflow":  # the policy trains on target-loss jobs: each needs a model and its iterations
+        raise ConfigError(
+            f"trace_mara.{where}: {path} is in the {trace.schema} schema; the trace policy trains on target-loss "
+            f"jobs, which need the elasticflow schema (model_name, num_iteration)"
+        )
     return out
 
 

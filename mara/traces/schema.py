@@ -131,7 +131,7 @@ def _read_csv(p: Path, where: str) -> tuple[list[str], list[dict]]:
                 f"{where}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})"
             ) from None
         except csv.Error as exc:
-            raise TraceError(f"{where}: line {reader.line_num}: not a readable CSV row ({exc})") from None
+            raise TraceError(f"{where}: line {reader.line_num + 1}: not a readable CSV row ({exc})") from None
     return header, rows
 
 
