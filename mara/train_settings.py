@@ -45,6 +45,7 @@ from mara.predictors.factory import predictor_config, trained_predictor_mismatch
 from mara.predictors.fit_settings import FlowFitSettings, PredictorTraining
 from mara.sim.env import check_node_options
 from mara.sim.settings import SimSettings
+from mara.traces.schema import SCHEMAS
 from mara.traces.target_run import BANDS
 
 STAGES = ("all", "predictor", "policy", "evaluate")
@@ -358,7 +359,9 @@ def trace_window_spec(spec, where: str) -> TraceWindowSpec:
         )
     out = TraceWindowSpec(path=str(spec["path"]), cluster=str(spec["cluster"]), count=count, split=split, **number)
     path, (trace, _), _ = trace_windows(out, where)  # a missing trace or a spec no window fits stops here
-    if trace.schema != "elasticflow":  # the policy trains on target-loss jobs: each needs a model and its iterations
+    if not SCHEMAS[
+        trace.schema
+    ].per_model:  # the policy trains on target-loss jobs: each needs a model and its iterations
         raise ConfigError(
             f"trace_mara.{where}: {path} is in the {trace.schema} schema; the trace policy trains on target-loss "
             f"jobs, which need the elasticflow schema (model_name, num_iteration)"

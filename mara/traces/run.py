@@ -17,6 +17,7 @@ import numpy as np
 from mara.traces.replay import JobState, replay
 from mara.traces.report import write_trace_results
 from mara.traces.schema import (
+    SCHEMAS,
     SIZE_CLASSES,
     Trace,
     TraceError,
@@ -116,7 +117,7 @@ def trace_protocol(ts, trace, windows) -> dict:
         "rigid": ts.rigid,
         "overhead": ts.overhead,
     }
-    if trace.schema == "raw":
+    if not SCHEMAS[trace.schema].deadlines:
         protocol["deadline_factor"] = ts.deadline_factor
     return protocol
 

@@ -29,7 +29,7 @@ from mara.predictors.factory import predictor_from
 from mara.traces.replay import NEVER, PENDING, RUNNING, JobState, replay
 from mara.traces.report import write_trace_results
 from mara.traces.run import build_scheduler, job_rows, trace_protocol, trace_windows, window_record
-from mara.traces.schema import SIZE_CLASSES, size_class, window_jobs
+from mara.traces.schema import SCHEMAS, SIZE_CLASSES, size_class, window_jobs
 from mara.traces.settings import TraceRunSettings
 from mara.traces.target_loss import MODEL_FAMILY, declared_batches, target_loss_jobs
 from mara.traces.throughput import LEVELS, job_speeds
@@ -41,7 +41,7 @@ BANDS = {b: i for i, b in enumerate(TRACE_BANDS)}  # column of the predictor's (
 def check_target_loss_run(run: TraceRunSettings, trace) -> dict[str, str]:
     """What a target-loss run needs beyond a trace run's checks: an elasticflow-schema trace with mapped models, and
     a method that says which count it plans on (``trace_count``); returns ``{method: trace_count}``."""
-    if trace.schema != "elasticflow":
+    if not SCHEMAS[trace.schema].per_model:
         raise ConfigError(
             f"trace.jobs=target_loss needs the elasticflow schema (model, num_iteration): {trace.path} "
             f"is {trace.schema}"
