@@ -4,8 +4,7 @@ at run time (``mara.eval.runner``) and in live mode."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from omegaconf import DictConfig
+from typing import Mapping
 
 from mara.core.config import (
     ConfigError,
@@ -61,7 +60,7 @@ def _get(sim, key: str):
     return sim[key] if hasattr(sim, "keys") else getattr(sim, key)
 
 
-def check_policy_fit(mcfg: DictConfig, policies, sim=None) -> None:
+def check_policy_fit(mcfg: Mapping, policies, sim=None) -> None:
     """The one check that a learned method's policies fit the run, before any work, at run time and in live mode:
     never the privileged predictor; trained with the method's predictor (its tokens are that predictor's estimates
     and band); for the run's M nodes and K slots (its nets' sizes). One-line ConfigError naming what fits."""

@@ -12,7 +12,6 @@ import time
 from typing import Mapping
 
 import numpy as np
-from omegaconf import DictConfig
 
 from mara.bounds.episodes import chosen_tasks, clairvoyant_results
 from mara.core.config import (
@@ -161,7 +160,7 @@ def run_policy(allocator, ep: EpisodeBatch, bank: CurveBank, sim: SimSettings, p
     return env.metrics()
 
 
-def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: SimSettings, progress=None) -> tuple[dict, dict]:
+def run_bound(name: str, mcfg: Mapping, ep: EpisodeBatch, sim: SimSettings, progress=None) -> tuple[dict, dict]:
     """Per-episode successes of a bound, by the function its config names (``compute``); returns (metrics, extra
     row fields). ``progress(fraction)`` per episode."""
     if not mcfg.get("compute"):
@@ -184,7 +183,7 @@ def method_outcome_note(exc: BaseException) -> tuple[str, str]:
 
 def evaluate_one(
     name: str,
-    mcfg: DictConfig,
+    mcfg: Mapping,
     ep: EpisodeBatch,
     bank: CurveBank,
     sim: SimSettings,
