@@ -1,5 +1,6 @@
 """Every mistake on the trace paths stops before any work: the trace replay (``mara.evaluate experiment=trace``), the
-trace policy's training (``mara.train experiment=trace_mara``) and ``mara.bench --traces`` each give exactly one line
+trace policy's training (``mara.train experiment=trace_mara``), ``mara.bench --traces`` (and live mode's typed
+settings) each give exactly one line
 on stderr naming the setting, file, row or column, and exit status 2; no replay or training starts (the functions
 that start it are replaced by ones that fail the case if reached) and the run folder holds no results.
 
@@ -19,6 +20,8 @@ from hydra.core.global_hydra import GlobalHydra
 
 import mara.bench.__main__ as bench
 import mara.evaluate
+import mara.live.__main__
+import mara.live.run
 import mara.train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,6 +107,9 @@ CASES = [
     ("evaluate", [*TRACE, "trace.path={big}"], "row 3, column submission_time: 99999999999999999999999 is beyond 2^62"),
     ("evaluate", [*TRACE, "trace.path={long}"], "long.csv: line 3: not a readable CSV row"),
     ("evaluate", [*TRACE, "trace.path={latin1}"], "latin1.csv: not UTF-8 text"),
+    # live mode's settings are typed the same way
+    ("live", ["live.replay=no"], "live.replay must be true or false, got 'no'"),
+    ("live", ["live.tensorboard=off"], "live.tensorboard must be true or false, got 'off'"),
     # the trace policy's training: a raw-schema window has no target-loss jobs
     (
         "train",
@@ -126,6 +132,7 @@ def _refuse_work(monkeypatch) -> None:
     monkeypatch.setattr(mara.evaluate, "run_trace_experiment", started)
     monkeypatch.setattr(mara.train, "train_trace_policy", started)
     monkeypatch.setattr(bench, "trace_rows", started)
+    monkeypatch.setattr(mara.live.run, "run_live_methods", started)
 
 
 @pytest.mark.parametrize("entry,args,needle", CASES, ids=[f"{e}:{' '.join(a[1:])[:70]}" for e, a, _ in CASES])
@@ -140,7 +147,7 @@ def test_bad_trace_input_is_one_line_and_exit_2_before_any_work(
     monkeypatch.chdir(tmp_path)  # a payload that ran would leave PWNED here
     GlobalHydra.instance().clear()
     with pytest.raises(SystemExit) as exc:
-        {"evaluate": mara.evaluate.main, "train": mara.train.main}[entry]()
+        {"evaluate": mara.evaluate.main, "train": mara.train.main, "live": mara.live.__main__.main}[entry]()
     GlobalHydra.instance().clear()
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert exc.value.code == 2, err
