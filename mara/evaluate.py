@@ -21,10 +21,11 @@ from mara.core.config import (
     check_method_cfg,
     is_learned,
     load_method_cfg,
+    plain_config,
     shipped_policy_checkpoints,
     with_shipped_policies,
 )
-from mara.core.registry import method_files
+from mara.core.registry import method, method_files
 from mara.core.rundir import checkpoint_digests, earlier_results, folder_of, refuse_other_results, run_folder
 from mara.core.runlog import Progress, log, setup_logging
 from mara.eval.lofo import run_lofo_experiment
@@ -32,27 +33,34 @@ from mara.eval.prediction_cli import run_prediction
 from mara.eval.runner import build_episodes, evaluate_methods
 from mara.eval.settings import EvaluationSettings, bank_at, from_cfg
 from mara.mat.allocator import read_policy_meta
-from mara.preflight import preflight
+from mara.preflight import check_writable, preflight
+from mara.preflight.common import run_folder as run_folder_of
+from mara.preflight.traces import check_trace_run
 from mara.report.results import build_results, write_results
-from mara.traces.experiment import check_trace_experiment, run_trace_experiment
+from mara.traces.experiment import run_trace_experiment
+from mara.traces.settings import TraceRunSettings, trace_run_settings
 
 
 def _before_any_work(cfg: DictConfig) -> None:
-    if cfg.get("experiment_kind") == "paper":
+    kind = cfg.get("experiment_kind")
+    if kind == "paper":
         raise ConfigError(
             "experiment=paper trains as well as evaluates: run it as python -m mara.train experiment=paper"
         )
-    if cfg.get("experiment_kind") == "trace_policy":  # nothing to evaluate: the experiment trains a policy
+    if kind == "trace_policy":  # nothing to evaluate: the experiment trains a policy
         raise ConfigError(
             "experiment=trace_mara trains MARA's trace policy: run it as python -m mara.train experiment=trace_mara "
             "(its replay: python -m mara.evaluate experiment=trace trace.jobs=target_loss)"
         )
     _own_results_folder(cfg)
-    if cfg.get("experiment_kind") == "trace":  # job traces: the trace file, cluster, windows and schedulers
-        check_trace_experiment(cfg)
+    if kind == "trace":  # job traces: the trace file, cluster, windows, schedulers and their checkpoints
+        check_trace_run(trace_run_settings_of(cfg))
+        folder, where = run_folder_of(cfg)
+        if folder is not None:
+            check_writable(folder, where)
         return
     for m in cfg.get("methods") or ():
-        if isinstance(m, str) and m in method_files() and load_method_cfg(m).get("trace_only"):
+        if isinstance(m, str) and m in method_files() and method(m).trace.only:
             raise ConfigError(f"method {m!r} schedules job traces only: run it with experiment=trace (docs/traces.md)")
     preflight(cfg, "evaluate")
 
@@ -62,6 +70,14 @@ def _own_results_folder(cfg: DictConfig) -> None:
     reverse) is refused before any work: neither kind writes over the other's rows (``fresh=true`` sets them aside)."""
     if not cfg.get("fresh", False):
         refuse_other_results(folder_of(cfg), "trace" if cfg.get("experiment_kind") == "trace" else "evaluation")
+
+
+def trace_run_settings_of(cfg: DictConfig) -> TraceRunSettings:
+    """The one reading of a trace run's config: the settings it uses, as plain data, typed and checked."""
+    return trace_run_settings(
+        {k: plain_config(cfg.get(k)) for k in ("trace", "methods", "method_overrides")}
+        | {"eval": {k: (cfg.get("eval") or {}).get(k, True) for k in ("tensorboard", "resume")}}
+    )
 
 
 @run_folder(check=_before_any_work)  # one live run per folder; fresh=true sets the folder's earlier results aside
@@ -77,7 +93,7 @@ def evaluate(cfg: DictConfig) -> dict:
     setup_logging()
     out = output_dir(cfg)
     if cfg.get("experiment_kind") == "trace":
-        res = run_trace_experiment(cfg, out, log=log.info)
+        res = run_trace_experiment(trace_run_settings_of(cfg), out, log=log.info)
         print(Path(res["paths"]["md"]).read_text())
         log.info(f"wrote {res['paths']['json']} and {res['paths']['md']}")
         return res

@@ -15,6 +15,7 @@ from mara.core.config import ConfigError, plain_config
 from mara.eval.settings import check_number
 from mara.mat.trace_settings import TRACE_PREDICTORS, WARMUP_DAYS, TracePolicySettings, TraceWindowSpec
 from mara.mat.trace_train import trace_windows
+from mara.traces.schema import SCHEMAS
 from mara.traces.target_run import BANDS
 
 #: the trace policy's settings that count something, required (``>= 0``) and those with a default (``>= 1``)
@@ -92,5 +93,10 @@ def trace_window_spec(spec, where: str) -> TraceWindowSpec:
             f"{number['days']:g}, {number['warmup_days']:g}, {count}"
         )
     out = TraceWindowSpec(path=str(spec["path"]), cluster=str(spec["cluster"]), count=count, split=split, **number)
-    trace_windows(out, where)  # a missing trace or a spec no window fits stops here
+    path, (trace, _), _ = trace_windows(out, where)  # a missing trace or a spec no window fits stops here
+    if not SCHEMAS[trace.schema].per_model:  # the policy trains on target-loss jobs: each needs a model and iterations
+        raise ConfigError(
+            f"trace_mara.{where}: {path} is in the {trace.schema} schema; the trace policy trains on target-loss "
+            f"jobs, which need the elasticflow schema (model_name, num_iteration)"
+        )
     return out

@@ -169,7 +169,7 @@ def parse(cfg: DictConfig) -> TrainSettings:
     methods = tuple(cfg.get("methods") or ())
     evaluates = stage in ("all", "evaluate") and cfg.get("experiment_kind") != "paper"
     for m in methods:
-        if load_method_cfg(m).get("trace_only") and evaluates:
+        if m in registry.method_files() and registry.method(m).trace.only and evaluates:
             raise ConfigError(
                 f"method {m!r} schedules job traces only: run it with python -m mara.evaluate "
                 "experiment=trace (docs/traces.md)"

@@ -18,7 +18,8 @@ import time
 import numpy as np
 
 from mara.bench.traces import replay_setup
-from mara.core.config import ConfigError, load_method_cfg
+from mara.core.config import ConfigError
+from mara.core.registry import method as registered
 from mara.traces.replay import replay
 from mara.traces.run import size_class
 from mara.traces.schema import SIZE_CLASSES, load_trace, parse_cluster
@@ -47,7 +48,7 @@ def main() -> None:
         tr = load_trace(a.trace, cl, known_models=known_models())
         if a.first:
             tr = tr.take(slice(0, a.first))
-        specs = {m: load_method_cfg(m).trace_scheduler for m in a.method}
+        specs = {m: registered(m).trace.scheduler for m in a.method}
     except (ConfigError, OSError) as exc:
         print(f"trace_replay_fingerprint: {exc}", file=sys.stderr)
         sys.exit(2)

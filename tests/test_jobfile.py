@@ -140,8 +140,15 @@ def test_cli_bad_inputs_exit_2_with_one_line(tmp_path):
 
 
 def test_method_auto_refuses_mara_where_its_policy_does_not_fit():
-    assert choose_methods({"jobs_methods": "auto"}, {"nodes": 2, "max_active": 4}) == (["MARA"], None)
-    methods, note = choose_methods({"jobs_methods": "auto"}, {"nodes": 3, "max_active": 5})
+    from hydra import compose, initialize_config_dir
+
+    from mara.core.config import CONF_DIR
+    from mara.live.run import settings_of
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        run = settings_of(compose("live", overrides=["jobs_methods=auto"]))
+    assert choose_methods(run, {"nodes": 2, "max_active": 4}) == (["MARA"], None)
+    methods, note = choose_methods(run, {"nodes": 3, "max_active": 5})
     assert methods == ["EDF"] and "supports M=2 nodes, K=4" in note
 
 

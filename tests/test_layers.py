@@ -34,7 +34,7 @@ LAYERS = (
         "mara/fidelity.py",
         "mara/readme_tables.py",
         "mara/ckpt_convert.py",
-        "mara/preflight.py",
+        "mara/preflight/",
         "mara/live/",
         "mara/bench/",
         "mara/peers/",

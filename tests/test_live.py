@@ -408,7 +408,7 @@ def test_exported_training_bank_has_the_live_runs_epsilon(tmp_path):
 
     from mara.curves.bank import shipped_bank_path
     from mara.live.episode import scaled_family_params
-    from mara.live.run import calibration_bank
+    from mara.live.run import calibration_bank, settings_of
 
     fams = ["TSFM_Audio_1", "LSTM_Cifar10", "ALSTM_Text_1"]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -419,8 +419,9 @@ def test_exported_training_bank_has_the_live_runs_epsilon(tmp_path):
     live_main(cfg)
     table = json.loads(pq.read_metadata(tmp_path / "b.parquet").metadata[b"mara.bank"])["family_params"]
     real = load_bank(shipped_bank_path("live_real"))
-    assert calibration_bank(cfg, fams, "real").path == real.path  # auto + real data -> the shipped real-data curves
-    assert calibration_bank(cfg, fams, "synthetic") is None  # synthetic jobs -> the recipe bank's own curves
+    lv = settings_of(cfg).live
+    assert calibration_bank(lv, fams, "real").path == real.path  # auto + real data -> the shipped real-data curves
+    assert calibration_bank(lv, fams, "synthetic") is None  # synthetic jobs -> the recipe bank's own curves
     bank = load_bank(shipped_bank_path("zoo"))
     want = scaled_family_params(real, fams, 0.25, 0.70, base=bank.family_params)
     for f in fams:

@@ -3,20 +3,20 @@
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
 from mara.bounds.trace_capacity import capacity_bound, gpu_seconds_needed
 from mara.core.config import ConfigError
 from mara.core.registry import bound_methods
-from mara.traces.run import run_trace, trace_methods
+from mara.traces.run import run_trace
 from mara.traces.schema import load_trace, parse_cluster
+from mara.traces.settings import trace_run_settings
 from mara.traces.throughput import job_speeds, known_models
 
 
-def _cfg(methods, **over):
-    return OmegaConf.create(
+def _run(methods, **over):
+    """The typed settings of a trace run on the shipped sample's first 60 jobs, on 64 GPUs."""
+    return trace_run_settings(
         {
-            "experiment_kind": "trace",
             "methods": methods,
             "method_overrides": over,
             "eval": {"tensorboard": False},
@@ -26,7 +26,7 @@ def _cfg(methods, **over):
 
 
 def test_the_bound_is_listed_beside_schedulers_and_no_schedule_beats_it(tmp_path):
-    res = run_trace(_cfg(["EDF", "ElasticFlow", "Capacity-bound"]), tmp_path, log=lambda s: None)
+    res = run_trace(_run(["EDF", "ElasticFlow", "Capacity-bound"]), tmp_path, log=lambda s: None)
     rows = res["rows"]
     bound = [w for w in res["windows"] if w["method"] == "Capacity-bound"]
     assert len(bound) == 1 and bound[0]["jobs"] == 60
@@ -45,4 +45,4 @@ def test_the_bound_is_listed_beside_schedulers_and_no_schedule_beats_it(tmp_path
 
 def test_a_time_limit_that_is_not_positive_is_refused_before_any_work():
     with pytest.raises(ConfigError, match="time_limit_s must be a positive number"):
-        trace_methods(_cfg(["Capacity-bound"], **{"Capacity-bound": {"time_limit_s": 0}}))
+        _run(["Capacity-bound"], **{"Capacity-bound": {"time_limit_s": 0}})

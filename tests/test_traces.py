@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from mara.preflight.traces import check_trace_run
 from mara.traces.edf import TraceEDF
 from mara.traces.elasticflow import TraceElasticFlow
 from mara.traces.replay import JobState, replay
-from mara.traces.run import check_trace_run
 from mara.traces.schema import (
     SHIPPED_SAMPLE,
     TraceError,
@@ -24,6 +24,7 @@ from mara.traces.schema import (
     parse_cluster,
     window_jobs,
 )
+from mara.traces.settings import trace_run_settings
 from mara.traces.throughput import job_speeds, known_models, load_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,7 +111,7 @@ def test_malformed_traces_are_one_line_errors(tmp_path, body, needle):
 
 
 def _cfg(**trace):
-    return OmegaConf.create({"experiment_kind": "trace", "methods": ["EDF", "ElasticFlow"], "trace": trace})
+    return {"methods": ["EDF", "ElasticFlow"], "trace": trace}
 
 
 def test_windows_never_overlap_and_validation_comes_first():
@@ -125,11 +126,11 @@ def test_windows_never_overlap_and_validation_comes_first():
 
 def test_a_method_without_a_trace_scheduler_is_refused_before_any_work():
     cfg = _cfg(cluster="n64g8")
-    cfg.methods = ["EDF", "FIFO"]
+    cfg["methods"] = ["EDF", "FIFO"]
     with pytest.raises(Exception, match="does not schedule job traces"):
-        check_trace_run(cfg)
+        check_trace_run(trace_run_settings(cfg))
     with pytest.raises(Exception, match="n<nodes>g<gpus>"):
-        check_trace_run(_cfg(cluster="64x8"))
+        check_trace_run(trace_run_settings(_cfg(cluster="64x8")))
 
 
 def test_a_trace_only_method_is_refused_outside_the_trace_experiment():

@@ -198,35 +198,36 @@ def test_the_entry_point_parses_the_trace_experiment_into_its_settings_alone(itp
 
 
 def test_a_missing_trace_policy_checkpoint_is_refused_before_any_work():
-    from mara.traces.run import trace_methods
+    from mara.preflight.traces import check_trace_run
+    from mara.traces.settings import trace_run_settings
 
-    cfg = OmegaConf.create(
-        {"methods": ["MARA"], "method_overrides": {"MARA": {"trace_scheduler": {"ckpt_path": "/no/such.ckpt"}}}}
-    )
+    cfg = {
+        "methods": ["MARA"],
+        "trace": {"jobs": "target_loss"},
+        "method_overrides": {"MARA": {"trace_scheduler": {"ckpt_path": "/no/such.ckpt"}}},
+    }
     with pytest.raises(ConfigError, match="not found"):
-        trace_methods(cfg)
+        check_trace_run(trace_run_settings(cfg))
 
 
 def test_the_shipped_policy_meets_more_deadlines_than_elasticflow_on_declared_counts_on_the_sample():
-    from mara.core.config import load_method_cfg
+    from mara.core.registry import method
     from mara.curves.bank import default_bank_path, load_bank
     from mara.predictors.factory import predictor_from
-    from mara.traces.run import trace_settings
     from mara.traces.schema import load_trace, make_windows
+    from mara.traces.settings import trace_settings
     from mara.traces.target_run import replay_target_window
     from mara.traces.throughput import known_models
 
-    ts = trace_settings(OmegaConf.create({"trace": {"first_jobs": 60, "jobs": "target_loss"}}))
+    ts = trace_settings({"first_jobs": 60, "jobs": "target_loss"})
     tr = load_trace(ts.path, ts.cluster, 1.5, known_models())
     w = make_windows(tr, None, 0, 1, 0, ts.first_jobs)[0]
     bank = load_bank(default_bank_path())
     met = {}
     for m in ("MARA", "ElasticFlow"):
-        mc = load_method_cfg(m)
-        pred = predictor_from(str(mc.trace_predictor), bank.path) if mc.trace_count == "predicted" else None
-        _, scored, rep, _, _ = replay_target_window(
-            tr, w, ts, mc.trace_scheduler, mc.trace_count, bank, 0, 0.9, mc, pred
-        )
+        keys = method(m).trace
+        pred = predictor_from(keys.predictor, bank.path) if keys.count == "predicted" else None
+        _, scored, rep, _, _ = replay_target_window(tr, w, ts, keys, bank, pred)
         met[m] = rep.met[scored].mean()
     assert met["MARA"] > met["ElasticFlow"], met
 
@@ -254,11 +255,16 @@ def test_a_wide_job_passed_over_starves_without_a_reservation_and_meets_its_dead
 
 
 def test_a_bad_reservation_setting_is_refused_before_any_work():
-    from mara.traces.run import trace_methods
+    from mara.preflight.traces import check_trace_run
+    from mara.traces.settings import trace_run_settings
 
-    cfg = OmegaConf.create({"methods": ["MARA"], "method_overrides": {"MARA": {"trace_scheduler": {"reserve": -1}}}})
+    cfg = {
+        "methods": ["MARA"],
+        "trace": {"jobs": "target_loss"},
+        "method_overrides": {"MARA": {"trace_scheduler": {"reserve": -1}}},
+    }
     with pytest.raises(ConfigError, match="reserve"):
-        trace_methods(cfg)
+        check_trace_run(trace_run_settings(cfg))
 
 
 def test_a_job_hopeless_by_its_estimate_gets_one_gpu_to_probe_so_the_estimate_can_change():

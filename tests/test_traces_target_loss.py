@@ -216,9 +216,12 @@ def _run(args, tmp_path):
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["trace.jobs=targets"], "trace.jobs must be iterations or target_loss"),
-        (["trace.jobs=target_loss", "trace.target_seed=-1"], "trace.target_seed must be an integer >= 0"),
-        (["trace.jobs=target_loss", "trace.declare_quantile=1.5"], "trace.declare_quantile must be a number in (0, 1]"),
+        (["trace.jobs=targets"], "trace.jobs must be one of iterations, target_loss"),
+        (["trace.jobs=target_loss", "trace.target_seed=-1"], "trace.target_seed must be an integer in [0, 2^62]"),
+        (
+            ["trace.jobs=target_loss", "trace.declare_quantile=1.5"],
+            "trace.declare_quantile must be a finite number in (0, 1]",
+        ),
         (
             [
                 "trace.jobs=target_loss",

@@ -39,6 +39,8 @@ from mara.predictors.cache import FlowSampleCache
 from mara.predictors.data import observe
 from mara.predictors.factory import predictor_from
 from mara.predictors.protocol import predict_band
+from mara.preflight import check_writable
+from mara.preflight.traces import check_bench_traces
 from mara.sim.env import BatchedEnv
 from mara.sim.workload import PAPER_TASK_SETS, EpisodeBatch, generate_episodes
 from mara.train_settings import load_recipe, mat_settings
@@ -151,21 +153,9 @@ def predictor_ms_per_decision(bank, names=DECISION_PREDICTORS, repeats: int = 5)
     return {n: (1e3 * best[(n, 1)], 1e3 * best[(n, 64)]) for n in names}
 
 
-def mat_throughput(
-    bank,
-    predictor_name: str | None = "fm",
-    iterations: int = 3,
-    threads: int = 1,
-    recipe: str = "band",
-    overrides: list[str] | None = None,
-    device: str = "cpu",
-    warmup: int = 1,
-) -> dict:
-    """MAT env-steps/s of a training recipe (conf/mat/<recipe>.yaml, default: band, the FM recipe) on ``device``:
-    rollout only (sampling the policy in the staggered training env, FM estimates included, through the recipe's FM
-    cache) and whole PPO iterations (rollout + GAE + the recipe's update epochs × minibatches, mara/mat/ppo.py).
-    ``warmup`` untimed iterations come first (as in training, where imitation and earlier iterations have filled
-    the FM cache); the result includes the FM cache hit rate over the timed iterations."""
+def mat_setup(bank, predictor_name, threads: int, recipe: str, overrides, device: str) -> tuple:
+    """What a MAT throughput measurement runs: (recipe as plain data, its typed settings, the staggered training env,
+    the FM cache or None, the policy on ``device``, its optimiser)."""
     import torch
     from omegaconf import OmegaConf
 
@@ -198,6 +188,28 @@ def mat_throughput(
     torch.manual_seed(0)
     policy = MATPolicy(n_slots=sim["max_active"], n_nodes=sim["n_nodes"], **c["net"]).to(device)
     opt = torch.optim.Adam(policy.parameters(), lr=ppo["lr"], eps=1e-5)
+    return c, typed, env, cache, policy, opt
+
+
+def mat_throughput(
+    bank,
+    predictor_name: str | None = "fm",
+    iterations: int = 3,
+    threads: int = 1,
+    recipe: str = "band",
+    overrides: list[str] | None = None,
+    device: str = "cpu",
+    warmup: int = 1,
+) -> dict:
+    """MAT env-steps/s of a training recipe (conf/mat/<recipe>.yaml, default: band, the FM recipe) on ``device``:
+    rollout only (sampling the policy in the staggered training env, FM estimates included, through the recipe's FM
+    cache) and whole PPO iterations (rollout + GAE + the recipe's update epochs × minibatches, mara/mat/ppo.py).
+    ``warmup`` untimed iterations come first (as in training, where imitation and earlier iterations have filled
+    the FM cache); the result includes the FM cache hit rate over the timed iterations."""
+    import torch
+
+    c, typed, env, cache, policy, opt = mat_setup(bank, predictor_name, threads, recipe, overrides, device)
+    ro, ppo = c["rollout"], c["ppo"]
     g = torch.Generator().manual_seed(0)
     n_mb = ppo_step.n_minibatches(typed.ppo, typed.rollout)
     clip = lambda: torch.nn.utils.clip_grad_norm_(policy.parameters(), ppo["max_grad_norm"])  # noqa: E731
@@ -239,18 +251,15 @@ def mat_throughput(
     return out
 
 
-def main(argv=None) -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m mara.bench``."""
     ap = argparse.ArgumentParser(description="MARA benchmarks (simulator and protocol speed)")
     ap.add_argument("--bank", default=None, help="bank path or shipped name (default: the shipped default bank)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--clairvoyant", action="store_true", help="also time Clairvoyant over the p=0.04 protocol")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test of the benchmark itself)")
     ap.add_argument("--predictors", action="store_true", help="only time the shipped FM checkpoints (v1, v3)")
-    ap.add_argument(
-        "--decision-ms",
-        action="store_true",
-        help="only time every predictor's band per decision (1 and 64 refreshed tasks)",
-    )
+    ap.add_argument("--decision-ms", action="store_true", help="only time every predictor's band per decision")
     ap.add_argument("--no-mat", action="store_true", help="skip the MAT rollout/training throughput")
     ap.add_argument(
         "--json",
@@ -294,29 +303,27 @@ def main(argv=None) -> None:
         default=["EDF", "ElasticFlow"],
         help="trace schedulers timed (method names; all: every registered trace rule, one per distinct scheduler)",
     )
+    return ap
+
+
+def main(argv=None) -> None:
+    ap = parser()
     args = ap.parse_args(argv)
-    if args.traces is not None:
-        try:
+    try:
+        check_json_target(args.json)
+        if args.traces is not None:
             traces = parse_traces(args.traces)
             methods, aliases = expand_methods(args.trace_methods)
-        except ConfigError as exc:
-            ap.exit(2, f"error: {exc}\n")
+            check_bench_traces(traces, methods, args.trace_sweep)
+    except (ConfigError, ValueError) as exc:  # one line, exit 2, before any work
+        ap.exit(2, f"error: {str(exc).strip().splitlines()[0]}\n")
+    if args.traces is not None:
         print(f"{'benchmark':<44}{'value':>16}")
         rec = trace_rows(
-            traces,
-            methods=tuple(methods),
-            sizes=tuple(args.trace_sweep),
-            time_limit=args.trace_limit,
-            aliases=aliases,
+            traces, methods=tuple(methods), sizes=tuple(args.trace_sweep), time_limit=args.trace_limit, aliases=aliases
         )
-        if args.json:
-            import json
-            from pathlib import Path
-
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(json.dumps(rec, indent=1))
+        write_json(args.json, rec, say=False)
         return
-    record: dict = {}
     bank = load_bank(shipped_bank_path(args.bank) if args.bank else default_bank_path())
     print(f"bank: {bank.path} ({len(bank)} curves)")
     print(f"{'benchmark':<44}{'value':>16}  target")
@@ -329,6 +336,48 @@ def main(argv=None) -> None:
         for n, (one, many) in predictor_ms_per_decision(bank).items():
             print(f"{f'{n} band ms: 1 task / per task of 64':<44}{one:>8.3f} / {many:.4f}")
         return
+    record: dict = {}
+    roots, episodes = simulator_rows(bank, args, record)
+    if not args.no_mat:
+        mat_rows(bank, args, record)
+    if args.clairvoyant:
+        secs, n_opt, n = clairvoyant_seconds(bank, roots=roots, episodes=episodes)
+        print(f"{f'Clairvoyant p=0.04, {n} episodes (s)':<44}{secs:>16.2f}  < 600   ({n_opt}/{n} proven optimal)")
+    record.update(
+        bank=str(bank.path),
+        quick=bool(args.quick),
+        recipe=args.recipe,
+        device=args.device,
+        measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
+    )
+    write_json(args.json, record)
+
+
+def check_json_target(path) -> None:
+    """``--json FILE`` can be written: its folder is (or can be made) a writable folder; checked before any work."""
+    if path:
+        from pathlib import Path
+
+        check_writable(Path(path).parent, f"--json {path}: the folder")
+        if Path(path).is_dir():
+            raise ConfigError(f"--json {path} is a folder: name a file")
+
+
+def write_json(path, record: dict, say: bool = True) -> None:
+    """``record`` as JSON at ``path`` (nothing when None)."""
+    if not path:
+        return
+    import json
+    from pathlib import Path
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(record, indent=1))
+    if say:
+        print(f"wrote {path}")
+
+
+def simulator_rows(bank, args, record: dict) -> tuple[int, int]:
+    """The simulator's env-steps/s rows and the rule protocol's wall time; returns the protocol's (roots, episodes)."""
     sizes = (1, 8) if args.quick else (1, 64, 1024)
     for E in sizes:
         sps, steps = env_steps_per_second(bank, E, repeats=args.repeats if E < 1024 else max(1, args.repeats - 1))
@@ -341,45 +390,28 @@ def main(argv=None) -> None:
     n_ep = 3 * 4 * roots * episodes
     print(f"{f'rule protocol FIFO+EDF+Oracle, {n_ep} episodes (s)':<44}{secs:>16.2f}  < 60")
     print(f"{'  mean success (%)':<44}{'  '.join(f'{k} {v:.1f}' for k, v in rates.items()):>16}")
-    if not args.no_mat:
-        its = args.mat_iterations or (1 if args.quick else 3)
-        quick = (
-            ["rollout.n_episodes=16", "rollout.n_steps=8", "rollout.n_groups=2", "rollout.stagger=20"]
-            if args.quick
-            else []
-        )
-        for pred in ("fm", None):
-            r = mat_throughput(bank, pred, iterations=its, recipe=args.recipe, overrides=quick, device=args.device)
-            label = "FM estimates" if pred else "no predictor"
-            what = f"{r['decoder']}, E={r['n_episodes']}x{r['n_steps']}, {r['update_epochs']}x{r['n_minibatches']} mb"
-            print(
-                f"{f'MAT rollout env-steps/s ({label}, 1 thread)':<44}{r['rollout']:>16,.0f}  ({args.recipe}: {what})"
-            )
-            print(f"{f'MAT PPO training env-steps/s ({label})':<44}{r['train']:>16,.0f}  >= 15,000 (FM, default)")
-            if pred == "fm":
-                record.update(mat_rollout_env_steps_per_s=r["rollout"], mat_ppo_env_steps_per_s=r["train"], mat=r)
-                if "fm_cache" in r:
-                    print(f"{'  FM cache hit rate (timed iterations)':<44}{r['fm_cache']['hit_rate']:>16.3f}")
-        if "sim_env_steps_per_s" in record:
-            record["ppo_over_sim"] = record["mat_ppo_env_steps_per_s"] / record["sim_env_steps_per_s"]
-            print(f"{'  MAT PPO / simulator (same run)':<44}{record['ppo_over_sim']:>16.5f}  >= 1/80 = 0.0125")
-    if args.clairvoyant:
-        secs, n_opt, n = clairvoyant_seconds(bank, roots=roots, episodes=episodes)
-        print(f"{f'Clairvoyant p=0.04, {n} episodes (s)':<44}{secs:>16.2f}  < 600   ({n_opt}/{n} proven optimal)")
-    if args.json:
-        import json
-        from pathlib import Path
+    return roots, episodes
 
-        record.update(
-            bank=str(bank.path),
-            quick=bool(args.quick),
-            recipe=args.recipe,
-            device=args.device,
-            measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
-        )
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(record, indent=1))
-        print(f"wrote {args.json}")
+
+def mat_rows(bank, args, record: dict) -> None:
+    """MAT rollout and PPO env-steps/s, with FM estimates and with no predictor, and their ratio to the simulator."""
+    its = args.mat_iterations or (1 if args.quick else 3)
+    quick = (
+        ["rollout.n_episodes=16", "rollout.n_steps=8", "rollout.n_groups=2", "rollout.stagger=20"] if args.quick else []
+    )
+    for pred in ("fm", None):
+        r = mat_throughput(bank, pred, iterations=its, recipe=args.recipe, overrides=quick, device=args.device)
+        label = "FM estimates" if pred else "no predictor"
+        what = f"{r['decoder']}, E={r['n_episodes']}x{r['n_steps']}, {r['update_epochs']}x{r['n_minibatches']} mb"
+        print(f"{f'MAT rollout env-steps/s ({label}, 1 thread)':<44}{r['rollout']:>16,.0f}  ({args.recipe}: {what})")
+        print(f"{f'MAT PPO training env-steps/s ({label})':<44}{r['train']:>16,.0f}  >= 15,000 (FM, default)")
+        if pred == "fm":
+            record.update(mat_rollout_env_steps_per_s=r["rollout"], mat_ppo_env_steps_per_s=r["train"], mat=r)
+            if "fm_cache" in r:
+                print(f"{'  FM cache hit rate (timed iterations)':<44}{r['fm_cache']['hit_rate']:>16.3f}")
+    if "sim_env_steps_per_s" in record:
+        record["ppo_over_sim"] = record["mat_ppo_env_steps_per_s"] / record["sim_env_steps_per_s"]
+        print(f"{'  MAT PPO / simulator (same run)':<44}{record['ppo_over_sim']:>16.5f}  >= 1/80 = 0.0125")
 
 
 if __name__ == "__main__":

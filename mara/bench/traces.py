@@ -7,7 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mara.core.config import ConfigError, available_methods, is_learned, load_method_cfg, plain_config
+from mara.core.config import ConfigError, available_methods
+from mara.core.registry import method as registered
+from mara.core.registry import methods as registered_methods
 from mara.traces.replay import JobState, replay
 from mara.traces.run import build_scheduler, size_class
 from mara.traces.schema import SHIPPED_SAMPLE, SIZE_CLASSES, TraceError, load_trace, parse_cluster
@@ -29,7 +31,7 @@ def replay_once(path, cluster: str, method: str, first_jobs=None, time_limit=Non
     tr = load_trace(path, cl, known_models=known_models())
     if first_jobs:
         tr = tr.take(slice(0, int(first_jobs)))
-    sched, st = replay_setup(tr, cl, load_method_cfg(method).trace_scheduler)
+    sched, st = replay_setup(tr, cl, registered(method).trace.scheduler)
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         rep = replay(st, sched, size_class(tr.num_gpu), len(SIZE_CLASSES), time_limit=time_limit)
@@ -54,16 +56,12 @@ def trace_rules(learned: bool = False) -> dict[str, list[str]]:
     one stands for all: the one not planning on predictions, then the shortest name. ``learned``: keep learned
     policies (their shipped checkpoints) too."""
     groups: dict[str, list[tuple]] = {}
-    for m in available_methods():
-        try:
-            cfg = load_method_cfg(m)
-        except Exception:  # a method config that does not compose has no trace rule to time
-            continue
-        spec = plain_config(cfg.get("trace_scheduler"))
-        if not spec or (is_learned(cfg) and not learned):
+    for m, entry in registered_methods().items():
+        spec = entry.trace.scheduler
+        if not spec or (entry.learned and not learned):
             continue
         key = repr(sorted((k, v) for k, v in spec.items() if k != "name"))
-        groups.setdefault(key, []).append((cfg.get("trace_count") == "predicted", len(m), m))
+        groups.setdefault(key, []).append((entry.trace.count == "predicted", len(m), m))
     out = {}
     for members in groups.values():
         names = [m for *_, m in sorted(members)]

@@ -19,6 +19,14 @@ says how the rest of the package treats it:
 
 A learned method is one whose allocator loads trained weights (a ``mara.mat`` target, ``ckpt_path``).
 
+A method that schedules job traces says how in its trace keys (``Method.trace``, a ``TraceKeys``):
+``trace_scheduler`` (the block its trace scheduler is built from: ``_target_`` and the class's arguments),
+``trace_only: true`` (no allocator for the paper's simulator), ``trace_count`` (the count it plans on for
+target-loss jobs: ``declared`` | ``true`` | ``none`` | ``predicted``), and for a ``predicted`` count
+``trace_predictor`` (a registered predictor kind), ``trace_band`` (``lo`` | ``median`` | ``hi``) and
+``trace_prior_quantile`` (in (0, 1]). ``trace_keys`` reads and checks them, from a method's YAML or from its config
+with a run's overrides laid over it.
+
 A predictor kind is ``conf/predictor/<kind>.yaml`` whose ``name`` is its own file name and which has a ``registry``
 block: ``builder`` (a class with ``from_config(cfg, bank_path)``), ``checkpoint: {kind, loader, holds}`` (the file it
 reads: the ``kind`` field written in it, the function that loads one as data, what it is in words), ``trainer`` (a
@@ -126,6 +134,65 @@ def method_yaml(name: str):
     return merged
 
 
+#: the counts a trace scheduler may plan on for target-loss jobs, and the band levels of a predicted count
+TRACE_COUNTS = ("declared", "true", "none", "predicted")
+TRACE_BANDS = ("lo", "median", "hi")
+#: a method's trace keys, as its YAML spells them
+TRACE_KEYS = ("trace_scheduler", "trace_only", "trace_count", "trace_predictor", "trace_band", "trace_prior_quantile")
+
+
+@dataclass(frozen=True)
+class TraceKeys:
+    """How a method schedules job traces (see the module docstring); ``scheduler`` None: it does not."""
+
+    scheduler: dict | None = None
+    only: bool = False
+    count: str | None = None
+    predictor: str | None = None
+    band: str | None = None
+    prior_quantile: float | None = None
+    bound: dict | None = None  # a bound over trace windows (kind: bound, trace_only): {compute, time_limit_s}
+
+
+def trace_keys(name: str, cfg) -> TraceKeys:
+    """The trace keys of method ``name`` from its config ``cfg`` (a mapping: its YAML, or its config with a run's
+    overrides laid over it), checked: one-line ConfigError naming the method and the key."""
+    get = cfg.get
+    spec = get("trace_scheduler")
+    if spec is not None:
+        spec = OmegaConf.to_container(spec, resolve=True) if OmegaConf.is_config(spec) else spec
+        if not isinstance(spec, dict) or not isinstance(spec.get("_target_"), str):
+            raise ConfigError(f"method {name!r}: trace_scheduler must be a block with a _target_ class, got {spec!r}")
+    only = get("trace_only", False)
+    if not isinstance(only, bool):
+        raise ConfigError(f"method {name!r}: trace_only must be true or false, got {only!r}")
+    count = get("trace_count")
+    if count is not None and count not in TRACE_COUNTS:
+        raise ConfigError(f"method {name!r}: trace_count must be one of {', '.join(TRACE_COUNTS)}, got {count!r}")
+    keys = TraceKeys(dict(spec) if spec else None, only, count, bound=_trace_bound(name, cfg, only))
+    if count != "predicted":
+        return keys
+    band, pred, q = get("trace_band"), get("trace_predictor"), get("trace_prior_quantile")
+    if band not in TRACE_BANDS:
+        raise ConfigError(f"method {name!r}: trace_band must be one of {', '.join(TRACE_BANDS)}, got {band!r}")
+    if not isinstance(pred, str) or predictor_file(pred) is None:
+        raise ConfigError(f"method {name!r}: trace_predictor must name a registered predictor kind, got {pred!r}")
+    if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q <= 1:
+        raise ConfigError(f"method {name!r}: trace_prior_quantile must be a number in (0, 1], got {q!r}")
+    return TraceKeys(keys.scheduler, only, count, pred, band, float(q), keys.bound)
+
+
+def _trace_bound(name: str, cfg, only: bool) -> dict | None:
+    """A bound computed over trace windows (``kind: bound``, ``trace_only``): its ``compute`` (taking a window's jobs)
+    and CP-SAT seconds per window, checked; None for any other method."""
+    if cfg.get("kind") != "bound" or not only:
+        return None
+    limit = cfg.get("time_limit_s")
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
+        raise ConfigError(f"method {name!r}: time_limit_s must be a positive number of seconds, got {limit!r}")
+    return {"compute": str(cfg.get("compute")), "time_limit_s": float(limit)}
+
+
 @dataclass(frozen=True)
 class Method:
     """What the registry knows of one method (see the module docstring for each field)."""
@@ -144,6 +211,7 @@ class Method:
     trained_rank: float | None = None
     trained_when: dict = field(default_factory=dict)
     compute: str | None = None
+    trace: TraceKeys = field(default_factory=TraceKeys)
 
 
 def is_learned(cfg) -> bool:
@@ -192,6 +260,7 @@ def _entry(name: str) -> Method:
         if trained is None
         else dict(OmegaConf.to_container(trained.when) if trained.get("when") else {}),
         compute=cfg.get("compute"),
+        trace=trace_keys(name, cfg),
     )
 
 
@@ -233,6 +302,12 @@ def report_order() -> list[str]:
 def bound_methods() -> tuple[str, ...]:
     """The bounds (``kind: bound`` and the privileged policies): never "the best rule", dashed in figures."""
     return tuple(m.name for m in methods().values() if m.bound)
+
+
+def trace_methods() -> tuple[str, ...]:
+    """The methods with a trace scheduler (``trace_scheduler``) or a bound over trace windows: what a trace run may
+    list."""
+    return tuple(m.name for m in methods().values() if m.trace.scheduler is not None or m.trace.bound is not None)
 
 
 def learned_methods() -> tuple[str, ...]:

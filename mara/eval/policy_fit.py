@@ -4,8 +4,7 @@ at run time (``mara.eval.runner``) and in live mode."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from omegaconf import DictConfig
+from typing import Mapping
 
 from mara.core.config import (
     ConfigError,
@@ -56,7 +55,12 @@ def policy_facts(policy) -> PolicyFacts | None:
     )
 
 
-def check_policy_fit(mcfg: DictConfig, policies, sim=None) -> None:
+def _get(sim, key: str):
+    """A simulator setting of ``sim``: a mapping (a config's ``sim`` block) or typed settings (``SimSettings``)."""
+    return sim[key] if hasattr(sim, "keys") else getattr(sim, key)
+
+
+def check_policy_fit(mcfg: Mapping, policies, sim=None) -> None:
     """The one check that a learned method's policies fit the run, before any work, at run time and in live mode:
     never the privileged predictor; trained with the method's predictor (its tokens are that predictor's estimates
     and band); for the run's M nodes and K slots (its nets' sizes). One-line ConfigError naming what fits."""
@@ -81,11 +85,12 @@ def check_policy_fit(mcfg: DictConfig, policies, sim=None) -> None:
         if (
             sim is not None
             and not facts.any_size
-            and (facts.n_nodes, facts.max_active) != (int(sim.nodes), int(sim.max_active))
+            and (facts.n_nodes, facts.max_active) != (int(_get(sim, "nodes")), int(_get(sim, "max_active")))
         ):
             raise ConfigError(
                 f"method {mcfg.name!r}: policy {facts.path} was trained for M={facts.n_nodes}, "
-                f"K={facts.max_active}; this run has sim.nodes={sim.nodes}, sim.max_active={sim.max_active} "
+                f"K={facts.max_active}; this run has sim.nodes={_get(sim, 'nodes')}, "
+                f"sim.max_active={_get(sim, 'max_active')} "
                 f"(train one for these settings, set them to the policy's, or use a policy trained across "
                 f"sizes: MARA-suite, python -m mara.train experiment=suite)"
             )

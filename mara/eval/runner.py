@@ -13,7 +13,6 @@ from dataclasses import asdict
 from typing import Mapping
 
 import numpy as np
-from omegaconf import DictConfig
 
 from mara.bounds.episodes import chosen_tasks, clairvoyant_results
 from mara.core.config import (
@@ -149,7 +148,7 @@ def run_policy(allocator, ep: EpisodeBatch, bank: CurveBank, sim: SimSettings, p
     return env.metrics()
 
 
-def run_bound(name: str, mcfg: DictConfig, ep: EpisodeBatch, sim: SimSettings, progress=None) -> tuple[dict, dict]:
+def run_bound(name: str, mcfg: Mapping, ep: EpisodeBatch, sim: SimSettings, progress=None) -> tuple[dict, dict]:
     """Per-episode successes of a bound, by the function its config names (``compute``); returns (metrics, extra
     row fields). ``progress(fraction)`` per episode."""
     if not mcfg.get("compute"):
@@ -172,7 +171,7 @@ def method_outcome_note(exc: BaseException) -> tuple[str, str]:
 
 def evaluate_one(
     name: str,
-    mcfg: DictConfig,
+    mcfg: Mapping,
     ep: EpisodeBatch,
     bank: CurveBank,
     sim: SimSettings,

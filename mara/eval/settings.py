@@ -4,7 +4,7 @@
 protocol (``eval.*``, ``scenario``, task sets, ε/budget table), the prediction benchmark (``prediction.*``) and the
 leave-one-family-out benchmark (``lofo.*``). The evaluation modules (runner, prediction, decision points, LOFO)
 receive only the settings they use and never read the config. The checks that need the whole config (one line,
-before any work) live in mara/preflight.py; the constructors here raise ``ConfigError`` on a value of the wrong type
+before any work) live in mara/preflight/; the constructors here raise ``ConfigError`` on a value of the wrong type
 or range, so a settings object that exists is one the evaluation can run.
 
 Predictor and method configs stay configs: they are the predictors' and methods' own settings, read by

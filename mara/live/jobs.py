@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from mara.core.config import ConfigError, load_method_cfg
 from mara.curves.bank import write_bank
-from mara.eval.runner import load_bank_from_cfg, node_options
+from mara.eval.runner import node_options
+from mara.eval.settings import bank_at
 from mara.live.band import band_exit
 from mara.live.driver import metric_reached, replay, run_live
 from mara.live.job import (
@@ -34,6 +34,7 @@ from mara.live.job import (
 from mara.live.jobfile import UserJob, load_jobfile, parse_jobs, with_budget
 from mara.live.progress import say_worker_failures, step_reporter, tensorboard_writer
 from mara.live.report import STATUS, say, write_report
+from mara.live.settings import LiveSettings
 from mara.live.validation import fixed_order, has_validation_step, validate
 from mara.live.workers import make_pool, pool_options
 
@@ -42,18 +43,13 @@ JOBS_BANK = "job_curves.parquet"
 MARA_SIZES = {"nodes": 2, "max_active": 4}
 
 
-def read_jobs(cfg: DictConfig) -> list[UserJob]:
-    """``cfg.jobs``: a job-file path, or the jobs themselves (a list, or a mapping with ``jobs``)."""
-    src = cfg.jobs
+def read_jobs(run: LiveSettings) -> list[UserJob]:
+    """``run.jobs``: a job-file path, or the jobs themselves (a list, or a mapping with ``jobs``)."""
+    src = run.jobs
     if isinstance(src, str):  # ${live.data_root} and the like resolve against this run's settings
-        return load_jobfile(
-            src,
-            {
-                "live": OmegaConf.to_container(cfg.live, resolve=True),
-                "sim": OmegaConf.to_container(cfg.sim, resolve=True),
-            },
-        )
-    return parse_jobs(OmegaConf.to_container(src, resolve=True), "jobs")
+        live = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(run.live).items()}
+        return load_jobfile(src, {"live": live, "sim": dict(run.sim)})
+    return parse_jobs(src, "jobs")
 
 
 def _spec(job_id: int, job: UserJob, batch_size: int) -> UserJobSpec:
@@ -204,10 +200,10 @@ def job_tasks(jobs: list[UserJob], specs: list[UserJobSpec], sim: dict) -> tuple
     return tasks, out
 
 
-def choose_methods(cfg: DictConfig, sim: dict) -> tuple[list[str], str | None]:
+def choose_methods(run: LiveSettings, sim: dict) -> tuple[list[str], str | None]:
     """``jobs_methods``: a list as given; ``auto``: MARA where its shipped policy fits this cluster, else EDF (a
     note)."""
-    chosen = cfg.get("jobs_methods", "auto")
+    chosen = run.jobs_methods
     if chosen != "auto":
         return list(chosen), None
     opts = node_options(sim)
@@ -217,10 +213,8 @@ def choose_methods(cfg: DictConfig, sim: dict) -> tuple[list[str], str | None]:
         and opts["node_speed"] is None
         and opts["switch_cost"] == 0
     )
-    own = (cfg.get("method_overrides") or {}).get("MARA") or {}
-    if (
-        fits or own.get("ckpt_path") or (cfg.get("live") or {}).get("policy_ckpt")
-    ):  # a policy of one's own: checked for M/K
+    own = run.method_overrides.get("MARA") or {}
+    if fits or own.get("ckpt_path") or run.live.policy_ckpt:  # a policy of one's own: checked for M/K
         return ["MARA"], None
     return ["EDF"], (
         f"method EDF: the shipped MARA policy supports M={MARA_SIZES['nodes']} nodes, K={MARA_SIZES['max_active']}, "
@@ -323,17 +317,17 @@ def bank_records(tasks: list[dict], runs: list[dict], split: str = "pool", obs_e
     return records
 
 
-def run_jobs(cfg: DictConfig, out: Path, method_plans) -> dict:
+def run_jobs(run: LiveSettings, out: Path, method_plans) -> dict:
     """Check every job, run them under each chosen method on live workers, replay, and write the report;
-    ``method_plans(methods, cfg, bank_path, notes)`` is live mode's (``mara.live.run``): [(name, factory,
+    ``method_plans(methods, run, bank_path, notes)`` is live mode's (``mara.live.run``): [(name, factory,
     predictor)]."""
-    lv, sim = cfg.live, OmegaConf.to_container(cfg.sim, resolve=True)
-    source = cfg.jobs if isinstance(cfg.jobs, str) else "jobs"
-    jobs = read_jobs(cfg)
-    methods, note = choose_methods(cfg, sim)
+    lv, sim = run.live, dict(run.sim)
+    source = run.jobs if isinstance(run.jobs, str) else "jobs"
+    jobs = read_jobs(run)
+    methods, note = choose_methods(run, sim)
     for m in methods:
         load_method_cfg(m)  # unknown names fail before any work
-    label = f"jobs file {source}" if isinstance(cfg.jobs, str) else "jobs"
+    label = f"jobs file {source}" if isinstance(run.jobs, str) else "jobs"
     for job in jobs:  # every job's classes are of the right kind before any job's class is called
         check_targets(job, label)
     specs = [check_job(i, job, label, int(sim["obs_every"])) for i, job in enumerate(jobs)]
@@ -343,10 +337,9 @@ def run_jobs(cfg: DictConfig, out: Path, method_plans) -> dict:
     if any(j.budget is None for j in jobs):  # deadlines in minutes: measure a step (every job passed its checks)
         jobs = _budgets_in_steps(jobs, specs, label, notes)
     tasks, specs = job_tasks(jobs, specs, sim)
-    bank = load_bank_from_cfg(cfg)  # the predictors' bank (MARA's FM, Slack's WLS)
-    plans = method_plans(methods, cfg, bank.path, notes)
-    crash, ray = OmegaConf.to_container(lv.crash), OmegaConf.to_container(lv.ray, resolve=True)
-    pool_opts = pool_options(lv.device, lv.threads, crash, ray)
+    bank = bank_at(run.bank_path)  # the predictors' bank (MARA's FM, Slack's WLS)
+    plans = method_plans(methods, run, bank.path, notes)
+    pool_opts = pool_options(lv.device, lv.threads, dict(lv.crash), dict(lv.ray))
     say(
         f"jobs: {', '.join(m for m, _, _ in plans)} on {len(tasks)} job(s) from {source}, M={sim['nodes']} nodes, "
         f"K={sim['max_active']}, workers={lv.workers} -> {out}"
@@ -368,17 +361,15 @@ def run_jobs(cfg: DictConfig, out: Path, method_plans) -> dict:
             _job_scalars(tb, m, tasks, res)
     if tb is not None:
         tb.close()
-    records = bank_records(tasks, runs, str(cfg.get("jobs_bank_split", "pool")), int(sim["obs_every"]))
+    records = bank_records(tasks, runs, run.jobs_bank_split, int(sim["obs_every"]))
     bank_path = out / JOBS_BANK
     if records:
         write_bank(bank_path, records, {"generator": "mara.live.jobs", "source": str(source)})
     families = sorted({t["family"] for t in tasks})
-    view = OmegaConf.merge(
-        cfg,
-        {
-            "live": {"families": families, "load": 0.0, "root": 0, "episodes": 1, "time_scale": 1.0},
-            "sim": {"steps": n_steps},
-        },
+    view = replace(
+        run,
+        live=replace(run.live, families=tuple(families), load=0.0, root=0, episodes=1, time_scale=1.0),
+        sim={**run.sim, "steps": n_steps},
     )
     table = {t["name"]: {"eps": t["eps"], "budget": t["budget"], "cap": t["cap"]} for t in tasks}
     labelled = [dict(t, family=f"{t['name']} ({t['family']})") for t in tasks]  # the timeline's legend names the jobs

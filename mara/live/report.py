@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 
+from mara.live.settings import LiveSettings
 from mara.sim.env import TaskStatus
 
 SCHEMA = "mara.live/1"
@@ -198,7 +198,7 @@ def plot_timeline(runs: list[dict], episodes, path: Path, episode: int = 0) -> P
 
 
 def write_report(
-    cfg: DictConfig,
+    run: LiveSettings,
     out: Path,
     runs: list[dict],
     episodes,
@@ -213,7 +213,7 @@ def write_report(
         if r.get("replay"):
             r["replay"]["agreement"] = compare_decisions(r["decisions"], r["replay"]["decisions"])
     summary = summarize(runs)
-    lv = cfg.live
+    lv = run.live
     res = {
         "schema": SCHEMA,
         "data": data,
@@ -226,7 +226,7 @@ def write_report(
             "episodes": int(lv.episodes),
             "time_scale": float(lv.time_scale),
             "workers": str(lv.workers),
-            "sim": OmegaConf.to_container(cfg.sim, resolve=True),
+            "sim": dict(run.sim),
             "methods": list(dict.fromkeys(x["method"] for x in runs)),
             "n_jobs": sum(len(t) for t, _ in episodes),
         },
@@ -243,7 +243,7 @@ def write_report(
     md = markdown(res)
     (out / "live_results.md").write_text(md)
     paths = {"json": str(out / "live_results.json"), "md": str(out / "live_results.md")}
-    if lv.get("figure", True) and runs:
+    if lv.figure and runs:
         paths["timeline"] = str(plot_timeline(runs, episodes, out / "live_timeline.png"))
     res["paths"] = paths
     print(md, file=sys.stderr)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from mara.core.cli import output_dir
 from mara.core.config import (
@@ -12,20 +12,20 @@ from mara.core.config import (
     ConfigError,
     build_allocators,
     load_method_cfg,
+    plain_config,
 )
 from mara.core.rundir import run_folder
 from mara.curves.bank import load_bank, shipped_bank_path, write_bank
 from mara.curves.families import generation_cap
 from mara.eval.policy_fit import check_policy_fit
-from mara.eval.runner import (
-    load_bank_from_cfg,
-    node_options,
-)
+from mara.eval.runner import node_options
+from mara.eval.settings import bank_at
 from mara.live.driver import replay, run_live
 from mara.live.episode import live_tasks, scaled_family_params
 from mara.live.jobs import run_jobs
 from mara.live.progress import say_worker_failures, step_reporter, tensorboard_writer
 from mara.live.report import say, write_report
+from mara.live.settings import LiveOptions, LiveSettings, live_settings
 from mara.live.workers import check_ray_cluster, make_pool, pool_options, preload_datasets
 from mara.predictors.factory import predictor_from
 from mara.preflight import preflight
@@ -66,27 +66,27 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"live.workers must be process, inline or ray, got {lv.workers!r}")
 
 
-def resolve_data(cfg: DictConfig, specs_families) -> tuple[str, str | None]:
+def resolve_data(lv: LiveOptions, specs_families) -> tuple[str, str | None]:
     """(source, fallback note): real data when ``data_root`` has it for every family, else synthetic, flagged."""
     from tasks_zoo.errors import ZooError
     from tasks_zoo.registry import load_dataset, load_zoo_config
 
-    if cfg.live.data == "synthetic":
+    if lv.data == "synthetic":
         return "synthetic", None
     try:
         for fam in specs_families:
-            load_dataset(load_zoo_config(fam).dataset, "real", str(cfg.live.data_root), str(cfg.live.cache_dir), False)
+            load_dataset(load_zoo_config(fam).dataset, "real", lv.data_root, lv.cache_dir, False)
     except ZooError as exc:
         return "synthetic", f"real data unavailable ({exc}); running on synthetic stand-ins (data=synthetic)"
     return "real", None
 
 
-def build_method(name: str, cfg: DictConfig, predictors: dict, bank_path):
+def build_method(name: str, run: LiveSettings, predictors: dict, bank_path):
     """(allocator factory, predictor) of a policy method, or (None, reason) when it cannot run live."""
 
-    mcfg = load_method_cfg(name, (cfg.get("method_overrides") or {}).get(name))
+    mcfg = load_method_cfg(name, run.method_overrides.get(name))
     if name == "MARA" and not mcfg.get("ckpt_path") and not mcfg.get("checkpoints"):
-        ckpt = cfg.live.get("policy_ckpt") or (SHIPPED_POLICY if SHIPPED_POLICY.exists() else None)
+        ckpt = run.live.policy_ckpt or (SHIPPED_POLICY if SHIPPED_POLICY.exists() else None)
         if ckpt:
             mcfg.ckpt_path = str(ckpt)
     if mcfg.kind != "policy":
@@ -102,19 +102,17 @@ def build_method(name: str, cfg: DictConfig, predictors: dict, bank_path):
             f"(docs: README 'Live mode') and pass '++method_overrides={{{name}: {{ckpt_path: ...}}}}'"
         )
     _, first = build_allocators(mcfg)[0]  # fails with one line if the checkpoint does not load
-    check_policy_fit(mcfg, [first], cfg.sim)
-    predictor = predictor_from(
-        mcfg.get("predictor"), bank_path, configured=cfg.get("predictors") or {}, built=predictors
-    )
+    check_policy_fit(mcfg, [first], run.sim)
+    predictor = predictor_from(mcfg.get("predictor"), bank_path, configured=run.predictors, built=predictors)
     return (lambda: build_allocators(mcfg)[0][1]), predictor
 
 
-def method_plans(methods, cfg: DictConfig, bank_path, notes: list[str]) -> list[tuple]:
+def method_plans(methods, run: LiveSettings, bank_path, notes: list[str]) -> list[tuple]:
     """(name, allocator factory, predictor) of every method that can run live, predictors built once; each method that
     cannot is one note (said and appended to ``notes``). None can: a one-line ConfigError."""
     predictors, plans = {}, []
     for m in methods:
-        factory, predictor = build_method(m, cfg, predictors, bank_path)
+        factory, predictor = build_method(m, run, predictors, bank_path)
         if factory is None:
             say(f"note: {predictor}")
             notes.append(predictor)
@@ -125,14 +123,14 @@ def method_plans(methods, cfg: DictConfig, bank_path, notes: list[str]) -> list[
     return plans
 
 
-def calibration_bank(cfg: DictConfig, fams, source: str):
+def calibration_bank(lv: LiveOptions, fams, source: str):
     """The bank whose pool curves set the live ε of ``fams`` (``None``: the recipe bank itself).
 
     ``live.calibration_bank``: ``auto`` takes the shipped real-data curves (``live_real``) when the jobs train on
     real data and those curves cover every family; ``null`` the recipe bank; a name or path that bank.
     """
 
-    cal = cfg.live.get("calibration_bank")
+    cal = lv.calibration_bank
     if cal == "auto":
         real = shipped_bank_path("live_real")
         if source != "real" or not real.exists():
@@ -155,26 +153,25 @@ def display_path(path) -> str:
         return str(p)
 
 
-def export_bank(cfg: DictConfig, bank, out: Path) -> Path:
+def export_bank(run: LiveSettings, bank, out: Path) -> Path:
     """The bank with every family's ε/budget scaled as in live mode (to train a MARA policy for live settings)."""
     import pyarrow.parquet as pq
 
-    table = scaled_family_params(bank, bank.families, float(cfg.live.time_scale), float(cfg.live.calibration_target))
+    lv = run.live
+    table = scaled_family_params(bank, bank.families, lv.time_scale, lv.calibration_target)
     # the same calibration bank a live run with these settings uses (auto: real data -> live_real), so the policy
     # trains on the ε a live run will set
-    fams = [f for f in cfg.live.families if f in bank.families]  # in live.families' order, as a live run calibrates
-    cal = calibration_bank(cfg, fams, str(cfg.live.data))
+    fams = [f for f in lv.families if f in bank.families]  # in live.families' order, as a live run calibrates
+    cal = calibration_bank(lv, fams, lv.data)
     if cal is not None:
-        table |= scaled_family_params(
-            cal, fams, float(cfg.live.time_scale), float(cfg.live.calibration_target), base=bank.family_params
-        )
+        table |= scaled_family_params(cal, fams, lv.time_scale, lv.calibration_target, base=bank.family_params)
         say(f"ε of {', '.join(fams)} calibrated on {display_path(cal.path)}")
     meta = dict(bank.bank_meta) | {
         "family_params": table,
-        "live_time_scale": float(cfg.live.time_scale),
+        "live_time_scale": lv.time_scale,
         "scaled_from": str(bank.path),
     }
-    path = Path(cfg.get("bank_out") or out / "live_bank.parquet")
+    path = Path(run.bank_out or out / "live_bank.parquet")
     # every curve cut at the live cap (twice the scaled largest budget, as live_tasks sets it): the simulator takes a
     # task's cap from its curve's length, and a cold task's predicted remaining batches is its cap_remaining, so a
     # policy trained on full-length curves would meet cold tasks in live mode it never saw in training
@@ -183,7 +180,7 @@ def export_bank(cfg: DictConfig, bank, out: Path) -> Path:
         r["losses"] = r["losses"][: generation_cap(r["family"], table)]
     write_bank(path, records, meta)
     say(
-        f"wrote {path} (budgets x {cfg.live.time_scale}, ε re-calibrated to {cfg.live.calibration_target:.0%} "
+        f"wrote {path} (budgets x {lv.time_scale}, ε re-calibrated to {lv.calibration_target:.0%} "
         "feasibility, "
         f"curves cut at the live cap)"
     )
@@ -191,6 +188,7 @@ def export_bank(cfg: DictConfig, bank, out: Path) -> Path:
 
 
 def _before_any_work(cfg: DictConfig) -> None:
+    settings_of(cfg)
     validate(cfg)
     preflight(cfg, "live")
     if cfg.live.workers == "ray":  # reachable, with the resources the jobs reserve (joins the cluster for the run)
@@ -200,19 +198,24 @@ def _before_any_work(cfg: DictConfig) -> None:
         )
 
 
+def settings_of(cfg: DictConfig) -> LiveSettings:
+    """The one reading of live mode's config: the settings it uses, as plain data, typed."""
+    keys = ("action", "methods", "method_overrides", "sim", "live", "predictors", "bank", "jobs", "jobs_methods")
+    return live_settings({k: plain_config(cfg.get(k)) for k in (*keys, "jobs_bank_split", "bank_out") if k in cfg})
+
+
 @run_folder(check=_before_any_work)  # one live run per folder
 def live_main(cfg: DictConfig) -> dict:
     """Run ``cfg.action``; returns the results dict (run) or the exported bank path."""
 
-    if cfg.get("jobs"):  # a user's job file instead of the zoo workload (mara/live/jobs.py)
-        return run_jobs(cfg, output_dir(cfg), method_plans)
+    run = settings_of(cfg)
+    if run.jobs:  # a user's job file instead of the zoo workload (mara/live/jobs.py)
+        return run_jobs(run, output_dir(cfg), method_plans)
     out = output_dir(cfg)
-    bank = load_bank_from_cfg(cfg)
-    if cfg.action == "export_bank":
-        return {"bank": str(export_bank(cfg, bank, out))}
-    if cfg.action != "run":
-        raise ConfigError(f"action must be run or export_bank, got {cfg.action!r}")
-    return run_live_methods(cfg, bank, out)
+    bank = bank_at(run.bank_path)
+    if run.action == "export_bank":
+        return {"bank": str(export_bank(run, bank, out))}
+    return run_live_methods(run, bank, out)
 
 
 def _hetero_note(sim: dict) -> str:
@@ -224,18 +227,18 @@ def _hetero_note(sim: dict) -> str:
     return f", node speeds {speed} (sleep factor s_max / s), switch cost {opts['switch_cost']}"
 
 
-def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
-
-    lv, sim = cfg.live, OmegaConf.to_container(cfg.sim, resolve=True)
+def run_live_methods(run: LiveSettings, bank, out: Path) -> dict:
+    """Every method of ``run`` on the live episodes, each replayed in the simulator; writes the report into ``out``."""
+    lv, sim = run.live, dict(run.sim)
     fams = list(lv.families)
-    methods = list(cfg.methods)
+    methods = list(run.methods)
     for m in methods:
         load_method_cfg(m)  # unknown names fail before any work
     bank.require_families(fams, "pool", context="live.families")
-    source, note = resolve_data(cfg, fams)
+    source, note = resolve_data(lv, fams)
     if note:
         say(f"note: {note}")
-    cal_bank = calibration_bank(cfg, fams, source) or bank
+    cal_bank = calibration_bank(lv, fams, source) or bank
     table = scaled_family_params(
         cal_bank, fams, float(lv.time_scale), float(lv.calibration_target), base=bank.family_params
     )
@@ -253,9 +256,8 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
     )
     preload_datasets([s for _, specs in episodes for s in specs])
     notes = [note] if note else []
-    plans = method_plans(methods, cfg, bank.path, notes)
-    crash, ray = OmegaConf.to_container(lv.crash), OmegaConf.to_container(lv.ray, resolve=True)
-    pool_opts = pool_options(lv.device, lv.threads, crash, ray)
+    plans = method_plans(methods, run, bank.path, notes)
+    pool_opts = pool_options(lv.device, lv.threads, dict(lv.crash), dict(lv.ray))
     n_jobs = sum(len(t) for t, _ in episodes)
     say(
         f"live: {', '.join(m for m, _, _ in plans)} on {len(episodes)} episode(s), {n_jobs} jobs of {', '.join(fams)} "
@@ -287,7 +289,7 @@ def run_live_methods(cfg: DictConfig, bank, out: Path) -> dict:
     if lv.replay and records:
         _replay_from_bank(runs, episodes, load_bank(bank_path), plans, sim, float(lv.load), int(lv.root))
     res = write_report(
-        cfg, out, runs, episodes, table, source, notes, bank_path if records else None, display_path(cal_bank.path)
+        run, out, runs, episodes, table, source, notes, bank_path if records else None, display_path(cal_bank.path)
     )
     return res
 

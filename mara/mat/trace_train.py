@@ -288,7 +288,7 @@ class TrainingState:
 def train_episodes(settings: TracePolicySettings, log=print) -> tuple[list[Episode], list[Episode]]:
     """(training, validation) episodes of the settings' windows, on the curve bank (the parametric bank standing in
     for an absent real one is said in one line)."""
-    bank, _ = target_bank(runlog.warning)
+    bank, _ = target_bank(log=runlog.warning)
     predictor = predictor_from(settings.predictor, bank.path)
     train_eps = episodes([trace_windows(s, "train") for s in settings.train], bank, predictor, settings)
     val_eps = episodes([trace_windows(s, "val") for s in settings.val], bank, predictor, settings)

@@ -1,6 +1,9 @@
 """Job traces in the ITP schemas, read and checked before any work; cluster specs (``n64g8``).
 
-Two schemas (the ITP traces published with ElasticFlow):
+Schemas are registered in one place, ``SCHEMAS`` (``register_schema``): each names the columns it adds to the raw
+ones, whether its jobs name their model and iteration count (``per_model``: what target-loss jobs and per-model
+throughput tables need) and their deadline (``deadlines``), and the function that reads those columns. A CSV is read
+in the schema of most added columns that it holds all of. Two schemas (the ITP traces published with ElasticFlow):
   * ``raw``: ``job_id, submission_time, duration, num_gpu`` (seconds, seconds, GPUs);
   * ``elasticflow``: the raw columns plus ``num_iteration, model_name, deadline, batch_size`` (deadline: absolute
     time on the submission clock).
@@ -15,6 +18,7 @@ import csv
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -94,6 +98,11 @@ class Trace:
 _ARRAYS = ("job_id", "submit", "duration", "num_gpu", "iterations", "model", "deadline", "batch_size")
 
 
+#: the largest value a trace's integer column may hold (seconds, GPUs, iterations; far beyond any real trace, and
+#: safe from overflow in the simulator's int64 arithmetic)
+INT_MAX = 2**62
+
+
 def _int_column(rows, col: str, where: str, first_row: int = 2) -> np.ndarray:
     out = np.empty(len(rows), dtype=np.int64)
     for i, r in enumerate(rows):
@@ -104,8 +113,30 @@ def _int_column(rows, col: str, where: str, first_row: int = 2) -> np.ndarray:
             raise TraceError(f"{where}: row {i + first_row}, column {col}: not a number ({v!r})") from None
         if not np.isfinite(x) or x < 0 or x != int(x):
             raise TraceError(f"{where}: row {i + first_row}, column {col}: must be a non-negative integer, got {v!r}")
+        if x > INT_MAX:
+            raise TraceError(f"{where}: row {i + first_row}, column {col}: {v[:30]} is beyond 2^62")
         out[i] = int(x)
     return out
+
+
+def _read_csv(p: Path, where: str) -> tuple[list[str], list[dict]]:
+    """(header with the ITP names, rows) of a CSV file: one TraceError line for bytes that are not UTF-8, a field
+    longer than the CSV reader takes, or a column named twice."""
+    with open(p, newline="", encoding="utf-8-sig") as fh:
+        reader = csv.DictReader(fh)
+        try:
+            header = [ALIASES.get(h.strip(), h.strip()) for h in (reader.fieldnames or [])]
+            if len(set(header)) < len(header):
+                raise TraceError(f"{where}: a column is named twice (or under both its name and its alias): {header}")
+            reader.fieldnames = header
+            rows = list(reader)
+        except UnicodeDecodeError as exc:
+            raise TraceError(
+                f"{where}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})"
+            ) from None
+        except csv.Error as exc:
+            raise TraceError(f"{where}: line {reader.line_num + 1}: not a readable CSV row ({exc})") from None
+    return header, rows
 
 
 def load_trace(path, cluster: Cluster | None = None, deadline_factor: float = 1.5, known_models=None) -> Trace:
@@ -114,25 +145,13 @@ def load_trace(path, cluster: Cluster | None = None, deadline_factor: float = 1.
     where = str(p)
     if not p.is_file():
         raise TraceError(f"trace.path={where}: no such file")
-    with open(p, newline="") as fh:
-        reader = csv.DictReader(fh)
-        header = [ALIASES.get(h.strip(), h.strip()) for h in (reader.fieldnames or [])]
-        if len(set(header)) < len(header):
-            raise TraceError(f"{where}: a column is named twice (or under both its name and its alias): {header}")
-        reader.fieldnames = header
-        rows = list(reader)
+    header, rows = _read_csv(p, where)
     if not header:
         raise TraceError(f"{where}: empty file (expected a header {','.join(RAW_COLUMNS)} and one row per job)")
     missing = [c for c in RAW_COLUMNS if c not in header]
     if missing:
         raise TraceError(f"{where}: missing column(s) {', '.join(missing)} (a trace needs {', '.join(RAW_COLUMNS)})")
-    elastic = [c for c in ELASTIC_COLUMNS[len(RAW_COLUMNS) :] if c in header]
-    if elastic and len(elastic) < 4:
-        lack = [c for c in ELASTIC_COLUMNS[len(RAW_COLUMNS) :] if c not in header]
-        raise TraceError(
-            f"{where}: has {', '.join(elastic)} but lacks {', '.join(lack)} (the elasticflow schema "
-            f"needs all of {', '.join(ELASTIC_COLUMNS[len(RAW_COLUMNS) :])})"
-        )
+    schema = schema_of(header, where)
     if not rows:
         raise TraceError(f"{where}: no jobs (the file has a header only)")
     if "best_effort" in header:
@@ -155,34 +174,97 @@ def load_trace(path, cluster: Cluster | None = None, deadline_factor: float = 1.
             f"({cluster.gpus}); pick a larger trace.cluster"
         )
     job_id = np.array([(r.get("job_id") or "").strip() for r in rows], dtype=object)
-    if elastic:
-        schema = "elasticflow"
-        iterations = _int_column(rows, "num_iteration", where).astype(np.float64)
-        deadline = _int_column(rows, "deadline", where)
-        batch = _int_column(rows, "batch_size", where)
-        model = np.array([(r.get("model_name") or "").strip() for r in rows], dtype=object)
-        zero = np.flatnonzero(iterations < 1)
-        if zero.size:
-            raise TraceError(f"{where}: row {zero[0] + 2}, column num_iteration: a job needs at least 1 iteration")
-        if known_models is not None:
-            for i, (m, b) in enumerate(zip(model, batch)):
-                if (m, int(b)) not in known_models:
-                    raise TraceError(
-                        f"{where}: row {i + 2}: no throughput table for model_name={m!r} at batch_size="
-                        f"{b} (known: {', '.join(sorted({k[0] for k in known_models}))})"
-                    )
-    else:
-        schema = "raw"
-        bad = np.flatnonzero(duration < 1)
-        if bad.size:
-            raise TraceError(f"{where}: row {bad[0] + 2}, column duration: a job needs at least 1 second of work")
-        iterations = duration.astype(np.float64)
-        deadline = submit + np.ceil(float(deadline_factor) * duration).astype(np.int64)
-        batch = np.zeros(len(rows), dtype=np.int64)
-        model = np.array([""] * len(rows), dtype=object)
+    base = {"job_id": job_id, "submit": submit, "duration": duration}
+    iterations, model, deadline, batch = schema.read(rows, where, base, deadline_factor, known_models)
     order = np.argsort(submit, kind="stable")
-    t = Trace(where, schema, job_id, submit, duration, num_gpu, iterations, model, deadline, batch)
+    t = Trace(where, schema.name, job_id, submit, duration, num_gpu, iterations, model, deadline, batch)
     return t.take(order)
+
+
+def _elasticflow_columns(rows, where: str, base: dict, deadline_factor, known_models) -> tuple:
+    """(iterations, model, deadline, batch) of the elasticflow schema's columns, checked."""
+    submit, job_id = base["submit"], base["job_id"]
+    iterations = _int_column(rows, "num_iteration", where).astype(np.float64)
+    deadline = _int_column(rows, "deadline", where)
+    batch = _int_column(rows, "batch_size", where)
+    model = np.array([(r.get("model_name") or "").strip() for r in rows], dtype=object)
+    early = np.flatnonzero(deadline < submit)
+    if early.size:
+        i = int(early[0])
+        raise TraceError(
+            f"{where}: row {i + 2}, column deadline: job {job_id[i]} is due at {deadline[i]}, before it is "
+            f"submitted ({submit[i]})"
+        )
+    zero = np.flatnonzero(iterations < 1)
+    if zero.size:
+        raise TraceError(f"{where}: row {zero[0] + 2}, column num_iteration: a job needs at least 1 iteration")
+    if known_models is not None:
+        for i, (m, b) in enumerate(zip(model, batch)):
+            if (m, int(b)) not in known_models:
+                raise TraceError(
+                    f"{where}: row {i + 2}: no throughput table for model_name={m!r} at batch_size="
+                    f"{b} (known: {', '.join(sorted({k[0] for k in known_models}))})"
+                )
+    return iterations, model, deadline, batch
+
+
+def _raw_columns(rows, where: str, base: dict, deadline_factor, known_models) -> tuple:
+    """(iterations, model, deadline, batch) of a raw trace: ``duration`` seconds of rigid work, due
+    ``deadline_factor`` times its duration after its submission."""
+    submit, duration = base["submit"], base["duration"]
+    bad = np.flatnonzero(duration < 1)
+    if bad.size:
+        raise TraceError(f"{where}: row {bad[0] + 2}, column duration: a job needs at least 1 second of work")
+    due = submit + np.ceil(float(deadline_factor) * duration)
+    over = np.flatnonzero(~(due <= INT_MAX))
+    if over.size:
+        raise TraceError(
+            f"{where}: row {over[0] + 2}, column duration: its deadline (trace.deadline_factor={deadline_factor:g} "
+            f"x duration) is beyond 2^62"
+        )
+    n = len(rows)
+    deadline = submit + np.ceil(float(deadline_factor) * duration).astype(np.int64)
+    return duration.astype(np.float64), np.array([""] * n, dtype=object), deadline, np.zeros(n, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Schema:
+    """A trace schema (see the module docstring): ``columns`` it adds to ``RAW_COLUMNS``; ``read(rows, where, base,
+    deadline_factor, known_models) -> (iterations, model, deadline, batch_size)`` arrays ``[J]``."""
+
+    name: str
+    columns: tuple[str, ...]
+    per_model: bool
+    deadlines: bool
+    read: Callable
+
+
+#: every trace schema, by name
+SCHEMAS: dict[str, Schema] = {}
+
+
+def register_schema(schema: Schema) -> Schema:
+    """Make ``schema`` one a trace CSV can be read in."""
+    SCHEMAS[schema.name] = schema
+    return schema
+
+
+register_schema(Schema("raw", (), per_model=False, deadlines=False, read=_raw_columns))
+register_schema(Schema("elasticflow", ELASTIC_COLUMNS[len(RAW_COLUMNS) :], True, True, _elasticflow_columns))
+
+
+def schema_of(header: list[str], where: str) -> Schema:
+    """The schema a CSV with ``header`` is read in: of the most added columns it holds all of; a schema's columns
+    held only in part are one TraceError line."""
+    for s in SCHEMAS.values():
+        have = [c for c in s.columns if c in header]
+        if have and len(have) < len(s.columns):
+            lack = [c for c in s.columns if c not in header]
+            raise TraceError(
+                f"{where}: has {', '.join(have)} but lacks {', '.join(lack)} (the {s.name} schema "
+                f"needs all of {', '.join(s.columns)})"
+            )
+    return max((s for s in SCHEMAS.values() if all(c in header for c in s.columns)), key=lambda s: len(s.columns))
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import numpy as np
 from mara.core.config import ConfigError
 from mara.curves.bank import default_bank_path, load_bank
 from mara.predictors.factory import predictor_from
-from mara.traces.schema import Trace, load_trace
+from mara.traces.schema import SCHEMAS, Trace, load_trace
 from mara.traces.target_loss import declared_batches, target_loss_jobs
 from mara.traces.target_run import prefix_band
 
@@ -40,7 +40,7 @@ def read_trace_jobs(path) -> Trace:
         raise
     except (OSError, ValueError) as e:  # unreadable, or a value the schema check did not name
         raise ConfigError(f"{path}: {type(e).__name__}: {e}") from None
-    if tr.schema != "elasticflow":
+    if not SCHEMAS[tr.schema].per_model:
         raise ConfigError(f"{path}: target-loss jobs need the elasticflow schema (model, num_iteration)")
     return tr
 

@@ -21,9 +21,9 @@ import copy
 from pathlib import Path
 
 import numpy as np
-from omegaconf import DictConfig
 
-from mara.core.config import ConfigError, load_method_cfg, plain_config
+from mara.core.config import ConfigError
+from mara.core.registry import TRACE_BANDS, TRACE_COUNTS, TraceKeys
 from mara.core.runlog import log as runlog
 from mara.curves.bank import default_bank_path, load_bank, stand_in_note
 from mara.predictors.factory import predictor_from
@@ -32,52 +32,26 @@ from mara.traces.report import earlier_trace_results, write_trace_results
 from mara.traces.run import (
     bound_windows,
     build_scheduler,
-    check_trace_run,
-    is_trace_bound,
     job_rows,
     method_settings,
-    resumes,
     reuse,
     trace_protocol,
+    trace_windows,
     window_record,
 )
-from mara.traces.schema import SIZE_CLASSES, size_class, window_jobs
+from mara.traces.schema import SCHEMAS, SIZE_CLASSES, size_class, window_jobs
+from mara.traces.settings import TraceRunSettings
 from mara.traces.target_loss import MODEL_FAMILY, declared_batches, target_loss_jobs
 from mara.traces.throughput import LEVELS, job_speeds
 
-COUNTS = ("declared", "true", "none", "predicted")
-BANDS = {"lo": 0, "median": 1, "hi": 2}
+COUNTS = TRACE_COUNTS
+BANDS = {b: i for i, b in enumerate(TRACE_BANDS)}  # column of the predictor's (lo, median, hi) band
 
 
-def method_counts(cfg: DictConfig) -> dict[str, str]:
-    """``{method: trace_count}`` of ``methods``; a method that does not say which count it plans on is refused."""
-    out = {}
-    over = plain_config(cfg.get("method_overrides")) or {}
-    for m in cfg.get("methods") or []:
-        mc = load_method_cfg(m, over.get(m))
-        c = mc.get("trace_count")
-        if c not in COUNTS:
-            raise ConfigError(
-                f"method {m!r} has no trace_count ({' | '.join(COUNTS)}): it cannot run target-loss "
-                f"jobs (trace.jobs=target_loss)"
-            )
-        if c == "predicted":
-            if mc.get("trace_band") not in BANDS:
-                raise ConfigError(
-                    f"method {m!r}: trace_band must be one of {', '.join(BANDS)}, got {mc.get('trace_band')!r}"
-                )
-            pq_ = mc.get("trace_prior_quantile")
-            if isinstance(pq_, bool) or not isinstance(pq_, (int, float)) or not 0 < pq_ <= 1:
-                raise ConfigError(f"method {m!r}: trace_prior_quantile must be a number in (0, 1], got {pq_!r}")
-            if mc.get("trace_predictor") not in ("qr", "wls"):
-                raise ConfigError(f"method {m!r}: trace_predictor must be qr or wls, got {mc.get('trace_predictor')!r}")
-        out[m] = c
-    return out
-
-
-def check_target_loss_run(cfg: DictConfig, trace) -> dict[str, str]:
-    """What a target-loss run needs beyond a trace run's checks: an elasticflow-schema trace with mapped models."""
-    if trace.schema != "elasticflow":
+def check_target_loss_run(run: TraceRunSettings, trace) -> dict[str, str]:
+    """What a target-loss run needs beyond a trace run's checks: an elasticflow-schema trace with mapped models, and
+    a method that says which count it plans on (``trace_count``); returns ``{method: trace_count}``."""
+    if not SCHEMAS[trace.schema].per_model:
         raise ConfigError(
             f"trace.jobs=target_loss needs the elasticflow schema (model, num_iteration): {trace.path} "
             f"is {trace.schema}"
@@ -88,13 +62,13 @@ def check_target_loss_run(cfg: DictConfig, trace) -> dict[str, str]:
             f"trace.jobs=target_loss: model(s) {', '.join(unknown)} have no curve family "
             f"(known: {', '.join(MODEL_FAMILY)})"
         )
-    q = (plain_config(cfg.get("trace")) or {}).get("declare_quantile", 0.9)
-    if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q <= 1:
-        raise ConfigError(f"trace.declare_quantile must be a number in (0, 1], got {q!r}")
-    e = (plain_config(cfg.get("trace")) or {}).get("estimate_every_s", 0)
-    if isinstance(e, bool) or not isinstance(e, (int, float)) or not 0 <= e < float("inf"):
-        raise ConfigError(f"trace.estimate_every_s must be a number >= 0, got {e!r}")
-    return method_counts(cfg)
+    for m in run.methods:
+        if m.keys.count is None:
+            raise ConfigError(
+                f"method {m.name!r} has no trace_count ({' | '.join(COUNTS)}): it cannot run target-loss "
+                f"jobs (trace.jobs=target_loss)"
+            )
+    return {m.name: m.keys.count for m in run.methods}
 
 
 class DeclaredCount:
@@ -199,16 +173,15 @@ def prefix_band(predictor, tl, bank, jobs: np.ndarray, seen: np.ndarray) -> np.n
     )
 
 
-def replay_target_window(
-    trace, w, ts, spec, count: str, bank, seed: int, q: float, mc=None, predictor=None, every_s: float = 0.0
-):
-    """Replay one window of target-loss jobs under one scheduler: (jobs, scored, Replay, wall s, TargetLossJobs);
-    ``every_s``: a ``predicted`` count asks its predictor at most once per that many seconds of trace time."""
+def replay_target_window(trace, w, ts, keys: TraceKeys, bank, predictor=None, every_s: float = 0.0):
+    """Replay one window of target-loss jobs under one method's trace scheduler (``keys``: its trace keys):
+    (jobs, scored, Replay, wall s, TargetLossJobs); ``every_s``: a ``predicted`` count asks its predictor at most
+    once per that many seconds of trace time."""
     import time
 
     jobs, scored = window_jobs(trace, w, ts.first_jobs)
-    tl = target_loss_jobs(jobs.job_id, jobs.model, jobs.iterations, bank, seed, q)
-    sched = build_scheduler(spec, ts.overhead)
+    tl = target_loss_jobs(jobs.job_id, jobs.model, jobs.iterations, bank, ts.target_seed, ts.declare_quantile)
+    sched, count = build_scheduler(keys.scheduler, ts.overhead), keys.count
     work = jobs.iterations.astype(np.float64).copy()
     if count == "declared":
         work = np.minimum(work, tl.declared)
@@ -217,11 +190,9 @@ def replay_target_window(
         prior = (
             tl.declared
             / tl.past_batches
-            * np.array(
-                [declared_batches(bank, f, e, float(mc.trace_prior_quantile)) for f, e in zip(tl.family, tl.target)]
-            )
+            * np.array([declared_batches(bank, f, e, keys.prior_quantile) for f, e in zip(tl.family, tl.target)])
         )
-        sched = PredictedCount(sched, tl, bank, predictor, BANDS[mc.trace_band], np.ceil(prior), every_s)
+        sched = PredictedCount(sched, tl, bank, predictor, BANDS[keys.band], np.ceil(prior), every_s)
     tput, max_level = job_speeds(jobs, sched.caps, ts.cluster.gpus, rigid=ts.rigid)
     state = JobState(jobs.submit, jobs.deadline, tput, max_level, work, ts.cluster.gpus, slot=ts.slot)
     t0 = time.perf_counter()
@@ -232,71 +203,67 @@ def replay_target_window(
     return jobs, scored, rep, secs, tl
 
 
-def target_method_settings(cfg: DictConfig, methods, counts: dict[str, str]) -> dict:
+def target_method_settings(run: TraceRunSettings, counts: dict[str, str]) -> dict:
     """{method: the settings its target-loss rows depend on}: its trace scheduler, the count it plans on and, for a
     ``predicted`` count, the predictor, band and prior quantile."""
-    over = plain_config(cfg.get("method_overrides")) or {}
-    out = method_settings(methods)
-    for name, _ in methods:
-        out[name]["trace_count"] = counts[name]
-        if counts[name] == "predicted":
-            mc = load_method_cfg(name, over.get(name))
-            out[name]["predicted"] = {
-                "predictor": str(mc.trace_predictor),
-                "band": str(mc.trace_band),
-                "prior_quantile": float(mc.trace_prior_quantile),
+    out = method_settings(run.methods)
+    for m in run.methods:
+        out[m.name]["trace_count"] = counts[m.name]
+        if m.keys.count == "predicted":
+            out[m.name]["predicted"] = {
+                "predictor": m.keys.predictor,
+                "band": m.keys.band,
+                "prior_quantile": m.keys.prior_quantile,
             }
     return out
 
 
-def target_bank(log=print):
-    """The curve bank target-loss jobs draw their curves from; when the real (task-zoo) bank is absent and the
-    parametric one stands in, one line says so (stderr, and ``bank_note`` of the results): (bank, note or None)."""
-    bank = load_bank(default_bank_path())
+def target_bank(bank=None, log=print):
+    """The curve bank target-loss jobs draw their curves from (``bank``: read by the check before any work; None:
+    the default); when the real (task-zoo) bank is absent and the parametric one stands in, one line says so
+    (stderr, and ``bank_note`` of the results): (bank, note or None)."""
+    bank = bank if bank is not None else load_bank(default_bank_path())
     note = stand_in_note(bank.path)
     if note:
         log(note)
     return bank, note
 
 
-def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
-    """Every method on target-loss jobs of every window; results as a trace run's, plus each job's counts."""
-    ts, trace, methods, windows = check_trace_run(cfg)
-    counts = check_target_loss_run(cfg, trace)
-    seed, q = ts.target_seed, float((plain_config(cfg.get("trace")) or {}).get("declare_quantile", 0.9))
-    every_s = float((plain_config(cfg.get("trace")) or {}).get("estimate_every_s", 0))
-    bank, note = target_bank(runlog.warning)
+def run_target_loss(run: TraceRunSettings, out: Path, log=print, bank=None) -> dict:
+    """Every method on target-loss jobs of every window; results as a trace run's, plus each job's counts
+    (``bank``: the curve bank the jobs' curves come from, read by the check before any work; None: the default)."""
+    ts = run.trace
+    trace, windows = trace_windows(ts)
+    counts = check_target_loss_run(run, trace)
+    bank, note = target_bank(bank, runlog.warning)
     log(
         f"target-loss jobs of {ts.path}: cluster {ts.cluster.name}, {len(windows)} {ts.split} window(s), methods "
-        + ", ".join(f"{m} ({counts[m]} count)" for m, _ in methods)
+        + ", ".join(f"{m.name} ({m.keys.count} count)" for m in run.methods)
     )
     protocol = {
         **trace_protocol(ts, trace, windows),
         "jobs": "target_loss",
-        "target_seed": seed,
-        "declare_quantile": q,
+        "target_seed": ts.target_seed,
+        "declare_quantile": ts.declare_quantile,
         "bank": str(bank.path),
         **({"bank_note": note} if note else {}),
-        "estimate_every_s": every_s,
+        "estimate_every_s": ts.estimate_every_s,
     }
-    settings = target_method_settings(cfg, methods, counts)
-    earlier = earlier_trace_results(out, protocol, settings, resumes(cfg))
+    settings = target_method_settings(run, counts)
+    earlier = earlier_trace_results(out, protocol, settings, run.resume)
     rows, timings, windows_info, occupancy = [], {}, [], {}
-    over = plain_config(cfg.get("method_overrides")) or {}
-    for name, spec in methods:
+    for method in run.methods:
+        name, keys, predictor = method.name, method.keys, None
         if reuse(name, earlier, rows, windows_info, timings, {}, log):
             continue
         timings[name] = 0.0
-        if is_trace_bound(spec):  # target-loss jobs' true counts are the trace's: the same bound
-            timings[name] = bound_windows(name, spec, trace, windows, ts, rows, windows_info, log)[0]
+        if method.bound is not None:  # target-loss jobs' true counts are the trace's: the same bound
+            timings[name] = bound_windows(name, method.bound, trace, windows, ts, rows, windows_info, log)[0]
             continue
-        mc, predictor = load_method_cfg(name, over.get(name)), None
-        if counts[name] == "predicted":
-            predictor = predictor_from(str(mc.trace_predictor), bank.path)
+        if keys.count == "predicted":
+            predictor = predictor_from(keys.predictor, bank.path)
         for w in windows:
-            jobs, scored, rep, secs, tl = replay_target_window(
-                trace, w, ts, spec, counts[name], bank, seed, q, mc, predictor, every_s
-            )
+            jobs, scored, rep, secs, tl = replay_target_window(trace, w, ts, keys, bank, predictor, ts.estimate_every_s)
             timings[name] += secs
             rows.extend(target_rows(name, w, jobs, scored, rep, tl))
             windows_info.append(window_record(name, w.index, jobs, scored, rep, secs, ts.cluster.gpus))
@@ -314,7 +281,7 @@ def run_target_loss(cfg: DictConfig, out: Path, log=print) -> dict:
         protocol,
         timings,
         out,
-        tensorboard=bool((cfg.get("eval") or {}).get("tensorboard", True)),
+        tensorboard=run.tensorboard,
         method_settings=settings,
         earlier=earlier,
     )

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from mara.traces.schema import SHIPPED_DIR, Trace
+from mara.traces.schema import SCHEMAS, SHIPPED_DIR, Trace
 
 LEVELS = np.array([1, 2, 4, 8, 16, 32, 64], dtype=np.int64)  # GPU counts a job may run on
 TABLE = SHIPPED_DIR / "throughputs_A100.csv"
@@ -66,7 +66,7 @@ def job_speeds(trace: Trace, cap_rule: str, cluster_gpus: int, rigid: bool = Fal
     J, L = trace.n_jobs, len(LEVELS)
     tput = np.zeros((J, L))
     cap = np.full(J, 64, dtype=np.int64)
-    if trace.schema == "raw":
+    if not SCHEMAS[trace.schema].per_model:
         tput[:] = LEVELS[None, :] / trace.num_gpu[:, None].astype(np.float64)
         cap = trace.num_gpu.copy()
     else:
@@ -85,7 +85,7 @@ def job_speeds(trace: Trace, cap_rule: str, cluster_gpus: int, rigid: bool = Fal
                 c = min(int(LEVELS[measured[-1]]), bs, 64)
             cap[sel] = c
     if rigid:
-        cap = np.minimum(cap, trace.num_gpu) if trace.schema == "raw" else trace.num_gpu.copy()
+        cap = np.minimum(cap, trace.num_gpu) if not SCHEMAS[trace.schema].per_model else trace.num_gpu.copy()
     cap = np.clip(cap, 1, min(64, cluster_gpus))
     max_level = _level_at_most(cap)
     allowed = np.arange(L)[None, :] <= max_level[:, None]
