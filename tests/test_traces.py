@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from mara.traces.edf import TraceEDF
+from mara.allocators.rules import EDF as TraceEDF
 from mara.traces.elasticflow import TraceElasticFlow
 from mara.traces.replay import JobState, replay
 from mara.traces.run import check_trace_run
@@ -125,7 +125,7 @@ def test_windows_never_overlap_and_validation_comes_first():
 
 def test_a_method_without_a_trace_scheduler_is_refused_before_any_work():
     cfg = _cfg(cluster="n64g8")
-    cfg.methods = ["EDF", "FIFO"]
+    cfg.methods = ["EDF", "LARA"]
     with pytest.raises(Exception, match="does not schedule job traces"):
         check_trace_run(cfg)
     with pytest.raises(Exception, match="n<nodes>g<gpus>"):

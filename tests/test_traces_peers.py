@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mara.traces.edf import TraceEDF
+from mara.allocators.rules import EDF as TraceEDF
 from mara.traces.gandiva import TraceGandiva
 from mara.traces.replay import JobState, replay
 from mara.traces.schema import SHIPPED_SAMPLE, load_trace, parse_cluster

@@ -122,6 +122,10 @@ class Observation:
         if first_obs != WARMUP_OBS:  # the class default otherwise (states saved without it rebuild unchanged)
             self.first_obs = first_obs
 
+    @property
+    def arrival_rank(self) -> np.ndarray:  # [E, K] int arrival order (the task index), the scheduler view's name
+        return self.task
+
     @cached_property
     def node_speed(self) -> np.ndarray:  # [M] int batches per step of each node
         return np.ones(self.n_nodes, dtype=np.int64) if self._node_speed is None else self._node_speed

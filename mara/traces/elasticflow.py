@@ -25,6 +25,7 @@ from heapq import heappop, heappush
 
 import numpy as np
 
+from mara.sched.interface import Decision
 from mara.traces.profile import FreeProfile
 from mara.traces.replay import DECLINED, NEVER, PENDING, RUNNING, JobState, align
 from mara.traces.throughput import LEVELS
@@ -42,7 +43,7 @@ class TraceElasticFlow:
         self.overhead = overhead
         self.exact_marginals = exact_marginals
 
-    def reset(self, state: JobState) -> None:
+    def start(self, state: JobState) -> None:
         self.s = state
         J = len(state.submit)
         self.plans: list = [None] * J  # (starts, gpus, end) per live job
@@ -216,7 +217,7 @@ class TraceElasticFlow:
         return prof, plans, ok
 
     # ---------------------------------------------------------------------------------------------- decide
-    def decide(self, now: int, arrivals: np.ndarray):
+    def decide(self, now: int, arrivals: np.ndarray) -> Decision:
         s = self.s
         live = np.flatnonzero((s.status == PENDING) | (s.status == RUNNING))
         planned = None
@@ -229,7 +230,7 @@ class TraceElasticFlow:
                 s.status[arrivals] = DECLINED
                 planned = None
         if live.size == 0:
-            return None
+            return Decision()
         # admitted arrivals: the re-plan of the same jobs at the same time is the admission's plan itself
         prof, plans, _ = planned if planned is not None else self.plan_all(live, now)
         self._boost(live, plans, prof, now)
@@ -264,8 +265,8 @@ class TraceElasticFlow:
         # a re-plan is an event of its own only when it comes before every event already queued: the next arrival and
         # the jobs' ends as planned, before this round's set-up overhead moves them (as the authors' simulator does)
         if replan >= queued:
-            return None
-        return None if replan == NEVER else replan
+            return Decision()
+        return Decision(replan_at=None if replan == NEVER else replan)
 
     def _boost(self, live, plans, prof: FreeProfile, now: int) -> None:
         """Hand the GPUs free now to jobs, one level step at a time, largest GPU-time growth per GPU first.

@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 
+from mara.sched.interface import Decision
 from mara.traces.replay import FUTURE, PENDING, RUNNING, JobState
 from mara.traces.rigid import RigidClock, finish_job, runnable_arrivals, setup_overhead
 
@@ -51,7 +52,7 @@ class TraceGandiva:
         self.overhead = overhead
         self.gpn = int(gpus_per_node)
 
-    def reset(self, state: JobState) -> None:
+    def start(self, state: JobState) -> None:
         self.s = state
         self.clk = RigidClock(state)
         J = len(state.submit)
@@ -173,7 +174,7 @@ class TraceGandiva:
         self.ovh[self.ever_pended] = 0.0
         return released
 
-    def decide(self, now: int, arrivals: np.ndarray):
+    def decide(self, now: int, arrivals: np.ndarray) -> Decision:
         """Run the last interval, place arrivals (and waiting jobs when a set was freed); returns the next decision
         once arrivals are over (None before: arrivals are the events)."""
         s = self.s
@@ -211,5 +212,5 @@ class TraceGandiva:
                 run = ns.jobs[: min(len(ns.jobs), ns.cap)]
                 s.gpus[run] = self.clk.g[run]
         if more_arrivals or not (placed or self.pending) or not placed:
-            return None  # arrivals drive the decisions; or nothing left; or only jobs too big to ever be placed
-        return now + s.slot
+            return Decision()  # arrivals drive the decisions; or nothing left; or only jobs too big to ever be placed
+        return Decision(replan_at=now + s.slot)

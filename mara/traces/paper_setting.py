@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from mara.predictors.protocol import WARMUP_OBS, check_first_obs, predict_band
+from mara.sched.interface import Decision
 from mara.sim.env import IDLE, Observation, TaskStatus, isolated_feasible
 from mara.sim.workload import EpisodeBatch
 from mara.traces.replay import DECLINED, DONE, EXPIRED, PENDING, RUNNING, JobState, replay
@@ -78,7 +79,7 @@ class PaperSystem:
         )
         self.privileged = bool(getattr(predictor, "privileged", False))
 
-    def reset(self, state: JobState) -> None:
+    def start(self, state: JobState) -> None:
         s, K, N = state, self.K, len(state.submit)
         self.s = s
         self.work0 = s.iter_left.copy()  # batches to the target (the job's work)
@@ -96,7 +97,7 @@ class PaperSystem:
         self.alloc.reset(1)
 
     # ------------------------------------------------------------------ one decision = one paper step
-    def decide(self, now: int, arrivals: np.ndarray):
+    def decide(self, now: int, arrivals: np.ndarray) -> Decision:
         s, ep, e = self.s, self.ep, self.e
         done = self.work0 - s.iter_left  # processed batches [N]
         self._observe(now, done)
@@ -109,7 +110,7 @@ class PaperSystem:
         self._admit()
         active = self.slot_task >= 0
         if not active.any():
-            return None
+            return Decision()
         n_queued = int(self.queued.sum())
         self.full_steps += int(active.sum() >= self.K)
         self.queue_sum += n_queued
@@ -144,7 +145,7 @@ class PaperSystem:
             **extra,
         )
         self._serve(now, np.asarray(self.alloc.act(obs), dtype=np.int64)[0], sd)
-        return now + 1
+        return Decision(replan_at=now + 1)
 
     def _observe(self, now: int, done: np.ndarray) -> None:
         """Loss observations made since the previous decision: the warm-up's end (``ready_time``) and the predictor's

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mara.sched.interface import Decision
 from mara.traces.replay import NEVER, PENDING, RUNNING, JobState
 from mara.traces.throughput import LEVELS
 
@@ -178,7 +179,7 @@ class TraceSlack:
         if name:
             self.name = name
 
-    def reset(self, state: JobState) -> None:
+    def start(self, state: JobState) -> None:
         self.s = state
         self.started_once = np.zeros(len(state.submit), dtype=bool)
         self.base = 7 if state.n_gpus >= 256 else 2
@@ -194,13 +195,26 @@ class TraceSlack:
             n_gpus=int(s.n_gpus),
         )
 
-    def decide(self, now: int, arrivals: np.ndarray):
-        """Admit every arrival (deferral is soft), set GPUs, finishes and end events; no re-plan time of its own."""
+    def decide(self, now: int, arrivals: np.ndarray) -> Decision:
+        """Admit every arrival (deferral is soft); GPUs, finishes and set-up seconds; no re-plan time of its own."""
         s = self.s
-        s.status[arrivals] = PENDING
-        live = np.flatnonzero((s.status == PENDING) | (s.status == RUNNING))
+        present = s.present
+        present[arrivals] = True
+        live = np.flatnonzero(present)
         if live.size == 0:
-            return None
+            return Decision(admit=arrivals)
+        g = slack_allocation(self.view(now, live), self.margin)
+        finish = np.full(live.size, NEVER)  # waiting or preempted: its end moves to when it runs again
+        oh = s.overhead[live].copy()
+        for i in np.flatnonzero(g > 0):
+            j, gj = live[i], int(g[i])
+            if self.overhead:
+                oh[i] = self.base + (0.0 if self.started_once[j] else 2.0 * (math.log2(gj) + 1))
+            else:
+                oh[i] = 0.0
+            self.started_once[j] = True
+            finish[i] = now + oh[i] + math.ceil(max(float(s.iter_left[j]), 0.0) / s.speed(j, gj))
+        return Decision(jobs=live, gpus=g, finish=finish, overhead=oh, admit=arrivals)
         g = slack_allocation(self.view(now, live), self.margin)
         s.gpus[live] = g
         on, off = live[g > 0], live[g == 0]

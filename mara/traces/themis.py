@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 
+from mara.sched.interface import Decision
 from mara.traces.replay import FUTURE, PENDING, RUNNING, JobState
 from mara.traces.rigid import RigidClock, finish_job, runnable_arrivals
 
@@ -60,7 +61,7 @@ class TraceThemis:
     name = "Themis"
     caps = "trace"  # rigid: each job on its trace's num_gpu
 
-    def reset(self, state: JobState) -> None:
+    def start(self, state: JobState) -> None:
         self.s = state
         self.clk = RigidClock(state)
         J = len(state.submit)
@@ -73,7 +74,7 @@ class TraceThemis:
         self.end_time = np.zeros(J)
         self.event_t = None
 
-    def decide(self, now: int, arrivals: np.ndarray):
+    def decide(self, now: int, arrivals: np.ndarray) -> Decision:
         """One lease: leavers out, arrivals in, shares, auction, the lease's progress; returns the next lease."""
         s, clk, slot = self.s, self.clk, self.s.slot
         if len(arrivals) or self.ending:
@@ -127,5 +128,5 @@ class TraceThemis:
             self.ending = done.tolist()
             self.end_time[done] = now + slot
         if self.live or np.any(s.status == FUTURE):
-            return now + slot
-        return None
+            return Decision(replan_at=now + slot)
+        return Decision()

@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 
+from mara.sched.interface import Decision
 from mara.traces.replay import NEVER, PENDING, RUNNING, JobState
 from mara.traces.rigid import RigidClock, finish_job, runnable_arrivals, setup_overhead
 
@@ -35,7 +36,7 @@ class TraceTiresias:
         self.overhead = overhead
         self.limits = [int(x) for x in thresholds]
 
-    def reset(self, state: JobState) -> None:
+    def start(self, state: JobState) -> None:
         self.s = state
         self.clk = RigidClock(state)
         J = len(state.submit)
@@ -54,7 +55,7 @@ class TraceTiresias:
     def _overhead(self, j: int, restart: bool) -> float:
         return setup_overhead(int(self.clk.g[j]), self.s.n_gpus, restart) if self.overhead else 0.0
 
-    def decide(self, now: int, arrivals: np.ndarray):
+    def decide(self, now: int, arrivals: np.ndarray) -> Decision:
         """Ends, arrivals, service, then GPUs by queue; returns the next end or queue crossing."""
         s, clk, slot = self.s, self.clk, self.s.slot
         if now == self.end_at:
@@ -129,4 +130,4 @@ class TraceTiresias:
         if jump - now < slot:
             jump = now + slot
         nxt = min(self.end_at, jump)
-        return None if nxt == NEVER else nxt
+        return Decision(replan_at=None if nxt == NEVER else nxt)
