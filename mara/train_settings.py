@@ -43,7 +43,7 @@ from mara.mat.trace_train import trace_windows
 from mara.mat.train import policy_method
 from mara.predictors.factory import predictor_config, trained_predictor_mismatch
 from mara.predictors.fit_settings import FlowFitSettings, PredictorTraining
-from mara.sim.env import check_node_options
+from mara.sim.nodes import check_node_options
 from mara.sim.settings import SimSettings
 from mara.traces.target_run import BANDS
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from mara.allocators.rules import EDF as TraceEDF
+from mara.allocators.rules import EDF
 from mara.traces.elasticflow import TraceElasticFlow
 from mara.traces.replay import JobState, replay
 from mara.traces.run import check_trace_run
@@ -50,7 +50,7 @@ def test_edf_serves_the_earlier_deadline_first_and_the_other_misses(tmp_path):
     # A waits, runs 101-202 and misses its deadline 200.
     assert int(np.ceil(1184 / R2)) == 101
     p = _write(tmp_path, HEADER + "A,0,1184,resnet50,200,64,2,100\nB,0,1184,resnet50,150,64,2,100\n")
-    tr, rep = _replay(p, "n1g2", TraceEDF())
+    tr, rep = _replay(p, "n1g2", EDF())
     out = dict(zip(tr.job_id, zip(rep.met, rep.finish, rep.started)))
     assert out["B"] == (True, 101.0, 0.0)
     assert out["A"] == (False, 202.0, 101.0)

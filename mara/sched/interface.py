@@ -36,6 +36,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 NEVER = math.inf
+LEVELS = np.array([1, 2, 4, 8, 16, 32, 64], dtype=np.int64)  # GPU counts a job may run on (the paper's: 1 only)
 _NONE = np.empty(0, dtype=np.int64)
 
 
@@ -52,9 +53,9 @@ class JobsView(Protocol):
 class Decision:
     """One trace decision (arrays over ``jobs``, ``[n]``); the engine applies it (``mara.traces.replay.apply``).
 
-    ``finish`` NaN (or None): the engine plans the finish of a job given GPUs from its speed there
-    (``planned_finish``) and keeps the others'; ``end`` None: a job given GPUs ends at its finish, the others have
-    no end event; ``overhead`` / ``gpu_of`` None: unchanged."""
+    ``finish`` None: the engine plans the finish of a job given GPUs from its speed there (``planned_finish``) and
+    keeps the others'; a NaN entry keeps that job's finish; ``end`` None: a job given GPUs ends at its finish, the
+    others have no end event; ``overhead`` / ``gpu_of`` None: unchanged."""
 
     jobs: np.ndarray = field(default_factory=lambda: _NONE)  # [n] job ids whose allocation this sets
     gpus: np.ndarray = field(default_factory=lambda: _NONE)  # [n] GPUs of each (a level; 0: waits or preempted)
@@ -66,6 +67,7 @@ class Decision:
     decline: np.ndarray = field(default_factory=lambda: _NONE)  # arrivals turned away
     leave: np.ndarray = field(default_factory=lambda: _NONE)  # jobs the scheduler's own clock ends now
     leave_finish: np.ndarray = field(default_factory=lambda: _NONE)  # [len(leave)] their finish times
+    placed: np.ndarray = field(default_factory=lambda: _NONE)  # jobs placed now, counted started with GPUs or not
     replan_at: float | None = None  # the next decision it asks for (None: at the engine's next event)
     work_events: bool = False  # jobs stop at a target: the next time a job with GPUs runs out of work is a decision
     unplanned: bool = False  # the scheduler cannot plan finishes (its counts are estimates): live jobs get none
@@ -77,6 +79,8 @@ class Scheduler(Protocol):
 
     name: str
     caps: str  # GPU cap per job: "table" (its largest measured level), "trace" (its trace row's num_gpu), ...
+    # optional ``own_clock = True``: the scheduler ends its jobs itself by its own clock (``Decision.leave``), so the
+    # engine counts no iterations for them (the rigid peers, whose papers' simulators count seconds run)
 
     def start(self, view) -> None:
         """A new replay over the jobs of ``view`` (read-only)."""

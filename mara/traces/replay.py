@@ -123,26 +123,15 @@ def replay(state: JobState, policy, size_class: np.ndarray, n_classes: int, time
     t = int(arrival_times[0])
     dt = 0
     policy.start(state)
+    if getattr(policy, "own_clock", False):  # its clock ends its jobs: the simulator's iteration count never does
+        state.iter_left[:] = NEVER
     occ_t, occ, dec_s = [], [], []
     idle = 0
     wall0 = _time.perf_counter()
     while True:
         w0 = _time.perf_counter()
-        ending = _progress(state, t, dt)
-        run = state.status == RUNNING
-        ends = np.flatnonzero(run & (state.end_event <= t))
-        if ends.size:
-            state.status[ends] = DONE
-            state.ended[ends] = t
-            state.gpus[ends] = 0
-            state.end_event[ends] = NEVER
-        if state.expire:
-            late = np.flatnonzero(((state.status == PENDING) | (state.status == RUNNING)) & (state.ddl <= t))
-            state.status[late] = EXPIRED
-            state.ended[late] = t
-            state.gpus[late] = 0
-            state.end_event[late] = NEVER
-        del ending
+        _progress(state, t, dt)
+        _leave(state, t)
         new = []
         while ai < len(arrival_times) and arrival_times[ai] <= t:
             ai += 1
@@ -156,21 +145,7 @@ def replay(state: JobState, policy, size_class: np.ndarray, n_classes: int, time
         occ_t.append(t)
         busy = np.flatnonzero(state.gpus)  # only jobs holding GPUs add to occupancy and GPU time
         occ.append(np.bincount(size_class[busy], weights=state.gpus[busy], minlength=n_classes))
-        # next decision
-        run = state.status == RUNNING
-        ev = state.end_event[run & (state.end_event < NEVER)]
-        times = set()
-        if ai < len(arrival_times):
-            times.update(arrival_times[ai : ai + 2].tolist())
-        if ev.size:
-            times.update(np.unique(ev)[:2].tolist())
-        if replan_at is not None and replan_at > t:
-            times.add(replan_at)
-        if state.expire:  # the next deadline of a live job is an event: it leaves then
-            live = (state.status == PENDING) | (state.status == RUNNING)
-            d = state.ddl[live & (state.ddl > t)]
-            if d.size:
-                times.add(int(d.min()))
+        times = _event_times(state, t, arrival_times[ai : ai + 2], replan_at)
         if not times:
             waiting = np.flatnonzero((state.status == PENDING) | (state.status == RUNNING))
             if waiting.size == 0 or idle > 2:
@@ -202,39 +177,85 @@ def replay(state: JobState, policy, size_class: np.ndarray, n_classes: int, time
     )
 
 
+def _leave(state: JobState, t: int) -> None:
+    """Jobs whose end event has come leave (DONE); with ``expire``, live jobs whose deadline has come leave too."""
+    ends = np.flatnonzero((state.status == RUNNING) & (state.end_event <= t))
+    if ends.size:
+        state.status[ends] = DONE
+        state.ended[ends] = t
+        state.gpus[ends] = 0
+        state.end_event[ends] = NEVER
+    if state.expire:
+        late = np.flatnonzero(((state.status == PENDING) | (state.status == RUNNING)) & (state.ddl <= t))
+        state.status[late] = EXPIRED
+        state.ended[late] = t
+        state.gpus[late] = 0
+        state.end_event[late] = NEVER
+
+
+def _event_times(state: JobState, t: int, arrivals: np.ndarray, replan_at) -> set:
+    """The candidate times of the next decision after ``t``: the next (two) arrival batches, the next (two) end
+    events, the policy's re-plan time and, with ``expire``, the next deadline of a live job (it leaves then)."""
+    run = state.status == RUNNING
+    ev = state.end_event[run & (state.end_event < NEVER)]
+    times = set(arrivals.tolist())
+    if ev.size:
+        times.update(np.unique(ev)[:2].tolist())
+    if replan_at is not None and replan_at > t:
+        times.add(replan_at)
+    if state.expire:
+        live = (state.status == PENDING) | (state.status == RUNNING)
+        d = state.ddl[live & (state.ddl > t)]
+        if d.size:
+            times.add(int(d.min()))
+    return times
+
+
 def apply(state: JobState, now: int, d: Decision) -> float | None:
     """Apply the policy's decision at ``now`` (``Decision``'s rules); returns its re-plan time."""
-    state.status[d.admit] = PENDING
-    state.status[d.decline] = DECLINED
+    if d.admit.size:
+        state.status[d.admit] = PENDING
+    if d.decline.size:
+        state.status[d.decline] = DECLINED
     if d.leave.size:
         state.status[d.leave] = DONE
         state.ended[d.leave] = now
         state.gpus[d.leave] = 0
         state.end_event[d.leave] = NEVER
         state.finish[d.leave] = d.leave_finish
+    if d.placed.size:
+        state.status[d.placed] = RUNNING
+        state.started[d.placed] = now
     j, g = d.jobs, d.gpus
-    if j.size == 0:
-        return _after(state, now, d)
+    if j.size:
+        _allocate(state, now, d, j, g)
+    return _after(state, now, d)
+
+
+def _allocate(state: JobState, now: int, d: Decision, j: np.ndarray, g: np.ndarray) -> None:
+    """The decision's GPUs per job ``j`` [n], with their set-up seconds, placement, planned finish and end event."""
     state.gpus[j] = g
     if d.gpu_of is not None:
         state.gpu_of[j] = d.gpu_of
     if d.overhead is not None:
         state.overhead[j] = d.overhead
     on = g > 0
-    fin = np.full(j.size, np.nan) if d.finish is None else d.finish
-    plan = on & np.isnan(fin)
-    if plan.any():
-        p = j[plan]
-        oh = 0.0 if d.overhead is None else d.overhead[plan]
-        fin = fin.copy()
-        fin[plan] = planned_finish(now, state.iter_left[p], state.tput[p, LEVELS.searchsorted(g[plan])], oh)
+    fin = d.finish
+    if fin is None:  # the engine plans the finish of a job given GPUs from its speed there
+        fin = np.full(j.size, np.nan)
+        if on.any():
+            p = j[on]
+            oh = 0.0 if d.overhead is None else d.overhead[on]
+            fin[on] = planned_finish(now, state.iter_left[p], state.tput[p, LEVELS.searchsorted(g[on])], oh)
     keep = np.isnan(fin)
-    state.finish[j[~keep]] = fin[~keep]
+    if keep.any():
+        state.finish[j[~keep]] = fin[~keep]
+    else:
+        state.finish[j] = fin
     state.end_event[j] = np.where(on, state.finish[j], NEVER) if d.end is None else d.end
-    state.status[j[on]] = RUNNING  # a job without GPUs keeps its status: waiting, or preempted (still RUNNING)
-    first = j[on & np.isnan(state.started[j])]
-    state.started[first] = now
-    return _after(state, now, d)
+    run = j[on]
+    state.status[run] = RUNNING  # a job without GPUs keeps its status: waiting, or preempted (still RUNNING)
+    state.started[run[np.isnan(state.started[run])]] = now
 
 
 def _after(state: JobState, now: int, d: Decision) -> float | None:
