@@ -42,7 +42,11 @@ _NONE = np.empty(0, dtype=np.int64)
 
 @runtime_checkable
 class JobsView(Protocol):
-    """What every engine shows a scheduler (arrays ``[E, K]`` in the batched engine, ``[J]`` on a trace)."""
+    """What every engine shows a scheduler (arrays ``[E, K]`` in the batched engine, ``[J]`` on a trace). Beyond these
+    the trace engine's view (``JobState``) has ``levels`` / ``max_level`` (allowed GPU counts), ``tput`` (measured
+    speed per level), ``iter_left`` (work left), ``gpus`` (current allocation), ``status``, ``n_gpus`` and
+    ``gpu_speed``; the batched engine's (``Observation``) has the processed batches, the predictor's band
+    (``pred_remaining``, ``_lo``, ``_hi``), the generation cap and the nodes' speeds and set-up state."""
 
     arrival_rank: np.ndarray  # arrival order (ties: admission order)
     deadline: np.ndarray  # the job's deadline (steps or seconds: the engine's clock)
