@@ -24,7 +24,7 @@ from mara.mat.settings import (
     WorkloadSettings,
 )
 from mara.predictors.factory import predictor_config, trained_predictor_mismatch
-from mara.sim.env import check_node_options
+from mara.sim.nodes import check_node_options
 from mara.sim.settings import SimSettings
 
 EVAL_ROOTS = set(range(5))

@@ -85,7 +85,7 @@ CASES = [
     # methods: each once, overrides only for listed ones, trace schedulers only
     ("evaluate", [*TRACE, "methods=[EDF,EDF]"], "methods names EDF more than once"),
     ("evaluate", [*TRACE, "+method_overrides={ElasticFlow:{trace_count:none}}"], "'ElasticFlow' is not in methods"),
-    ("evaluate", [*TRACE, "methods=[EDF,FIFO]"], "method 'FIFO' does not schedule job traces"),
+    ("evaluate", [*TRACE, "methods=[EDF,LARA]"], "method 'LARA' does not schedule job traces"),
     ("evaluate", ["experiment=trace_mara"], "run it as python -m mara.train experiment=trace_mara"),
     # scheduler arguments, before the first replay (EDF is listed first)
     ("evaluate", [*MARA, sched("probe:-1")], "probe must be an integer >= 0, got -1"),
@@ -161,7 +161,7 @@ BENCH = [
     (["--traces", "{missing}:n8g8"], "no such trace file"),
     (["--traces", "mara/data/traces/itp_cluster01_first300.csv:n1g8"], "more than cluster n1g8 has (8)"),
     (["--traces", "--trace-methods", "Bogus"], "--trace-methods: unknown method Bogus"),
-    (["--traces", "--trace-methods", "FIFO"], "method 'FIFO' does not schedule job traces"),
+    (["--traces", "--trace-methods", "LARA"], "method 'LARA' does not schedule job traces"),
     (["--traces", "--trace-sweep", "0"], "--trace-sweep: a cluster size is a number of 8-GPU nodes"),
     (["--traces", "--json", "{garbage}/rows.json"], "garbage.csv is not writable"),
 ]

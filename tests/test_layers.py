@@ -17,6 +17,7 @@ LAYERS = (
     ("tasks_zoo/",),
     ("mara/curves/",),
     ("mara/predictors/",),
+    ("mara/sched/",),
     ("mara/sim/", "mara/traces/"),
     ("mara/allocators/", "mara/bounds/"),
     ("mara/mat/",),

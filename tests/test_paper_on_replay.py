@@ -13,6 +13,7 @@ from mara.core.config import ConfigError
 from mara.curves.bank import default_bank_path, load_bank
 from mara.eval.runner import evaluate_methods
 from mara.predictors.truth import TruthPredictor
+from mara.sched.interface import Decision
 from mara.sim.env import BatchedEnv, run_episodes
 from mara.sim.settings import ENGINES, SimSettings
 from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
@@ -89,15 +90,12 @@ def test_expiry_is_off_by_default_and_ends_a_late_job_when_on():
     class Run:
         name, caps = "run", "table"
 
-        def reset(self, s):
-            self.s = s
+        def start(self, s):
+            pass
 
         def decide(self, now, arrivals):
-            s = self.s
-            s.status[arrivals] = 2
-            s.gpus[arrivals] = 1
-            s.finish[arrivals] = s.end_event[arrivals] = now + 10
-            return None
+            ones = np.ones(len(arrivals), dtype=np.int64)
+            return Decision(jobs=arrivals, gpus=ones, finish=now + 10.0 * ones, admit=arrivals)
 
     for expire in (False, True):
         st = JobState(

@@ -98,7 +98,7 @@ def test_cache_is_bounded():
 
 def test_step_envs_matches_separate_steps(bank, fm):
     """Several envs stepped together (one batched predictor call per step) observe what separate steps observe."""
-    from mara.sim.env import step_envs
+    from mara.sim.estimates import step_envs
 
     eps = [
         generate_episodes(bank, bank.family_params, PAPER_TASK_SETS["ID"], 0.06, r, 4, n_steps=150) for r in (77, 78)

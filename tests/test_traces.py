@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from mara.allocators.rules import EDF
 from mara.preflight.traces import check_trace_run
-from mara.traces.edf import TraceEDF
 from mara.traces.elasticflow import TraceElasticFlow
 from mara.traces.replay import JobState, replay
 from mara.traces.schema import (
@@ -51,7 +51,7 @@ def test_edf_serves_the_earlier_deadline_first_and_the_other_misses(tmp_path):
     # A waits, runs 101-202 and misses its deadline 200.
     assert int(np.ceil(1184 / R2)) == 101
     p = _write(tmp_path, HEADER + "A,0,1184,resnet50,200,64,2,100\nB,0,1184,resnet50,150,64,2,100\n")
-    tr, rep = _replay(p, "n1g2", TraceEDF())
+    tr, rep = _replay(p, "n1g2", EDF())
     out = dict(zip(tr.job_id, zip(rep.met, rep.finish, rep.started)))
     assert out["B"] == (True, 101.0, 0.0)
     assert out["A"] == (False, 202.0, 101.0)
@@ -126,7 +126,7 @@ def test_windows_never_overlap_and_validation_comes_first():
 
 def test_a_method_without_a_trace_scheduler_is_refused_before_any_work():
     cfg = _cfg(cluster="n64g8")
-    cfg["methods"] = ["EDF", "FIFO"]
+    cfg["methods"] = ["EDF", "LARA"]
     with pytest.raises(Exception, match="does not schedule job traces"):
         check_trace_run(trace_run_settings(cfg))
     with pytest.raises(Exception, match="n<nodes>g<gpus>"):

@@ -289,5 +289,5 @@ def test_an_estimated_count_view_replays_afresh_under_each_scheduler():
     # each job's last estimate, must not carry over from one replay into the next
     view = PredictedCount(TraceMARA(rule="edf"), None, None, None, 1, np.array([100.0, 100.0]), every_s=0.0)
     view.asked_at, view.last = 10**9, {0: (5, 1.0)}
-    view.reset(_state())
+    view.start(_state())
     assert view.asked_at == -np.inf and view.last == {}

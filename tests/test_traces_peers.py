@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mara.traces.edf import TraceEDF
+from mara.allocators.rules import EDF
 from mara.traces.gandiva import TraceGandiva
 from mara.traces.replay import JobState, replay
 from mara.traces.schema import SHIPPED_SAMPLE, load_trace, parse_cluster
@@ -100,7 +100,7 @@ def _peer_case(name: str) -> dict:
     return case["results"]
 
 
-@pytest.mark.parametrize("sched", [TraceEDF, TraceGandiva, TraceTiresias, TraceThemis], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("sched", [EDF, TraceGandiva, TraceTiresias, TraceThemis], ids=lambda c: c.__name__)
 def test_the_same_jobs_miss_as_in_the_peers_own_simulator_on_the_shipped_sample(sched):
     """The shipped sample is ITP cluster01's first 300 jobs; the peer's per-job outcomes there are recorded."""
     s = sched()

@@ -6,17 +6,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mara.traces.replay import JobState, replay
-from mara.traces.slack import (
+from mara.allocators.slack import SlackRule
+from mara.sched.slack import (
     DEFERRED,
     FINISHABLE,
-    TraceSlack,
     TraceView,
     min_share,
     slack_allocation,
     slack_of,
     slack_order,
 )
+from mara.traces.replay import JobState, replay
 from mara.traces.throughput import LEVELS
 
 
@@ -108,7 +108,7 @@ def test_every_arrival_is_admitted_and_a_deferred_job_runs_when_gpus_free():
         np.array([600.0, 900.0]),
         1,
     )
-    rep = replay(st, TraceSlack(overhead=False), np.zeros(2, dtype=np.int64), 1)
+    rep = replay(st, SlackRule(overhead=False), np.zeros(2, dtype=np.int64), 1)
     assert rep.declined.tolist() == [False, False]
     assert rep.met.tolist() == [True, False] and rep.finish.tolist() == [600.0, 1500.0]
 
@@ -126,7 +126,7 @@ def test_a_deferred_job_is_judged_again_when_its_slack_returns():
         np.array([600.0, 600.0]),
         1,
     )
-    rep = replay(st, TraceSlack(overhead=False), np.zeros(2, dtype=np.int64), 1)
+    rep = replay(st, SlackRule(overhead=False), np.zeros(2, dtype=np.int64), 1)
     assert rep.met.tolist() == [False, True] and rep.finish.tolist() == [1200.0, 600.0]
 
 
@@ -137,14 +137,14 @@ def test_set_up_overhead_is_charged_as_elasticflow_charges_it():
     st = JobState(
         np.zeros(1, dtype=np.int64), np.array([1000]), tput, np.zeros(1, dtype=np.int64), np.array([100.0]), 1
     )
-    rep = replay(st, TraceSlack(), np.zeros(1, dtype=np.int64), 1)
+    rep = replay(st, SlackRule(), np.zeros(1, dtype=np.int64), 1)
     assert rep.finish.tolist() == [104.0] and rep.met.tolist() == [True]
 
 
 @pytest.mark.parametrize("kw", [{"margin": -0.1}, {"margin": 1.0}, {"caps": "all"}])
 def test_bad_settings_are_refused(kw):
     with pytest.raises(ValueError):
-        TraceSlack(**kw)
+        SlackRule(**kw)
 
 
 class _Counting:
@@ -176,7 +176,7 @@ def _predicted(every_s, bank):
         past_batches=np.array([100.0, 100.0]),
     )
     pred = _Counting()
-    return PredictedCount(TraceSlack(overhead=False), tl, bank, pred, 1, np.array([700.0, 700.0]), every_s), pred
+    return PredictedCount(SlackRule(overhead=False), tl, bank, pred, 1, np.array([700.0, 700.0]), every_s), pred
 
 
 def test_the_predictor_is_asked_at_most_once_per_period_and_estimates_run_down_between():
@@ -266,7 +266,7 @@ def _grow_by_scan(gpus, free, who, tp, rem):
 def test_extra_gpus_by_heap_equal_the_plain_scan():
     """The heap that hands out extra GPUs gives every job the GPUs the plain every-job scan gives, ties included
     (equal throughput rows, so equal gains, must go to the earliest job)."""
-    from mara.traces.slack import _grow
+    from mara.sched.slack import _grow
 
     rng = np.random.default_rng(0)
     for trial in range(300):

@@ -113,7 +113,7 @@ def test_the_true_count_is_not_in_anything_a_declared_count_scheduler_sees_but_t
         tput[0, :4] = [1.0, 1.9, 3.6, 6.5]
         st = JobState(np.array([0]), np.array([10**6]), tput, np.array([3]), np.array([n]), 8)
         sched = DeclaredCount(TraceElasticFlow(overhead=False), declared)
-        sched.reset(st)
+        sched.start(st)
         st.status[0] = 0
         sched.decide(0, np.array([0]))
         view = sched.view

@@ -1,4 +1,6 @@
-"""The predictor-guided least-slack rule: ``Slack-FM`` / ``Slack-WLS``.
+"""The predictor-guided least-slack rule, one class for every engine: ``Slack-FM`` / ``Slack-WLS`` / ``Slack-QR-q`` /
+``Slack-Truth``. Its order is ``mara.sched.slack.slack_keys``; the trace engine's GPUs per job are
+``mara.sched.slack.slack_allocation`` (that module's docstring); the batched engine's are below.
 
 Each step, per episode, every present task whose generation cap is not used up is put in one of three
 stages and the M nodes go to the tasks in stage order, one node per task (work-conserving):
@@ -12,6 +14,12 @@ stages and the M nodes go to the tasks in stage order, one node per task (work-c
 Ties: earlier deadline, then earlier arrival (task index). The ordering key is a pure function
 (``slack_keys``); ``SlackRule.act`` sorts all episodes at once.
 
+On a trace (``start`` / ``decide``, the scheduler interface) the rule reads each job's ``iter_left`` as its remaining
+iterations: the truth (``Slack-Truth``) or, wrapped by mara/traces/target_run.py's ``PredictedCount``, a predictor's
+estimate (``Slack-QR-q``); a job is finishable when its slack is at least ``margin`` × its time to deadline. Set-up
+overhead as ElasticFlow's simulator charges it (mara/traces/elasticflow.py), so that the two pay the same for
+elasticity.
+
 Band-aware variant (``Slack-FM-q``): with ``quantile: q`` the finishable test reads the q-quantile of
 the predictor's band instead of its median (``band_quantile``: a split log-normal through the band's q10 / q50 /
 q90 in log1p batches), and ``slack_at`` says which estimate the least-slack order reads (``median`` or
@@ -20,14 +28,17 @@ q90 in log1p batches), and ``slack_at`` says which estimate the least-slack orde
 
 from __future__ import annotations
 
+import math
 from statistics import NormalDist
 
 import numpy as np
 
 from mara.allocators.placement import place
+from mara.sched.interface import NEVER, Decision
+from mara.sched.slack import COLD, FINISHABLE, HOPELESS, SKIP, TraceView, slack_allocation, slack_keys
 from mara.sim.env import IDLE, WARMUP_OBS, Observation
 
-FINISHABLE, COLD, HOPELESS, SKIP = 0, 1, 2, 3
+__all__ = ["COLD", "FINISHABLE", "HOPELESS", "SKIP", "SlackRule", "band_quantile", "slack_keys", "slack_stage"]
 
 
 def slack_stage(present, cap_remaining, n_obs, pred, tau, warm_obs: int = WARMUP_OBS, no_estimate=None) -> np.ndarray:
@@ -56,12 +67,6 @@ def band_quantile(lo, med, hi, q: float, band=(0.1, 0.9)) -> np.ndarray:
     return np.maximum(np.expm1(m + (z / zb) * (e - m)), 0.0)
 
 
-def slack_keys(stage, pred, tau, deadline, task) -> tuple[np.ndarray, ...]:
-    """Lexicographic sort keys, most significant first: stage, within-stage key, deadline, arrival."""
-    within = np.where(stage == FINISHABLE, tau - pred, deadline.astype(np.float64))
-    return stage, within, deadline, task
-
-
 def fastest_node_steps(obs: Observation, pred: np.ndarray) -> np.ndarray:
     """Heterogeneous nodes: the predicted remaining batches in steps on the fastest node (``pred /
     max(node_speed)``), so a task is finishable when it could still finish there and its slack is counted in those
@@ -88,7 +93,16 @@ class SlackRule:
         displace: bool = False,
         displace_margin: int = 0,
         displace_at: str = "median",
+        margin: float = 0.0,
+        caps: str = "elasticflow",
+        overhead: bool = True,
     ) -> None:
+        if not math.isfinite(float(margin)) or float(margin) < 0 or float(margin) >= 1:
+            raise ValueError(f"Slack.margin must lie in [0, 1), got {margin!r}")
+        if caps not in ("elasticflow", "table"):
+            raise ValueError(f"Slack.caps must be elasticflow or table, got {caps!r}")
+        # on traces: finishable with ``margin`` x time to deadline to spare; GPU caps per job; set-up seconds charged
+        self.margin, self.caps, self.overhead = float(margin), caps, bool(overhead)
         if warm_obs < 1:
             raise ValueError(f"Slack.warm_obs must be >= 1, got {warm_obs}")
         if quantile is not None and not 0.0 < float(quantile) < 1.0:
@@ -165,3 +179,41 @@ class SlackRule:
         actions = np.full((order.shape[0], M), IDLE, dtype=np.int64)
         actions[:, :m] = np.where(ok, top, IDLE)
         return actions, pred
+
+    # the trace engine
+    def start(self, state) -> None:
+        self.s = state
+        self.started_once = np.zeros(len(state.submit), dtype=bool)
+        self.base = 7 if state.n_gpus >= 256 else 2
+
+    def view(self, now: int, live: np.ndarray) -> TraceView:
+        """The observable view of the jobs ``live`` (indices) at ``now``."""
+        s = self.s
+        return TraceView(
+            now=float(now),
+            remaining=s.iter_left[live].astype(np.float64),
+            deadline=s.ddl[live].astype(np.float64),
+            tput=s.tput[live],
+            n_gpus=int(s.n_gpus),
+        )
+
+    def decide(self, now: int, arrivals: np.ndarray) -> Decision:
+        """Admit every arrival (deferral is soft); GPUs, finishes and set-up seconds; no re-plan time of its own."""
+        s = self.s
+        present = s.present
+        present[arrivals] = True
+        live = np.flatnonzero(present)
+        if live.size == 0:
+            return Decision(admit=arrivals)
+        g = slack_allocation(self.view(now, live), self.margin)
+        finish = np.full(live.size, NEVER)  # waiting or preempted: its end moves to when it runs again
+        oh = s.overhead[live].copy()
+        for i in np.flatnonzero(g > 0):
+            j, gj = live[i], int(g[i])
+            if self.overhead:
+                oh[i] = self.base + (0.0 if self.started_once[j] else 2.0 * (math.log2(gj) + 1))
+            else:
+                oh[i] = 0.0
+            self.started_once[j] = True
+            finish[i] = now + oh[i] + math.ceil(max(float(s.iter_left[j]), 0.0) / s.speed(j, gj))
+        return Decision(jobs=live, gpus=g, finish=finish, overhead=oh, admit=arrivals)

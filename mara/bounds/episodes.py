@@ -13,7 +13,7 @@ from mara.bounds.clairvoyant import clairvoyant_batch
 from mara.bounds.clairvoyant_k import clairvoyant_k_batch
 from mara.bounds.parallel import map_episodes, resolve_workers
 from mara.core.config import ConfigError
-from mara.sim.env import isolated_feasible
+from mara.sim.nodes import isolated_feasible
 
 
 def oracle_successes(mcfg, ep, sim, progress=None) -> tuple[np.ndarray, dict]:

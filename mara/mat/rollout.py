@@ -18,7 +18,8 @@ from mara.core.safe_load import CheckpointError, from_plain, to_plain
 from mara.mat import node_choice
 from mara.mat.features import obs_to_tokens, token_options
 from mara.mat.nets import MATPolicy, to_env_actions
-from mara.sim.env import BatchedEnv, Observation, step_envs
+from mara.sim.env import BatchedEnv, Observation
+from mara.sim.estimates import step_envs
 from mara.sim.workload import PAPER_TASK_SETS, EpisodeBatch, generate_episodes
 
 _NOT_STATE = ("bank", "predictor", "episode_stream", "fm_cache")

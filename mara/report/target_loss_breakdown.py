@@ -34,7 +34,7 @@ def breakdown(name: str, res: dict, csv: str) -> str:
     true = np.array([ef[i]["true_iterations"] for i in ids])
     tput, ml = job_speeds(tr, TraceElasticFlow.caps, gpus)
     alone = TraceElasticFlow()
-    alone.reset(JobState(tr.submit, tr.deadline, tput, ml, decl.copy(), gpus))
+    alone.start(JobState(tr.submit, tr.deadline, tput, ml, decl.copy(), gpus))
     bad = np.array(
         [
             not alone.min_plan(j, FreeProfile(int(t), gpus), int(t), int(t), float(decl[j]))[4]

@@ -37,219 +37,18 @@ A cold task it has no estimate for (NaN: a family without training curves) keeps
 
 from __future__ import annotations
 
-from enum import IntEnum
-from functools import cached_property
-
 import numpy as np
 
 from mara.curves.bank import NEVER, CurveBank
-from mara.predictors.protocol import WARMUP_OBS, check_first_obs, predict_band
+from mara.predictors.protocol import WARMUP_OBS, check_first_obs
+from mara.sim.estimates import EstimateRefresh
+from mara.sim.metrics import episode_metrics
+from mara.sim.nodes import charge_switches, check_node_options
+from mara.sim.observation import _QUEUED, IDLE, Observation, TaskStatus
 from mara.sim.workload import EpisodeBatch
 
-IDLE = -1
 
-
-class TaskStatus(IntEnum):
-    """Where a task is in its life (``BatchedEnv.status`` [E, N], int8); the values are the stored integers."""
-
-    PENDING = 0  # not yet arrived
-    QUEUED = 1  # in the FIFO admission queue
-    ACTIVE = 2  # holds one of the K slots
-    SUCCEEDED = 3
-    FAILED = 4  # deadline reached, in a slot or in the queue
-    TURNED_AWAY = 5  # found the bounded waiting queue full: never entered, not counted in n_tasks
-
-    @classmethod
-    def left(cls, status):
-        """Mask of tasks that have left the system (succeeded, failed or turned away); ``status`` any shape."""
-        return status >= cls.SUCCEEDED
-
-
-# the hot comparisons use an int8 scalar: numpy compares an int8 array with an IntEnum member several times slower
-_QUEUED = np.int8(TaskStatus.QUEUED)
-
-
-class Observation:
-    """What allocators see at step t: per episode and slot arrays ``[E, K]`` (absent slots are 0/False).
-
-    Built from a snapshot of the simulator state; derived fields are computed on first access, so an
-    allocator pays only for what it reads.
-    """
-
-    first_obs = WARMUP_OBS  # observations from which the estimates are shown (the predictor's ``first_obs``)
-
-    def __init__(
-        self,
-        t,
-        slot_task,
-        slot_s,
-        slot_arrival,
-        slot_deadline,
-        slot_cap,
-        slot_pred,
-        slot_pred_s,
-        n_queued,
-        done,
-        n_nodes,
-        max_active,
-        obs_every,
-        slot_pred_lo=None,
-        slot_pred_hi=None,
-        node_speed=None,
-        switch_cost=0,
-        last_node=None,
-        started=None,
-        setup_left=None,
-        first_obs=WARMUP_OBS,
-    ):
-        self.t = t
-        self.task = slot_task  # [E, K] int task index (arrival order), -1 if empty
-        self.present = slot_task >= 0  # [E, K] bool
-        self._s, self._arr, self._dl, self._cap = slot_s, slot_arrival, slot_deadline, slot_cap
-        self._pred, self._pred_s, self._every = slot_pred, slot_pred_s, obs_every
-        self.obs_every = obs_every  # batches per loss observation
-        self._pred_lo = slot_pred if slot_pred_lo is None else slot_pred_lo  # no band given: degenerate band
-        self._pred_hi = slot_pred if slot_pred_hi is None else slot_pred_hi
-        self.n_queued = n_queued  # [E] int
-        self.done = done  # [E] bool
-        self.n_nodes = n_nodes
-        self.max_active = max_active
-        # heterogeneous nodes / switch costs (module docstring); ``hetero`` False = the paper's identical nodes
-        self.hetero = node_speed is not None or switch_cost > 0
-        self._node_speed = node_speed
-        self.switch_cost = switch_cost
-        self._last_node, self._started, self._setup_left = last_node, started, setup_left
-        if first_obs != WARMUP_OBS:  # the class default otherwise (states saved without it rebuild unchanged)
-            self.first_obs = first_obs
-
-    @cached_property
-    def node_speed(self) -> np.ndarray:  # [M] int batches per step of each node
-        return np.ones(self.n_nodes, dtype=np.int64) if self._node_speed is None else self._node_speed
-
-    @cached_property
-    def last_node(self) -> np.ndarray:  # [E, K] int node that served the slot at t-1, -1 if none
-        return (
-            self._mask(self._last_node, -1) if self._last_node is not None else np.full(self.task.shape, -1, np.int64)
-        )
-
-    @cached_property
-    def started(self) -> np.ndarray:  # [E, K] bool served at some earlier step (a move or resume pays the switch cost)
-        return self._mask(self._started, False) if self._started is not None else self.processed > 0
-
-    @cached_property
-    def setup_left(self) -> np.ndarray:  # [E, K] int set-up steps still owed if served again on last_node
-        return self._mask(self._setup_left) if self._setup_left is not None else np.zeros(self.task.shape, np.int64)
-
-    def _mask(self, a, fill=0):
-        return np.where(self.present, a, fill)
-
-    @cached_property
-    def n_active(self) -> np.ndarray:  # [E]
-        return self.present.sum(axis=1)
-
-    @cached_property
-    def arrival(self) -> np.ndarray:  # [E, K] int
-        return self._mask(self._arr)
-
-    @cached_property
-    def deadline(self) -> np.ndarray:  # [E, K] int
-        return self._mask(self._dl)
-
-    @cached_property
-    def remaining_time(self) -> np.ndarray:  # [E, K] int steps still executable (deadline - t)
-        return self._mask(self._dl - self.t)
-
-    @cached_property
-    def processed(self) -> np.ndarray:  # [E, K] int batches processed so far
-        return self._mask(self._s)
-
-    @cached_property
-    def n_obs(self) -> np.ndarray:  # [E, K] int loss observations so far
-        return self._mask(np.minimum(self._s, self._cap) // self._every)
-
-    @cached_property
-    def cap_remaining(self) -> np.ndarray:  # [E, K] int batches left to the generation cap
-        return self._mask(np.maximum(self._cap - self._s, 0))
-
-    @cached_property
-    def no_estimate(self) -> np.ndarray:  # [E, K] bool asked for a cold estimate (n_obs < 4) and none known (NaN)
-        if self.first_obs >= WARMUP_OBS:
-            return np.zeros(self.task.shape, dtype=bool)
-        return self.present & (self.n_obs >= self.first_obs) & (self.n_obs < WARMUP_OBS) & np.isnan(self._pred)
-
-    @cached_property
-    def pred_remaining(self) -> np.ndarray:  # [E, K] float predicted remaining batches (cap_remaining while cold)
-        warm = (self.n_obs >= self.first_obs) & ~self.no_estimate
-        est = np.clip(self._pred - (self._s - self._pred_s), 0, None)
-        return np.where(warm, est, self.cap_remaining).astype(np.float64)
-
-    def _aged(self, pred) -> np.ndarray:
-        warm = (self.n_obs >= self.first_obs) & ~self.no_estimate
-        return np.where(warm, np.clip(pred - (self._s - self._pred_s), 0, None), self.cap_remaining).astype(np.float64)
-
-    @cached_property
-    def pred_remaining_lo(
-        self,
-    ) -> np.ndarray:  # [E, K] lower end (q10) of the predictor's band, aged like pred_remaining
-        return self._aged(self._pred_lo)
-
-    @cached_property
-    def pred_remaining_hi(self) -> np.ndarray:  # [E, K] upper end (q90) of the predictor's band
-        return self._aged(self._pred_hi)
-
-    @cached_property
-    def warmup(self) -> np.ndarray:  # [E, K] float fraction of the 4-observation warm-up done
-        return np.minimum(self.n_obs, WARMUP_OBS) / WARMUP_OBS
-
-
-def _is_whole(v) -> bool:
-    """A finite whole number (not a bool, a string, NaN or infinity)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-        return False
-    return bool(np.isfinite(v)) and int(v) == v
-
-
-def check_node_options(node_speed, switch_cost, n_nodes: int, obs_every: int):
-    """Validated ``(node_speed [M] int64 or None, switch_cost int)``; None = every node at speed 1.
-
-    One-line ``ValueError`` for a wrong length, a non-integer or non-positive speed, a speed above
-    ``obs_every``, or a negative / non-integer switch cost. All-ones speeds normalise to None."""
-    if not _is_whole(switch_cost):
-        raise ValueError(f"sim.switch_cost must be an integer >= 0, got {switch_cost!r}")
-    if switch_cost < 0:
-        raise ValueError(f"sim.switch_cost must be >= 0 (steps lost per move or resume), got {switch_cost}")
-    if node_speed is None:
-        return None, int(switch_cost)
-    if isinstance(node_speed, (str, int, float)):
-        raise ValueError(f"sim.node_speed must be null or a list of {n_nodes} positive integers, got {node_speed!r}")
-    sp = list(node_speed)
-    if len(sp) != n_nodes:
-        raise ValueError(f"sim.node_speed must have one entry per node (sim.nodes = {n_nodes}), got {len(sp)}")
-    for v in sp:
-        if not _is_whole(v):
-            raise ValueError(
-                "sim.node_speed entries must be integers (batches per step; fractional speeds are not "
-                f"supported), got {v!r}"
-            )
-        if v < 1:
-            raise ValueError(f"sim.node_speed entries must be >= 1, got {v}")
-        if v > obs_every:
-            raise ValueError(
-                f"sim.node_speed entries must be <= sim.obs_every = {obs_every} (one observation per step), got {v}"
-            )
-    arr = np.asarray(sp, dtype=np.int64)
-    return (None if np.all(arr == 1) else arr), int(switch_cost)
-
-
-def isolated_feasible(need, budget, node_speed=None) -> np.ndarray:
-    """Can each task succeed alone? It runs without a break on the fastest node (its first start is free),
-    so it needs ``ceil(need / max speed)`` steps of its budget."""
-    smax = 1 if node_speed is None else int(np.max(node_speed))
-    need = np.asarray(need, dtype=np.int64)
-    return -(-need // smax) <= np.asarray(budget)
-
-
-class BatchedEnv:
+class BatchedEnv(EstimateRefresh):
     """Steps every episode of an ``EpisodeBatch`` in lockstep; see the module docstring for the rules."""
 
     def __init__(
@@ -462,11 +261,10 @@ class BatchedEnv:
         node[self.rows[:, None], actions] = np.arange(self.M)[None, :]  # IDLE lands in the last column
         node = node[:, :K]  # [E, K] node serving each slot this step (IDLE if none)
         if self.switch_cost > 0:
-            switch = served & self.slot_started & (node != self.slot_last_node)
-            self.slot_setup[switch] = self.switch_cost
+            switch, setup = charge_switches(
+                served, self.slot_started, node, self.slot_last_node, self.slot_setup, self.switch_cost
+            )
             self.switches += switch.sum(axis=1)
-            setup = served & (self.slot_setup > 0)
-            self.slot_setup[setup] -= 1
             self.setup_steps += setup.sum(axis=1)
             work = served & ~setup
         else:
@@ -493,83 +291,6 @@ class BatchedEnv:
         if np.any(served & (self.slot_task < 0)):
             raise ValueError("a node was assigned to an empty slot")
         return served
-
-    def _refresh_request(self, new_obs: np.ndarray) -> dict | None:
-        """The predictor query for slots that just got an observation (from ``first_obs`` on), or None if there are
-        none."""
-        er, ks = np.nonzero(new_obs)
-        if len(er) == 0:
-            return None
-        s = self.slot_s[er, ks]
-        if getattr(self.predictor, "privileged", False):  # the perfect-prediction bound reads the true crossing
-            est = self.predictor.remaining_from_need(
-                self.slot_need[er, ks], s, np.maximum(self.slot_cap[er, ks] - s, 0)
-            )
-            self.slot_pred[er, ks] = self.slot_pred_lo[er, ks] = self.slot_pred_hi[er, ks] = est
-            self.slot_pred_s[er, ks] = s
-            return
-        n = s // self.obs_every
-        H = int(n.max())
-        j = np.arange(1, H + 1)
-        pts = np.minimum(j[None, :] * self.obs_every, self.slot_cap[er, ks][:, None]) - 1  # batch index of each point
-        rows = self.slot_row[er, ks]
-        L = self.bank.L[rows[:, None], pts]
-        bs = self.ep.batch_size[er, self.slot_task[er, ks]]
-        S = (pts + 1) * bs[:, None].astype(np.float64)
-        mask = j[None, :] <= n[:, None]
-        L = np.where(mask, L, 0.0)
-        S = np.where(mask, S, 0.0)
-        tk = self.slot_task[er, ks]
-        cap_rem = np.maximum(self.slot_cap[er, ks] - s, 0)
-        keys = None
-        if self.fm_cache is not None:  # the observed history: bank row, n points, horizon, spacing
-            keys = list(zip(rows.tolist(), n.tolist(), cap_rem.tolist(), [self.obs_every] * len(rows)))
-        return {
-            "er": er,
-            "ks": ks,
-            "tk": tk,
-            "s": s,
-            "S": S,
-            "L": L,
-            "n": n,
-            "eps": self.slot_eps[er, ks],
-            "cap": cap_rem,
-            "bs": bs,
-            "lr": self.ep.lr[er, tk],
-            "family": self.ep.family[er, tk],
-            "keys": keys,
-        }
-
-    def _refresh_apply(self, req: dict, lo, est, hi, current_only: bool = False) -> None:
-        """Write a request's estimates; ``current_only``: only to slots still holding the task they were made for."""
-        er, ks, s = req["er"], req["ks"], req["s"]
-        if current_only:
-            keep = self.slot_task[er, ks] == req["tk"]
-            er, ks, s, lo, est, hi = er[keep], ks[keep], s[keep], lo[keep], est[keep], hi[keep]
-        self.slot_pred[er, ks] = est
-        self.slot_pred_lo[er, ks] = lo
-        self.slot_pred_hi[er, ks] = hi
-        self.slot_pred_s[er, ks] = s
-
-    def _refresh_predictions(self, new_obs: np.ndarray) -> None:
-        """Re-estimate remaining batches for slots that just got an observation (from ``first_obs`` on)."""
-        req = self._refresh_request(new_obs)
-        if req is None:
-            return
-        lo, est, hi = predict_band(
-            self.predictor,
-            req["S"],
-            req["L"],
-            req["n"],
-            req["eps"],
-            req["cap"],
-            req["bs"],
-            req["lr"],
-            family=req["family"],
-            keys=req["keys"],
-            cache=self.fm_cache,
-        )
-        self._refresh_apply(req, lo, est, hi)
 
     def _potential(self) -> np.ndarray:
         """Φ per episode: Σ over active slots of q_k (Eq. 13); tasks not yet served contribute 0. [E]"""
@@ -669,68 +390,15 @@ class BatchedEnv:
     # ------------------------------------------------------------ metrics
     def metrics(self) -> dict[str, np.ndarray]:
         """Per-episode outcome and operational diagnostics (docs/architecture.md). Arrays [E]."""
-        n = self.ep.n_tasks - self.turned_away  # tasks turned away at a full waiting queue never entered
-        steps = np.maximum(self.steps, 1)
-        reached = (self.ready_time >= 0) & self.valid
-        n_ready = reached.sum(axis=1)
-        ready_sum = np.where(reached, self.ready_time - self.ep.arrival, 0).sum(axis=1)
-        ready_mean = np.where(n_ready > 0, ready_sum / np.maximum(n_ready, 1), np.nan)
-        return {
-            "n_tasks": n.copy(),
-            "succeeded": self.succeeded.copy(),
-            "failed": self.failed.copy(),
-            "success_rate": np.where(n > 0, self.succeeded / np.maximum(n, 1), np.nan),
-            "utilization": self.busy / (self.M * steps),
-            "queue_full": self.full_steps / steps,
-            "waiting": self.queue_sum / steps,
-            "ready": ready_mean,
-            "steps": self.steps.copy(),
-            "turned_away": self.turned_away.copy(),
-            "oracle": (((self.ep.need <= self.ep.budget) & self.valid) & (self.status != TaskStatus.TURNED_AWAY)).sum(
-                axis=1
-            )
-            if not self.hetero
-            else (
-                (isolated_feasible(self.ep.need, self.ep.budget, self.node_speed) & self.valid)
-                & (self.status != TaskStatus.TURNED_AWAY)
-            ).sum(axis=1),
-            **({"setup_steps": self.setup_steps.copy(), "switches": self.switches.copy()} if self.hetero else {}),
+        acc = {
+            "steps": self.steps,
+            "busy": self.busy,
+            "full_steps": self.full_steps,
+            "queue_sum": self.queue_sum,
+            "setup_steps": self.setup_steps,
+            "switches": self.switches,
         }
-
-
-def step_envs(envs: list[BatchedEnv], actions: list[np.ndarray]) -> list[tuple]:
-    """Step several envs that share one predictor (and FM cache), answering all their predictor refreshes in one
-    batched call; -> one ``env.step`` result per env. Estimates are those of ``env.step`` up to the float32 noise
-    of a different batch composition; an estimate is written only if its task is still in its slot at the end of
-    the step (a task that left this step is not observed again)."""
-    outs = [env._advance(a, defer_refresh=True) for env, a in zip(envs, actions)]
-    reqs = [(env, env.deferred_refresh) for env in envs if env.deferred_refresh is not None]
-    if reqs:
-        first = reqs[0][0]
-        H = max(r["S"].shape[1] for _, r in reqs)
-        pad = lambda a: np.pad(a, ((0, 0), (0, H - a.shape[1])))  # noqa: E731
-        cat = lambda k: np.concatenate([r[k] for _, r in reqs])  # noqa: E731
-        keys = None if first.fm_cache is None else [k for _, r in reqs for k in r["keys"]]
-        lo, est, hi = predict_band(
-            first.predictor,
-            np.concatenate([pad(r["S"]) for _, r in reqs]),
-            np.concatenate([pad(r["L"]) for _, r in reqs]),
-            cat("n"),
-            cat("eps"),
-            cat("cap"),
-            cat("bs"),
-            cat("lr"),
-            family=cat("family"),
-            keys=keys,
-            cache=first.fm_cache,
-        )
-        at = 0
-        for env, r in reqs:
-            b = len(r["er"])
-            env._refresh_apply(r, lo[at : at + b], est[at : at + b], hi[at : at + b], current_only=True)
-            env.deferred_refresh = None
-            at += b
-    return [(env.observe(), *out) for env, out in zip(envs, outs)]
+        return episode_metrics(self.ep, self.status, self.ready_time, acc, self.M, self.node_speed, self.switch_cost)
 
 
 def run_episodes(env: BatchedEnv, allocator, max_steps: int | None = None) -> dict[str, np.ndarray]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mara.core.config import ConfigError, plain_config
-from mara.sim.env import check_node_options
+from mara.sim.nodes import check_node_options
 
 ENGINES = ("batched", "replay")  # BatchedEnv (mara/sim/env.py) | the trace replay (mara/traces/paper_setting.py)
 

@@ -25,8 +25,9 @@ from heapq import heappop, heappush
 
 import numpy as np
 
+from mara.sched.interface import Decision
 from mara.traces.profile import FreeProfile
-from mara.traces.replay import DECLINED, NEVER, PENDING, RUNNING, JobState, align
+from mara.traces.replay import NEVER, RUNNING, JobState, align
 from mara.traces.throughput import LEVELS
 
 BIG = float("inf")
@@ -42,7 +43,7 @@ class TraceElasticFlow:
         self.overhead = overhead
         self.exact_marginals = exact_marginals
 
-    def reset(self, state: JobState) -> None:
+    def start(self, state: JobState) -> None:
         self.s = state
         J = len(state.submit)
         self.plans: list = [None] * J  # (starts, gpus, end) per live job
@@ -216,71 +217,64 @@ class TraceElasticFlow:
         return prof, plans, ok
 
     # ---------------------------------------------------------------------------------------------- decide
-    def decide(self, now: int, arrivals: np.ndarray):
+    def decide(self, now: int, arrivals: np.ndarray) -> Decision:
         s = self.s
-        live = np.flatnonzero((s.status == PENDING) | (s.status == RUNNING))
-        planned = None
+        live = np.flatnonzero(s.present)
+        planned, admit, decline = None, arrivals[:0], arrivals[:0]
         if arrivals.size:
             planned = self.plan_all(np.concatenate([live, arrivals]), now)
             if planned[2]:
-                s.status[arrivals] = PENDING
+                admit = arrivals
                 live = np.concatenate([live, arrivals])
             else:
-                s.status[arrivals] = DECLINED
+                decline = arrivals
                 planned = None
         if live.size == 0:
-            return None
+            return Decision(admit=admit, decline=decline)
         # admitted arrivals: the re-plan of the same jobs at the same time is the admission's plan itself
         prof, plans, _ = planned if planned is not None else self.plan_all(live, now)
         self._boost(live, plans, prof, now)
         replan = NEVER
         k = int(np.searchsorted(s.submit, now, side="right"))  # jobs come sorted by submission time
         queued = float(s.submit[k]) if k < len(s.submit) else NEVER
-        for j in live:
-            starts, gpus, real, end, _ = plans[j]
-            g = gpus[0] if starts[0] == now else 0
-            s.gpus[j] = g
+        gpus, finish, end = np.zeros(live.size, dtype=np.int64), np.empty(live.size), np.empty(live.size)
+        oh = s.overhead[live].copy()
+        for i, j in enumerate(live.tolist()):
+            starts, steps, real, end_j, _ = plans[j]
+            g = steps[0] if starts[0] == now else 0
+            gpus[i], finish[i] = g, real
             self.plans[j] = plans[j]
             self.real_end[j] = real
-            later = [t for t, g0, g1 in zip(starts[1:], gpus, gpus[1:]) if t > now and g1 != g0]
+            later = [t for t, g0, g1 in zip(starts[1:], steps, steps[1:]) if t > now and g1 != g0]
             if later:
                 replan = min(replan, later[0])
+            running = s.status[j] == RUNNING  # started before (a preempted job keeps its planned end)
             if g > 0:
-                oh = 0.0
+                oh[i] = 0.0
                 if self.overhead:
-                    oh = self.base + (0 if self.started_once[j] else 2 * (math.log2(g) + 1))
+                    oh[i] = self.base + (0 if self.started_once[j] else 2 * (math.log2(g) + 1))
                 self.started_once[j] = True
-                s.overhead[j] = oh
-                s.finish[j] = real
-                s.end_event[j] = end + oh
-                if s.status[j] == PENDING:
-                    s.status[j] = RUNNING
-                    s.started[j] = now
+                end[i] = end_j + oh[i]
             else:
-                s.finish[j] = real
-                s.end_event[j] = NEVER if s.status[j] != RUNNING else end
-            if g > 0 or s.status[j] == RUNNING:
-                queued = min(queued, end)
+                end[i] = end_j if running else NEVER
+            if g > 0 or running:
+                queued = min(queued, end_j)
         # a re-plan is an event of its own only when it comes before every event already queued: the next arrival and
         # the jobs' ends as planned, before this round's set-up overhead moves them (as the authors' simulator does)
-        if replan >= queued:
-            return None
-        return None if replan == NEVER else replan
+        at = None if replan >= queued or replan == NEVER else replan
+        return Decision(live, gpus, finish, end, oh, admit=admit, decline=decline, replan_at=at)
 
     def _boost(self, live, plans, prof: FreeProfile, now: int) -> None:
-        """Hand the GPUs free now to jobs, one level step at a time, largest GPU-time growth per GPU first.
-
-        With ``exact_marginals`` every job's trial plan is recomputed after each step (ElasticFlow's own loop);
-        otherwise only the grown job's is, the others keep their last value (much faster on busy clusters).
-        A job's trials are planned on the profile without its own plan; a step of that job leaves that profile as it
-        was (the new profile is it less the new plan), so it serves the job's next trial as well, and the new profile
-        itself is made only when another job's trial needs it."""
+        """Hand the GPUs free now to jobs, one level step at a time, largest GPU-time growth per GPU first. With
+        ``exact_marginals`` every job's trial plan is recomputed after each step (ElasticFlow's own loop); otherwise
+        only the grown job's is (much faster on busy clusters). A job's trials are planned on the profile without its
+        own plan, which a step of that job leaves as it was (the new profile is it less the new plan): it serves the
+        job's next trial too, and the new profile is made only when another job's trial needs it."""
         cur = {int(j): (plans[j][1][0] if plans[j][0][0] == now else 0) for j in live}
         spare = prof.at(now)
         order = [int(j) for j in live[np.argsort(self.s.ddl[live], kind="stable")]]
         its = {j: self._iters(j) for j in order}
-        up = self.up
-        exact = self.exact_marginals
+        up, exact = self.up, self.exact_marginals
         cache: dict = {}  # job -> (trial plan, profile version it was planned on)
         version = 0  # bumped whenever ``prof`` changes: a trial of the current version is still exact
         held: dict = {}  # job -> GPU time of its current plan

@@ -24,8 +24,9 @@ import math
 
 import numpy as np
 
-from mara.traces.replay import FUTURE, PENDING, RUNNING, JobState
-from mara.traces.rigid import RigidClock, finish_job, runnable_arrivals, setup_overhead
+from mara.sched.interface import Decision
+from mara.traces.replay import FUTURE, JobState
+from mara.traces.rigid import RigidClock, rigid_decision, runnable_arrivals, setup_overhead
 
 
 class NodeSet:
@@ -46,12 +47,13 @@ class TraceGandiva:
 
     name = "Gandiva"
     caps = "trace"  # rigid: each job on its trace's num_gpu
+    own_clock = True  # it ends its jobs by the seconds they have run
 
     def __init__(self, overhead: bool = True, gpus_per_node: int = 8):
         self.overhead = overhead
         self.gpn = int(gpus_per_node)
 
-    def reset(self, state: JobState) -> None:
+    def start(self, state: JobState) -> None:
         self.s = state
         self.clk = RigidClock(state)
         J = len(state.submit)
@@ -165,7 +167,7 @@ class TraceGandiva:
                     ns.jobs = ns.jobs[conc:] + ns.jobs[:conc]
                 for j, end in ended:
                     ns.jobs.remove(j)
-                    finish_job(self.s, j, now, end)
+                    self.leave.append((j, end))
                 if not ns.jobs:
                     self.free += ns.nodes
                     sets.remove(ns)
@@ -173,20 +175,21 @@ class TraceGandiva:
         self.ovh[self.ever_pended] = 0.0
         return released
 
-    def decide(self, now: int, arrivals: np.ndarray):
+    def decide(self, now: int, arrivals: np.ndarray) -> Decision:
         """Run the last interval, place arrivals (and waiting jobs when a set was freed); returns the next decision
         once arrivals are over (None before: arrivals are the events)."""
         s = self.s
         dt = 0 if self.last_t is None else now - self.last_t
         self.last_t = now
+        self.leave: list = []  # (job, finish) of the jobs whose work is done
         released = self._execute(now, dt)
-        for j in runnable_arrivals(s, self.clk, arrivals):
-            if self._place(int(j)):
-                s.status[j] = RUNNING
-                s.started[j] = now
+        ok, declined = runnable_arrivals(self.clk, arrivals)
+        placed_now = []  # placed in a node set: started, running or time-sliced
+        for j in ok.tolist():
+            if self._place(j):
+                placed_now.append(j)
             else:
-                s.status[j] = PENDING
-                self.pending.append(int(j))
+                self.pending.append(j)
                 self.ever_pended[j] = True
         if released:
             i = 0
@@ -194,22 +197,24 @@ class TraceGandiva:
                 j = self.pending[i]
                 if self._place(j):
                     self.pending.pop(i)
-                    s.status[j] = RUNNING
-                    s.started[j] = now
+                    placed_now.append(j)
                 i += 1
         placed = [j for sets in self.sets.values() for ns in sets for j in ns.jobs]
-        more_arrivals = bool(np.any(s.status == FUTURE))
+        more_arrivals = np.count_nonzero(s.status == FUTURE) > len(arrivals)  # still to come after these
         if more_arrivals:
             restart = self.count > 0 and self.count % s.slot == 0
             self.count += 1
             for j in placed:
                 self.ovh[j] = setup_overhead(int(self.clk.g[j]), s.n_gpus, restart) if self.overhead else 0.0
         self._introspect()
-        s.gpus[placed] = 0
+        gpus = dict.fromkeys(placed, 0)  # placed jobs beyond their set's capacity wait for their turn
         for sets in self.sets.values():
             for ns in sets:
-                run = ns.jobs[: min(len(ns.jobs), ns.cap)]
-                s.gpus[run] = self.clk.g[run]
+                for j in ns.jobs[: min(len(ns.jobs), ns.cap)]:
+                    gpus[j] = int(self.clk.g[j])
+        nxt = now + s.slot
         if more_arrivals or not (placed or self.pending) or not placed:
-            return None  # arrivals drive the decisions; or nothing left; or only jobs too big to ever be placed
-        return now + s.slot
+            nxt = None  # arrivals drive the decisions; or nothing left; or only jobs too big to ever be placed
+        leave = [j for j, _ in self.leave]
+        fin = [f for _, f in self.leave]
+        return rigid_decision(list(gpus), list(gpus.values()), leave, fin, ok, declined, nxt, placed_now)

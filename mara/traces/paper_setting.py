@@ -22,7 +22,11 @@ from __future__ import annotations
 import numpy as np
 
 from mara.predictors.protocol import WARMUP_OBS, check_first_obs, predict_band
-from mara.sim.env import IDLE, Observation, TaskStatus, isolated_feasible
+from mara.sched.interface import Decision
+from mara.sim.env import IDLE, Observation, TaskStatus
+from mara.sim.estimates import loss_history
+from mara.sim.metrics import episode_metrics
+from mara.sim.nodes import charge_switches
 from mara.sim.workload import EpisodeBatch
 from mara.traces.replay import DECLINED, DONE, EXPIRED, PENDING, RUNNING, JobState, replay
 
@@ -78,7 +82,7 @@ class PaperSystem:
         )
         self.privileged = bool(getattr(predictor, "privileged", False))
 
-    def reset(self, state: JobState) -> None:
+    def start(self, state: JobState) -> None:
         s, K, N = state, self.K, len(state.submit)
         self.s = s
         self.work0 = s.iter_left.copy()  # batches to the target (the job's work)
@@ -96,7 +100,7 @@ class PaperSystem:
         self.alloc.reset(1)
 
     # ------------------------------------------------------------------ one decision = one paper step
-    def decide(self, now: int, arrivals: np.ndarray):
+    def decide(self, now: int, arrivals: np.ndarray) -> Decision:
         s, ep, e = self.s, self.ep, self.e
         done = self.work0 - s.iter_left  # processed batches [N]
         self._observe(now, done)
@@ -104,12 +108,11 @@ class PaperSystem:
         left = (self.slot_task >= 0) & np.isin(s.status[np.maximum(self.slot_task, 0)], (DONE, EXPIRED))
         self.slot_task[left] = IDLE
         self.queued &= s.status == PENDING  # expired in the queue
-        s.status[arrivals] = PENDING
         self.queued[arrivals] = True
-        self._admit()
+        away = self._admit()
         active = self.slot_task >= 0
         if not active.any():
-            return None
+            return Decision(admit=arrivals, decline=away)
         n_queued = int(self.queued.sum())
         self.full_steps += int(active.sum() >= self.K)
         self.queue_sum += n_queued
@@ -143,8 +146,9 @@ class PaperSystem:
             first_obs=self.first_obs,
             **extra,
         )
-        self._serve(now, np.asarray(self.alloc.act(obs), dtype=np.int64)[0], sd)
-        return now + 1
+        d = self._serve(now, np.asarray(self.alloc.act(obs), dtype=np.int64)[0], sd)
+        d.admit, d.decline, d.replan_at = arrivals, away, now + 1
+        return d
 
     def _observe(self, now: int, done: np.ndarray) -> None:
         """Loss observations made since the previous decision: the warm-up's end (``ready_time``) and the predictor's
@@ -173,13 +177,8 @@ class PaperSystem:
             lo = hi = est
         else:
             n = s // self.every
-            jj = np.arange(1, int(n.max()) + 1)
-            pts = np.minimum(jj[None, :] * self.every, cap[:, None]) - 1  # batch index of each observation
-            rows = ep.curve_row[e, tk]
             bs = ep.batch_size[e, tk]
-            mask = jj[None, :] <= n[:, None]
-            L = np.where(mask, self.bank.L[rows[:, None], pts], 0.0)
-            S = np.where(mask, (pts + 1) * bs[:, None].astype(np.float64), 0.0)
+            S, L = loss_history(self.bank.L, ep.curve_row[e, tk], n, cap, bs, self.every)
             lo, est, hi = predict_band(
                 self.predictor,
                 S,
@@ -195,8 +194,9 @@ class PaperSystem:
             )
         self.pred[ks], self.pred_lo[ks], self.pred_hi[ks], self.pred_s[ks] = est, lo, hi, s
 
-    def _admit(self) -> None:
-        """FIFO admission: queue head (arrival order) to the lowest free slots; arrivals beyond ``Q`` waiting leave."""
+    def _admit(self) -> np.ndarray:
+        """FIFO admission: queue head (arrival order) to the lowest free slots; arrivals beyond ``Q`` waiting leave
+        (returned: the jobs turned away)."""
         free = np.flatnonzero(self.slot_task < 0)
         head = np.flatnonzero(self.queued)[: free.size]
         use = free[: head.size]
@@ -211,11 +211,12 @@ class PaperSystem:
             if q.size > self.Q:
                 away = q[self.Q :]  # the latest arrivals
                 self.queued[away] = False
-                self.s.status[away] = DECLINED
+                return away
+        return np.empty(0, dtype=np.int64)
 
-    def _serve(self, now: int, actions: np.ndarray, sd: np.ndarray) -> None:
+    def _serve(self, now: int, actions: np.ndarray, sd: np.ndarray) -> Decision:
         """One GPU to the job of each node's slot; switch-cost set-up as overhead; planned finish and end event."""
-        s, K = self.s, self.K
+        K = self.K
         node = np.full(K + 1, IDLE, dtype=np.int64)
         node[actions] = np.arange(self.M)  # IDLE lands in the last entry
         node = node[:K]
@@ -225,12 +226,11 @@ class PaperSystem:
         self.busy += int(served.sum())
         setup_now = np.zeros(K, dtype=bool)
         if self.switch_cost > 0:
-            switch = served & self.started & (node != self.last_node)
-            self.setup[switch] = self.switch_cost
+            switch, setup_now = charge_switches(
+                served, self.started, node, self.last_node, self.setup, self.switch_cost
+            )
             self.switches += int(switch.sum())
-            setup_now = served & (self.setup > 0)
-            owed = np.where(setup_now, self.setup, 0)  # set-up steps still to pay, this one included
-            self.setup[setup_now] -= 1
+            owed = np.where(setup_now, self.setup + 1, 0)  # set-up steps still to pay, this one included
             self.setup_steps += int(setup_now.sum())
         else:
             owed = np.zeros(K, dtype=np.int64)
@@ -239,18 +239,18 @@ class PaperSystem:
         active = np.flatnonzero(self.slot_task >= 0)
         j = self.slot_task[active]
         on = served[active]
-        s.gpus[j] = on.astype(np.int64)
-        s.gpu_of[j] = np.where(on, node[active], -1)
-        s.overhead[j] = np.where(setup_now[active], 1.0, 0.0)
         speed = np.ones(self.M, dtype=np.int64) if self.node_speed is None else self.node_speed
         sp = speed[np.maximum(node[active], 0)]
         left = np.maximum(self.work0[j] - sd[active], 0).astype(np.int64)
-        fin = now + owed[active] + -(-left // sp)
-        s.finish[j] = np.where(on, fin, s.finish[j])
-        s.end_event[j] = np.where(on, fin.astype(np.float64), np.inf)
-        first = j[on & (s.status[j] == PENDING)]
-        s.status[first] = RUNNING
-        s.started[first] = now
+        fin = (now + owed[active] + -(-left // sp)).astype(np.float64)
+        return Decision(
+            j,
+            on.astype(np.int64),
+            np.where(on, fin, np.nan),  # a job without a GPU keeps its planned finish
+            np.where(on, fin, np.inf),
+            np.where(setup_now[active], 1.0, 0.0),
+            np.where(on, node[active], -1),
+        )
 
     # ------------------------------------------------------------------ outcomes
     def outcomes(self, n_steps: int) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -321,33 +321,4 @@ def replay_episodes(
             acc["steps"][e] = ep.n_steps
         if progress is not None:
             progress(e + 1, E)
-    return status, finish, paper_metrics(ep, status, ready, acc, n_nodes, speed, switch_cost)
-
-
-def paper_metrics(ep: EpisodeBatch, status, ready_time, acc: dict, n_nodes: int, node_speed, switch_cost: int) -> dict:
-    """``BatchedEnv.metrics()`` from the replayed outcomes: status / ready step [E, N] and per-episode counts [E]."""
-    turned = (status == TaskStatus.TURNED_AWAY).sum(axis=1)
-    n = ep.n_tasks - turned
-    succeeded = (status == TaskStatus.SUCCEEDED).sum(axis=1)
-    steps = np.maximum(acc["steps"], 1)
-    reached = (ready_time >= 0) & ep.valid
-    n_ready = reached.sum(axis=1)
-    ready_sum = np.where(reached, ready_time - ep.arrival, 0).sum(axis=1)
-    hetero = node_speed is not None or switch_cost > 0
-    feasible = isolated_feasible(ep.need, ep.budget, node_speed) if hetero else ep.need <= ep.budget
-    out = {
-        "n_tasks": n,
-        "succeeded": succeeded,
-        "failed": (status == TaskStatus.FAILED).sum(axis=1),
-        "success_rate": np.where(n > 0, succeeded / np.maximum(n, 1), np.nan),
-        "utilization": acc["busy"] / (n_nodes * steps),
-        "queue_full": acc["full_steps"] / steps,
-        "waiting": acc["queue_sum"] / steps,
-        "ready": np.where(n_ready > 0, ready_sum / np.maximum(n_ready, 1), np.nan),
-        "steps": acc["steps"].copy(),
-        "turned_away": turned,
-        "oracle": ((feasible & ep.valid) & (status != TaskStatus.TURNED_AWAY)).sum(axis=1),
-    }
-    if hetero:
-        out.update(setup_steps=acc["setup_steps"].copy(), switches=acc["switches"].copy())
-    return out
+    return status, finish, episode_metrics(ep, status, ready, acc, n_nodes, speed, switch_cost)

@@ -32,7 +32,8 @@ import torch
 from torch import nn
 
 from mara.core.config import SHIPPED_CKPT_DIR, ConfigError
-from mara.traces.replay import NEVER, PENDING, RUNNING, JobState
+from mara.sched.interface import Decision
+from mara.traces.replay import NEVER, JobState
 from mara.traces.throughput import LEVELS
 
 FEATURES = (
@@ -351,7 +352,7 @@ class TraceMARA:
             torch.set_num_threads(1)  # a 3,649-parameter network per decision: more threads only contend for cores
         self.net = net
 
-    def reset(self, state: JobState) -> None:
+    def start(self, state: JobState) -> None:
         self.s = state
         self.done = np.zeros(len(state.submit))
         self.last_t, self.last_g = None, np.zeros(len(state.submit), dtype=np.int64)
@@ -375,33 +376,29 @@ class TraceMARA:
             run = np.flatnonzero(self.last_g > 0)
             ran = np.maximum(now - self.last_t - self.last_oh[run], 0.0)
             self.done[run] += s.tput[run, LEVELS.searchsorted(self.last_g[run])] * ran
-        s.status[arrivals] = PENDING
-        live = np.flatnonzero((s.status == PENDING) | (s.status == RUNNING))
+        present = s.present
+        present[arrivals] = True
+        live = np.flatnonzero(present)
         self.last_t = now
         self.last_g = np.zeros(len(s.submit), dtype=np.int64)
         if live.size == 0:
-            return None
+            return Decision(admit=arrivals)
         x, sc = self.scores(now, live)
         if self.sample:
             sc = sc + self.noise * self.rng.gumbel(size=sc.shape)
         if self.record is not None:
             self.record.append((x.astype(np.float32), np.lexsort((np.arange(live.size), -sc)), sc < 0))
         g = allocate(now, s, live, sc, self.reserve, self.probe)
-        s.gpus[live] = g
         self.last_g[live] = g
-        on, off = live[g > 0], live[g == 0]
-        for j in on:
-            sp = s.speed(j, int(s.gpus[j]))
+        self.last_oh = s.overhead.copy()
+        finish = np.full(live.size, np.nan)  # waiting or preempted: its planned finish stays, it has no end event
+        for i in np.flatnonzero(g > 0):
+            j = live[i]
+            sp = s.speed(j, int(g[i]))
             oh = 0.0
             if self.overhead:  # set-up seconds as ElasticFlow is charged: every decision, more at a first start
-                oh = self.base + (0.0 if self.started_once[j] else 2.0 * (math.log2(int(s.gpus[j])) + 1.0))
+                oh = self.base + (0.0 if self.started_once[j] else 2.0 * (math.log2(int(g[i])) + 1.0))
             self.started_once[j] = True
-            s.overhead[j] = oh
-            s.finish[j] = math.ceil(now + oh + max(s.iter_left[j], 0.0) / sp) if sp > 0 else NEVER
-        s.end_event[on] = s.finish[on]
-        start = on[s.status[on] == PENDING]
-        s.status[start] = RUNNING
-        s.started[start] = now
-        s.end_event[off] = NEVER
-        self.last_oh = s.overhead.copy()
-        return None
+            self.last_oh[j] = oh
+            finish[i] = math.ceil(now + oh + max(s.iter_left[j], 0.0) / sp) if sp > 0 else NEVER
+        return Decision(jobs=live, gpus=g, finish=finish, overhead=self.last_oh[live], admit=arrivals)

@@ -11,9 +11,10 @@ slots stepped through). At a decision:
   2. jobs whose end event has come leave and free their GPUs; a job met its deadline when its finish is <= deadline;
      with ``expire`` (a job's work is worthless after its deadline, as a paper-setting task's), a job still waiting or
      running when its deadline has come leaves unfinished (EXPIRED);
-  3. the policy sees the arrivals, may decline them (admission control), and sets every admitted job's GPU count
-     (0 = waiting or preempted; a level 1, 2, 4, ... of the job's measured table), planned finish, end event,
-     re-plan time and set-up overhead.
+  3. the policy sees the arrivals and returns its decision (``mara.sched.interface.Decision``): the arrivals it
+     admits or declines (admission control), every admitted job's GPU count (0 = waiting or preempted; a level 1, 2,
+     4, ... of the job's measured table), planned finish, end event, set-up overhead and re-plan time; the simulator
+     applies it (``apply``): a policy reads the job state, never writes it.
 GPUs are a pool of N = nodes × GPUs per node; placement on nodes does not change speed (as in ElasticFlow's
 simulator, where jobs may span nodes and placement only decides which set-up costs are cached), unless GPUs differ
 in speed: with ``gpu_speed`` [N] a job its scheduler has placed on one GPU (``gpu_of``) runs at that GPU's multiple of
@@ -29,15 +30,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mara.sched.interface import NEVER, Decision, planned_finish
 from mara.traces.throughput import LEVELS
 
 FUTURE, PENDING, RUNNING, DONE, DECLINED, EXPIRED = 0, 1, 2, 3, 4, 5
-NEVER = math.inf
 
 
 @dataclass
 class JobState:
-    """What the simulator and the policy share, ``[J]`` arrays."""
+    """The trace simulator's job state, ``[J]`` arrays: the scheduler's view (``mara.sched.interface.JobsView``),
+    changed only by the simulator."""
 
     submit: np.ndarray  # int64
     ddl: np.ndarray  # int64 absolute deadline
@@ -69,6 +71,20 @@ class JobState:
         self.ended = np.full(J, np.nan)
         self.gpu_seconds = np.zeros(J)
         self.gpu_of = np.full(J, -1, dtype=np.int64)
+
+    levels = LEVELS  # the GPU counts a job may run on (``max_level`` indexes them)
+
+    @property
+    def deadline(self) -> np.ndarray:  # [J] absolute deadline
+        return self.ddl
+
+    @property
+    def arrival_rank(self) -> np.ndarray:  # [J] jobs are held in submission order
+        return np.arange(len(self.submit))
+
+    @property
+    def present(self) -> np.ndarray:  # [J] bool admitted and not ended
+        return (self.status == PENDING) | (self.status == RUNNING)
 
     def speed(self, j: int, g: int) -> float:
         """Iterations per second of job j on g GPUs (g a level)."""
@@ -106,27 +122,16 @@ def replay(state: JobState, policy, size_class: np.ndarray, n_classes: int, time
     submitted = state.submit[by_submit]
     t = int(arrival_times[0])
     dt = 0
-    policy.reset(state)
+    policy.start(state)
+    if getattr(policy, "own_clock", False):  # its clock ends its jobs: the simulator's iteration count never does
+        state.iter_left[:] = NEVER
     occ_t, occ, dec_s = [], [], []
     idle = 0
     wall0 = _time.perf_counter()
     while True:
         w0 = _time.perf_counter()
-        ending = _progress(state, t, dt)
-        run = state.status == RUNNING
-        ends = np.flatnonzero(run & (state.end_event <= t))
-        if ends.size:
-            state.status[ends] = DONE
-            state.ended[ends] = t
-            state.gpus[ends] = 0
-            state.end_event[ends] = NEVER
-        if state.expire:
-            late = np.flatnonzero(((state.status == PENDING) | (state.status == RUNNING)) & (state.ddl <= t))
-            state.status[late] = EXPIRED
-            state.ended[late] = t
-            state.gpus[late] = 0
-            state.end_event[late] = NEVER
-        del ending
+        _progress(state, t, dt)
+        _leave(state, t)
         new = []
         while ai < len(arrival_times) and arrival_times[ai] <= t:
             ai += 1
@@ -135,26 +140,12 @@ def replay(state: JobState, policy, size_class: np.ndarray, n_classes: int, time
                 seen += 1
             cand = by_submit[seen : int(np.searchsorted(submitted, t, side="right"))]
             new = np.sort(cand[state.status[cand] == FUTURE])
-        replan_at = policy.decide(t, np.asarray(new, dtype=np.int64))
+        replan_at = apply(state, t, policy.decide(t, np.asarray(new, dtype=np.int64)))
         dec_s.append(_time.perf_counter() - w0)
         occ_t.append(t)
         busy = np.flatnonzero(state.gpus)  # only jobs holding GPUs add to occupancy and GPU time
         occ.append(np.bincount(size_class[busy], weights=state.gpus[busy], minlength=n_classes))
-        # next decision
-        run = state.status == RUNNING
-        ev = state.end_event[run & (state.end_event < NEVER)]
-        times = set()
-        if ai < len(arrival_times):
-            times.update(arrival_times[ai : ai + 2].tolist())
-        if ev.size:
-            times.update(np.unique(ev)[:2].tolist())
-        if replan_at is not None and replan_at > t:
-            times.add(replan_at)
-        if state.expire:  # the next deadline of a live job is an event: it leaves then
-            live = (state.status == PENDING) | (state.status == RUNNING)
-            d = state.ddl[live & (state.ddl > t)]
-            if d.size:
-                times.add(int(d.min()))
+        times = _event_times(state, t, arrival_times[ai : ai + 2], replan_at)
         if not times:
             waiting = np.flatnonzero((state.status == PENDING) | (state.status == RUNNING))
             if waiting.size == 0 or idle > 2:
@@ -184,6 +175,110 @@ def replay(state: JobState, policy, size_class: np.ndarray, n_classes: int, time
         decision_s=np.asarray(dec_s),
         n_decisions=len(occ_t),
     )
+
+
+def _leave(state: JobState, t: int) -> None:
+    """Jobs whose end event has come leave (DONE); with ``expire``, live jobs whose deadline has come leave too."""
+    ends = np.flatnonzero((state.status == RUNNING) & (state.end_event <= t))
+    if ends.size:
+        state.status[ends] = DONE
+        state.ended[ends] = t
+        state.gpus[ends] = 0
+        state.end_event[ends] = NEVER
+    if state.expire:
+        late = np.flatnonzero(((state.status == PENDING) | (state.status == RUNNING)) & (state.ddl <= t))
+        state.status[late] = EXPIRED
+        state.ended[late] = t
+        state.gpus[late] = 0
+        state.end_event[late] = NEVER
+
+
+def _event_times(state: JobState, t: int, arrivals: np.ndarray, replan_at) -> set:
+    """The candidate times of the next decision after ``t``: the next (two) arrival batches, the next (two) end
+    events, the policy's re-plan time and, with ``expire``, the next deadline of a live job (it leaves then)."""
+    run = state.status == RUNNING
+    ev = state.end_event[run & (state.end_event < NEVER)]
+    times = set(arrivals.tolist())
+    if ev.size:
+        times.update(np.unique(ev)[:2].tolist())
+    if replan_at is not None and replan_at > t:
+        times.add(replan_at)
+    if state.expire:
+        live = (state.status == PENDING) | (state.status == RUNNING)
+        d = state.ddl[live & (state.ddl > t)]
+        if d.size:
+            times.add(int(d.min()))
+    return times
+
+
+def apply(state: JobState, now: int, d: Decision) -> float | None:
+    """Apply the policy's decision at ``now`` (``Decision``'s rules); returns its re-plan time."""
+    if d.admit.size:
+        state.status[d.admit] = PENDING
+    if d.decline.size:
+        state.status[d.decline] = DECLINED
+    if d.leave.size:
+        state.status[d.leave] = DONE
+        state.ended[d.leave] = now
+        state.gpus[d.leave] = 0
+        state.end_event[d.leave] = NEVER
+        state.finish[d.leave] = d.leave_finish
+    if d.placed.size:
+        state.status[d.placed] = RUNNING
+        state.started[d.placed] = now
+    j, g = d.jobs, d.gpus
+    if j.size:
+        _allocate(state, now, d, j, g)
+    return _after(state, now, d)
+
+
+def _allocate(state: JobState, now: int, d: Decision, j: np.ndarray, g: np.ndarray) -> None:
+    """The decision's GPUs per job ``j`` [n], with their set-up seconds, placement, planned finish and end event."""
+    state.gpus[j] = g
+    if d.gpu_of is not None:
+        state.gpu_of[j] = d.gpu_of
+    if d.overhead is not None:
+        state.overhead[j] = d.overhead
+    on = g > 0
+    fin = d.finish
+    if fin is None:  # the engine plans the finish of a job given GPUs from its speed there
+        fin = np.full(j.size, np.nan)
+        if on.any():
+            p = j[on]
+            oh = 0.0 if d.overhead is None else d.overhead[on]
+            fin[on] = planned_finish(now, state.iter_left[p], state.tput[p, LEVELS.searchsorted(g[on])], oh)
+    keep = np.isnan(fin)
+    if keep.any():
+        state.finish[j[~keep]] = fin[~keep]
+    else:
+        state.finish[j] = fin
+    state.end_event[j] = np.where(on, state.finish[j], NEVER) if d.end is None else d.end
+    run = j[on]
+    state.status[run] = RUNNING  # a job without GPUs keeps its status: waiting, or preempted (still RUNNING)
+    state.started[run[np.isnan(state.started[run])]] = now
+
+
+def _after(state: JobState, now: int, d: Decision) -> float | None:
+    """The decision's job-model flags: finishes found by the simulator, the next run-out of work as an event."""
+    if d.unplanned:
+        live = state.present
+        state.finish[live] = NEVER  # the simulator finds the finish when the job reaches its target
+        state.end_event[live] = NEVER
+    if d.work_events:
+        return next_work_event(state, np.flatnonzero((state.status == RUNNING) & (state.gpus > 0)), now, d.replan_at)
+    return d.replan_at
+
+
+def next_work_event(s: JobState, run: np.ndarray, now: float, nxt: float | None) -> float | None:
+    """The earlier of ``nxt`` and the first time after ``now`` at which a job of ``run`` (indices of jobs holding GPUs)
+    finishes its remaining iterations at its current throughput, set-up overhead included."""
+    if run.size:
+        sp = s.tput[run, LEVELS.searchsorted(s.gpus[run])]
+        t = now + s.overhead[run] + np.ceil(np.maximum(s.iter_left[run], 0.0) / sp)
+        t = t[t > now]
+        if t.size:
+            nxt = float(t.min()) if nxt is None else min(nxt, float(t.min()))
+    return nxt
 
 
 def _progress(state: JobState, now: int, dt: int) -> np.ndarray:

@@ -5,8 +5,8 @@ A rigid job runs on exactly the GPUs its trace row asks for (``num_gpu``, its on
 ``"trace"``) or not at all, and its work is the whole seconds it needs there: ceil(iterations / measured speed at
 that level), which is the ITP traces' own ``duration`` column on every row of the fidelity cases (the peer's
 simulator counts those). These schedulers decide when a job has finished by the seconds it has run (less set-up
-overhead), not by the iterations the shared simulator counts, so the policy keeps each job's clock: the simulator's
-iteration count is set out of reach (infinite) and the policy ends a job itself (``finish_job``).
+overhead), not by the iterations the shared simulator counts, so the policy keeps each job's clock: it says so
+(``own_clock``), the simulator then counts no iterations for its jobs, and its decisions end a job (``Decision.leave``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import math
 
 import numpy as np
 
-from mara.traces.replay import DECLINED, DONE, NEVER, JobState
+from mara.sched.interface import NEVER, Decision
+from mara.traces.replay import JobState
 from mara.traces.throughput import LEVELS
 
 
@@ -31,7 +32,6 @@ class RigidClock:
         self.work = np.where(ok, np.ceil(state.iter_left / np.where(ok, self.speed, 1.0)), NEVER)
         self.iterations = state.iter_left.copy()
         self.done = np.zeros(J)
-        state.iter_left[:] = NEVER  # the simulator's own iteration count never ends these jobs: their clock does
 
 
 def setup_overhead(g: int, n_gpus: int, restart: bool = False, cached: bool = False) -> float:
@@ -47,18 +47,22 @@ def setup_overhead(g: int, n_gpus: int, restart: bool = False, cached: bool = Fa
     return base + 2.0 * (math.log2(g) + 1.0)
 
 
-def finish_job(state: JobState, j: int, now: int, end_time: float) -> None:
-    """Job ``j`` leaves at decision ``now``; ``end_time`` is the finish its deadline is judged by."""
-    state.status[j] = DONE
-    state.ended[j] = now
-    state.gpus[j] = 0
-    state.end_event[j] = NEVER
-    state.finish[j] = end_time
-
-
-def runnable_arrivals(state: JobState, clock: RigidClock, arrivals: np.ndarray) -> np.ndarray:
-    """The arrivals that can run at their size; one with no measured speed there (e.g. a model whose table stops below
-    its GPU count) would hold its GPUs for ever, so it is declined (it misses its deadline)."""
+def runnable_arrivals(clock: RigidClock, arrivals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the arrivals that can run at their size, the others): one with no measured speed there (e.g. a model whose
+    table stops below its GPU count) would hold its GPUs for ever, so it is declined (it misses its deadline)."""
     ok = clock.work[arrivals] < NEVER
-    state.status[arrivals[~ok]] = DECLINED
-    return arrivals[ok]
+    return arrivals[ok], arrivals[~ok]
+
+
+def rigid_decision(jobs, gpus, leave, leave_finish, admit, decline, replan_at, placed=None) -> Decision:
+    """A rigid scheduler's decision: ``jobs`` on ``gpus`` (0: waits or is preempted), with no planned finish (the
+    scheduler's clock ends them: ``leave`` at ``leave_finish``)."""
+    d = Decision(admit=admit, decline=decline, replan_at=replan_at)
+    if len(jobs):
+        d.jobs, d.gpus = np.asarray(jobs, dtype=np.int64), np.asarray(gpus, dtype=np.int64)
+        d.finish = d.end = np.full(d.jobs.size, NEVER)
+    if len(leave):
+        d.leave, d.leave_finish = np.asarray(leave, dtype=np.int64), np.asarray(leave_finish, dtype=np.float64)
+    if placed:
+        d.placed = np.asarray(placed, dtype=np.int64)
+    return d

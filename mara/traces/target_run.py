@@ -27,7 +27,8 @@ from mara.core.registry import TRACE_BANDS, TRACE_COUNTS, TraceKeys
 from mara.core.runlog import log as runlog
 from mara.curves.bank import default_bank_path, load_bank, stand_in_note
 from mara.predictors.factory import predictor_from
-from mara.traces.replay import NEVER, PENDING, RUNNING, JobState, replay
+from mara.sched.interface import Decision
+from mara.traces.replay import PENDING, RUNNING, JobState, replay
 from mara.traces.report import earlier_trace_results, write_trace_results
 from mara.traces.run import (
     bound_windows,
@@ -42,7 +43,7 @@ from mara.traces.run import (
 from mara.traces.schema import SCHEMAS, SIZE_CLASSES, size_class, window_jobs
 from mara.traces.settings import TraceRunSettings
 from mara.traces.target_loss import MODEL_FAMILY, declared_batches, target_loss_jobs
-from mara.traces.throughput import LEVELS, job_speeds
+from mara.traces.throughput import job_speeds
 
 COUNTS = TRACE_COUNTS
 BANDS = {b: i for i, b in enumerate(TRACE_BANDS)}  # column of the predictor's (lo, median, hi) band
@@ -78,19 +79,19 @@ class DeclaredCount:
         self.inner, self.declared = inner, np.asarray(declared, dtype=np.float64)
         self.name, self.caps = inner.name, inner.caps
 
-    def reset(self, state: JobState) -> None:
+    def start(self, state: JobState) -> None:
         self.state = state
         self.work = state.iter_left.copy()  # iterations the job will run: to its target or its declared count
-        self.view = copy.copy(state)  # shares every array the scheduler writes; its own iter_left
+        self.view = copy.copy(state)  # shares every array of the simulator's state but its own iter_left
         self.view.iter_left = self.declared.copy()
-        self.inner.reset(self.view)
+        self.inner.start(self.view)
 
-    def decide(self, now: int, arrivals: np.ndarray):
+    def decide(self, now: int, arrivals: np.ndarray) -> Decision:
         s = self.state
         self.view.iter_left[:] = self.declared - (self.work - s.iter_left)
-        nxt = self.inner.decide(now, arrivals)
-        # the next job to reach its target (or spend its count) is an event
-        return next_target_event(s, np.flatnonzero((s.status == RUNNING) & (s.gpus > 0)), now, nxt)
+        d = self.inner.decide(now, arrivals)
+        d.work_events = True  # the next job to reach its target (or spend its count) is an event
+        return d
 
 
 class PredictedCount:
@@ -108,13 +109,13 @@ class PredictedCount:
         self.every_s, self.asked_at, self.asked = float(every_s), -np.inf, False
         self.last = {}  # job -> (batches seen, remaining batches) of its latest estimate
 
-    def reset(self, state: JobState) -> None:
+    def start(self, state: JobState) -> None:
         self.state = state
         self.work = state.iter_left.copy()
         self.view = copy.copy(state)
         self.view.iter_left = self.prior.copy()
         self.asked_at, self.last = -np.inf, {}  # a replay starts afresh: an episode is replayed under many schedulers
-        self.inner.reset(self.view)
+        self.inner.start(self.view)
 
     def _estimates(self, jobs: np.ndarray, done: np.ndarray, ask: bool = True) -> np.ndarray:
         """Remaining iterations of ``jobs`` from their prefixes (``done`` iterations each); ``ask``: ask the
@@ -142,7 +143,7 @@ class PredictedCount:
             est[i] = max(b * scale[i], 1.0)
         return est
 
-    def decide(self, now: int, arrivals: np.ndarray):
+    def decide(self, now: int, arrivals: np.ndarray) -> Decision:
         s = self.state
         live = np.flatnonzero((s.status == PENDING) | (s.status == RUNNING))
         if live.size:
@@ -152,11 +153,9 @@ class PredictedCount:
             )
             if self.asked:
                 self.asked_at = now
-        nxt = self.inner.decide(now, arrivals)
-        live = np.flatnonzero((s.status == PENDING) | (s.status == RUNNING))
-        s.finish[live] = NEVER  # the simulator finds the finish when the job reaches its target
-        s.end_event[live] = NEVER
-        return next_target_event(s, live[s.gpus[live] > 0], now, nxt)
+        d = self.inner.decide(now, arrivals)
+        d.unplanned = d.work_events = True  # the simulator finds the finish when the job reaches its target
+        return d
 
 
 def prefix_band(predictor, tl, bank, jobs: np.ndarray, seen: np.ndarray) -> np.ndarray:
@@ -298,15 +297,3 @@ def target_rows(name: str, w, jobs, scored, rep, tl) -> list[dict]:
             family=str(tl.family[j]),
         )
     return new
-
-
-def next_target_event(s: JobState, run: np.ndarray, now: float, nxt: float | None) -> float | None:
-    """The earlier of ``nxt`` and the first time after ``now`` at which a job of ``run`` (indices of jobs holding GPUs)
-    finishes its remaining iterations at its current throughput, set-up overhead included."""
-    if run.size:
-        sp = s.tput[run, LEVELS.searchsorted(s.gpus[run])]
-        t = now + s.overhead[run] + np.ceil(np.maximum(s.iter_left[run], 0.0) / sp)
-        t = t[t > now]
-        if t.size:
-            nxt = float(t.min()) if nxt is None else min(nxt, float(t.min()))
-    return nxt

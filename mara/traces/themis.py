@@ -21,8 +21,9 @@ import math
 
 import numpy as np
 
-from mara.traces.replay import FUTURE, PENDING, RUNNING, JobState
-from mara.traces.rigid import RigidClock, finish_job, runnable_arrivals
+from mara.sched.interface import Decision
+from mara.traces.replay import FUTURE, JobState
+from mara.traces.rigid import RigidClock, rigid_decision, runnable_arrivals
 
 
 def fair_shares(a: np.ndarray, b: np.ndarray, c: np.ndarray, g: np.ndarray, n_gpus: int) -> np.ndarray:
@@ -59,8 +60,9 @@ class TraceThemis:
 
     name = "Themis"
     caps = "trace"  # rigid: each job on its trace's num_gpu
+    own_clock = True  # it ends its jobs by the seconds they have run
 
-    def reset(self, state: JobState) -> None:
+    def start(self, state: JobState) -> None:
         self.s = state
         self.clk = RigidClock(state)
         J = len(state.submit)
@@ -73,20 +75,19 @@ class TraceThemis:
         self.end_time = np.zeros(J)
         self.event_t = None
 
-    def decide(self, now: int, arrivals: np.ndarray):
+    def decide(self, now: int, arrivals: np.ndarray) -> Decision:
         """One lease: leavers out, arrivals in, shares, auction, the lease's progress; returns the next lease."""
         s, clk, slot = self.s, self.clk, self.s.slot
         if len(arrivals) or self.ending:
             self.event_t = now
-        if self.ending:
-            for j in self.ending:
-                finish_job(s, j, now, self.end_time[j])
-            gone = set(self.ending)
+        leave = self.ending
+        if leave:
+            gone = set(leave)
             self.live = [j for j in self.live if j not in gone]
         self.ending = []
-        ok = runnable_arrivals(s, self.clk, arrivals)
-        s.status[ok] = PENDING
+        ok, declined = runnable_arrivals(self.clk, arrivals)
         self.live.extend(ok.tolist())
+        jobs, gpus = [], []
         if self.live:
             live = np.asarray(self.live, dtype=np.int64)
             g = clk.g[live]
@@ -116,16 +117,12 @@ class TraceThemis:
                 if gj <= free:
                     take[i] = True
                     free -= gj
-            run, stop = live[take], live[~take]
-            s.gpus[stop] = 0
-            s.status[stop[s.status[stop] == RUNNING]] = PENDING
-            s.started[run[np.isnan(s.started[run])]] = now
-            s.status[run] = RUNNING
-            s.gpus[run] = clk.g[run]
+            run = live[take]
+            jobs, gpus = live, np.where(take, clk.g[live], 0)  # the others wait or are preempted
             self.iters[run] -= slot * clk.speed[run]
             done = run[self.iters[run] <= 0]
             self.ending = done.tolist()
             self.end_time[done] = now + slot
-        if self.live or np.any(s.status == FUTURE):
-            return now + slot
-        return None
+        more = np.count_nonzero(s.status == FUTURE) > len(arrivals)  # arrivals still to come after these
+        nxt = now + slot if self.live or more else None
+        return rigid_decision(jobs, gpus, leave, self.end_time[leave], ok, declined, nxt)

@@ -14,9 +14,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from mara.sched.interface import LEVELS
 from mara.traces.schema import SCHEMAS, SHIPPED_DIR, Trace
 
-LEVELS = np.array([1, 2, 4, 8, 16, 32, 64], dtype=np.int64)  # GPU counts a job may run on
 TABLE = SHIPPED_DIR / "throughputs_A100.csv"
 
 #: per-model GPU caps of ElasticFlow's A100 model profiles: (model, batch size) -> max GPUs; others min(bs, 64)

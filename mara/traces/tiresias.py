@@ -21,8 +21,9 @@ import math
 
 import numpy as np
 
-from mara.traces.replay import NEVER, PENDING, RUNNING, JobState
-from mara.traces.rigid import RigidClock, finish_job, runnable_arrivals, setup_overhead
+from mara.sched.interface import Decision
+from mara.traces.replay import NEVER, JobState
+from mara.traces.rigid import RigidClock, rigid_decision, runnable_arrivals, setup_overhead
 
 
 class TraceTiresias:
@@ -30,12 +31,13 @@ class TraceTiresias:
 
     name = "Tiresias"
     caps = "trace"  # rigid: each job on its trace's num_gpu
+    own_clock = True  # it ends its jobs by the seconds they have run
 
     def __init__(self, overhead: bool = True, thresholds: tuple = (3250, 7200)):
         self.overhead = overhead
         self.limits = [int(x) for x in thresholds]
 
-    def reset(self, state: JobState) -> None:
+    def start(self, state: JobState) -> None:
         self.s = state
         self.clk = RigidClock(state)
         J = len(state.submit)
@@ -54,18 +56,17 @@ class TraceTiresias:
     def _overhead(self, j: int, restart: bool) -> float:
         return setup_overhead(int(self.clk.g[j]), self.s.n_gpus, restart) if self.overhead else 0.0
 
-    def decide(self, now: int, arrivals: np.ndarray):
+    def decide(self, now: int, arrivals: np.ndarray) -> Decision:
         """Ends, arrivals, service, then GPUs by queue; returns the next end or queue crossing."""
         s, clk, slot = self.s, self.clk, self.s.slot
-        if now == self.end_at:
-            for j in self.ending:
-                finish_job(s, j, now, self.end_time[j])
+        leave = self.ending if now == self.end_at else []
+        if leave:
+            for j in leave:
                 self.queues[self.qid[j]].remove(j)
                 self.live.remove(j)
                 self.running[j] = False
-        for j in runnable_arrivals(s, self.clk, arrivals):
-            j = int(j)
-            s.status[j] = PENDING
+        ok, declined = runnable_arrivals(self.clk, arrivals)
+        for j in ok.tolist():
             self.live.append(j)
             self.queues[0].append(j)
         for j in self.live:
@@ -95,13 +96,10 @@ class TraceTiresias:
                 elif self.running[j]:
                     stop.append(j)
         self.running[stop] = False
-        s.status[stop] = PENDING
-        s.gpus[stop] = 0
         self.running[start] = True
-        s.status[start] = RUNNING
-        s.gpus[start] = clk.g[start]
-        fresh = [j for j in start if np.isnan(s.started[j])]
-        s.started[fresh] = now
+        jobs = np.asarray(start + stop, dtype=np.int64)  # started now, or preempted (waits)
+        gpus = np.r_[clk.g[start], np.zeros(len(stop), dtype=np.int64)]
+        leave_finish = self.end_time[leave]
         self.live.sort(key=lambda j: -clk.g[j])
         for queue in self.queues:
             queue[:] = [j for j in queue if self.running[j]] + [j for j in queue if not self.running[j]]
@@ -129,4 +127,4 @@ class TraceTiresias:
         if jump - now < slot:
             jump = now + slot
         nxt = min(self.end_at, jump)
-        return None if nxt == NEVER else nxt
+        return rigid_decision(jobs, gpus, leave, leave_finish, ok, declined, None if nxt == NEVER else nxt)

@@ -1,9 +1,13 @@
-"""The least-slack rule on a GPU pool of multi-GPU, elastic trace jobs (``Slack-QR-q`` / ``Slack-Truth`` on traces).
+"""The least-slack rule's shared steps: its order (``slack_keys``, every engine) and its GPUs per job on a pool of
+multi-GPU, elastic jobs (``slack_allocation``, the trace engine). The rule itself is one class,
+``mara.allocators.slack.SlackRule`` (``Slack-QR-q`` / ``Slack-Truth`` on the paper's protocol and on traces).
 
-The paper world's rule (mara/allocators/slack.py) serves predicted-finishable tasks by least slack and defers the
-hopeless ones; here each job can run on a level of GPUs (1, 2, 4, ... up to its cap) at its measured throughput.
-At a decision, with r a live job's remaining iterations as the scheduler sees them (an estimate from its loss
-prefix, or the truth for the bound) and τ = deadline − now:
+The order: predicted-finishable jobs by least slack, then cold ones (too few loss observations to judge; none on a
+trace, whose jobs always carry an estimate), then hopeless (deferred) ones, by deadline; ties by deadline, then
+arrival. On the paper's one-GPU-per-task nodes the first M jobs of the order are served. On a trace each job can run
+on a level of GPUs (1, 2, 4, ... up to its cap) at its measured throughput. At a decision, with r a live job's
+remaining iterations as the scheduler sees them (an estimate from its loss prefix, or the truth for the bound) and
+τ = deadline − now:
 
   * **Slack** s = τ − r / v*, with v* the job's fastest measured throughput over its allowed levels (at most the
     cluster): the time it could spare if it ran alone at its best.
@@ -17,23 +21,30 @@ prefix, or the truth for the bound) and τ = deadline − now:
     without GPUs (finishable ones that did not fit, then deferred ones by deadline) get the largest level that fits
     (at most their cap); then the same marginal steps over every job holding GPUs.
 
-``slack_allocation`` is the rule as a pure function of what a scheduler observes (``TraceView`` → GPUs per job);
-``TraceSlack`` is the trace scheduler around it (mara/traces/replay.py's interface). Arrays ``[n]`` over the live
-jobs of a decision, throughputs ``[n, L]`` over LEVELS (0: level not allowed).
+``slack_allocation`` is the trace rule as a pure function of what a scheduler observes (``TraceView`` → GPUs per
+job). Arrays ``[n]`` over the live jobs of a decision (``[E, K]`` in ``slack_keys`` on the batched engine),
+throughputs ``[n, L]`` over LEVELS (0: level not allowed).
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from mara.traces.replay import NEVER, PENDING, RUNNING, JobState
-from mara.traces.throughput import LEVELS
+from mara.sched.interface import LEVELS
 
-FINISHABLE, DEFERRED = 0, 1
+FINISHABLE, COLD, HOPELESS, SKIP = 0, 1, 2, 3
+#: on a trace (no cold jobs there): not finishable by its estimate, served only with GPUs no finishable job wants
+DEFERRED = 1
+
+
+def slack_keys(stage, pred, tau, deadline, task) -> tuple[np.ndarray, ...]:
+    """Lexicographic sort keys, most significant first: stage, within-stage key (slack ``tau - pred`` when
+    finishable, else the deadline), deadline, arrival."""
+    within = np.where(stage == FINISHABLE, tau - pred, deadline.astype(np.float64))
+    return stage, within, deadline, task
 
 
 @dataclass(frozen=True)
@@ -77,12 +88,11 @@ def slack_order(view: TraceView, margin: float = 0.0) -> tuple[np.ndarray, np.nd
     """(stage [n]: FINISHABLE or DEFERRED, order [n]: job positions, finishable by least slack then deferred by
     deadline; ties by deadline then position)."""
     tau = np.asarray(view.deadline, dtype=np.float64) - view.now
-    slack = slack_of(view)
+    best = level_times(view).min(axis=1, initial=np.inf)
+    slack = tau - best
     stage = np.where((slack >= margin * np.maximum(tau, 0.0)) & np.isfinite(slack), FINISHABLE, DEFERRED)
-    within = np.where(stage == FINISHABLE, slack, view.deadline)
-    n = len(stage)
-    order = np.lexsort((np.arange(n), view.deadline, within, stage))
-    return stage, order
+    keys = slack_keys(stage, best, tau, np.asarray(view.deadline), np.arange(len(stage)))
+    return stage, np.lexsort(keys[::-1])
 
 
 _LEVEL_LIST = LEVELS.tolist()
@@ -159,63 +169,3 @@ def slack_allocation(view: TraceView, margin: float = 0.0) -> np.ndarray:
             free -= g
     _grow(gpus, free, order[gpus[order] > 0], tp, rem)
     return gpus
-
-
-class TraceSlack:
-    """The least-slack rule as a trace scheduler (state ``[J]`` arrays shared with the simulator). It reads each
-    job's ``iter_left`` as its remaining iterations: the truth (``Slack-Truth``) or, wrapped by
-    mara/traces/target_run.py's ``PredictedCount``, a predictor's estimate (``Slack-QR-q``). Set-up overhead as
-    ElasticFlow's simulator charges it (mara/traces/elasticflow.py), so that the two pay the same for elasticity."""
-
-    name = "Slack"
-
-    def __init__(self, margin: float = 0.0, caps: str = "elasticflow", overhead: bool = True, name: str | None = None):
-        if not math.isfinite(float(margin)) or float(margin) < 0 or float(margin) >= 1:
-            raise ValueError(f"TraceSlack.margin must lie in [0, 1), got {margin!r}")
-        if caps not in ("elasticflow", "table"):
-            raise ValueError(f"TraceSlack.caps must be elasticflow or table, got {caps!r}")
-        self.margin, self.caps, self.overhead = float(margin), caps, bool(overhead)
-        if name:
-            self.name = name
-
-    def reset(self, state: JobState) -> None:
-        self.s = state
-        self.started_once = np.zeros(len(state.submit), dtype=bool)
-        self.base = 7 if state.n_gpus >= 256 else 2
-
-    def view(self, now: int, live: np.ndarray) -> TraceView:
-        """The observable view of the jobs ``live`` (indices) at ``now``."""
-        s = self.s
-        return TraceView(
-            now=float(now),
-            remaining=s.iter_left[live].astype(np.float64),
-            deadline=s.ddl[live].astype(np.float64),
-            tput=s.tput[live],
-            n_gpus=int(s.n_gpus),
-        )
-
-    def decide(self, now: int, arrivals: np.ndarray):
-        """Admit every arrival (deferral is soft), set GPUs, finishes and end events; no re-plan time of its own."""
-        s = self.s
-        s.status[arrivals] = PENDING
-        live = np.flatnonzero((s.status == PENDING) | (s.status == RUNNING))
-        if live.size == 0:
-            return None
-        g = slack_allocation(self.view(now, live), self.margin)
-        s.gpus[live] = g
-        on, off = live[g > 0], live[g == 0]
-        for j in on:
-            gj = int(s.gpus[j])
-            oh = 0.0
-            if self.overhead:
-                oh = self.base + (0.0 if self.started_once[j] else 2.0 * (math.log2(gj) + 1))
-            self.started_once[j] = True
-            s.overhead[j] = oh
-            s.finish[j] = now + oh + math.ceil(max(float(s.iter_left[j]), 0.0) / s.speed(j, gj))
-        s.end_event[on] = s.finish[on]
-        start = on[s.status[on] == PENDING]
-        s.status[start] = RUNNING
-        s.started[start] = now
-        s.finish[off] = NEVER
-        s.end_event[off] = NEVER  # waiting or preempted: its end moves to when it runs again
-        return None
