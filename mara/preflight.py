@@ -37,9 +37,9 @@ from mara.eval.runner import check_number, node_options
 from mara.eval.settings import trace_job_settings, validate_sim_cfg
 from mara.mat.allocator import read_policy_checkpoint
 from mara.mat.train import check_init_from, check_resume_checkpoint, checkpoint_method, with_run_policy
+from mara.predictors.prefix import cal_bank_path
 from mara.predictors.protocol import WARMUP_OBS
-from mara.predictors.quantile_head import check_cold_band
-from mara.predictors.queries import cal_bank_path
+from mara.predictors.qr.head import check_cold_band
 from mara.train_settings import mat_settings, trained_method
 
 
@@ -294,7 +294,7 @@ def check_numbers(cfg: DictConfig) -> None:
     if epochs is not None and epochs != -1:  # -1: Lightning's "no epoch limit"
         check_range("trainer.max_epochs", epochs, True, 1, True, None)
     predictors = _select(cfg, "predictors")
-    for name in predictors.keys() if isinstance(predictors, DictConfig) else []:  # cold estimates (predictors/cold.py)
+    for name in predictors.keys() if isinstance(predictors, DictConfig) else []:  # cold estimates (bands/cold.py)
         for key, integer, lo, lo_in, hi in (
             ("first_obs", True, 1, True, WARMUP_OBS),
             ("cold.k", True, 1, True, None),

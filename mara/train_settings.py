@@ -38,7 +38,7 @@ from mara.mat.settings import (
     ValidationSettings,
     WorkloadSettings,
 )
-from mara.mat.trace_settings import TRACE_PREDICTORS, WARMUP_DAYS, TracePolicySettings, TraceWindowSpec
+from mara.mat.trace_settings import WARMUP_DAYS, TracePolicySettings, TraceWindowSpec
 from mara.mat.trace_train import trace_windows
 from mara.mat.train import policy_method
 from mara.predictors.factory import predictor_config, trained_predictor_mismatch
@@ -246,7 +246,7 @@ def _predictor_training(cfg: DictConfig, pred: dict | None, stage: str) -> Predi
     it has a registered trainer and ``predictor_stage`` asks (``auto``: the kind's ``pipeline: true``; ``train``: any
     such kind; ``skip``: none), and no checkpoint is given (``stage=predictor`` trains even then). The kind's
     registered ``settings`` parse its config laid over the kind's own YAML (a variant, ``qr_q``, names only its
-    band); without them the trainer reads the run config (mara/predictors/stage.py)."""
+    band); without them the trainer reads the run config (mara/train.py run_trainer)."""
     kind = None if pred is None else registry.predictor_entry(str(pred.get("name", "fm")), missing_ok=True)
     mode = cfg.get("predictor_stage", "auto")
     trains = kind is not None and kind.trainer and (mode == "train" or (mode == "auto" and kind.pipeline))
@@ -305,8 +305,10 @@ def trace_policy_settings(cfg: DictConfig) -> TracePolicySettings:
             raise ConfigError(f"trace_mara.{k} must be an integer >= 0, got {v!r}")
     if tm.get("band") not in BANDS:
         raise ConfigError(f"trace_mara.band must be one of {', '.join(BANDS)}, got {tm.get('band')!r}")
-    if tm.get("predictor") not in TRACE_PREDICTORS:
-        raise ConfigError(f"trace_mara.predictor must be qr or wls, got {tm.get('predictor')!r}")
+    if tm.get("predictor") not in registry.trace_predictors():  # the kinds registered with traces: true
+        raise ConfigError(
+            f"trace_mara.predictor must be one of {', '.join(registry.trace_predictors())}, got {tm.get('predictor')!r}"
+        )
     known = {f.name for f in fields(TracePolicySettings)} - {"seed"}  # the seed is the run's
     unknown = sorted(set(tm) - known)
     if unknown:

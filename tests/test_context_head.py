@@ -9,18 +9,18 @@ import torch
 
 from mara.core.config import ConfigError, conf_dir, load_method_cfg
 from mara.core.safe_load import CheckpointError
-from mara.predictors.context_head import (
+from mara.predictors.factory import predictor_from
+from mara.predictors.prefix import observe
+from mara.predictors.qr.head import QuantileNet, save_head
+from mara.predictors.qr_ctx.family import N_CONTEXT, FamilyContext, first_below, running_min
+from mara.predictors.qr_ctx.head import (
     N_STATIC_CTX,
     ContextHeadPredictor,
     load_context_heads,
     merge_checkpoints,
     save_context_head,
 )
-from mara.predictors.context_train import ContextFitSettings, context_examples, settings_from_cli
-from mara.predictors.data import observe
-from mara.predictors.factory import predictor_from
-from mara.predictors.family_context import N_CONTEXT, FamilyContext, first_below, running_min
-from mara.predictors.quantile_head import QuantileNet, save_head
+from mara.predictors.qr_ctx.train import ContextFitSettings, context_examples, settings_from_cli
 
 
 def _power_curves(scales, n=200):
@@ -164,7 +164,7 @@ def test_blend_averages_the_plain_head_for_trained_families_only(small_bank, tmp
     blend = predictor_from({**cfg, "blend": {"weight": 0.25, "ckpt": str(plain)}}, bank.path)
     assert blend.trained == set(np.unique(bank.family[bank.split == "fm_train"]))
     mixed = blend.all_quantiles(*args, family=fam)
-    from mara.predictors.quantile_head import QuantileHeadPredictor
+    from mara.predictors.qr.head import QuantileHeadPredictor
 
     qp = QuantileHeadPredictor(blend.plain).all_quantiles(*args)
     want = np.expm1(0.75 * np.log1p(alone[:2]) + 0.25 * np.log1p(qp[:2]))
@@ -179,7 +179,7 @@ def test_recalibration_moves_only_the_untrained_families():
     """The shipped head on the shipped bank: qr_ctx_cal shifts the band of the families without training curves
     (fitted on their cal curves, cross-fitted in halves) and leaves the trained families' band as qr_ctx gives it."""
     from mara.curves.bank import default_bank_path, load_bank
-    from mara.predictors.queries import build_queries, query_inputs
+    from mara.predictors.prefix import build_queries, query_inputs
 
     bank = load_bank(default_bank_path())
     plain, cal = predictor_from("qr_ctx", bank.path), predictor_from("qr_ctx_cal", bank.path)

@@ -13,7 +13,7 @@ from mara.allocators.lara import LARA
 from mara.allocators.placement import assign_nodes, place
 from mara.allocators.rules import EDF, FIFO
 from mara.allocators.slack import SlackRule
-from mara.predictors.wls import WLSPredictor
+from mara.predictors.baselines.wls import WLSPredictor
 from mara.sim.env import (
     IDLE,
     BatchedEnv,

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING = sorted((ROOT / "mara" / "mat").glob("*.py")) + [
-    ROOT / "mara" / "predictors" / name for name in ("train.py", "quantile_train.py", "fit_settings.py")
+    ROOT / "mara" / "predictors" / name for name in ("fm/train.py", "qr/train.py", "fit_settings.py")
 ]
 ENTRY = ROOT / "mara" / "train.py"
 #: the MAT recipes: the product's (conf/mat) and the experiments' (conf/experiments/mat, on Hydra's search path)
@@ -44,8 +44,8 @@ READS_A_RECORD = {
     ("mara/mat/ppo.py", "update"): "the rollout batch's tensors (``flatten``)",
     ("mara/predictors/fit_settings.py", "trainer_from_config"): "the Lightning Trainer's arguments, passed through",
     ("mara/predictors/fit_settings.py", "from_config"): "the predictor config's one parse into fit settings",
-    ("mara/predictors/train.py", "settings_from_cli"): "the command line's own parse",
-    ("mara/predictors/quantile_train.py", "settings_from_cli"): "the command line's own parse",
+    ("mara/predictors/fm/train.py", "settings_from_cli"): "the command line's own parse",
+    ("mara/predictors/qr/train.py", "settings_from_cli"): "the command line's own parse",
 }
 CLI_PARSE = {"settings_from_cli"}  # the only functions of these modules that may build an OmegaConf config
 
@@ -268,7 +268,8 @@ def test_an_unknown_recipe_setting_is_one_line():
 
 
 def test_the_predictor_command_lines_parse_into_fit_settings():
-    from mara.predictors import quantile_train, train
+    from mara.predictors.fm import train
+    from mara.predictors.qr import train as quantile_train
 
     flow = train.settings_from_cli(["seed=3", "predictor.train.patience=2", "paths.output_dir=outputs/x"])
     assert flow.seed == 3 and flow.fit.train.patience == 2 and flow.output_dir == "outputs/x"

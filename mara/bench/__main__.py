@@ -38,10 +38,10 @@ from mara.mat.nets import MATPolicy
 from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout
 from mara.peers.bench import DEFAULT_CASES, peer_rows, print_peer_rows
 from mara.peers.cases import CORE_METHODS, case_named
-from mara.predictors.cache import FlowSampleCache
-from mara.predictors.data import observe
+from mara.predictors.estimates import predict_band
 from mara.predictors.factory import predictor_from
-from mara.predictors.protocol import predict_band
+from mara.predictors.fm.cache import FlowSampleCache
+from mara.predictors.prefix import observe
 from mara.sim.env import BatchedEnv
 from mara.sim.workload import PAPER_TASK_SETS, EpisodeBatch, generate_episodes
 from mara.train_settings import load_recipe, mat_settings

@@ -27,7 +27,8 @@ function writing ``<output folder>/<kind>.ckpt``: ``mara.train``'s predictor sta
 parsed before any work, or, for a kind that registers no ``settings``, the run config: ``predictor``, ``bank.path``,
 ``seed``, ``trainer``, ``paths.output_dir``),
 ``pipeline: true`` (the predictor stage trains it under ``predictor_stage=auto``; a kind without it trains only
-under ``predictor_stage=train``) and
+under ``predictor_stage=train``), ``traces: true`` (its estimates can be read on trace jobs, whose loss prefixes are
+rows of the curve bank: mara/predictors/estimates.py) and
 ``privileged: true`` (reads the task's own curve: a bound, refused to learned policies). Other files of the group are
 variants of a kind (``qr_q``: ``name: qr`` at other band levels).
 
@@ -290,6 +291,7 @@ class PredictorKind:
     pipeline: bool
     privileged: bool
     settings: str | None = None
+    traces: bool = False
 
 
 def predictor_file(name: str) -> Path | None:
@@ -316,6 +318,7 @@ def _kind(path: str, mtime: int) -> PredictorKind | None:
         pipeline=bool(reg.get("pipeline", False)),
         privileged=bool(reg.get("privileged", False)),
         settings=reg.get("settings"),
+        traces=bool(reg.get("traces", False)),
     )
 
 
@@ -350,6 +353,12 @@ def privileged_predictors() -> tuple[str, ...]:
     """Predictor config names (kinds and variants) that read the task's own curve."""
     names = sorted({p.stem for folder in conf_dirs() for p in (folder / "predictor").glob("*.yaml")})
     return tuple(n for n in names if (e := predictor_entry(n, missing_ok=True)) is not None and e.privileged)
+
+
+def trace_predictors() -> tuple[str, ...]:
+    """The predictor kinds whose estimates can be read on trace jobs (``traces: true``): a trace rule's or MARA's
+    trace policy's ``predicted`` count may plan on them."""
+    return tuple(n for n in predictor_kinds() if predictor_entry(n).traces)
 
 
 def checkpoint_kinds() -> dict[str, str]:

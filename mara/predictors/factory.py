@@ -12,12 +12,25 @@ one config source.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from omegaconf import DictConfig, OmegaConf
 
-from mara.core.config import ConfigError, plain_config
+from mara.core.config import SHIPPED_CKPT_DIR, ConfigError, plain_config
 from mara.core.registry import import_object, predictor_entry, predictor_file, predictor_kinds
-from mara.curves.bank import CurveBank, default_bank_path, load_bank
+from mara.curves.bank import SHIPPED_BANKS_DIR, CurveBank, default_bank_path, load_bank
 from mara.predictors.protocol import WARMUP_OBS, RemainingPredictor, check_first_obs
+
+
+def shipped_checkpoint(stem: str, bank_path=None) -> Path:
+    """``mara/data/checkpoints/<stem>_<bank>.ckpt``: the file trained on a shipped bank when the bank at ``bank_path``
+    is one that has its own, else the default bank's."""
+    if bank_path is not None:
+        bank = Path(bank_path).resolve()
+        own = SHIPPED_CKPT_DIR / f"{stem}_{bank.stem}.ckpt"
+        if bank.parent == SHIPPED_BANKS_DIR and own.exists():
+            return own
+    return SHIPPED_CKPT_DIR / f"{stem}_{default_bank_path().stem}.ckpt"
 
 
 def known_predictors() -> list[str]:

@@ -43,7 +43,8 @@ from functools import cached_property
 import numpy as np
 
 from mara.curves.bank import NEVER, CurveBank
-from mara.predictors.protocol import WARMUP_OBS, check_first_obs, predict_band
+from mara.predictors.estimates import predict_band
+from mara.predictors.protocol import WARMUP_OBS, check_first_obs
 from mara.sim.workload import EpisodeBatch
 
 IDLE = -1
@@ -293,7 +294,7 @@ class BatchedEnv:
         # and writes their losses into ``bank.L`` (and ``slot_need`` on a crossing) before the step reads them;
         # None = replay the recorded curves
         self.curve_source = curve_source
-        # optional ``FlowSampleCache`` (mara/predictors/cache.py): the predictor's network outputs per observed history
+        # optional ``FlowSampleCache`` (predictors/fm/cache.py): the predictor's network outputs per observed history
         # (bank row, observations, cap remaining, spacing), reused across episodes; never in live mode (the bank
         # changes)
         self.fm_cache = fm_cache if curve_source is None else None
