@@ -9,6 +9,7 @@ import torch
 
 from mara.core.config import ConfigError, conf_dir, load_method_cfg
 from mara.core.safe_load import CheckpointError
+from mara.predictors.context_train import settings_from_cli
 from mara.predictors.factory import predictor_from
 from mara.predictors.prefix import observe
 from mara.predictors.qr.head import QuantileNet, save_head
@@ -20,7 +21,7 @@ from mara.predictors.qr_ctx.head import (
     merge_checkpoints,
     save_context_head,
 )
-from mara.predictors.qr_ctx.train import ContextFitSettings, context_examples, settings_from_cli
+from mara.predictors.qr_ctx.train import ContextFitSettings, context_examples
 
 
 def _power_curves(scales, n=200):
@@ -116,8 +117,9 @@ def test_training_examples_leave_their_curve_out(small_bank):
 
 
 def test_settings_and_configs():
-    fit, bank, out, seed = settings_from_cli(["predictor.context.k=3", "seed=2"])
-    assert fit.k == 3 and fit.members == 3 and seed == 2 and fit.head.train.monitor == "val/pinball"
+    training = settings_from_cli(["predictor.context.k=3", "seed=2"])
+    fit = training.fit
+    assert fit.k == 3 and fit.members == 3 and training.seed == 2 and fit.head.train.monitor == "val/pinball"
     for bad in ({"k": 0}, {"members": "two"}, {"drop": 0.0}):
         with pytest.raises(ConfigError):
             ContextFitSettings.from_config({**_plain_qr_ctx(), "context": bad})

@@ -142,13 +142,15 @@ def zoo_bank():
 def tiny_ckpt(tmp_path_factory):
     from omegaconf import OmegaConf
 
-    from mara.predictors.lcpfn.train import train_prior
+    from mara.core.config import plain_config
+    from mara.predictors.lcpfn.train import LCPFNFitSettings, train_prior
 
     pc = predictor_config("lcpfn")
     pc.net = OmegaConf.create({"d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 32, "n_buckets": 20})
     pc.prior_train.steps, pc.prior_train.save_every, pc.prior_train.batch_size = 4, 2, 8
+    fit = LCPFNFitSettings.from_config(plain_config(pc))
     out = tmp_path_factory.mktemp("lcpfn")
-    return train_prior(pc, out, seed=0), pc, out
+    return train_prior(fit, out, seed=0), fit, out
 
 
 def test_interrupted_training_continues_identically(tiny_ckpt, tmp_path):

@@ -322,6 +322,21 @@ def _kind(path: str, mtime: int) -> PredictorKind | None:
     )
 
 
+def predictor_yaml(name: str):
+    """``predictor/<name>.yaml`` of the config folders as a config (a bare ``{name}`` for a predictor without a file;
+    ``name`` filled in when the file does not say it)."""
+    path = predictor_file(name)
+    cfg = OmegaConf.load(path) if path is not None else OmegaConf.create({"name": name})
+    if "name" not in cfg:
+        cfg.name = name
+    return cfg
+
+
+def as_config(spec):
+    """A predictor spec given as a mapping, as a config (an OmegaConf config is returned as it is)."""
+    return spec if OmegaConf.is_config(spec) else OmegaConf.create(dict(spec))
+
+
 def predictor_entry(name: str, missing_ok: bool = False) -> PredictorKind | None:
     """The registered kind a predictor config name refers to (a variant, ``qr_q``, refers to its ``name``'s kind)."""
     path = predictor_file(str(name))

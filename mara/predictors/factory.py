@@ -14,10 +14,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
-
 from mara.core.config import SHIPPED_CKPT_DIR, ConfigError, plain_config
-from mara.core.registry import import_object, predictor_entry, predictor_file, predictor_kinds
+from mara.core.registry import (
+    as_config,
+    import_object,
+    predictor_entry,
+    predictor_file,
+    predictor_kinds,
+    predictor_yaml,
+)
 from mara.curves.bank import SHIPPED_BANKS_DIR, CurveBank, default_bank_path, load_bank
 from mara.predictors.protocol import WARMUP_OBS, RemainingPredictor, check_first_obs
 
@@ -38,14 +43,10 @@ def known_predictors() -> list[str]:
     return predictor_kinds()
 
 
-def predictor_config(name: str) -> DictConfig:
-    """``conf/predictor/<name>.yaml`` (searched on ``MARA_CONF_PATH`` too; a bare ``{name}`` for a predictor without
-    a file)."""
-    path = predictor_file(name)
-    cfg = OmegaConf.load(path) if path is not None else OmegaConf.create({"name": name})
-    if "name" not in cfg:
-        cfg.name = name
-    return cfg
+def predictor_config(name: str):
+    """``conf/predictor/<name>.yaml`` as a config (searched on ``MARA_CONF_PATH`` too; a bare ``{name}`` for a
+    predictor without a file)."""
+    return predictor_yaml(name)
 
 
 def predictor_from(spec, bank_path=None, *, configured=None, built: dict | None = None) -> RemainingPredictor | None:
@@ -68,7 +69,7 @@ def predictor_from(spec, bank_path=None, *, configured=None, built: dict | None 
         if built is not None:
             built[spec] = predictor
         return predictor
-    cfg = spec if isinstance(spec, DictConfig) else OmegaConf.create(dict(spec))
+    cfg = as_config(spec)
     if "name" not in cfg or cfg.name is None:
         return None
     if len(cfg) == 1:  # only a name: the group's file

@@ -152,3 +152,17 @@ class PredictorTraining:
     kind: str = "fm"
     trained_by: str = "mara.predictors.fm.train.train_predictor"
     config: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_command_line(cls, plain: Mapping, fit_settings, kind: str) -> "PredictorTraining":
+        """A standalone trainer's settings from its parsed command line (``plain``: ``predictor``, ``seed``,
+        ``bank.path``, ``trainer``, ``paths.output_dir``): the predictor config read by ``fit_settings.from_config``."""
+        return cls(
+            fit=fit_settings.from_config(plain["predictor"]),
+            output_dir=plain["paths"]["output_dir"],
+            bank_path=plain["bank"]["path"],
+            seed=int(plain["seed"]),
+            trainer=plain["trainer"] or {},
+            kind=kind,
+            config=plain["predictor"],
+        )

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from mara.core.config import ConfigError
-from mara.curves.bank import CurveBank
+from mara.curves.bank import CurveBank, load_bank
 from mara.predictors.baselines.wls import wls_fit
 
 N_HIST_FEATURES = 4
@@ -213,3 +213,14 @@ def untrained_cal_queries(bank: CurveBank, cal_bank: CurveBank, obs_every: int =
         if not len(bank.rows(f, "fm_train")) and str(f) in params and len(cal_bank.rows(f, "cal"))
     ]
     return build_queries(cal_bank, fams, "cal", params, obs_every=obs_every, seed=seed) if fams else None
+
+
+def untrained_cal(bank_path, cal_bank, obs_every: int = 10, seed: int = 0, where: str = "cal_bank"):
+    """(the calibration bank ``cal_bank`` names beside the bank at ``bank_path``, ``untrained_cal_queries`` on it), or
+    None when there is no such bank or it has no curves of families the bank does not train on."""
+    extra = cal_bank_path(bank_path, cal_bank, where)
+    if extra is None:
+        return None
+    cal = load_bank(extra)
+    q = untrained_cal_queries(load_bank(bank_path), cal, obs_every, seed)
+    return None if q is None else (cal, q)

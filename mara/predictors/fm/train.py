@@ -3,7 +3,7 @@
 ``settings``: a ``PredictorTraining`` (mara/predictors/fit_settings.py) — the FM's fit settings, the bank (None: the
 shipped one), the seed, the Lightning trainer's arguments (max_epochs, devices, accelerator, ...) and the output
 folder, parsed once by the entry point. CLI: ``python -m mara.predictors.fm.train [config.yaml] key=value ...``
-(keys ``bank.path``, ``seed``, ``predictor``, ``trainer``, ``paths.output_dir``, parsed by ``settings_from_cli``).
+(keys ``bank.path``, ``seed``, ``predictor``, ``trainer``, ``paths.output_dir``, parsed by mara/predictors/train.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from mara.core.config import conf_dir, plain_config
 from mara.core.progress_callback import ProgressCallback
 from mara.core.runlog import log_hparams, setup_logging
 from mara.core.safe_load import load_checkpoint
@@ -154,32 +153,3 @@ def calibrate_band(net, fit: FlowFitSettings, dm) -> dict:
     cover = fit.coverage
     off = conformal_offset(q[:, 0], q[:, -1], truth, cover)
     return {"band_offset": off, "band_coverage_target": cover, "band_n_calibration": int(len(rows))}
-
-
-def settings_from_cli(argv: list[str]) -> PredictorTraining:
-    """The command line's settings: conf/predictor/fm.yaml under ``predictor``, YAML files and ``key=value`` over it."""
-    from omegaconf import OmegaConf
-
-    base = OmegaConf.create(
-        {"seed": 0, "bank": {"path": None}, "trainer": {}, "paths": {"output_dir": "outputs/predictor"}}
-    )
-    pred_yaml = conf_dir("predictor", "fm.yaml")
-    if pred_yaml.exists():
-        base.predictor = OmegaConf.load(pred_yaml)
-    files = [a for a in argv if a.endswith(".yaml")]
-    for f in files:
-        base = OmegaConf.merge(base, OmegaConf.load(f))
-    plain = plain_config(OmegaConf.merge(base, OmegaConf.from_dotlist([a for a in argv if a not in files])))
-    return PredictorTraining(
-        fit=FlowFitSettings.from_config(plain["predictor"]),
-        output_dir=plain["paths"]["output_dir"],
-        bank_path=plain["bank"]["path"],
-        seed=int(plain["seed"]),
-        trainer=plain["trainer"] or {},
-    )
-
-
-def main(argv: list[str]) -> None:
-    result = train_predictor(settings_from_cli(argv))
-    if "fm_ckpt" in result:
-        print({k: v for k, v in result.items()})

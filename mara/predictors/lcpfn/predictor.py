@@ -1,6 +1,6 @@
 """LC-PFN as a remaining-batches predictor: the crossing of ε read off the network's marginal distributions.
 
-The observed prefix is normalised as LC-PFN reads curves (``lcpfn_data.normalise_prefix``: t = s / T, y = 1 − L /
+The observed prefix is normalised as LC-PFN reads curves (``lcpfn.data.normalise_prefix``: t = s / T, y = 1 − L /
 L_max); the network gives, at query times every ``query_every`` batches up to the task's cap, a distribution over y.
 For a curve that rises (the loss falls), "crossed ε by batch s" is "y(s) ≥ y_ε", so P(crossed by s) is read as
 1 − CDF_s(y_ε), made non-decreasing in s (running maximum; 0 at the prefix end, where y < y_ε). The remaining batches

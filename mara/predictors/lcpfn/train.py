@@ -14,21 +14,71 @@ CLI: ``python -m mara.predictors.lcpfn_train stage=prior|finetune [paths.output_
 from __future__ import annotations
 
 import math
-import sys
 import time
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
-from mara.core.config import ConfigError, conf_dir, plain_config
+from mara.core.config import ConfigError
 from mara.core.safe_load import load_checkpoint
 from mara.curves.bank import default_bank_path, load_bank
 from mara.predictors.lcpfn.data import bank_batch, batch_nll, prior_batch
 from mara.predictors.lcpfn.net import PFNTransformer, prior_borders
 from mara.predictors.lcpfn.predictor import load_lcpfn, save_lcpfn
 from mara.predictors.lcpfn.prior import sample_curves
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """One stage's schedule (``predictor.prior_train`` / ``predictor.finetune``): steps, curves per step, target points
+    per curve, learning rate, warm-up, weight decay, checkpoint period, CPU seconds per call, torch threads; the prior
+    stage's points per curve (``grid``) and the fine-tuning's context range (``ctx_min``, ``ctx_max_frac``)."""
+
+    steps: int
+    batch_size: int
+    n_query: int
+    lr: float
+    warmup: int
+    save_every: int
+    max_cpu_s: float
+    weight_decay: float = 0.0
+    num_threads: int = 1
+    grid: tuple[int, int] = (60, 72)
+    ctx_min: int = 4
+    ctx_max_frac: float = 0.6
+
+    @classmethod
+    def from_config(cls, c: Mapping, where: str) -> "LoopSettings":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(c) - known)
+        if unknown:
+            raise ConfigError(f"{where}: unknown setting(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        try:
+            kw = {k: (tuple(int(x) for x in v) if k == "grid" else v) for k, v in c.items()}
+            return cls(**kw)
+        except TypeError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class LCPFNFitSettings:
+    """LC-PFN's training, parsed once from its predictor config: the network's arguments (``net``) and the two
+    stages' schedules."""
+
+    net: dict
+    prior_train: LoopSettings
+    finetune: LoopSettings
+
+    @classmethod
+    def from_config(cls, pc: Mapping) -> "LCPFNFitSettings":
+        return cls(
+            net=dict(pc["net"]),
+            prior_train=LoopSettings.from_config(pc["prior_train"], "predictor.prior_train"),
+            finetune=LoopSettings.from_config(pc["finetune"], "predictor.finetune"),
+        )
 
 
 def _rel(path) -> str:
@@ -52,7 +102,7 @@ def _loop(net, draw, tc, out: Path, seed: int, evaluate=None) -> dict:
     """The shared resumable loop: ``draw(rng)`` gives a batch; ``evaluate()`` (optional) a validation loss, the best
     weights of which are kept. Returns the run record."""
     out.mkdir(parents=True, exist_ok=True)
-    opt = torch.optim.AdamW(net.parameters(), lr=float(tc.lr), weight_decay=float(tc.get("weight_decay", 0.0)))
+    opt = torch.optim.AdamW(net.parameters(), lr=float(tc.lr), weight_decay=float(tc.weight_decay))
     state_path = out / "state.pt"
     step, wall, cpu, best, best_state, history = 0, 0.0, 0.0, math.inf, None, []
     if state_path.exists():
@@ -111,22 +161,22 @@ def _loop(net, draw, tc, out: Path, seed: int, evaluate=None) -> dict:
     }
 
 
-def train_prior(pc, out, seed: int = 0) -> dict:
-    """LC-PFN on prior curves only: borders from 2000 prior curves, ``pc.prior_train`` steps; ``out/lcpfn.ckpt``."""
-    tc, nc = pc.prior_train, pc.net
+def train_prior(fit: LCPFNFitSettings, out, seed: int = 0) -> dict:
+    """LC-PFN on prior curves only: borders from 2000 prior curves, ``fit.prior_train`` steps; ``out/lcpfn.ckpt``."""
+    tc, nc = fit.prior_train, fit.net
     torch.manual_seed(seed)
-    torch.set_num_threads(int(tc.get("num_threads", 1)))
+    torch.set_num_threads(int(tc.num_threads))
     _, y, _ = sample_curves(2000, np.random.default_rng([seed, 10**6]))
-    net_kw = dict(plain_config(nc))
+    net_kw = dict(nc)
     n_buckets = int(net_kw.pop("n_buckets"))
     net = PFNTransformer(prior_borders(torch.from_numpy(y), n_buckets), **net_kw)
-    grid = tuple(tc.get("grid", (60, 72)))
+    grid = tuple(tc.grid)
     rec = _loop(net, lambda rng: prior_batch(int(tc.batch_size), rng, grid), tc, Path(out), seed)
     rec.update(stage="prior", seed=seed, n_params=sum(p.numel() for p in net.parameters()))
     rec["ckpt"] = str(
         save_lcpfn(
             net,
-            plain_config(nc),
+            dict(nc),
             Path(out) / "lcpfn.ckpt",
             rec,
             f"python -m mara.predictors.lcpfn_train stage=prior seed={seed}",
@@ -135,12 +185,12 @@ def train_prior(pc, out, seed: int = 0) -> dict:
     return rec
 
 
-def finetune(pc, bank, init, out, seed: int = 0) -> dict:
+def finetune(fit: LCPFNFitSettings, bank, init, out, seed: int = 0) -> dict:
     """The prior-trained LC-PFN ``init`` trained further on ``bank``'s fm_train curves; kept: the step with the lowest
     NLL on a fixed draw of fm_val curves."""
-    tc = pc.finetune
+    tc = fit.finetune
     torch.manual_seed(seed)
-    torch.set_num_threads(int(tc.get("num_threads", 1)))
+    torch.set_num_threads(int(tc.num_threads))
     net, meta = load_lcpfn(init)
     train_rows, val_rows = np.flatnonzero(bank.split == "fm_train"), np.flatnonzero(bank.split == "fm_val")
     if not len(train_rows) or not len(val_rows):
@@ -174,30 +224,17 @@ def finetune(pc, bank, init, out, seed: int = 0) -> dict:
     return rec
 
 
-def main(argv: list[str]) -> None:
-    base = OmegaConf.create(
-        {
-            "stage": "prior",
-            "seed": 0,
-            "init": None,
-            "bank": {"path": None},
-            "paths": {"output_dir": "outputs/lcpfn"},
-            "predictor": OmegaConf.load(conf_dir("predictor", "lcpfn.yaml")),
-        }
-    )
-    cfg = OmegaConf.merge(base, OmegaConf.from_dotlist(argv))
-    try:
-        if cfg.stage == "prior":
-            rec = train_prior(cfg.predictor, cfg.paths.output_dir, int(cfg.seed))
-        elif cfg.stage == "finetune":
-            if not cfg.init:
-                raise ConfigError("stage=finetune needs init=<a prior-trained lcpfn.ckpt>")
-            bank = load_bank(cfg.bank.path or default_bank_path())
-            rec = finetune(cfg.predictor, bank, cfg.init, cfg.paths.output_dir, int(cfg.seed))
-        else:
-            raise ConfigError(f"stage must be prior or finetune, got {cfg.stage!r}")
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    rec.pop("history", None)
-    print(rec)
+#: the stages of LC-PFN's training, in order
+STAGES = ("prior", "finetune")
+
+
+def run_stage(stage: str, fit: LCPFNFitSettings, out, seed: int = 0, init=None, bank_path=None) -> dict:
+    """One stage of the command line's (``prior`` or ``finetune``); a wrong stage or a fine-tuning without ``init``:
+    a one-line ConfigError."""
+    if stage == "prior":
+        return train_prior(fit, out, seed)
+    if stage == "finetune":
+        if not init:
+            raise ConfigError("stage=finetune needs init=<a prior-trained lcpfn.ckpt>")
+        return finetune(fit, load_bank(bank_path or default_bank_path()), init, out, seed)
+    raise ConfigError(f"stage must be prior or finetune, got {stage!r}")

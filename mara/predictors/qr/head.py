@@ -35,7 +35,7 @@ from mara.predictors.bands.cold import ColdPrior
 from mara.predictors.bands.level_shift import apply_level_shifts, level_shifts
 from mara.predictors.factory import shipped_checkpoint
 from mara.predictors.fm.nets import HistoryEncoder, Standardizer
-from mara.predictors.prefix import cal_bank_path, query_inputs, untrained_cal_queries
+from mara.predictors.prefix import query_inputs, untrained_cal
 from mara.predictors.qr.data import MIN_OBS, N_STATIC, decision_inputs
 from mara.predictors.qr.levels import (
     DEFAULT_LEVELS,
@@ -175,13 +175,10 @@ class QuantileHeadPredictor:
         """Level shifts of the band for the families the head never trained on, fitted on their ``cal`` curves
         (``cal_bank``: ``beside`` = ``<bank>_cal.parquet`` next to the bank, or a path); none when there are none."""
         self.shifts, self.shift_bins = {}, tuple(int(b) for b in obs_bins)
-        extra = cal_bank_path(bank_path, cal_bank)
-        if extra is None:
+        found = untrained_cal(bank_path, cal_bank, obs_every, seed)
+        if found is None:
             return
-        cal = load_bank(extra)
-        q = untrained_cal_queries(load_bank(bank_path), cal, obs_every, seed)
-        if q is None:
-            return
+        cal, q = found
         band = self.all_quantiles(*query_inputs(cal, q, obs_every))
         self.shifts = level_shifts(
             band[:, self.band_idx], q["truth"], self.quantiles, cal.family[q["rows"]], q["n_obs"], self.shift_bins

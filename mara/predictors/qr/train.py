@@ -11,7 +11,6 @@ CLI: ``python -m mara.predictors.quantile_train [paths.output_dir=DIR] [seed=S] 
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +21,6 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
-from mara.core.config import conf_dir, plain_config
 from mara.core.safe_load import load_checkpoint, plain_lightning_checkpoint
 from mara.curves.bank import default_bank_path, load_bank
 from mara.predictors.fit_settings import HeadFitSettings, PredictorTraining
@@ -228,34 +226,3 @@ def train_head(settings: PredictorTraining) -> dict:
     the run's bank, exported to ``<settings.output_dir>/qr.ckpt``."""
     bank = load_bank(settings.bank_path or default_bank_path())
     return fit_quantile_head(bank, settings.fit, settings.output_dir, seed=settings.seed)
-
-
-def settings_from_cli(argv: list[str]) -> tuple[HeadFitSettings, str | None, str, int]:
-    """The command line's (fit settings, bank path, output folder, seed): conf/predictor/qr.yaml under ``predictor``,
-    ``key=value`` over it."""
-    from omegaconf import OmegaConf
-
-    base = OmegaConf.create(
-        {
-            "seed": 0,
-            "bank": {"path": None},
-            "paths": {"output_dir": "outputs/qr"},
-            "predictor": OmegaConf.load(conf_dir("predictor", "qr.yaml")),
-        }
-    )
-    plain = plain_config(OmegaConf.merge(base, OmegaConf.from_dotlist(argv)))
-    return (
-        HeadFitSettings.from_config(plain["predictor"]),
-        plain["bank"]["path"],
-        plain["paths"]["output_dir"],
-        int(plain["seed"]),
-    )
-
-
-def main(argv: list[str]) -> None:
-    try:
-        fit, bank_path, out, seed = settings_from_cli(argv)
-    except (ValueError, TypeError, KeyError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    print(fit_quantile_head(load_bank(bank_path or default_bank_path()), fit, out, seed=seed))

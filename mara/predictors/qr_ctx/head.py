@@ -32,7 +32,7 @@ from mara.core.safe_load import CheckpointError, check_kind, load_checkpoint, ne
 from mara.curves.bank import default_bank_path, load_bank
 from mara.predictors.bands.level_shift import apply_level_shifts, level_shifts
 from mara.predictors.factory import shipped_checkpoint
-from mara.predictors.prefix import cal_bank_path, query_inputs, untrained_cal_queries
+from mara.predictors.prefix import cal_bank_path, query_inputs, untrained_cal
 from mara.predictors.qr.data import MIN_OBS, N_STATIC, decision_inputs
 from mara.predictors.qr.head import QuantileNet, ensemble_log1p, load_heads, warm_quantiles
 from mara.predictors.qr.head import default_ckpt_path as plain_ckpt_path
@@ -191,13 +191,10 @@ class ContextHeadPredictor:
         """Level shifts of the band for the families the head never trained on, on their cal curves cross-fitted in
         two halves (module docstring); none without cal curves."""
         self.shifts, self.shift_bins = {}, tuple(int(b) for b in obs_bins)
-        extra = cal_bank_path(bank_path, cal_bank, "predictor.recalibrate.cal_bank")
-        if extra is None:
+        found = untrained_cal(bank_path, cal_bank, obs_every, seed, "predictor.recalibrate.cal_bank")
+        if found is None:
             return
-        cal = load_bank(extra)
-        q = untrained_cal_queries(load_bank(bank_path), cal, obs_every, seed)
-        if q is None:
-            return
+        cal, q = found
         half = np.random.default_rng([seed, 7]).random(len(cal)) < 0.5
         band = np.empty((len(q["rows"]), 3))
         for h in (True, False):

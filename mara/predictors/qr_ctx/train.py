@@ -12,7 +12,6 @@ CLI: ``python -m mara.predictors.context_train [paths.output_dir=DIR] [seed=S] [
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from mara.core.config import ConfigError, conf_dir, plain_config
+from mara.core.config import ConfigError
 from mara.core.safe_load import load_checkpoint
 from mara.curves.bank import default_bank_path, load_bank
 from mara.predictors.fit_settings import HeadFitSettings, PredictorTraining
@@ -194,34 +193,3 @@ def train_context_head(settings: PredictorTraining) -> dict:
     trained on the run's bank, exported to ``<settings.output_dir>/qr_ctx.ckpt``."""
     bank = load_bank(settings.bank_path or default_bank_path())
     return fit_context_head(bank, settings.fit, settings.output_dir, seed=settings.seed)
-
-
-def settings_from_cli(argv: list[str]) -> tuple[ContextFitSettings, str | None, str, int]:
-    """The command line's (fit settings, bank path, output folder, seed): conf/predictor/qr_ctx.yaml under
-    ``predictor``, ``key=value`` over it."""
-    from omegaconf import OmegaConf
-
-    base = OmegaConf.create(
-        {
-            "seed": 0,
-            "bank": {"path": None},
-            "paths": {"output_dir": "outputs/qr_ctx"},
-            "predictor": OmegaConf.load(conf_dir("predictor", f"{KIND}.yaml")),
-        }
-    )
-    plain = plain_config(OmegaConf.merge(base, OmegaConf.from_dotlist(argv)))
-    return (
-        ContextFitSettings.from_config(plain["predictor"]),
-        plain["bank"]["path"],
-        plain["paths"]["output_dir"],
-        int(plain["seed"]),
-    )
-
-
-def main(argv: list[str]) -> None:
-    try:
-        fit, bank_path, out, seed = settings_from_cli(argv)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    print(fit_context_head(load_bank(bank_path or default_bank_path()), fit, out, seed=seed))
