@@ -11,9 +11,10 @@ from dataclasses import fields
 
 from omegaconf import DictConfig
 
+from mara.core import registry
 from mara.core.config import ConfigError, plain_config
 from mara.eval.settings import check_number
-from mara.mat.trace_settings import TRACE_PREDICTORS, WARMUP_DAYS, TracePolicySettings, TraceWindowSpec
+from mara.mat.trace_settings import WARMUP_DAYS, TracePolicySettings, TraceWindowSpec
 from mara.mat.trace_train import trace_windows
 from mara.traces.schema import SCHEMAS
 from mara.traces.target_run import BANDS
@@ -41,8 +42,10 @@ def trace_policy_settings(cfg: DictConfig) -> TracePolicySettings:
             raise ConfigError(f"trace_mara.{k} must be an integer >= 0, got {v!r}")
     if tm.get("band") not in BANDS:
         raise ConfigError(f"trace_mara.band must be one of {', '.join(BANDS)}, got {tm.get('band')!r}")
-    if tm.get("predictor") not in TRACE_PREDICTORS:
-        raise ConfigError(f"trace_mara.predictor must be qr or wls, got {tm.get('predictor')!r}")
+    if tm.get("predictor") not in registry.trace_predictors():  # the kinds registered with traces: true
+        raise ConfigError(
+            f"trace_mara.predictor must be one of {', '.join(registry.trace_predictors())}, got {tm.get('predictor')!r}"
+        )
     known = {f.name for f in fields(TracePolicySettings)} - {"seed"}  # the seed is the run's
     unknown = sorted(set(tm) - known)
     if unknown:

@@ -17,18 +17,19 @@ from dataclasses import replace
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from mara.core import registry
 from mara.core.cli import check_group_overrides, exit_on_error, made_run_dir, run_cli
 from mara.core.config import ConfigError
+from mara.core.registry import import_object
 from mara.core.rundir import holding, run_settled_stage
 from mara.core.runlog import log
 from mara.evaluate import all_methods_failed, run_evaluation
 from mara.mat.trace_train import run_trace_policy
 from mara.mat.train import check_policy_files, checkpoint_method, train_policy, with_run_policy
 from mara.pipelines.paper import run_paper
-from mara.predictors.stage import run_trainer
+from mara.predictors.fit_settings import PredictorTraining
 from mara.preflight import preflight
 from mara.train_settings import (
     RunSettings,
@@ -110,6 +111,28 @@ def predictor_stage(run: RunSettings) -> tuple[RunSettings, dict | None]:
     result = run_settled_stage(folder, lambda _: run_trainer(fit), run.settings.record("predictor"), "predictor")
     ckpt = folder / f"{fit.kind}.ckpt"
     return (run.with_predictor_ckpt(fit.kind, str(ckpt)) if ckpt.exists() else run), result
+
+
+def run_trainer(training: PredictorTraining) -> dict:
+    """Train ``training.kind`` with its registered trainer (``registry.trainer``); it writes
+    ``<training.output_dir>/<kind>.ckpt``. A kind that registers its fit ``settings`` takes the typed
+    ``PredictorTraining``; one that registers none (a kind living outside the package) takes the run config it was
+    written for — ``predictor``, ``bank.path``, ``seed``, ``trainer``, ``paths.output_dir`` — built from the same
+    settings."""
+    trainer = import_object(training.trained_by)
+    if training.fit is not None:
+        return trainer(training)
+    return trainer(
+        OmegaConf.create(
+            {
+                "predictor": training.config,
+                "bank": {"path": training.bank_path},
+                "seed": training.seed,
+                "trainer": training.trainer,
+                "paths": {"output_dir": training.output_dir},
+            }
+        )
+    )
 
 
 def policy_stage(run: RunSettings) -> dict:

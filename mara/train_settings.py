@@ -256,7 +256,7 @@ def _predictor_training(cfg: DictConfig, pred: dict | None, stage: str) -> Predi
     it has a registered trainer and ``predictor_stage`` asks (``auto``: the kind's ``pipeline: true``; ``train``: any
     such kind; ``skip``: none), and no checkpoint is given (``stage=predictor`` trains even then). The kind's
     registered ``settings`` parse its config laid over the kind's own YAML (a variant, ``qr_q``, names only its
-    band); without them the trainer reads the run config (mara/predictors/stage.py)."""
+    band); without them the trainer reads the run config (mara/train.py run_trainer)."""
     kind = None if pred is None else registry.predictor_entry(str(pred.get("name", "fm")), missing_ok=True)
     mode = cfg.get("predictor_stage", "auto")
     trains = kind is not None and kind.trainer and (mode == "train" or (mode == "auto" and kind.pipeline))

@@ -20,7 +20,7 @@ import mara.evaluate
 import mara.live.__main__
 import mara.live.run
 import mara.pipelines.paper
-import mara.predictors.train
+import mara.predictors.fm.train
 import mara.train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,7 +32,7 @@ MAIN = {"train": mara.train.main, "evaluate": mara.evaluate.main, "live": mara.l
 HYDRA_FILES = {".hydra", "train.log", "evaluate.log", "live.log", "__main__.log", ".run.lock"}
 #: the functions that start work; reaching one fails the case
 WORK = [
-    (mara.predictors.train, "train_predictor"),
+    (mara.predictors.fm.train, "train_predictor"),
     (mara.train, "train_policy"),
     (mara.pipelines.paper, "run_jobs"),
     (mara.evaluate, "build_episodes"),

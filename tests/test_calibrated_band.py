@@ -6,10 +6,10 @@ from omegaconf import OmegaConf
 
 from mara.curves.bank import default_bank_path, load_bank
 from mara.eval.prediction import build_queries, by_obs_markdown, metrics_by_obs
-from mara.predictors.calibrated import calibrate, group_offsets, held_out_family_coverage, novel_offset, offsets_for
-from mara.predictors.data import observe
+from mara.predictors.bands.conformal import apply_offset, band_metrics
 from mara.predictors.factory import predictor_from
-from mara.predictors.uncertainty import apply_offset, band_metrics
+from mara.predictors.fm.calibrated import calibrate, group_offsets, held_out_family_coverage, novel_offset, offsets_for
+from mara.predictors.prefix import observe
 
 
 def _family_set(rng, n, width):
@@ -148,7 +148,7 @@ def test_metrics_by_obs_known_answer():
 
 
 def test_cold_prior_known_answer():
-    from mara.predictors.cold import ColdPrior
+    from mara.predictors.bands.cold import ColdPrior
 
     # three curves of family "a" over 10 batches: constant losses 1.0, 2.0, 4.0 until they drop to 0.1 at batch 3/6/9
     L = np.array([[1.0] * 2 + [0.1] * 8, [2.0] * 5 + [0.1] * 5, [4.0] * 8 + [0.1] * 2])

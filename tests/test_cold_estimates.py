@@ -20,8 +20,8 @@ from mara.core.config import ConfigError, check_predictor_allowed, load_method_c
 from mara.curves.bank import default_bank_path, load_bank
 from mara.eval.runner import evaluate_one
 from mara.eval.settings import SimSettings
+from mara.predictors.baselines.truth import true_remaining_batches
 from mara.predictors.factory import predictor_config, predictor_from
-from mara.predictors.truth import true_remaining_batches
 from mara.sim.env import WARMUP_OBS, BatchedEnv
 from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
 

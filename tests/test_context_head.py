@@ -9,18 +9,19 @@ import torch
 
 from mara.core.config import ConfigError, conf_dir, load_method_cfg
 from mara.core.safe_load import CheckpointError
-from mara.predictors.context_head import (
+from mara.predictors.context_train import settings_from_cli
+from mara.predictors.factory import predictor_from
+from mara.predictors.prefix import observe
+from mara.predictors.qr.head import QuantileNet, save_head
+from mara.predictors.qr_ctx.family import N_CONTEXT, FamilyContext, first_below, running_min
+from mara.predictors.qr_ctx.head import (
     N_STATIC_CTX,
     ContextHeadPredictor,
     load_context_heads,
     merge_checkpoints,
     save_context_head,
 )
-from mara.predictors.context_train import ContextFitSettings, context_examples, settings_from_cli
-from mara.predictors.data import observe
-from mara.predictors.factory import predictor_from
-from mara.predictors.family_context import N_CONTEXT, FamilyContext, first_below, running_min
-from mara.predictors.quantile_head import QuantileNet, save_head
+from mara.predictors.qr_ctx.train import ContextFitSettings, context_examples
 
 
 def _power_curves(scales, n=200):
@@ -116,8 +117,9 @@ def test_training_examples_leave_their_curve_out(small_bank):
 
 
 def test_settings_and_configs():
-    fit, bank, out, seed = settings_from_cli(["predictor.context.k=3", "seed=2"])
-    assert fit.k == 3 and fit.members == 3 and seed == 2 and fit.head.train.monitor == "val/pinball"
+    training = settings_from_cli(["predictor.context.k=3", "seed=2"])
+    fit = training.fit
+    assert fit.k == 3 and fit.members == 3 and training.seed == 2 and fit.head.train.monitor == "val/pinball"
     for bad in ({"k": 0}, {"members": "two"}, {"drop": 0.0}):
         with pytest.raises(ConfigError):
             ContextFitSettings.from_config({**_plain_qr_ctx(), "context": bad})
@@ -164,7 +166,7 @@ def test_blend_averages_the_plain_head_for_trained_families_only(small_bank, tmp
     blend = predictor_from({**cfg, "blend": {"weight": 0.25, "ckpt": str(plain)}}, bank.path)
     assert blend.trained == set(np.unique(bank.family[bank.split == "fm_train"]))
     mixed = blend.all_quantiles(*args, family=fam)
-    from mara.predictors.quantile_head import QuantileHeadPredictor
+    from mara.predictors.qr.head import QuantileHeadPredictor
 
     qp = QuantileHeadPredictor(blend.plain).all_quantiles(*args)
     want = np.expm1(0.75 * np.log1p(alone[:2]) + 0.25 * np.log1p(qp[:2]))
@@ -179,7 +181,7 @@ def test_recalibration_moves_only_the_untrained_families():
     """The shipped head on the shipped bank: qr_ctx_cal shifts the band of the families without training curves
     (fitted on their cal curves, cross-fitted in halves) and leaves the trained families' band as qr_ctx gives it."""
     from mara.curves.bank import default_bank_path, load_bank
-    from mara.predictors.queries import build_queries, query_inputs
+    from mara.predictors.prefix import build_queries, query_inputs
 
     bank = load_bank(default_bank_path())
     plain, cal = predictor_from("qr_ctx", bank.path), predictor_from("qr_ctx_cal", bank.path)

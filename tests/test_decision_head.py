@@ -11,27 +11,27 @@ from omegaconf import OmegaConf
 from mara.allocators.slack import band_quantile
 from mara.core.config import conf_dir, load_method_cfg
 from mara.curves.bank import NEVER
-from mara.predictors.data import observe
-from mara.predictors.decision_data import (
+from mara.predictors.factory import predictor_from
+from mara.predictors.prefix import observe
+from mara.predictors.qr.data import (
     N_STATIC,
     decision_examples,
     decision_inputs,
     remaining_target,
 )
-from mara.predictors.factory import predictor_from
-from mara.predictors.quantile import (
-    check_levels,
-    level_index,
-    monotone_quantiles,
-    pinball_loss,
-)
-from mara.predictors.quantile_head import (
+from mara.predictors.qr.head import (
     QuantileHeadPredictor,
     QuantileNet,
     default_ckpt_path,
     load_head,
     save_ensemble,
     save_head,
+)
+from mara.predictors.qr.levels import (
+    check_levels,
+    level_index,
+    monotone_quantiles,
+    pinball_loss,
 )
 
 

@@ -108,7 +108,7 @@ def test_band_levels_are_scored_against_the_truth_and_drawn(tmp_path, monkeypatc
         batch_size = lr = np.ones(4)
         family = np.array(["a"] * 4)
 
-    import mara.predictors.queries as queries
+    import mara.predictors.prefix as queries
 
     q = {
         "rows": np.arange(4),
@@ -136,7 +136,7 @@ def test_decision_points_with_the_truth_are_perfect(small_bank):
         collect_decision_points,
         decision_point_metrics,
     )
-    from mara.predictors.truth import TruthPredictor
+    from mara.predictors.baselines.truth import TruthPredictor
     from mara.sim.env import BatchedEnv
     from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
 

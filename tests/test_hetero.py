@@ -13,7 +13,7 @@ from mara.allocators.lara import LARA
 from mara.allocators.placement import assign_nodes, place
 from mara.allocators.rules import EDF, FIFO
 from mara.allocators.slack import SlackRule
-from mara.predictors.wls import WLSPredictor
+from mara.predictors.baselines.wls import WLSPredictor
 from mara.sim.env import IDLE, BatchedEnv, run_episodes
 from mara.sim.nodes import check_node_options, isolated_feasible
 from mara.sim.workload import PAPER_TASK_SETS, episodes_from_tasks, generate_episodes

@@ -321,7 +321,7 @@ def test_method_configs(name, predictor):
 
 
 def test_lara_with_wls_end_to_end(bank):
-    wls = pytest.importorskip("mara.predictors.wls")
+    wls = pytest.importorskip("mara.predictors.baselines.wls")
     eps = _episodes(bank, "ID", root=1, n=6)
     alloc = CheckedAllocator(LARA())
     m = run_episodes(BatchedEnv(eps, bank, predictor=wls.WLSPredictor()), alloc)

@@ -14,15 +14,15 @@ import pytest
 import torch
 
 from mara.predictors.factory import predictor_config, predictor_from
-from mara.predictors.lcpfn import crossing_quantiles
-from mara.predictors.lcpfn_data import (
+from mara.predictors.lcpfn.data import (
     bank_batch,
     batch_nll,
     normalise_prefix,
     prior_batch,
 )
-from mara.predictors.lcpfn_net import BarDistribution, PFNTransformer, prior_borders
-from mara.predictors.lcpfn_prior import accepted, ilog2, janoschek, pow3, sample_curves
+from mara.predictors.lcpfn.net import BarDistribution, PFNTransformer, prior_borders
+from mara.predictors.lcpfn.predictor import crossing_quantiles
+from mara.predictors.lcpfn.prior import accepted, ilog2, janoschek, pow3, sample_curves
 
 
 def _ks(a, b) -> float:
@@ -142,18 +142,20 @@ def zoo_bank():
 def tiny_ckpt(tmp_path_factory):
     from omegaconf import OmegaConf
 
-    from mara.predictors.lcpfn_train import train_prior
+    from mara.core.config import plain_config
+    from mara.predictors.lcpfn.train import LCPFNFitSettings, train_prior
 
     pc = predictor_config("lcpfn")
     pc.net = OmegaConf.create({"d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 32, "n_buckets": 20})
     pc.prior_train.steps, pc.prior_train.save_every, pc.prior_train.batch_size = 4, 2, 8
+    fit = LCPFNFitSettings.from_config(plain_config(pc))
     out = tmp_path_factory.mktemp("lcpfn")
-    return train_prior(pc, out, seed=0), pc, out
+    return train_prior(fit, out, seed=0), fit, out
 
 
 def test_interrupted_training_continues_identically(tiny_ckpt, tmp_path):
-    import mara.predictors.lcpfn_train as tr
-    from mara.predictors.lcpfn import load_lcpfn
+    import mara.predictors.lcpfn.train as tr
+    from mara.predictors.lcpfn.predictor import load_lcpfn
 
     rec, pc, _ = tiny_ckpt
 
@@ -184,7 +186,7 @@ def test_interrupted_training_continues_identically(tiny_ckpt, tmp_path):
 def test_predictor_through_the_factory(zoo_bank, tiny_ckpt):
     from omegaconf import OmegaConf
 
-    from mara.predictors.queries import build_queries, query_inputs
+    from mara.predictors.prefix import build_queries, query_inputs
 
     rec, _, _ = tiny_ckpt
     cfg = OmegaConf.merge(predictor_config("lcpfn"), {"ckpt_path": rec["ckpt"], "memo_entries": 100_000})

@@ -12,10 +12,9 @@ import pytest
 
 from mara.core.config import ConfigError
 from mara.curves.bank import default_bank_path, load_bank, write_bank
-from mara.predictors.data import observe
+from mara.predictors.bands.level_shift import MIN_QUERIES, apply_level_shifts, level_shifts
 from mara.predictors.factory import predictor_config, predictor_from
-from mara.predictors.level_shift import MIN_QUERIES, apply_level_shifts, level_shifts
-from mara.predictors.queries import build_queries, cal_bank_path, untrained_cal_queries
+from mara.predictors.prefix import build_queries, cal_bank_path, observe, untrained_cal_queries
 
 LEVELS = (0.05, 0.5, 0.9)
 

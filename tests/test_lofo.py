@@ -8,8 +8,8 @@ from omegaconf import OmegaConf
 from mara.curves.bank import default_bank_path, load_bank, records_to_table, write_bank
 from mara.eval.lofo import lofo_families, lofo_summary, run_lofo
 from mara.eval.settings import LofoSettings
-from mara.predictors.data import CurveDataModule
-from mara.predictors.train import seen_families
+from mara.predictors.fm.data import CurveDataModule
+from mara.predictors.fm.train import seen_families
 
 torch.set_num_threads(1)
 FAMS = ("CNN_Cifar10", "TSFM_Audio_1", "ALSTM_Text_1")

@@ -148,7 +148,7 @@ def test_imitation_labels_are_picks_that_place_to_the_teacher_actions():
     from mara.allocators.slack import SlackRule
     from mara.curves.bank import default_bank_path, load_bank
     from mara.mat.imitation import collect_labelled_states, teacher_labels
-    from mara.predictors.wls import WLSPredictor
+    from mara.predictors.baselines.wls import WLSPredictor
 
     bank = load_bank(default_bank_path())
     teacher = SlackRule(quantile=BAND_Q)

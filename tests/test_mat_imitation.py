@@ -34,7 +34,7 @@ def test_teacher_choices_and_served_sets():
 
 def _small_env(bank, root, E=16):
     from mara.mat.rollout import EpisodeStream, TrainingEnv
-    from mara.predictors.wls import WLSPredictor
+    from mara.predictors.baselines.wls import WLSPredictor
 
     stream = EpisodeStream(bank, bank.family_params, "ID", 0.1, root, E, n_steps=150)
     return TrainingEnv(stream, bank, WLSPredictor(), "dense", n_nodes=3, max_active=5, n_groups=2, stagger=40)

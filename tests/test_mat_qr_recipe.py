@@ -113,7 +113,7 @@ def test_tiny_training_on_the_head(tmp_path):
 
     from mara.mat.allocator import MATAllocator
     from mara.mat.train import train_policy
-    from mara.predictors.quantile_head import QuantileHeadPredictor
+    from mara.predictors.qr.head import QuantileHeadPredictor
     from mara.train_settings import load_recipe, mat_settings
 
     cfg = load_recipe("default")

@@ -128,7 +128,7 @@ def test_labels_are_the_teachers_own_placed_actions():
     from mara.allocators.slack import SlackRule
     from mara.curves.bank import default_bank_path, load_bank
     from mara.mat.imitation import teacher_labels
-    from mara.predictors.wls import WLSPredictor
+    from mara.predictors.baselines.wls import WLSPredictor
 
     bank = load_bank(default_bank_path())
     teacher = SlackRule(quantile=0.05, displace=True)
@@ -148,7 +148,7 @@ def test_imitation_learns_the_rules_placement():
     from mara.allocators.slack import SlackRule
     from mara.curves.bank import default_bank_path, load_bank
     from mara.mat.imitation import clone, collect_labelled_states, node_agreement
-    from mara.predictors.wls import WLSPredictor
+    from mara.predictors.baselines.wls import WLSPredictor
 
     bank = load_bank(default_bank_path())
     teacher = SlackRule(quantile=0.05, displace=True)
@@ -198,7 +198,7 @@ def test_ppo_with_the_node_head_scores_what_it_sampled():
     from mara.mat import ppo
     from mara.mat.losses import gae
     from mara.mat.rollout import collect_rollout
-    from mara.predictors.wls import WLSPredictor
+    from mara.predictors.baselines.wls import WLSPredictor
 
     bank = load_bank(default_bank_path())
     pol = MATPolicy(n_slots=5, n_nodes=3, d_model=16, d_ff=32, decoder="plackett_luce", features="v3", node_head=True)

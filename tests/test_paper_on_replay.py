@@ -12,7 +12,7 @@ from mara.allocators.slack import SlackRule
 from mara.core.config import ConfigError
 from mara.curves.bank import default_bank_path, load_bank
 from mara.eval.runner import evaluate_methods
-from mara.predictors.truth import TruthPredictor
+from mara.predictors.baselines.truth import TruthPredictor
 from mara.sched.interface import Decision
 from mara.sim.env import BatchedEnv, run_episodes
 from mara.sim.settings import ENGINES, SimSettings

@@ -7,8 +7,8 @@ import pytest
 from mara.allocators.placement import assign_nodes, displace_running, place
 from mara.allocators.placement_search import PlanRule, band_sample, rollout_successes
 from mara.allocators.slack import SlackRule, band_quantile
-from mara.predictors.truth import TruthPredictor
-from mara.predictors.wls import WLSPredictor
+from mara.predictors.baselines.truth import TruthPredictor
+from mara.predictors.baselines.wls import WLSPredictor
 from mara.sim.env import IDLE, BatchedEnv, run_episodes
 from mara.sim.workload import PAPER_TASK_SETS, episodes_from_tasks, generate_episodes
 from tests.test_sim import task

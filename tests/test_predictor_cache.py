@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from mara.allocators.rules import EDF
-from mara.predictors.cache import FlowSampleCache
-from mara.predictors.data import observe
+from mara.predictors.fm.cache import FlowSampleCache
+from mara.predictors.prefix import observe
 from mara.sim.env import BatchedEnv
 from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
 

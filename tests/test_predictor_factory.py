@@ -4,8 +4,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from mara.core.config import ConfigError
+from mara.predictors.baselines.wls import WLSPredictor
 from mara.predictors.factory import known_predictors, predictor_from
-from mara.predictors.wls import WLSPredictor
 
 
 def test_a_name_reads_the_group_file_and_a_config_is_taken_as_it_is():

@@ -8,15 +8,15 @@ from omegaconf import OmegaConf
 from mara.curves.bank import default_bank_path, load_bank
 from mara.eval.prediction import build_queries
 from mara.predictors import predictor_from
-from mara.predictors.augment import stretch_ell, stretched_bank
-from mara.predictors.data import CurveDataModule, observe
-from mara.predictors.features import history_features, static_context
-from mara.predictors.fm import FlowPredictor, load_net
-from mara.predictors.nets import FlowNet
-from mara.predictors.protocol import predict_band
-from mara.predictors.train import compute_novelty
-from mara.predictors.uncertainty import apply_offset, band_metrics, conformal_offset
-from mara.predictors.wls import WLSPredictor
+from mara.predictors.bands.conformal import apply_offset, band_metrics, conformal_offset
+from mara.predictors.baselines.wls import WLSPredictor
+from mara.predictors.estimates import predict_band
+from mara.predictors.fm.augment import stretch_ell, stretched_bank
+from mara.predictors.fm.data import CurveDataModule
+from mara.predictors.fm.nets import FlowNet
+from mara.predictors.fm.predictor import FlowPredictor, load_net
+from mara.predictors.fm.train import compute_novelty
+from mara.predictors.prefix import history_features, observe, static_context
 
 torch.set_num_threads(1)
 FM_YAML = "conf/predictor/fm.yaml"

@@ -10,10 +10,11 @@ from omegaconf import OmegaConf
 
 from mara.curves.bank import default_bank_path, load_bank, records_to_table, write_bank
 from mara.predictors import RemainingPredictor, predictor_from
-from mara.predictors.data import CurveDataModule, observe, remaining_mae, true_remaining
-from mara.predictors.fm import FlowPredictor, default_ckpt_path, load_net
-from mara.predictors.module import FlowPredictorModule
-from mara.predictors.train import train_predictor
+from mara.predictors.fm.data import CurveDataModule, remaining_mae
+from mara.predictors.fm.module import FlowPredictorModule
+from mara.predictors.fm.predictor import FlowPredictor, default_ckpt_path, load_net
+from mara.predictors.fm.train import train_predictor
+from mara.predictors.prefix import observe, true_remaining
 from mara.train_settings import predictor_training
 
 torch.set_num_threads(1)
@@ -137,9 +138,9 @@ def test_shipped_checkpoint_follows_the_bank(tmp_path, monkeypatch):
     """``ckpt_path: null`` -> the FM trained on the bank in use (fm_<bank>.ckpt), else the default bank's."""
     from mara.curves import bank as bank_mod
     from mara.curves.bank import shipped_bank_path
-    from mara.predictors import fm as fm_mod
+    from mara.predictors.fm.predictor import predictor as fm_mod
 
-    ckdir = fm_mod.Path(fm_mod.__file__).resolve().parent.parent / "data" / "checkpoints"
+    ckdir = fm_mod.Path(fm_mod.__file__).resolve().parents[2] / "data" / "checkpoints"
     assert fm_mod.default_ckpt_path(shipped_bank_path("parametric")) == ckdir / "fm_parametric.ckpt"
     assert fm_mod.default_ckpt_path(tmp_path / "parametric.parquet") == ckdir / f"fm_{default_bank_path().stem}.ckpt"
     assert fm_mod.default_ckpt_path().exists()  # the default bank ships its own FM

@@ -3,10 +3,7 @@
 import numpy as np
 import torch
 
-from mara.predictors.crossing import decode_crossing
-from mara.predictors.flow import condot_path, sobol_gaussian
-from mara.predictors.targets import bin_edges, interp_C, interval_targets, reconstruct_L
-from mara.predictors.wls import (
+from mara.predictors.baselines.wls import (
     WLSPredictor,
     wls_fit,
     wls_init,
@@ -14,6 +11,9 @@ from mara.predictors.wls import (
     wls_solve,
     wls_update,
 )
+from mara.predictors.fm.crossing import decode_crossing
+from mara.predictors.fm.flow import condot_path, sobol_gaussian
+from mara.predictors.fm.targets import bin_edges, interp_C, interval_targets, reconstruct_L
 
 torch.set_num_threads(1)
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from mara.predictors.decision_data import decision_examples
 from mara.predictors.fit_settings import HeadFitSettings, PriorPretrainSettings
-from mara.predictors.prior_curves import (
+from mara.predictors.qr.data import decision_examples
+from mara.predictors.qr.prior_curves import (
     anchored_losses,
     batch_epochs,
     per_batch_losses,
@@ -121,7 +121,7 @@ def _weights(path):
 
 @pytest.mark.usefixtures("one_thread")
 def test_option_off_leaves_training_unchanged_and_on_is_recorded(small_bank, tmp_path, monkeypatch):
-    from mara.predictors import quantile_train
+    from mara.predictors.qr import train as quantile_train
 
     plain = quantile_train.fit_quantile_head(small_bank, _tiny_fit(), tmp_path / "plain", seed=0)
 

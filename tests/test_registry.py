@@ -238,8 +238,8 @@ def test_a_kind_with_registered_settings_trains_on_its_typed_settings(small_bank
     from dataclasses import replace
 
     from mara.predictors.fit_settings import HeadFitSettings
-    from mara.predictors.quantile_head import load_heads
-    from mara.predictors.stage import run_trainer
+    from mara.predictors.qr.head import load_heads
+    from mara.train import run_trainer
     from mara.train_settings import parse
     from tests.conftest import compose_config
 

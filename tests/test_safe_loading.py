@@ -84,8 +84,8 @@ def test_every_loader_refuses_a_crafted_file(tmp_path, marker):
     from mara.ckpt_convert import convert
     from mara.live.job import TrainingJob
     from mara.mat.allocator import MATAllocator, read_policy_checkpoint, read_policy_meta
-    from mara.predictors.fm import FlowPredictor, load_net
-    from mara.predictors.quantile_head import QuantileHeadPredictor, load_heads, save_ensemble
+    from mara.predictors.fm.predictor import FlowPredictor, load_net
+    from mara.predictors.qr.head import QuantileHeadPredictor, load_heads, save_ensemble
 
     pol = crafted_policy(tmp_path / "policy.ckpt", marker)
     fm = crafted_predictor(tmp_path / "fm.ckpt", marker)
@@ -129,8 +129,8 @@ def test_old_pickled_training_state_is_never_unpickled(tmp_path, marker):
 
 def test_not_a_checkpoint_and_the_wrong_kind_are_one_line(tmp_path):
     from mara.mat.allocator import read_policy_checkpoint
-    from mara.predictors.fm import load_net
-    from mara.predictors.quantile_head import load_heads
+    from mara.predictors.fm.predictor import load_net
+    from mara.predictors.qr.head import load_heads
 
     junk = tmp_path / "junk.ckpt"
     junk.write_bytes(os.urandom(256))

@@ -8,7 +8,7 @@ import pytest
 
 from mara.allocators.slack import SlackRule
 from mara.eval.runner import chosen_tasks
-from mara.predictors.truth import TruthPredictor
+from mara.predictors.baselines.truth import TruthPredictor
 from mara.sim.env import IDLE, BatchedEnv, TaskStatus
 from mara.sim.env import run_episodes as run
 from mara.sim.workload import PAPER_TASK_SETS, generate_episodes

@@ -10,7 +10,7 @@ import pytest
 
 from mara.allocators.rules import EDF, FIFO
 from mara.allocators.slack import SlackRule
-from mara.predictors.truth import TruthPredictor
+from mara.predictors.baselines.truth import TruthPredictor
 from mara.sim.env import BatchedEnv, TaskStatus
 from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
 

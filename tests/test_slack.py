@@ -103,7 +103,7 @@ def test_never_twice_and_work_conserving():
 
 def test_slack_in_simulator_with_wls():
     from mara.curves.bank import default_bank_path, load_bank
-    from mara.predictors.wls import WLSPredictor
+    from mara.predictors.baselines.wls import WLSPredictor
     from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
 
     bank = load_bank(default_bank_path())

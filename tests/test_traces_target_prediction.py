@@ -33,7 +33,7 @@ def test_band_metrics_are_worked_by_hand():
     "args, needle",
     [
         (["mara/data/traces/itp_cluster01_first300_raw.csv"], "elasticflow schema"),
-        (["--predictors", "fm", "x.csv"], "--predictors must be qr and/or wls"),
+        (["--predictors", "fm", "x.csv"], "--predictors must be among qr, wls"),
     ],
 )
 def test_bad_arguments_are_refused_in_one_line(args, needle):

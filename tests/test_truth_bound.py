@@ -10,7 +10,7 @@ import pytest
 from mara.allocators.slack import SlackRule, band_quantile
 from mara.core.config import ConfigError, check_predictor_allowed, load_method_cfg
 from mara.curves.bank import NEVER
-from mara.predictors.truth import TruthPredictor, true_remaining_batches
+from mara.predictors.baselines.truth import TruthPredictor, true_remaining_batches
 from mara.sim.env import WARMUP_OBS, BatchedEnv
 
 

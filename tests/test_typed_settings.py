@@ -17,9 +17,16 @@ import pytest
 from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAINING = sorted((ROOT / "mara" / "mat").glob("*.py")) + [
-    ROOT / "mara" / "predictors" / name for name in ("train.py", "quantile_train.py", "fit_settings.py")
-]
+PREDICTOR_TRAINING = ("fm/train.py", "qr/train.py", "qr_ctx/train.py", "lcpfn/train.py", "fit_settings.py")
+TRAINING = sorted((ROOT / "mara" / "mat").glob("*.py")) + [ROOT / "mara" / "predictors" / n for n in PREDICTOR_TRAINING]
+#: the standalone trainers' entry points (``python -m mara.predictors.<name>``): they parse their command line once
+PREDICTOR_ENTRIES = ("train.py", "quantile_train.py", "context_train.py", "lcpfn_train.py")
+#: every module of mara/predictors below those entry points: none imports a config library
+PREDICTOR_MODULES = sorted(
+    p
+    for p in (ROOT / "mara" / "predictors").rglob("*.py")
+    if p.relative_to(ROOT / "mara" / "predictors").as_posix() not in PREDICTOR_ENTRIES
+)
 ENTRY = ROOT / "mara" / "train.py"
 #: the MAT recipes: the product's (conf/mat) and the experiments' (conf/experiments/mat, on Hydra's search path)
 RECIPE_FILES = [
@@ -44,8 +51,10 @@ READS_A_RECORD = {
     ("mara/mat/ppo.py", "update"): "the rollout batch's tensors (``flatten``)",
     ("mara/predictors/fit_settings.py", "trainer_from_config"): "the Lightning Trainer's arguments, passed through",
     ("mara/predictors/fit_settings.py", "from_config"): "the predictor config's one parse into fit settings",
-    ("mara/predictors/train.py", "settings_from_cli"): "the command line's own parse",
-    ("mara/predictors/quantile_train.py", "settings_from_cli"): "the command line's own parse",
+    ("mara/predictors/fit_settings.py", "from_command_line"): "a standalone trainer's parsed command line",
+    ("mara/predictors/qr_ctx/train.py", "from_config"): "the predictor config's one parse into fit settings",
+    ("mara/predictors/lcpfn/train.py", "from_config"): "the predictor config's one parse into fit settings",
+    ("mara/predictors/lcpfn/train.py", "_loop"): "the stage's own resumable training state (state.pt)",
 }
 CLI_PARSE = {"settings_from_cli"}  # the only functions of these modules that may build an OmegaConf config
 
@@ -66,9 +75,9 @@ def settings_keys() -> set[str]:
     keys: set[str] = set()
     for path in [*RECIPE_FILES, ROOT / "conf" / "sim" / "default.yaml", *(ROOT / "conf" / "trainer").glob("*.yaml")]:
         _keys(OmegaConf.to_container(OmegaConf.load(path)), keys)
-    for name in ("fm", "qr"):
+    for name in ("fm", "qr", "lcpfn"):
         pred = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "predictor" / f"{name}.yaml"))
-        for section in ("train", "data", "inference", "band"):
+        for section in ("train", "data", "inference", "band", "prior_train", "finetune"):
             _keys(pred.get(section) or {}, keys)
     return keys - {"defaults", "_self_"}
 
@@ -129,6 +138,14 @@ def test_settings_keys_are_read_from_the_yaml():
 @pytest.mark.parametrize("path", TRAINING, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_training_modules_read_typed_settings(path):
     faults = key_reads(path, settings_keys()) + config_uses(path)
+    assert not faults, "\n" + "\n".join(faults)
+
+
+def test_no_predictor_module_below_the_entry_points_imports_a_config_library():
+    """Only the standalone trainers' entry points parse a command line; the predictors, their trainers and the
+    factory read plain settings or the predictor configs the registry hands them."""
+    assert len(PREDICTOR_MODULES) > 30
+    faults = [f for path in PREDICTOR_MODULES for f in config_uses(path)]
     assert not faults, "\n" + "\n".join(faults)
 
 
@@ -268,10 +285,21 @@ def test_an_unknown_recipe_setting_is_one_line():
 
 
 def test_the_predictor_command_lines_parse_into_fit_settings():
-    from mara.predictors import quantile_train, train
+    from mara.core.cli import command_line_config
+    from mara.core.config import ConfigError
+    from mara.predictors import context_train, quantile_train, train
+    from mara.predictors.lcpfn.train import LCPFNFitSettings
 
     flow = train.settings_from_cli(["seed=3", "predictor.train.patience=2", "paths.output_dir=outputs/x"])
     assert flow.seed == 3 and flow.fit.train.patience == 2 and flow.output_dir == "outputs/x"
     assert flow.fit.data["n_bins"] == flow.fit.net["n_bins"]  # interpolations resolved
-    head, bank, out, seed = quantile_train.settings_from_cli(["predictor.train.max_epochs=2"])
-    assert head.train.max_epochs == 2 and head.train.monitor == "val/pinball" and bank is None and seed == 0
+    head = quantile_train.settings_from_cli(["predictor.train.max_epochs=2"])
+    assert head.fit.train.max_epochs == 2 and head.fit.train.monitor == "val/pinball"
+    assert head.bank_path is None and head.seed == 0 and head.kind == "qr"
+    ctx = context_train.settings_from_cli(["predictor.context.members=2"])
+    assert ctx.fit.members == 2 and ctx.fit.head.train.monitor == "val/pinball" and ctx.kind == "qr_ctx"
+    plain = command_line_config(["predictor.prior_train.steps=7"], "lcpfn", "outputs/lcpfn")
+    lc = LCPFNFitSettings.from_config(plain["predictor"])
+    assert lc.prior_train.steps == 7 and lc.prior_train.grid == (60, 72) and lc.finetune.ctx_min == 4
+    with pytest.raises(ConfigError, match="predictor.finetune: unknown setting"):
+        LCPFNFitSettings.from_config({**plain["predictor"], "finetune": {"stepz": 3}})

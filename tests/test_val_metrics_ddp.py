@@ -16,10 +16,10 @@ from omegaconf import OmegaConf
 from torchmetrics import MeanMetric
 
 from mara.curves.bank import default_bank_path, load_bank
-from mara.predictors.data import val_queries
-from mara.predictors.module import FlowPredictorModule
-from mara.predictors.val_metrics import rank_share
-from mara.predictors.wls import WLSPredictor
+from mara.predictors.baselines.wls import WLSPredictor
+from mara.predictors.fm.data import val_queries
+from mara.predictors.fm.module import FlowPredictorModule
+from mara.predictors.fm.val_metrics import rank_share
 
 FM_YAML = Path(__file__).resolve().parents[1] / "conf" / "predictor" / "fm.yaml"
 SUCCESS = np.array([0.5, 0.25, 1.0, 0.75, 0.0, 0.5, 0.125])  # 7 episodes: shares of 4 and 3
@@ -76,7 +76,7 @@ def test_two_gloo_ranks_reduce_to_the_single_process_metrics(tmp_path):
 
 
 def test_single_process_mae_is_the_hand_computed_one():
-    from mara.predictors.data import remaining_mae
+    from mara.predictors.fm.data import remaining_mae
 
     module, dm = _module_and_data(1, 0)
     fm = module._score(module.predictor(), dm, module.val_fm)

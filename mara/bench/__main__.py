@@ -35,10 +35,10 @@ from mara.mat import ppo as ppo_step
 from mara.mat.losses import gae
 from mara.mat.nets import MATPolicy
 from mara.mat.rollout import EpisodeStream, TrainingEnv, collect_rollout
-from mara.predictors.cache import FlowSampleCache
-from mara.predictors.data import observe
+from mara.predictors.estimates import predict_band
 from mara.predictors.factory import predictor_from
-from mara.predictors.protocol import predict_band
+from mara.predictors.fm.cache import FlowSampleCache
+from mara.predictors.prefix import observe
 from mara.preflight import check_writable
 from mara.preflight.traces import check_bench_traces
 from mara.sim.env import BatchedEnv

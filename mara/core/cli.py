@@ -7,9 +7,9 @@ import sys
 import time
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from mara.core.config import CONF_DIR, ConfigError
+from mara.core.config import CONF_DIR, ConfigError, conf_dir
 from mara.core.registry import conf_dirs
 
 #: mistakes a user can make in config or data: reported as one line, never a traceback (a bank that cannot be used,
@@ -279,3 +279,35 @@ def check_group_overrides(argv: list[str] | None = None, config_name: str | None
     if msg:
         print(f"error: {msg}", file=sys.stderr)
         sys.exit(2)
+
+
+def command_line_config(argv: list[str], predictor: str, output_dir: str, extra=None, yaml_files: bool = False) -> dict:
+    """A standalone trainer's command line parsed once (``python -m mara.predictors.<trainer> key=value ...``):
+    ``seed``, ``bank.path``, ``trainer``, ``paths.output_dir`` (default ``output_dir``) and ``extra``, with
+    conf/predictor/<predictor>.yaml under ``predictor``; then the YAML files among ``argv`` (``yaml_files``), then its
+    ``key=value`` pairs. -> a plain, resolved dict; a malformed pair: a one-line ConfigError."""
+    base = OmegaConf.create(
+        {"seed": 0, "bank": {"path": None}, "trainer": {}, "paths": {"output_dir": output_dir}, **(extra or {})}
+    )
+    base.predictor = OmegaConf.load(conf_dir("predictor", f"{predictor}.yaml"))
+    files = [a for a in argv if yaml_files and a.endswith(".yaml")]
+    try:
+        for f in files:
+            base = OmegaConf.merge(base, OmegaConf.load(f))
+        merged = OmegaConf.merge(base, OmegaConf.from_dotlist([a for a in argv if a not in files]))
+        return OmegaConf.to_container(merged, resolve=True)
+    except Exception as exc:  # OmegaConf's errors span lines: the first one says what is wrong
+        raise ConfigError(f"command line {' '.join(argv)!r}: {_first_line(exc)}") from None
+
+
+def standalone_main(argv: list[str], parse, run) -> None:
+    """A standalone command: ``parse(argv)`` once into its settings (a wrong setting: one line on stderr, exit 2),
+    then ``run(settings)``; its result is printed unless None."""
+    try:
+        settings = parse(argv)
+    except (ConfigError, ValueError, TypeError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    result = run(settings)
+    if result is not None:
+        print(result)

@@ -35,7 +35,8 @@ function writing ``<output folder>/<kind>.ckpt``: ``mara.train``'s predictor sta
 parsed before any work, or, for a kind that registers no ``settings``, the run config: ``predictor``, ``bank.path``,
 ``seed``, ``trainer``, ``paths.output_dir``),
 ``pipeline: true`` (the predictor stage trains it under ``predictor_stage=auto``; a kind without it trains only
-under ``predictor_stage=train``) and
+under ``predictor_stage=train``), ``traces: true`` (its estimates can be read on trace jobs, whose loss prefixes are
+rows of the curve bank: mara/predictors/estimates.py) and
 ``privileged: true`` (reads the task's own curve: a bound, refused to learned policies). Other files of the group are
 variants of a kind (``qr_q``: ``name: qr`` at other band levels).
 
@@ -175,8 +176,11 @@ def trace_keys(name: str, cfg) -> TraceKeys:
     band, pred, q = get("trace_band"), get("trace_predictor"), get("trace_prior_quantile")
     if band not in TRACE_BANDS:
         raise ConfigError(f"method {name!r}: trace_band must be one of {', '.join(TRACE_BANDS)}, got {band!r}")
-    if not isinstance(pred, str) or predictor_file(pred) is None:
-        raise ConfigError(f"method {name!r}: trace_predictor must name a registered predictor kind, got {pred!r}")
+    if not isinstance(pred, str) or pred not in trace_predictors():
+        raise ConfigError(
+            f"method {name!r}: trace_predictor must be one of {', '.join(trace_predictors())} (the kinds registered "
+            f"with traces: true), got {pred!r}"
+        )
     if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q <= 1:
         raise ConfigError(f"method {name!r}: trace_prior_quantile must be a number in (0, 1], got {q!r}")
     return TraceKeys(keys.scheduler, only, count, pred, band, float(q), keys.bound)
@@ -365,6 +369,7 @@ class PredictorKind:
     pipeline: bool
     privileged: bool
     settings: str | None = None
+    traces: bool = False
 
 
 def predictor_file(name: str) -> Path | None:
@@ -391,7 +396,23 @@ def _kind(path: str, mtime: int) -> PredictorKind | None:
         pipeline=bool(reg.get("pipeline", False)),
         privileged=bool(reg.get("privileged", False)),
         settings=reg.get("settings"),
+        traces=bool(reg.get("traces", False)),
     )
+
+
+def predictor_yaml(name: str):
+    """``predictor/<name>.yaml`` of the config folders as a config (a bare ``{name}`` for a predictor without a file;
+    ``name`` filled in when the file does not say it)."""
+    path = predictor_file(name)
+    cfg = OmegaConf.load(path) if path is not None else OmegaConf.create({"name": name})
+    if "name" not in cfg:
+        cfg.name = name
+    return cfg
+
+
+def as_config(spec):
+    """A predictor spec given as a mapping, as a config (an OmegaConf config is returned as it is)."""
+    return spec if OmegaConf.is_config(spec) else OmegaConf.create(dict(spec))
 
 
 def predictor_entry(name: str, missing_ok: bool = False) -> PredictorKind | None:
@@ -425,6 +446,12 @@ def privileged_predictors() -> tuple[str, ...]:
     """Predictor config names (kinds and variants) that read the task's own curve."""
     names = sorted({p.stem for folder in conf_dirs() for p in (folder / "predictor").glob("*.yaml")})
     return tuple(n for n in names if (e := predictor_entry(n, missing_ok=True)) is not None and e.privileged)
+
+
+def trace_predictors() -> tuple[str, ...]:
+    """The predictor kinds whose estimates can be read on trace jobs (``traces: true``): a trace rule's or MARA's
+    trace policy's ``predicted`` count may plan on them."""
+    return tuple(n for n in predictor_kinds() if predictor_entry(n).traces)
 
 
 def checkpoint_kinds() -> dict[str, str]:

@@ -107,6 +107,18 @@ def net_from(cls, entry: dict, path, what: str):
     return net.eval()
 
 
+def save_net(path, kind: str, net, hparams, extra=None) -> Path:
+    """Write ``net``'s weights and hyper-parameters as a checkpoint of ``kind`` that loads as data (tensors and plain
+    values only); a ``recipe`` in ``extra`` (the command that made it) is stored beside it. -> ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    extra = plain_config(dict(extra or {}))
+    recipe = extra.pop("recipe", None)
+    blob = {"kind": kind, "state_dict": net.state_dict(), "hparams": plain_config(dict(hparams)), "extra": extra}
+    torch.save({**blob, "recipe": recipe}, path)
+    return path
+
+
 def to_plain(obj, classes: tuple[type, ...] = ()):
     """``obj`` as tensors and plain values: numpy arrays → tensors (string arrays → nested lists), numpy scalars →
     Python numbers, instances of ``classes`` → their attributes; an array or object met twice stays one object

@@ -20,8 +20,8 @@ from mara.core.config import build_allocators, load_method_cfg
 from mara.eval.decision_metrics import decision_metrics
 from mara.eval.runner import build_episodes
 from mara.eval.settings import DecisionPointSettings, EvaluationSettings, bank_at
+from mara.predictors.baselines.truth import true_remaining_batches
 from mara.predictors.factory import predictor_from
-from mara.predictors.truth import true_remaining_batches
 from mara.sim.env import WARMUP_OBS, BatchedEnv
 
 

@@ -17,10 +17,10 @@ from mara.curves.bank import CurveBank
 from mara.curves.families import ID_FAMILIES
 from mara.eval.prediction import build_queries, concat_queries, evaluate_predictor
 from mara.eval.settings import LofoSettings, bank_at
-from mara.predictors.data import CurveDataModule
 from mara.predictors.factory import predictor_from
 from mara.predictors.fit_settings import FlowFitSettings
-from mara.predictors.train import compute_novelty, fit_flow
+from mara.predictors.fm.data import CurveDataModule
+from mara.predictors.fm.train import compute_novelty, fit_flow
 
 
 def lofo_families(bank: CurveBank, families=None) -> list[str]:

@@ -29,11 +29,10 @@ from mara.eval.decision_metrics import (
     obs_bin_labels,
 )
 from mara.eval.settings import PredictionSettings
-from mara.predictors.data import observe
+from mara.predictors.bands.conformal import band_metrics
+from mara.predictors.baselines.wls import wls_fit
 from mara.predictors.factory import predictor_from
-from mara.predictors.queries import build_cold_queries, build_queries, query_inputs
-from mara.predictors.uncertainty import band_metrics
-from mara.predictors.wls import wls_fit
+from mara.predictors.prefix import build_cold_queries, build_queries, observe, query_inputs
 
 CONF_PREDICTOR = conf_dir("predictor")
 COLD_OBS = (1, 2, 3)  # observation counts of cold tasks (a warm estimate needs 4)

@@ -20,12 +20,12 @@ from typing import Mapping
 from omegaconf import DictConfig, OmegaConf
 
 from mara.core.config import ConfigError, conf_dir, plain_config
-from mara.core.registry import predictor_file
+from mara.core.registry import predictor_file, trace_predictors
 from mara.curves.bank import CurveBank, default_bank_path, load_bank, shipped_bank_path
 from mara.sim.settings import SimSettings, check_number, node_options, validate_sim_cfg  # noqa: F401  (re-exported)
 from mara.sim.workload import TaskSet
 from mara.traces.schema import SHIPPED_SAMPLE
-from mara.traces.target_prediction import PREDICTORS, read_trace_jobs
+from mara.traces.target_prediction import read_trace_jobs
 
 
 def resolve_roots(roots) -> list[int]:
@@ -112,7 +112,7 @@ class TraceJobSettings:
 
     path: str
     first: int = 100
-    predictors: tuple[str, ...] = PREDICTORS
+    predictors: tuple[str, ...] = field(default_factory=trace_predictors)  # kinds registered with traces: true
 
 
 @dataclass(frozen=True)
@@ -282,11 +282,12 @@ def trace_job_settings(tc) -> TraceJobSettings | None:
     first = tc.get("first", 100)
     if isinstance(first, bool) or not isinstance(first, int) or first < 1:
         raise ConfigError(f"{where}.first must be an integer >= 1, got {first!r}")
-    preds = tc.get("predictors") or PREDICTORS
+    known = trace_predictors()
+    preds = tc.get("predictors") or known
     preds = (preds,) if isinstance(preds, str) else tuple(preds)
-    bad = [p for p in preds if p not in PREDICTORS]
+    bad = [p for p in preds if p not in known]
     if bad:
-        raise ConfigError(f"{where}.predictors: {bad} not scored on trace jobs; pick from {list(PREDICTORS)}")
+        raise ConfigError(f"{where}.predictors: {bad} not scored on trace jobs; pick from {list(known)}")
     path = str(Path(tc.get("path") or SHIPPED_SAMPLE).expanduser())
     if not Path(path).is_file():
         raise ConfigError(f"{where}.path={path}: no such file")

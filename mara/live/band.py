@@ -2,7 +2,7 @@
 
 A job of a type no predictor was trained on is scheduled on estimates extrapolated from its own observations. This
 check measures whether that extrapolation held for the finished run: LARA's power law ``ln L = θ₀ + θ₁ ln S``
-(``mara.predictors.wls``, γ-weighted) is fitted to the first half of the job's observations of its running mean loss
+(``baselines/wls.py``, γ-weighted) is fitted to the first half of the job's observations of its running mean loss
 L(S) (every ``obs_every`` batches, as the scheduler observed it), and the band is the fitted line through the last
 fitted point with slope θ₁ ± z·se(θ₁) (z = 1.2816: WLSPredictor's q10/q90 band), widened by a floor of ``floor``
 (5 %) of the loss: on the γ-weighted, nearly noise-free running mean the slope band alone is a fraction of a percent
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mara.predictors.wls import MIN_OBS, wls_fit, wls_slope_se
+from mara.predictors.baselines.wls import MIN_OBS, wls_fit, wls_slope_se
 
 BAND_Z = 1.2816
 BAND_FLOOR = 0.05  # relative half-width the band never drops below

@@ -24,7 +24,7 @@ from mara.core.registry import validation_baselines
 from mara.mat.allocator import PolicyAllocator
 from mara.mat.settings import ValidationSetting
 from mara.predictors.factory import predictor_from
-from mara.predictors.val_metrics import rank_share
+from mara.predictors.fm.val_metrics import rank_share
 from mara.sim.env import BatchedEnv, run_episodes
 from mara.sim.settings import SimSettings
 from mara.sim.workload import PAPER_TASK_SETS, EpisodeBatch, generate_episodes

@@ -34,7 +34,7 @@ from mara.mat.features import token_options
 from mara.mat.nets import MATPolicy
 from mara.mat.rollout import TrainingEnv
 from mara.mat.settings import ImitationSettings
-from mara.predictors.truth import true_remaining_batches
+from mara.predictors.baselines.truth import true_remaining_batches
 
 
 def teacher_choices(env_actions: np.ndarray, n_slots: int) -> torch.Tensor:

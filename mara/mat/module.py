@@ -33,8 +33,8 @@ from mara.mat.settings import (
     setting_sim,
 )
 from mara.mat.suite import imitate_suite, rollout_setting, suite_settings
-from mara.predictors.cache import FlowSampleCache
 from mara.predictors.factory import load_bank_and_predictor
+from mara.predictors.fm.cache import FlowSampleCache
 from mara.sim.settings import SimSettings
 
 

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 #: days of warm-up before each window when a window spec gives none: consecutive training windows (``train``)
 #: and the evaluation protocol's validation windows (``val``, the protocol's day of warm-up)
 WARMUP_DAYS = {"train": 0.5, "val": 1.0}
-#: the remaining-iteration estimates the policy can plan on
-TRACE_PREDICTORS = ("qr", "wls")
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from mara.eval.prediction import run_prediction_experiment
 from mara.eval.settings import prediction_settings
 from mara.evaluate import evaluate
 from mara.mat.train import train_policy
-from mara.predictors.train import train_predictor
+from mara.predictors.fm.train import train_predictor
 from mara.report.paper import write_report
 from mara.report.results import build_results, write_results
 from mara.train_settings import PaperSettings, mat_settings, predictor_training

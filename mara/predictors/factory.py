@@ -12,12 +12,30 @@ one config source.
 
 from __future__ import annotations
 
-from omegaconf import DictConfig, OmegaConf
+from pathlib import Path
 
-from mara.core.config import ConfigError, plain_config
-from mara.core.registry import import_object, predictor_entry, predictor_file, predictor_kinds
-from mara.curves.bank import CurveBank, default_bank_path, load_bank
+from mara.core.config import SHIPPED_CKPT_DIR, ConfigError, plain_config
+from mara.core.registry import (
+    as_config,
+    import_object,
+    predictor_entry,
+    predictor_file,
+    predictor_kinds,
+    predictor_yaml,
+)
+from mara.curves.bank import SHIPPED_BANKS_DIR, CurveBank, default_bank_path, load_bank
 from mara.predictors.protocol import WARMUP_OBS, RemainingPredictor, check_first_obs
+
+
+def shipped_checkpoint(stem: str, bank_path=None) -> Path:
+    """``mara/data/checkpoints/<stem>_<bank>.ckpt``: the file trained on a shipped bank when the bank at ``bank_path``
+    is one that has its own, else the default bank's."""
+    if bank_path is not None:
+        bank = Path(bank_path).resolve()
+        own = SHIPPED_CKPT_DIR / f"{stem}_{bank.stem}.ckpt"
+        if bank.parent == SHIPPED_BANKS_DIR and own.exists():
+            return own
+    return SHIPPED_CKPT_DIR / f"{stem}_{default_bank_path().stem}.ckpt"
 
 
 def known_predictors() -> list[str]:
@@ -25,14 +43,10 @@ def known_predictors() -> list[str]:
     return predictor_kinds()
 
 
-def predictor_config(name: str) -> DictConfig:
-    """``conf/predictor/<name>.yaml`` (searched on ``MARA_CONF_PATH`` too; a bare ``{name}`` for a predictor without
-    a file)."""
-    path = predictor_file(name)
-    cfg = OmegaConf.load(path) if path is not None else OmegaConf.create({"name": name})
-    if "name" not in cfg:
-        cfg.name = name
-    return cfg
+def predictor_config(name: str):
+    """``conf/predictor/<name>.yaml`` as a config (searched on ``MARA_CONF_PATH`` too; a bare ``{name}`` for a
+    predictor without a file)."""
+    return predictor_yaml(name)
 
 
 def predictor_from(spec, bank_path=None, *, configured=None, built: dict | None = None) -> RemainingPredictor | None:
@@ -55,7 +69,7 @@ def predictor_from(spec, bank_path=None, *, configured=None, built: dict | None 
         if built is not None:
             built[spec] = predictor
         return predictor
-    cfg = spec if isinstance(spec, DictConfig) else OmegaConf.create(dict(spec))
+    cfg = as_config(spec)
     if "name" not in cfg or cfg.name is None:
         return None
     if len(cfg) == 1:  # only a name: the group's file

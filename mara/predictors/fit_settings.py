@@ -72,7 +72,7 @@ class FlowFitSettings:
 @dataclass(frozen=True)
 class PriorPretrainSettings:
     """``predictor.pretrain``: pre-training of the decision head on ``prior_curves`` curves of the LC-PFN prior
-    (mara/predictors/prior_curves.py; 0: none) for at most ``epochs`` epochs of ``train_examples`` examples, early
+    (mara/predictors/qr/prior_curves.py; 0: none) for at most ``epochs`` epochs of ``train_examples`` examples, early
     stopping on the fm_val pinball loss after ``patience`` epochs, before the usual training on fm_train."""
 
     prior_curves: int = 0
@@ -150,5 +150,19 @@ class PredictorTraining:
     seed: int = 0
     trainer: dict[str, Any] = field(default_factory=dict)
     kind: str = "fm"
-    trained_by: str = "mara.predictors.train.train_predictor"
+    trained_by: str = "mara.predictors.fm.train.train_predictor"
     config: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_command_line(cls, plain: Mapping, fit_settings, kind: str) -> "PredictorTraining":
+        """A standalone trainer's settings from its parsed command line (``plain``: ``predictor``, ``seed``,
+        ``bank.path``, ``trainer``, ``paths.output_dir``): the predictor config read by ``fit_settings.from_config``."""
+        return cls(
+            fit=fit_settings.from_config(plain["predictor"]),
+            output_dir=plain["paths"]["output_dir"],
+            bank_path=plain["bank"]["path"],
+            seed=int(plain["seed"]),
+            trainer=plain["trainer"] or {},
+            kind=kind,
+            config=plain["predictor"],
+        )

@@ -1,207 +1,36 @@
-"""Training LC-PFN: on curves drawn from its prior (``stage=prior``), then on the bank's training curves
-(``stage=finetune``, fm_train; the fm_val NLL picks the step kept).
+"""``python -m mara.predictors.lcpfn_train stage=prior|finetune [paths.output_dir=DIR] [seed=S]
+[init=<prior lcpfn.ckpt>] [predictor.prior_train.steps=N] ...``: train LC-PFN on its prior, or fine-tune it on the bank.
 
-Both stages are resumable: every ``save_every`` steps the run folder's ``state.pt`` (weights, optimiser, step, wall
-time; tensors and plain values only) is written, and a rerun with the same folder continues from it. Each step's
-batch is drawn from ``default_rng([seed, step])``, so a resumed run sees the batches an uninterrupted one would.
-``max_cpu_s`` stops a stage early once its process has used that much CPU time (then rerun to go on); the record
-holds both the CPU and the wall time. The result is ``<out>/lcpfn.ckpt`` (weights only).
-CLI: ``python -m mara.predictors.lcpfn_train stage=prior|finetune [paths.output_dir=DIR] [seed=S]
-[init=<prior lcpfn.ckpt>] [predictor.prior_train.steps=N] ...`` (composes conf/predictor/lcpfn.yaml under
-``predictor``).
+The command line is parsed here, once (conf/predictor/lcpfn.yaml under ``predictor``, ``key=value`` over it), into
+the typed ``LCPFNFitSettings``; ``run_stage`` (mara/predictors/lcpfn/train.py) reads only that.
 """
 
-from __future__ import annotations
-
-import math
 import sys
-import time
-from pathlib import Path
 
-import numpy as np
-import torch
-from omegaconf import OmegaConf
-
-from mara.core.config import ConfigError, conf_dir, plain_config
-from mara.core.safe_load import load_checkpoint
-from mara.curves.bank import default_bank_path, load_bank
-from mara.predictors.lcpfn import load_lcpfn, save_lcpfn
-from mara.predictors.lcpfn_data import bank_batch, batch_nll, prior_batch
-from mara.predictors.lcpfn_net import PFNTransformer, prior_borders
-from mara.predictors.lcpfn_prior import sample_curves
+from mara.core.cli import command_line_config, standalone_main
+from mara.core.config import ConfigError
+from mara.predictors.lcpfn.train import STAGES, LCPFNFitSettings, run_stage
 
 
-def _rel(path) -> str:
-    """``path`` relative to the repository when under it (records of shipped checkpoints hold no machine paths)."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        return Path(path).resolve().relative_to(root).as_posix()
-    except ValueError:
-        return str(path)
+def settings_from_cli(argv: list[str]) -> dict:
+    """The command line's stage and its settings: ``run_stage``'s arguments."""
+    plain = command_line_config(argv, "lcpfn", "outputs/lcpfn", extra={"stage": "prior", "init": None})
+    stage, init = str(plain["stage"]), plain["init"]
+    if stage not in STAGES:
+        raise ConfigError(f"stage must be {' or '.join(STAGES)}, got {stage!r}")
+    if stage == "finetune" and not init:
+        raise ConfigError("stage=finetune needs init=<a prior-trained lcpfn.ckpt>")
+    fit = LCPFNFitSettings.from_config(plain["predictor"])
+    out, bank_path = plain["paths"]["output_dir"], plain["bank"]["path"]
+    return {"stage": stage, "fit": fit, "out": out, "seed": int(plain["seed"]), "init": init, "bank_path": bank_path}
 
 
-def _lr(step: int, total: int, lr: float, warmup: int) -> float:
-    """Linear warm-up, then cosine decay to 5 % of ``lr``."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    frac = (step - warmup) / max(1, total - warmup)
-    return lr * (0.05 + 0.95 * 0.5 * (1.0 + math.cos(math.pi * min(frac, 1.0))))
-
-
-def _loop(net, draw, tc, out: Path, seed: int, evaluate=None) -> dict:
-    """The shared resumable loop: ``draw(rng)`` gives a batch; ``evaluate()`` (optional) a validation loss, the best
-    weights of which are kept. Returns the run record."""
-    out.mkdir(parents=True, exist_ok=True)
-    opt = torch.optim.AdamW(net.parameters(), lr=float(tc.lr), weight_decay=float(tc.get("weight_decay", 0.0)))
-    state_path = out / "state.pt"
-    step, wall, cpu, best, best_state, history = 0, 0.0, 0.0, math.inf, None, []
-    if state_path.exists():
-        st = load_checkpoint(state_path, "LC-PFN training state")
-        net.load_state_dict(st["net"])
-        opt.load_state_dict(st["opt"])
-        step, wall, cpu, best = int(st["step"]), float(st["wall_s"]), float(st["cpu_s"]), float(st["best"])
-        history = list(st["history"])
-        best_state = st.get("best_net")
-    total, every = int(tc.steps), int(tc.save_every)
-    t0, c0, g = time.time(), time.process_time(), torch.Generator()
-    while step < total and cpu + (time.process_time() - c0) < float(tc.max_cpu_s):
-        for grp in opt.param_groups:
-            grp["lr"] = _lr(step, total, float(tc.lr), int(tc.warmup))
-        g.manual_seed(seed * 1_000_003 + step)
-        net.train()
-        loss = batch_nll(net, draw(np.random.default_rng([seed, step])), int(tc.n_query), g)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-        opt.step()
-        step += 1
-        if step % every == 0 or step == total:
-            rec = {"step": step, "train_nll": float(loss.detach())}
-            if evaluate is not None:
-                net.eval()
-                with torch.no_grad():
-                    rec["val_nll"] = float(evaluate())
-                if rec["val_nll"] < best:
-                    best, best_state = rec["val_nll"], {k: v.clone() for k, v in net.state_dict().items()}
-            history.append(rec)
-            print(rec, flush=True)
-            torch.save(
-                {
-                    "net": net.state_dict(),
-                    "opt": opt.state_dict(),
-                    "step": step,
-                    "best": best,
-                    "history": history,
-                    "wall_s": wall + time.time() - t0,
-                    "cpu_s": cpu + time.process_time() - c0,
-                    "best_net": best_state,
-                },
-                state_path,
-            )
-    wall, cpu = wall + time.time() - t0, cpu + time.process_time() - c0
-    if best_state is not None:
-        net.load_state_dict(best_state)
-    return {
-        "steps": step,
-        "target_steps": total,
-        "wall_s": round(wall, 1),
-        "cpu_s": round(cpu, 1),
-        "best_val_nll": None if best == math.inf else best,
-        "history": history,
-    }
-
-
-def train_prior(pc, out, seed: int = 0) -> dict:
-    """LC-PFN on prior curves only: borders from 2000 prior curves, ``pc.prior_train`` steps; ``out/lcpfn.ckpt``."""
-    tc, nc = pc.prior_train, pc.net
-    torch.manual_seed(seed)
-    torch.set_num_threads(int(tc.get("num_threads", 1)))
-    _, y, _ = sample_curves(2000, np.random.default_rng([seed, 10**6]))
-    net_kw = dict(plain_config(nc))
-    n_buckets = int(net_kw.pop("n_buckets"))
-    net = PFNTransformer(prior_borders(torch.from_numpy(y), n_buckets), **net_kw)
-    grid = tuple(tc.get("grid", (60, 72)))
-    rec = _loop(net, lambda rng: prior_batch(int(tc.batch_size), rng, grid), tc, Path(out), seed)
-    rec.update(stage="prior", seed=seed, n_params=sum(p.numel() for p in net.parameters()))
-    rec["ckpt"] = str(
-        save_lcpfn(
-            net,
-            plain_config(nc),
-            Path(out) / "lcpfn.ckpt",
-            rec,
-            f"python -m mara.predictors.lcpfn_train stage=prior seed={seed}",
-        )
-    )
-    return rec
-
-
-def finetune(pc, bank, init, out, seed: int = 0) -> dict:
-    """The prior-trained LC-PFN ``init`` trained further on ``bank``'s fm_train curves; kept: the step with the lowest
-    NLL on a fixed draw of fm_val curves."""
-    tc = pc.finetune
-    torch.manual_seed(seed)
-    torch.set_num_threads(int(tc.get("num_threads", 1)))
-    net, meta = load_lcpfn(init)
-    train_rows, val_rows = np.flatnonzero(bank.split == "fm_train"), np.flatnonzero(bank.split == "fm_val")
-    if not len(train_rows) or not len(val_rows):
-        raise ConfigError(f"curve bank {bank.path}: LC-PFN fine-tuning needs fm_train and fm_val curves")
-    ctx = (int(tc.ctx_min), float(tc.ctx_max_frac))
-    val = [bank_batch(bank, val_rows, 256, np.random.default_rng([seed, 10**6, i]), ctx_range=ctx) for i in range(4)]
-    vg = torch.Generator()
-
-    def evaluate():
-        vg.manual_seed(seed)
-        return np.mean([float(batch_nll(net, b)) for b in val])
-
-    rec = _loop(
-        net,
-        lambda rng: bank_batch(bank, train_rows, int(tc.batch_size), rng, ctx_range=ctx),
-        tc,
-        Path(out),
-        seed,
-        evaluate,
-    )
-    rec.update(stage="finetune", seed=seed, init=_rel(init), bank=_rel(bank.path), prior=meta.get("extra", {}))
-    rec["ckpt"] = str(
-        save_lcpfn(
-            net,
-            meta["hparams"],
-            Path(out) / "lcpfn.ckpt",
-            rec,
-            f"python -m mara.predictors.lcpfn_train stage=finetune init={_rel(init)} seed={seed}",
-        )
-    )
-    return rec
-
-
-def _cli(argv: list[str]) -> None:
-    base = OmegaConf.create(
-        {
-            "stage": "prior",
-            "seed": 0,
-            "init": None,
-            "bank": {"path": None},
-            "paths": {"output_dir": "outputs/lcpfn"},
-            "predictor": OmegaConf.load(conf_dir("predictor", "lcpfn.yaml")),
-        }
-    )
-    cfg = OmegaConf.merge(base, OmegaConf.from_dotlist(argv))
-    try:
-        if cfg.stage == "prior":
-            rec = train_prior(cfg.predictor, cfg.paths.output_dir, int(cfg.seed))
-        elif cfg.stage == "finetune":
-            if not cfg.init:
-                raise ConfigError("stage=finetune needs init=<a prior-trained lcpfn.ckpt>")
-            bank = load_bank(cfg.bank.path or default_bank_path())
-            rec = finetune(cfg.predictor, bank, cfg.init, cfg.paths.output_dir, int(cfg.seed))
-        else:
-            raise ConfigError(f"stage must be prior or finetune, got {cfg.stage!r}")
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+def trained(args: dict) -> dict:
+    """The stage's record, without its per-step history."""
+    rec = run_stage(**args)
     rec.pop("history", None)
-    print(rec)
+    return rec
 
 
 if __name__ == "__main__":
-    _cli(sys.argv[1:])
+    standalone_main(sys.argv[1:], settings_from_cli, trained)

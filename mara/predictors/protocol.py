@@ -8,8 +8,8 @@ batches in [0, cap_remaining]; fewer than 4 observations → cap_remaining.
 Uncertainty: a predictor may also offer ``predict_quantiles`` (same arguments) -> [B, Q] ordered remaining
 batches at its ``quantiles`` (default q10, q50, q90; the middle column equals ``predict_remaining``). FM: flow-
 sample quantiles with a conformal offset calibrated on validation curves; WLS: a heuristic slope-error band.
-``predict_band`` gives (lo, median, hi) for any predictor (a degenerate band lo = median = hi for predictors
-without ``predict_quantiles``), so existing callers of ``predict_remaining`` are unaffected.
+``predict_band`` (mara/predictors/estimates.py) gives (lo, median, hi) for any predictor (a degenerate band
+lo = median = hi for predictors without ``predict_quantiles``).
 """
 
 from __future__ import annotations
@@ -26,19 +26,6 @@ class RemainingPredictor(Protocol):
     name: str
 
     def predict_remaining(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None) -> np.ndarray: ...
-
-
-def predict_band(predictor, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None, keys=None, cache=None):
-    """(lo [B], median [B], hi [B]) remaining batches: the predictor's outer quantiles and its median.
-
-    ``keys`` (one hashable per row naming its observed history) and ``cache`` (``FlowSampleCache``) let a predictor
-    that ``supports_cache`` reuse its policy-independent work; other predictors ignore them."""
-    extra = {"keys": keys, "cache": cache} if cache is not None and getattr(predictor, "supports_cache", False) else {}
-    if hasattr(predictor, "predict_quantiles"):
-        q = predictor.predict_quantiles(S, L, lengths, eps, cap_remaining, batch_size, lr, family=family, **extra)
-        return q[:, 0], q[:, q.shape[1] // 2], q[:, -1]
-    med = predictor.predict_remaining(S, L, lengths, eps, cap_remaining, batch_size, lr, family=family, **extra)
-    return med, med, med
 
 
 def check_first_obs(first_obs) -> int:

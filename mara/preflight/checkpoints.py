@@ -12,7 +12,7 @@ from mara.core.registry import import_object, predictor_entry, predictor_kinds
 from mara.eval.policy_fit import check_policy_fit, policy_facts
 from mara.mat.allocator import read_policy_checkpoint
 from mara.mat.train import check_init_from, check_resume_checkpoint
-from mara.predictors.queries import cal_bank_path
+from mara.predictors.prefix import cal_bank_path
 from mara.preflight.common import _bank_path, _first_line, _named
 from mara.train_settings import mat_settings
 

@@ -12,7 +12,7 @@ from mara.core.config import ConfigError, plain_config
 from mara.eval.runner import check_number, node_options
 from mara.eval.settings import validate_sim_cfg
 from mara.predictors.protocol import WARMUP_OBS
-from mara.predictors.quantile_head import check_cold_band
+from mara.predictors.qr.head import check_cold_band
 from mara.preflight.common import _select
 
 #: (setting, integer?, lower bound, lower bound included?, upper bound); absent or null settings are not checked

@@ -92,7 +92,7 @@ class BatchedEnv(EstimateRefresh):
         # and writes their losses into ``bank.L`` (and ``slot_need`` on a crossing) before the step reads them;
         # None = replay the recorded curves
         self.curve_source = curve_source
-        # optional ``FlowSampleCache`` (mara/predictors/cache.py): the predictor's network outputs per observed history
+        # optional ``FlowSampleCache`` (predictors/fm/cache.py): the predictor's network outputs per observed history
         # (bank row, observations, cap remaining, spacing), reused across episodes; never in live mode (the bank
         # changes)
         self.fm_cache = fm_cache if curve_source is None else None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mara.predictors.protocol import predict_band
+from mara.predictors.estimates import predict_band
 
 
 def loss_history(bank_L: np.ndarray, rows, n, cap, batch_size, every: int) -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mara.predictors.protocol import WARMUP_OBS, check_first_obs, predict_band
+from mara.predictors.estimates import predict_band
+from mara.predictors.protocol import WARMUP_OBS, check_first_obs
 from mara.sched.interface import Decision
 from mara.sim.env import IDLE, Observation, TaskStatus
 from mara.sim.estimates import loss_history

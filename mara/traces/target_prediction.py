@@ -20,15 +20,14 @@ import sys
 import numpy as np
 
 from mara.core.config import ConfigError
+from mara.core.registry import trace_predictors
 from mara.curves.bank import default_bank_path, load_bank
-from mara.predictors.factory import predictor_from
+from mara.predictors.estimates import Estimates
 from mara.traces.schema import SCHEMAS, Trace, load_trace
 from mara.traces.target_loss import declared_batches, target_loss_jobs
-from mara.traces.target_run import prefix_band
 
 FRACTIONS = (0.1, 0.25, 0.5, 0.75)
 PRIOR_SHARE = 0.5  # the rules' prior before min_obs: the count of half the model's past runs
-PREDICTORS = ("qr", "wls")  # the predictors scored: the decision head and the slope fit, as the trace rules read them
 
 
 def read_trace_jobs(path) -> Trace:
@@ -57,20 +56,20 @@ def band_metrics(est: np.ndarray, true_left: np.ndarray, true_total: np.ndarray)
     }
 
 
-def job_bands(predictor, tl, bank, frac: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def job_bands(estimates: Estimates, tl, bank, frac: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(band [J, 3] of remaining iterations, true remaining [J], warm [J] bool) of every job after a share ``frac``
     of its true count; cold jobs get their prior (all three columns)."""
 
     done = np.floor(frac * tl.true)
     scale = tl.seen_scale
     seen = np.floor(done / scale).astype(np.int64)
-    min_obs = int(getattr(predictor, "min_obs", 4))
-    warm = seen >= min_obs
+    warm = seen >= estimates.min_obs
     prior = scale * np.array([declared_batches(bank, f, e, PRIOR_SHARE) for f, e in zip(tl.family, tl.target)])
     est = np.repeat(np.maximum(prior - done, 1.0)[:, None], 3, axis=1)
     w = np.flatnonzero(warm)
     if w.size:
-        est[w] = np.maximum(prefix_band(predictor, tl, bank, w, seen[w]) * scale[w, None], 1.0)
+        band = estimates.bank_prefix_band(bank, tl.row[w], seen[w], tl.target[w], tl.family[w])
+        est[w] = np.maximum(band * scale[w, None], 1.0)
     return est, tl.true - done, warm
 
 
@@ -85,7 +84,7 @@ def evaluate(paths, first: int, predictors) -> dict:
         jobs.append((tr.model.astype(str), target_loss_jobs(tr.job_id, tr.model, tr.iterations, bank, 0)))
     out = {}
     for name in predictors:
-        pred = predictor_from(name, bank.path)
+        pred = Estimates.named(name, bank.path)
         out[name] = {}
         for f in FRACTIONS:
             parts = [job_bands(pred, tl, bank, f) + (m, tl.true) for m, tl in jobs]
@@ -142,12 +141,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     ap.add_argument("traces", nargs="+")
     ap.add_argument("--first", type=int, default=300)
-    ap.add_argument("--predictors", default="qr,wls")
+    ap.add_argument("--predictors", default=",".join(trace_predictors()))
     a = ap.parse_args(argv)
     preds = a.predictors.split(",")
-    bad = [p for p in preds if p not in PREDICTORS]
+    known = trace_predictors()  # the kinds registered with traces: true
+    bad = [p for p in preds if p not in known]
     if bad or a.first < 1:
-        print(f"--predictors must be qr and/or wls and --first >= 1, got {a.predictors!r}, {a.first}", file=sys.stderr)
+        print(
+            f"--predictors must be among {', '.join(known)} and --first >= 1, got {a.predictors!r}, {a.first}",
+            file=sys.stderr,
+        )
         return 2
 
     for p in a.traces:

@@ -26,6 +26,7 @@ from mara.core.config import ConfigError
 from mara.core.registry import TRACE_BANDS, TRACE_COUNTS, TraceKeys
 from mara.core.runlog import log as runlog
 from mara.curves.bank import default_bank_path, load_bank, stand_in_note
+from mara.predictors.estimates import Estimates
 from mara.predictors.factory import predictor_from
 from mara.sched.interface import Decision
 from mara.traces.replay import PENDING, RUNNING, JobState, replay
@@ -99,11 +100,11 @@ class PredictedCount:
     (wraps any trace scheduler); the simulator ends a job when it reaches its target."""
 
     def __init__(self, inner, tl, bank, predictor, band: int, prior: np.ndarray, every_s: float = 0.0):
-        self.inner, self.tl, self.bank, self.predictor, self.band = inner, tl, bank, predictor, band
+        self.inner, self.tl, self.bank, self.band = inner, tl, bank, band
+        self.estimates = Estimates(predictor)  # each (job, batches seen) asked once
         self.prior = np.asarray(prior, dtype=np.float64)  # count before the prefix says anything
         self.name, self.caps = inner.name, inner.caps
-        self.min_obs = int(getattr(predictor, "min_obs", 4))
-        self.cache: dict = {}  # (job, batches seen) -> remaining batches
+        self.min_obs = self.estimates.min_obs
         # the predictor is asked at most once per ``every_s`` s of trace time (0: at every decision); in between a
         # job's estimate is its last one less the batches it has run since (a job first warm in between: its prior)
         self.every_s, self.asked_at, self.asked = float(every_s), -np.inf, False
@@ -131,16 +132,14 @@ class PredictedCount:
                     n0, b = self.last[int(jobs[i])]
                     est[i] = max((b - (seen[i] - n0)) * scale[i], 1.0)
             return est
-        need = [i for i in warm if (int(jobs[i]), int(seen[i])) not in self.cache]
-        if need:
-            q = prefix_band(self.predictor, tl, bank, jobs[need], seen[need])
-            self.asked = True
-            for i, b in zip(need, q[:, self.band]):
-                self.cache[(int(jobs[i]), int(seen[i]))] = float(b)
-        for i in warm:
-            b = self.cache[(int(jobs[i]), int(seen[i]))]
-            self.last[int(jobs[i])] = (int(seen[i]), b)
-            est[i] = max(b * scale[i], 1.0)
+        if not warm.size:
+            return est
+        j = jobs[warm]
+        q, asked = self.estimates.remembered(j, bank, tl.row[j], seen[warm], tl.target[j], tl.family[j])
+        self.asked = self.asked or asked
+        for i, b in zip(warm, q[:, self.band]):
+            self.last[int(jobs[i])] = (int(seen[i]), float(b))
+            est[i] = max(float(b) * scale[i], 1.0)
         return est
 
     def decide(self, now: int, arrivals: np.ndarray) -> Decision:
@@ -156,20 +155,6 @@ class PredictedCount:
         d = self.inner.decide(now, arrivals)
         d.unplanned = d.work_events = True  # the simulator finds the finish when the job reaches its target
         return d
-
-
-def prefix_band(predictor, tl, bank, jobs: np.ndarray, seen: np.ndarray) -> np.ndarray:
-    """The predictor's band of remaining bank batches to each job's target, from its first ``seen`` batches of loss
-    (``jobs``, ``seen`` [n], seen >= 1). -> [n, 3] (lo, median, hi)"""
-    rows, n = tl.row[jobs], np.asarray(seen, dtype=np.int64)
-    H = int(n.max())
-    S, L = bank.S[rows, :H].copy(), bank.L[rows, :H].copy()
-    pad = np.arange(H)[None, :] >= n[:, None]
-    S[pad], L[pad] = np.nan, np.nan
-    cap = (bank.lengths[rows] - n).astype(np.float64)
-    return predictor.predict_quantiles(
-        S, L, n, tl.target[jobs], cap, bank.batch_size[rows], bank.lr[rows], family=tl.family[jobs]
-    )
 
 
 def replay_target_window(trace, w, ts, keys: TraceKeys, bank, predictor=None, every_s: float = 0.0):

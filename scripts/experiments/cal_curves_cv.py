@@ -17,10 +17,10 @@ import argparse
 import numpy as np
 
 from mara.curves.bank import default_bank_path, load_bank
+from mara.predictors.bands.conformal import conformal_offset, conformal_score
+from mara.predictors.bands.level_shift import apply_level_shifts, level_shifts
 from mara.predictors.factory import predictor_config, predictor_from
-from mara.predictors.level_shift import apply_level_shifts, level_shifts
-from mara.predictors.queries import cal_bank_path, query_inputs, untrained_cal_queries
-from mara.predictors.uncertainty import conformal_offset, conformal_score
+from mara.predictors.prefix import cal_bank_path, query_inputs, untrained_cal_queries
 
 BINS = (10, 20)
 

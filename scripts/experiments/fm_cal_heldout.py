@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from mara.curves.bank import default_bank_path, load_bank
-from mara.predictors.calibrated import held_out_family_coverage
 from mara.predictors.factory import predictor_from
+from mara.predictors.fm.calibrated import held_out_family_coverage
 
 
 def main() -> None:

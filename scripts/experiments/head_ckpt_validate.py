@@ -1,4 +1,4 @@
-"""Decision-head checkpoints side by side on validation curves only (mara.predictors.context_validate's ``validate``):
+"""Decision-head checkpoints side by side on validation curves only (mara.predictors.qr_ctx.validate's ``validate``):
 fm_val (the trained families: the ID task set's validation) and the cal curves' halves (RL, ViT: the OOD task sets'
 validation) — MAE, q10–q90 coverage and band width of each, all queries and per observation-count bin.
 
@@ -18,9 +18,9 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from mara.curves.bank import default_bank_path, load_bank
-from mara.predictors.context_validate import print_table, validate
 from mara.predictors.factory import predictor_config, predictor_from
-from mara.predictors.queries import build_queries, cal_bank_path, query_inputs
+from mara.predictors.prefix import build_queries, cal_bank_path, query_inputs
+from mara.predictors.qr_ctx.validate import print_table, validate
 
 
 def coverage_scaled(q: np.ndarray, truth: np.ndarray, k: float) -> tuple[float, float]:

@@ -15,7 +15,7 @@ import mara.allocators.slack as slack
 from mara.allocators.lara import LARA
 from mara.allocators.rules import EDF, FIFO
 from mara.curves.bank import default_bank_path, load_bank
-from mara.predictors.wls import WLSPredictor
+from mara.predictors.baselines.wls import WLSPredictor
 from mara.sim.env import BatchedEnv, run_episodes
 from mara.sim.workload import PAPER_TASK_SETS, EpisodeBatch, generate_episodes
 

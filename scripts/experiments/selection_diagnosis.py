@@ -19,7 +19,7 @@ from mara.allocators.slack import SlackRule
 from mara.bounds.clairvoyant_k import clairvoyant_k_batch
 from mara.curves.bank import default_bank_path, load_bank
 from mara.eval.runner import chosen_tasks
-from mara.predictors.truth import TruthPredictor
+from mara.predictors.baselines.truth import TruthPredictor
 from mara.sim.env import BatchedEnv, TaskStatus
 from mara.sim.workload import PAPER_TASK_SETS, generate_episodes
 

@@ -1,6 +1,6 @@
 """LC-PFN as a remaining-batches predictor: the crossing of ε read off the network's marginal distributions.
 
-The observed prefix is normalised as LC-PFN reads curves (``lcpfn_data.normalise_prefix``: t = s / T, y = 1 − L /
+The observed prefix is normalised as LC-PFN reads curves (``lcpfn.data.normalise_prefix``: t = s / T, y = 1 − L /
 L_max); the network gives, at query times every ``query_every`` batches up to the task's cap, a distribution over y.
 For a curve that rises (the loss falls), "crossed ε by batch s" is "y(s) ≥ y_ε", so P(crossed by s) is read as
 1 − CDF_s(y_ε), made non-decreasing in s (running maximum; 0 at the prefix end, where y < y_ε). The remaining batches
@@ -22,15 +22,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mara.core.config import plain_config
+from mara.core.config import SHIPPED_CKPT_DIR, plain_config
 from mara.core.safe_load import check_kind, load_checkpoint, net_from
-from mara.curves.bank import SHIPPED_BANKS_DIR, default_bank_path
-from mara.predictors.lcpfn_data import normalise_prefix
-from mara.predictors.lcpfn_net import PFNTransformer
-from mara.predictors.quantile import check_levels
+from mara.predictors.factory import shipped_checkpoint
+from mara.predictors.lcpfn.data import normalise_prefix
+from mara.predictors.lcpfn.net import PFNTransformer
+from mara.predictors.qr.levels import check_levels
 
-CKPT_DIR = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
-PRIOR_CKPT = CKPT_DIR / "lcpfn_prior.ckpt"
+PRIOR_CKPT = SHIPPED_CKPT_DIR / "lcpfn_prior.ckpt"
 
 
 class _Net(PFNTransformer):
@@ -69,12 +68,7 @@ def load_lcpfn(path) -> tuple[PFNTransformer, dict]:
 
 def finetuned_ckpt_path(bank_path=None) -> Path:
     """``lcpfn_<bank>.ckpt``: the LC-PFN fine-tuned on a shipped bank's fm_train curves (else the default bank's)."""
-    if bank_path is not None:
-        bank = Path(bank_path).resolve()
-        own = CKPT_DIR / f"lcpfn_{bank.stem}.ckpt"
-        if bank.parent == SHIPPED_BANKS_DIR and own.exists():
-            return own
-    return CKPT_DIR / f"lcpfn_{default_bank_path().stem}.ckpt"
+    return shipped_checkpoint("lcpfn", bank_path)
 
 
 def crossing_quantiles(p_cross: np.ndarray, step: float, levels, cap: np.ndarray) -> np.ndarray:

@@ -7,7 +7,7 @@
 (qr_cal's level shifts were fitted on all cal curves: its cal rows are in-sample.) The workload's pool curves (the
 evaluation's) are never read. Every choice of the in-context head (k, members,
 whether the rule adopts it) is made on these numbers.
-CLI: ``python -m mara.predictors.context_validate [qr_ctx.ckpt=PATH] [predictors=qr,qr_cal,qr_ctx]``; the choices
+CLI: ``python -m mara.predictors.qr_ctx.validate [qr_ctx.ckpt=PATH] [predictors=qr,qr_cal,qr_ctx]``; the choices
 evidence: ``choice=k`` (the context alone, no network, per k) and ``choice=blend`` (the plain head's share).
 """
 
@@ -19,12 +19,11 @@ import time
 import numpy as np
 
 from mara.curves.bank import default_bank_path, load_bank
-from mara.predictors.context_head import ContextHeadPredictor, load_context_heads
-from mara.predictors.data import observe
-from mara.predictors.decision_data import decision_examples
 from mara.predictors.factory import predictor_from
-from mara.predictors.family_context import FamilyContext
-from mara.predictors.queries import build_queries, cal_bank_path, query_inputs
+from mara.predictors.prefix import build_queries, cal_bank_path, observe, query_inputs
+from mara.predictors.qr.data import decision_examples
+from mara.predictors.qr_ctx.family import FamilyContext
+from mara.predictors.qr_ctx.head import ContextHeadPredictor, load_context_heads
 
 OBS_BINS = ((4, 6), (6, 10), (10, 20), (20, 40), (40, 10**6))
 

@@ -1,5 +1,5 @@
 """FlowPredictorModule: trains the flow net with Eq. 8 and monitors remaining-batch MAE, budget accuracy and band
-coverage against WLS (torchmetrics, reduced over DDP ranks: ``mara.predictors.val_metrics``).
+coverage against WLS (torchmetrics, reduced over DDP ranks: ``mara.predictors.fm.val_metrics``).
 
 Batch shapes: ``x [B, H, 4]``, ``lengths [B]``, ``static [B, 4]``, ``y [B, K]`` (+ fixed ``z0 [B, K]``, ``u [B]`` in
 validation).
@@ -12,16 +12,16 @@ import numpy as np
 import torch
 
 from mara.core.safe_load import plain_lightning_checkpoint
-from mara.predictors.data import observe, true_remaining
-from mara.predictors.flow import fm_loss
-from mara.predictors.fm import FlowPredictor
-from mara.predictors.nets import FlowNet
-from mara.predictors.val_metrics import (
+from mara.predictors.baselines.wls import WLSPredictor
+from mara.predictors.fm.flow import fm_loss
+from mara.predictors.fm.nets import FlowNet
+from mara.predictors.fm.predictor import FlowPredictor
+from mara.predictors.fm.val_metrics import (
     RemainingBatchMetrics,
     rank_share,
     validation_budgets,
 )
-from mara.predictors.wls import WLSPredictor
+from mara.predictors.prefix import observe, true_remaining
 
 
 class FlowPredictorModule(L.LightningModule):

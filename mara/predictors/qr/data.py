@@ -26,13 +26,13 @@ import numpy as np
 
 from mara.curves.bank import CurveBank
 from mara.curves.calibrate import sample_eps_budget
-from mara.predictors.data import observe
-from mara.predictors.features import (
+from mara.predictors.baselines.wls import WLSPredictor
+from mara.predictors.prefix import (
     history_features,
+    observe,
     power_law_features,
     static_context,
 )
-from mara.predictors.wls import WLSPredictor
 
 N_STATIC = 9
 MIN_OBS = 4

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mara.predictors.uncertainty import DEFAULT_QUANTILES
+from mara.predictors.bands.conformal import DEFAULT_QUANTILES
 
 
 class ColdPrior:

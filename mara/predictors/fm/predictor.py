@@ -12,20 +12,20 @@ from typing import Mapping
 import numpy as np
 import torch
 
-from mara.core.config import plain_config
 from mara.core.safe_load import (
     check_kind,
     load_checkpoint,
     net_from,
+    save_net,
 )
 from mara.curves.bank import SHIPPED_BANKS_DIR, default_bank_path
-from mara.predictors.crossing import decode_crossing
-from mara.predictors.features import history_features, static_context
-from mara.predictors.flow import euler_sample, sobol_gaussian
-from mara.predictors.nets import FlowNet
-from mara.predictors.targets import DELTA, bin_edges, reconstruct_L
-from mara.predictors.uncertainty import DEFAULT_QUANTILES, apply_offset
-from mara.predictors.wls import WLSPredictor
+from mara.predictors.bands.conformal import DEFAULT_QUANTILES, apply_offset
+from mara.predictors.baselines.wls import WLSPredictor
+from mara.predictors.fm.crossing import decode_crossing
+from mara.predictors.fm.flow import euler_sample, sobol_gaussian
+from mara.predictors.fm.nets import FlowNet
+from mara.predictors.fm.targets import DELTA, bin_edges, reconstruct_L
+from mara.predictors.prefix import history_features, static_context
 
 MIN_OBS = 4
 
@@ -35,7 +35,7 @@ def default_ckpt_path(bank_path=None, variant: str | None = None) -> Path:
     shipped in the package (so ``bank=parametric`` gets the FM trained on parametric curves), else the default
     bank's. ``variant`` (``predictor.ckpt_variant``) names a later predictor, e.g. ``v3`` -> fm_zoo_v3.ckpt."""
 
-    ckpts = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
+    ckpts = Path(__file__).resolve().parents[2] / "data" / "checkpoints"
     suffix = f"_{variant}" if variant else ""
     if bank_path is not None:
         bank = Path(bank_path).resolve()
@@ -51,21 +51,7 @@ def default_ckpt_path(bank_path=None, variant: str | None = None) -> Path:
 def save_checkpoint(net: FlowNet, hparams: Mapping, path, extra: Mapping | None = None) -> Path:
     """Plain torch file: net state dict (incl. standardisation stats) + net hparams (+ extra info), tensors and plain
     values only (loads with ``weights_only=True``); ``recipe`` (in ``extra``) names the command that made it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    extra = plain_config(dict(extra or {}))
-    recipe = extra.pop("recipe", None)
-    torch.save(
-        {
-            "kind": "fm",
-            "state_dict": net.state_dict(),
-            "hparams": plain_config(dict(hparams)),
-            "extra": extra,
-            "recipe": recipe,
-        },
-        path,
-    )
-    return path
+    return save_net(path, "fm", net, hparams, extra)
 
 
 def load_net(path) -> tuple[FlowNet, dict]:
@@ -95,7 +81,7 @@ class FlowPredictor:
     past the threshold) and the band is widened to contain the WLS estimate plus ``widen`` (log1p)."""
 
     name = "fm"
-    supports_cache = True  # predict_* accept keys=/cache= (mara/predictors/cache.py)
+    supports_cache = True  # predict_* accept keys=/cache= (mara/predictors/fm/cache.py)
 
     def __init__(
         self,
@@ -198,7 +184,7 @@ class FlowPredictor:
 
         With a ``FlowSampleCache`` and one history key per row (``keys``; the key fixes the prefix, its end point and
         the horizon, hence all three), only keys not yet cached are computed, by the same row-wise code; cached rows
-        return the stored values exactly (mara/predictors/cache.py)."""
+        return the stored values exactly (mara/predictors/fm/cache.py)."""
         if cache is None or keys is None:
             edges, L_hat, c = self._sample(S, L, lengths, cap_remaining, batch_size, lr, n_samples, n_steps)
             return edges, L_hat, self.novelty_from_context(c)

@@ -2,7 +2,7 @@
 
 Same network as the decision head (``QuantileNet``: GRU over the history features + a static vector → non-crossing
 quantiles of log(1 + remaining batches)), its static vector extended by the family-context features
-(mara/predictors/family_context.py: the nearest reference curves' remaining batches to ε, absolute and relative, and
+(mara/predictors/qr_ctx/family.py: the nearest reference curves' remaining batches to ε, absolute and relative, and
 how near they are). Reference curves: the bank's fm_train curves of the task's family, else (a family the head never
 trained on) the ``cal`` curves beside the bank (``context.cal_bank``); a family with neither gets no context (the
 head is trained with context dropped for a share of its examples, so it answers without). An ensemble (several
@@ -13,7 +13,7 @@ the heads never trained on gets the in-context head alone (the plain head never 
 ``ContextHeadPredictor`` has the decision head's interface: ``predict_remaining`` (0.5 level), ``predict_quantiles``
 → [B, 3] at ``band`` (lo, 0.5, hi), each a trained level. Fewer than ``min_obs`` observations → the cap (cold).
 With ``recalibrate``, the band of a family the head never trained on is shifted level by level (as qr_cal's,
-mara/predictors/level_shift.py) on its cal curves, cross-fitted: each half of them is queried with the other half as
+bands/level_shift.py) on its cal curves, cross-fitted: each half of them is queried with the other half as
 its reference curves, so no query reads its own curve.
 
 Shapes: ``B`` tasks, ``H`` history, ``Q`` trained levels.
@@ -29,16 +29,16 @@ import torch
 
 from mara.core.config import ConfigError, plain_config
 from mara.core.safe_load import CheckpointError, check_kind, load_checkpoint, net_from
-from mara.curves.bank import SHIPPED_BANKS_DIR, default_bank_path, load_bank
-from mara.predictors.decision_data import MIN_OBS, N_STATIC, decision_inputs
-from mara.predictors.family_context import N_CONTEXT, FamilyContext
-from mara.predictors.level_shift import apply_level_shifts, level_shifts
-from mara.predictors.quantile import check_levels, level_index
-from mara.predictors.quantile_head import QuantileNet, load_heads
-from mara.predictors.quantile_head import default_ckpt_path as plain_ckpt_path
-from mara.predictors.queries import cal_bank_path, query_inputs, untrained_cal_queries
+from mara.curves.bank import default_bank_path, load_bank
+from mara.predictors.bands.level_shift import apply_level_shifts, level_shifts
+from mara.predictors.factory import shipped_checkpoint
+from mara.predictors.prefix import cal_bank_path, query_inputs, untrained_cal
+from mara.predictors.qr.data import MIN_OBS, N_STATIC, decision_inputs
+from mara.predictors.qr.head import QuantileNet, ensemble_log1p, load_heads, warm_quantiles
+from mara.predictors.qr.head import default_ckpt_path as plain_ckpt_path
+from mara.predictors.qr.levels import check_levels, level_index
+from mara.predictors.qr_ctx.family import N_CONTEXT, FamilyContext
 
-CKPT_DIR = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 KIND = "qr_ctx"
 RECIPE = "python -m mara.predictors.context_train"  # what a checkpoint of this kind was trained by
 N_STATIC_CTX = N_STATIC + N_CONTEXT
@@ -70,12 +70,7 @@ def reference_context(bank_path, cal_bank="beside", k: int = 8) -> FamilyContext
 
 def default_ckpt_path(bank_path=None) -> Path:
     """``mara/data/checkpoints/qr_ctx_<bank>.ckpt`` for a shipped bank that has one, else the default bank's."""
-    if bank_path is not None:
-        bank = Path(bank_path).resolve()
-        own = CKPT_DIR / f"{KIND}_{bank.stem}.ckpt"
-        if bank.parent == SHIPPED_BANKS_DIR and own.exists():
-            return own
-    return CKPT_DIR / f"{KIND}_{default_bank_path().stem}.ckpt"
+    return shipped_checkpoint(KIND, bank_path)
 
 
 def save_context_head(nets, hparams: Mapping, path, extra: Mapping | None = None) -> Path:
@@ -196,13 +191,10 @@ class ContextHeadPredictor:
         """Level shifts of the band for the families the head never trained on, on their cal curves cross-fitted in
         two halves (module docstring); none without cal curves."""
         self.shifts, self.shift_bins = {}, tuple(int(b) for b in obs_bins)
-        extra = cal_bank_path(bank_path, cal_bank, "predictor.recalibrate.cal_bank")
-        if extra is None:
+        found = untrained_cal(bank_path, cal_bank, obs_every, seed, "predictor.recalibrate.cal_bank")
+        if found is None:
             return
-        cal = load_bank(extra)
-        q = untrained_cal_queries(load_bank(bank_path), cal, obs_every, seed)
-        if q is None:
-            return
+        cal, q = found
         half = np.random.default_rng([seed, 7]).random(len(cal)) < 0.5
         band = np.empty((len(q["rows"]), 3))
         for h in (True, False):
@@ -216,38 +208,22 @@ class ContextHeadPredictor:
 
     def all_quantiles(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None) -> np.ndarray:
         """Remaining batches at every trained level [B, Q], within [0, cap]; cold tasks (< min_obs) get the cap."""
-        lengths = np.asarray(lengths, np.int64)
-        cap = np.asarray(cap_remaining, np.float64)
-        out = np.repeat(cap[:, None], len(self.levels), axis=1)
-        warm = np.flatnonzero(lengths >= self.min_obs)
-        if len(warm):
-            sub = lambda a: np.asarray(a)[warm]  # noqa: E731
-            x, st = context_inputs(
-                self.context,
-                sub(S),
-                sub(L),
-                lengths[warm],
-                sub(eps),
-                cap[warm],
-                sub(batch_size),
-                sub(lr),
-                None if family is None else sub(family),
-            )
-            args = (
-                torch.from_numpy(x.astype(np.float32)),
-                torch.from_numpy(lengths[warm]),
-                torch.from_numpy(st.astype(np.float32)),
-            )
-            with torch.inference_mode():
-                q = np.mean([n.quantiles_log1p(*args).double().numpy() for n in self.nets], axis=0)
-                if self.plain and family is not None:
-                    mix = np.isin(np.asarray(family)[warm].astype(str), list(self.trained))
-                    if mix.any():
-                        plain_args = (args[0][mix], args[1][mix], args[2][mix, : st.shape[1] - N_CONTEXT])
-                        qp = np.mean([n.quantiles_log1p(*plain_args).double().numpy() for n in self.plain], axis=0)
-                        q[mix] = (1 - self.blend) * q[mix] + self.blend * qp
-            out[warm] = np.clip(np.expm1(q), 0.0, cap[warm, None])
-        return out
+
+        lengths, cap = np.asarray(lengths, np.int64), np.asarray(cap_remaining, np.float64)
+
+        def warm_log1p(warm, sub):
+            fam = None if family is None else sub(family)
+            n = sub(lengths)
+            x, st = context_inputs(self.context, sub(S), sub(L), n, sub(eps), sub(cap), sub(batch_size), sub(lr), fam)
+            q = ensemble_log1p(self.nets, x, n, st)
+            if self.plain and family is not None:
+                mix = np.isin(np.asarray(fam).astype(str), list(self.trained))
+                if mix.any():  # the plain head reads the static inputs without the family context
+                    qp = ensemble_log1p(self.plain, x[mix], n[mix], st[mix, : st.shape[1] - N_CONTEXT])
+                    q[mix] = (1 - self.blend) * q[mix] + self.blend * qp
+            return q
+
+        return warm_quantiles(lengths, cap_remaining, self.min_obs, len(self.levels), warm_log1p)
 
     def predict_quantiles(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None) -> np.ndarray:
         """[B, 3] remaining batches at the band levels (lo, 0.5, hi); ordered, within [0, cap]."""

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from mara.curves.bank import CurveBank
-from mara.predictors.lcpfn_prior import sample_curves
+from mara.predictors.lcpfn.prior import sample_curves
 
 MIN_RISE = 0.05  # y(x_N) − y(x_1): below it the curve is almost flat and the affine map amplifies its shape
 MIN_LOSS_FRAC = 0.05  # the synthetic loss stays above this share of the template's last loss

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from mara.curves.bank import CurveBank
-from mara.predictors.data import observe
-from mara.predictors.lcpfn_prior import sample_curves
+from mara.predictors.lcpfn.prior import sample_curves
+from mara.predictors.prefix import observe
 
 PRIOR_EPOCHS = 100  # the paper's m: prior curves are functions of epochs 1..m
 

@@ -24,10 +24,10 @@ import numpy as np
 
 from mara.core.config import ConfigError
 from mara.curves.bank import SPLITS, default_bank_path, load_bank
-from mara.predictors.cold import ColdPrior
-from mara.predictors.fm import FlowPredictor
-from mara.predictors.queries import build_queries, cal_bank_path, query_inputs, untrained_cal_queries
-from mara.predictors.uncertainty import apply_offset, band_metrics, conformal_offset
+from mara.predictors.bands.cold import ColdPrior
+from mara.predictors.bands.conformal import apply_offset, band_metrics, conformal_offset
+from mara.predictors.fm.predictor import FlowPredictor
+from mara.predictors.prefix import build_queries, cal_bank_path, query_inputs, untrained_cal_queries
 
 OBS_BINS = (10, 20)  # n_obs bins [.., 10), [10, 20), [20, ..)
 ROUNDOFF = 1e-9  # log1p batches: a relative 1e-9 of the band's ends

@@ -1,13 +1,13 @@
 """The decision head: quantiles of the remaining batches to ε, learned by quantile regression.
 
 ``QuantileNet`` (plain nn.Module): GRU over the standardised history features + the standardised static vector
-(mara/predictors/decision_data.py) → Q non-crossing quantiles of log(1 + remaining batches) (standardised target).
+(mara/predictors/qr/data.py) → Q non-crossing quantiles of log(1 + remaining batches) (standardised target).
 An ensemble (several trained heads, e.g. training seeds) averages the members' quantiles of log(1 + batches) level
 by level (stays non-crossing); ``ckpt_path`` may name one file or a list, and one file may hold several members.
 ``QuantileHeadPredictor`` gives the simulator the same interface as the flow predictor: ``predict_remaining`` (the
 0.5 level) and ``predict_quantiles`` → [B, 3] at the configured ``band`` levels (lo, 0.5, hi), each one of the
 trained levels, read directly (no extrapolation). Fewer than 4 observations → the cap (cold), as for FM and WLS;
-with a ``cold`` prior (``mara/predictors/cold.py``) → its nearest-curve quantiles at the same band levels, and NaN (no
+with a ``cold`` prior (``bands/cold.py``) → its nearest-curve quantiles at the same band levels, and NaN (no
 estimate) for a family without training curves.
 
 Shapes: ``B`` tasks, ``H`` history, ``Q`` trained levels.
@@ -28,21 +28,22 @@ from mara.core.safe_load import (
     check_kind,
     load_checkpoint,
     net_from,
+    save_net,
 )
-from mara.curves.bank import SHIPPED_BANKS_DIR, SPLITS, default_bank_path, load_bank
-from mara.predictors.cold import ColdPrior
-from mara.predictors.decision_data import MIN_OBS, N_STATIC, decision_inputs
-from mara.predictors.level_shift import apply_level_shifts, level_shifts
-from mara.predictors.nets import HistoryEncoder, Standardizer
-from mara.predictors.quantile import (
+from mara.curves.bank import SPLITS, default_bank_path, load_bank
+from mara.predictors.bands.cold import ColdPrior
+from mara.predictors.bands.level_shift import apply_level_shifts, level_shifts
+from mara.predictors.factory import shipped_checkpoint
+from mara.predictors.fm.nets import HistoryEncoder, Standardizer
+from mara.predictors.prefix import query_inputs, untrained_cal
+from mara.predictors.qr.data import MIN_OBS, N_STATIC, decision_inputs
+from mara.predictors.qr.levels import (
     DEFAULT_LEVELS,
     check_levels,
     level_index,
     monotone_quantiles,
 )
-from mara.predictors.queries import cal_bank_path, query_inputs, untrained_cal_queries
 
-CKPT_DIR = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 SHIFT_BINS = (10, 20)  # n_obs bins of the level shifts: [4, 10), [10, 20), [20, ..) (early prefixes miss most)
 
 
@@ -82,30 +83,12 @@ class QuantileNet(nn.Module):
 def default_ckpt_path(bank_path=None) -> Path:
     """``mara/data/checkpoints/qr_<bank>.ckpt``: the shipped head trained on a shipped bank's fm_train curves, else
     (another bank, or a shipped bank without its own head) the default bank's, as for the FM checkpoint."""
-    if bank_path is not None:
-        bank = Path(bank_path).resolve()
-        own = CKPT_DIR / f"qr_{bank.stem}.ckpt"
-        if bank.parent == SHIPPED_BANKS_DIR and own.exists():
-            return own
-    return CKPT_DIR / f"qr_{default_bank_path().stem}.ckpt"
+    return shipped_checkpoint("qr", bank_path)
 
 
 def save_head(net: QuantileNet, hparams: Mapping, path, extra: Mapping | None = None) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    extra = plain_config(dict(extra or {}))
-    recipe = extra.pop("recipe", None)
-    torch.save(
-        {
-            "kind": "qr",
-            "state_dict": net.state_dict(),
-            "hparams": plain_config(dict(hparams)),
-            "extra": extra,
-            "recipe": recipe,
-        },
-        path,
-    )
-    return path
+    """One member's checkpoint (kind ``qr``; ``recipe`` in ``extra`` names the command that made it)."""
+    return save_net(path, "qr", net, hparams, extra)
 
 
 def save_ensemble(paths, out) -> Path:
@@ -192,13 +175,10 @@ class QuantileHeadPredictor:
         """Level shifts of the band for the families the head never trained on, fitted on their ``cal`` curves
         (``cal_bank``: ``beside`` = ``<bank>_cal.parquet`` next to the bank, or a path); none when there are none."""
         self.shifts, self.shift_bins = {}, tuple(int(b) for b in obs_bins)
-        extra = cal_bank_path(bank_path, cal_bank)
-        if extra is None:
+        found = untrained_cal(bank_path, cal_bank, obs_every, seed)
+        if found is None:
             return
-        cal = load_bank(extra)
-        q = untrained_cal_queries(load_bank(bank_path), cal, obs_every, seed)
-        if q is None:
-            return
+        cal, q = found
         band = self.all_quantiles(*query_inputs(cal, q, obs_every))
         self.shifts = level_shifts(
             band[:, self.band_idx], q["truth"], self.quantiles, cal.family[q["rows"]], q["n_obs"], self.shift_bins
@@ -206,22 +186,14 @@ class QuantileHeadPredictor:
 
     def all_quantiles(self, S, L, lengths, eps, cap_remaining, batch_size, lr) -> np.ndarray:
         """Remaining batches at every trained level [B, Q], within [0, cap]; cold tasks (< min_obs) get the cap."""
-        lengths = np.asarray(lengths, np.int64)
-        cap = np.asarray(cap_remaining, np.float64)
-        out = np.repeat(cap[:, None], len(self.levels), axis=1)
-        warm = np.flatnonzero(lengths >= self.min_obs)
-        if len(warm):
-            sub = lambda a: np.asarray(a)[warm]  # noqa: E731
-            x, st = decision_inputs(sub(S), sub(L), lengths[warm], sub(eps), cap[warm], sub(batch_size), sub(lr))
-            args = (
-                torch.from_numpy(x.astype(np.float32)),
-                torch.from_numpy(lengths[warm]),
-                torch.from_numpy(st.astype(np.float32)),
-            )
-            with torch.inference_mode():
-                q = np.mean([n.quantiles_log1p(*args).double().numpy() for n in self.nets], axis=0)
-            out[warm] = np.clip(np.expm1(q), 0.0, cap[warm, None])
-        return out
+
+        lengths, cap = np.asarray(lengths, np.int64), np.asarray(cap_remaining, np.float64)
+
+        def warm_log1p(warm, sub):
+            x, st = decision_inputs(sub(S), sub(L), sub(lengths), sub(eps), sub(cap), sub(batch_size), sub(lr))
+            return ensemble_log1p(self.nets, x, sub(lengths), st)
+
+        return warm_quantiles(lengths, cap_remaining, self.min_obs, len(self.levels), warm_log1p)
 
     def predict_quantiles(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None) -> np.ndarray:
         """[B, 3] remaining batches at the band levels (lo, 0.5, hi); ordered, within [0, cap]. With a ``cold`` prior,
@@ -252,6 +224,31 @@ class QuantileHeadPredictor:
     def predict_remaining(self, S, L, lengths, eps, cap_remaining, batch_size, lr, family=None) -> np.ndarray:
         """The learned median [B]."""
         return self.predict_quantiles(S, L, lengths, eps, cap_remaining, batch_size, lr, family=family)[:, 1]
+
+
+def ensemble_log1p(nets, x, lengths, static) -> np.ndarray:
+    """The members' mean log(1 + remaining batches) at every level: history features x [W, H, 4], lengths [W],
+    static [W, n] -> [W, Q]."""
+    args = (
+        torch.from_numpy(x.astype(np.float32)),
+        torch.from_numpy(np.asarray(lengths, np.int64)),
+        torch.from_numpy(static.astype(np.float32)),
+    )
+    with torch.inference_mode():
+        return np.mean([n.quantiles_log1p(*args).double().numpy() for n in nets], axis=0)
+
+
+def warm_quantiles(lengths, cap_remaining, min_obs: int, n_levels: int, warm_log1p) -> np.ndarray:
+    """Remaining batches [B, Q] within [0, cap]: ``warm_log1p(warm, sub)`` (``sub(a)``: ``a``'s rows ``warm``) gives
+    the log(1 + batches) quantiles of the tasks with ``min_obs`` observations or more; the others get the cap."""
+    lengths = np.asarray(lengths, np.int64)
+    cap = np.asarray(cap_remaining, np.float64)
+    out = np.repeat(cap[:, None], n_levels, axis=1)
+    warm = np.flatnonzero(lengths >= min_obs)
+    if len(warm):
+        q = warm_log1p(warm, lambda a: np.asarray(a)[warm])
+        out[warm] = np.clip(np.expm1(q), 0.0, cap[warm, None])
+    return out
 
 
 def cold_prior_from(cc, bank_path, band):

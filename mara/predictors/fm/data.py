@@ -15,21 +15,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from mara.curves.bank import CurveBank
-from mara.predictors.augment import draw_stretch, stretched_bank
-from mara.predictors.features import history_features, static_context
-from mara.predictors.targets import DELTA, bin_edges, interp_C, interval_targets
-
-
-def observe(bank: CurveBank, rows: np.ndarray, n_obs: np.ndarray, obs_every: int = 10):
-    """Histories as the simulator emits them: S, L [E, max n_obs] (zero-padded) at s = obs_every·(1..n)."""
-    rows, n_obs = np.asarray(rows), np.asarray(n_obs, np.int64)
-    H = int(n_obs.max())
-    s = obs_every * np.arange(1, H + 1)[None, :].repeat(len(rows), 0)  # batches
-    valid = np.arange(H)[None, :] < n_obs[:, None]
-    s_idx = np.where(valid, s - 1, 0)
-    S = np.where(valid, s * bank.batch_size[rows][:, None].astype(np.float64), 0.0)
-    L = np.where(valid, bank.L[rows[:, None], s_idx], 0.0)
-    return S, L
+from mara.predictors.fm.augment import draw_stretch, stretched_bank
+from mara.predictors.fm.targets import DELTA, bin_edges, interp_C, interval_targets
+from mara.predictors.prefix import history_features, observe, static_context, true_remaining
 
 
 @dataclass
@@ -127,15 +115,6 @@ def val_queries(
     eps = bank.L[r, t - 1] * rng.uniform(0.95, 1.05, size=len(r))
     keep = bank.L[r, s0 - 1] > eps
     return r[keep], n_obs[keep], eps[keep]
-
-
-def true_remaining(bank: CurveBank, rows, n_obs, eps, obs_every: int = 10):
-    """Capped true remaining batches from the prefix end and the remaining cap: ([E], [E])."""
-    s0 = np.asarray(n_obs) * obs_every
-    cap = bank.lengths[rows] - s0
-    first = bank.first_crossing(rows, eps)
-    rem = np.where(first > s0, first - s0, 0)
-    return np.minimum(rem, cap).astype(np.float64), cap
 
 
 def remaining_mae(predictor, bank: CurveBank, queries, obs_every: int = 10) -> float:

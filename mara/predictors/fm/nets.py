@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from mara.predictors.features import FEATURE_SETS, N_STATIC_BY_SET
+from mara.predictors.prefix import FEATURE_SETS, N_STATIC_BY_SET
 
 
 class Standardizer(nn.Module):
