@@ -70,7 +70,8 @@ class _StateUnpickler(pickle.Unpickler):
         ("numpy", "ndarray"),
         ("numpy", "dtype"),
         ("mara.sim.workload", "EpisodeBatch"),
-        ("mara.sim.env", "Observation"),
+        ("mara.sim.env", "Observation"),  # where older files name it
+        ("mara.sim.observation", "Observation"),
     }
 
     def find_class(self, module: str, name: str):

@@ -20,7 +20,7 @@ from tests.conftest import compose_config
 REPO = Path(__file__).resolve().parents[1]
 # The composed `mat` config of each recipe, recorded from the recipe files that trained the shipped policies
 # (default: mara_qr_zoo_seed*, band: mara_zoo_seed*, hetero: experiment=hetero's MARA-QR, suite: mara_suite_zoo_seed*,
-# suite_nodes: mara_nodes_zoo_seed*, suite_ppo: the MARA-suite-ppo runs of docs/allocators.md "PPO across the suite")
+# suite_nodes: mara_nodes_zoo_seed*, suite_ppo: the MARA-suite-ppo runs of docs/mara.md "PPO across the suite")
 # and the stored
 # paper-protocol tables (clone, paper). A change here changes what those numbers mean.
 EXPECTED = json.loads((REPO / "tests" / "data" / "mat_recipes.json").read_text())
@@ -176,8 +176,8 @@ def test_documented_overrides_compose(overrides, changed):
         assert "token_q" not in mat["net"] and mat["net"]["features"] == "v3"
 
 
-def test_the_allocators_page_says_when_to_use_each_recipe():
-    page = (REPO / "docs" / "allocators.md").read_text()
+def test_the_mara_page_says_when_to_use_each_recipe():
+    page = (REPO / "docs" / "mara.md").read_text()
     rows = [line for line in page.splitlines() if line.startswith("| `")]
     for name in RECIPES:
         assert any(line.startswith(f"| `{name}`") for line in rows), name

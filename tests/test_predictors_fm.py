@@ -138,7 +138,7 @@ def test_shipped_checkpoint_follows_the_bank(tmp_path, monkeypatch):
     """``ckpt_path: null`` -> the FM trained on the bank in use (fm_<bank>.ckpt), else the default bank's."""
     from mara.curves import bank as bank_mod
     from mara.curves.bank import shipped_bank_path
-    from mara.predictors.fm.predictor import predictor as fm_mod
+    from mara.predictors.fm import predictor as fm_mod
 
     ckdir = fm_mod.Path(fm_mod.__file__).resolve().parents[2] / "data" / "checkpoints"
     assert fm_mod.default_ckpt_path(shipped_bank_path("parametric")) == ckdir / "fm_parametric.ckpt"
