@@ -192,5 +192,11 @@ def test_regenerated_real_curves_equal_the_shipped_shards(tmp_path):
     assert why is None and (record["seed"], record["batch_size"]) == (shipped["seed"], shipped["batch_size"])
     got, want = np.asarray(record["losses"]), np.asarray(shipped["losses"])
     assert len(got) == len(want) == 700
-    # bit for bit on the CPU kind the bank was made on (measured: max |diff| 0); float rounding elsewhere
-    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+    # bit for bit on the CPU kind the bank was made on (measured: max |diff| 0). On another CPU kind the first
+    # batches differ in the last bits (measured on one: 1.2e-7 at batch 1, 1e-6 by batch 200) and 700 SGD steps
+    # amplify that into another trajectory (0.70 by batch 700): batch for batch up to float rounding over the
+    # first 200 batches, and the whole curve where the kind is the bank's
+    scale = np.abs(want).max()
+    assert np.abs(got - want)[:200].max() <= 1e-5 * scale
+    if np.abs(got - want)[:200].max() == 0:
+        assert np.abs(got - want).max() <= 1e-4 * scale
