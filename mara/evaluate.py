@@ -26,7 +26,8 @@ from mara.core.config import (
     with_shipped_policies,
 )
 from mara.core.registry import method, method_files
-from mara.core.rundir import checkpoint_digests, earlier_results, folder_of, refuse_other_results, run_folder
+from mara.core.results import checkpoint_digests, earlier_results, refuse_other_results
+from mara.core.rundir import folder_of, run_folder
 from mara.core.runlog import Progress, log, setup_logging
 from mara.eval.lofo import run_lofo_experiment
 from mara.eval.prediction_cli import run_prediction

@@ -22,8 +22,8 @@ from conftest import compose_config
 
 from mara.core.cli import run_cli
 from mara.live.job import TrainingJob
+from mara.live.ray_pool import RayPool
 from mara.live.run import live_main
-from mara.live.workers import RayPool
 
 ray = pytest.importorskip("ray")
 

@@ -112,8 +112,7 @@ def test_clone_suite_learns_settings_of_different_sizes():
     """Two settings with their own M and K, labels a fixed function of the tokens (serve the slots whose first feature
     is largest, up to M): cloning on both raises the agreement on both."""
     from mara.mat.features import n_features
-    from mara.mat.imitation import agreement
-    from mara.mat.suite import clone_suite
+    from mara.mat.imitation import agreement, clone
 
     torch.manual_seed(0)
     F = n_features("v3")[1]
@@ -126,7 +125,7 @@ def test_clone_suite_learns_settings_of_different_sizes():
         data.append({"tokens": tok, "present": present, "actions": torch.where(ok, order, torch.full_like(order, K))})
     pol = MATPolicy(n_slots=4, n_nodes=2, d_model=32, d_ff=64, decoder="plackett_luce", features="v3")
     before = [agreement(pol, d) for d in data]
-    losses = clone_suite(pol, data, epochs=25, lr=3e-3, batch_size=128, generator=torch.Generator().manual_seed(0))
+    losses = clone(pol, data, epochs=25, lr=3e-3, batch_size=128, generator=torch.Generator().manual_seed(0))
     after = [agreement(pol, d) for d in data]
     assert losses[-1] < losses[0]
     assert all(a > 0.6 and a > b + 0.3 for a, b in zip(after, before)), (before, after)

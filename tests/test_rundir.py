@@ -14,7 +14,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from mara.core import rundir
+from mara.core import results, rundir
 from mara.core.config import CONF_DIR, ConfigError
 from mara.evaluate import evaluate
 
@@ -148,11 +148,11 @@ def test_changed_checkpoint_is_evaluated_again(tmp_path):
     base = {"protocol": {"episodes": 1}, "bank": "b", "method_overrides": over}
     row = {"method": "MARA", "success_rate": 0.5}
     (tmp_path / "results.json").write_text(
-        json.dumps({**base, "rows": [row], "checkpoint_digests": rundir.checkpoint_digests(over)})
+        json.dumps({**base, "rows": [row], "checkpoint_digests": results.checkpoint_digests(over)})
     )
-    assert rundir.earlier_results(tmp_path / "results.json", base, ["MARA"]).done == {"MARA": [row]}
+    assert results.earlier_results(tmp_path / "results.json", base, ["MARA"]).done == {"MARA": [row]}
     ckpt.write_bytes(b"two")  # same path, another policy
-    assert rundir.earlier_results(tmp_path / "results.json", base, ["MARA"]).done == {}
+    assert results.earlier_results(tmp_path / "results.json", base, ["MARA"]).done == {}
 
 
 def test_fresh_sets_everything_aside(tmp_path, small_bank):

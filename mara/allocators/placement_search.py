@@ -39,6 +39,7 @@ import numpy as np
 
 from mara.allocators.placement import assign_nodes, demand, displace_running
 from mara.allocators.slack import SKIP, SlackRule, slack_keys, slack_stage
+from mara.core.paths import at_least
 from mara.sim.env import IDLE, WARMUP_OBS, Observation
 
 
@@ -276,12 +277,9 @@ class PlanRule:
         displace_at: str = "median",
         arrivals: bool = False,
     ) -> None:
-        if samples < 1:
-            raise ValueError(f"Plan.samples must be >= 1, got {samples}")
-        if horizon < 1:
-            raise ValueError(f"Plan.horizon must be >= 1, got {horizon}")
-        if min_gain < 0:
-            raise ValueError(f"Plan.min_gain must be >= 0, got {min_gain}")
+        at_least("Plan.samples", samples, 1)
+        at_least("Plan.horizon", horizon, 1)
+        at_least("Plan.min_gain", min_gain, 0)
         self.rule = SlackRule(warm_obs=warm_obs, displace=displace, displace_at=displace_at)
         self.warm_obs, self.samples, self.horizon = int(warm_obs), int(samples), int(horizon)
         self.min_gain, self.seed, self.band, self.displace = (

@@ -34,6 +34,7 @@ from statistics import NormalDist
 import numpy as np
 
 from mara.allocators.placement import place
+from mara.core.paths import at_least
 from mara.sched.interface import NEVER, Decision
 from mara.sched.slack import COLD, FINISHABLE, HOPELESS, SKIP, TraceView, slack_allocation, slack_keys
 from mara.sim.env import IDLE, WARMUP_OBS, Observation
@@ -103,8 +104,7 @@ class SlackRule:
             raise ValueError(f"Slack.caps must be elasticflow or table, got {caps!r}")
         # on traces: finishable with ``margin`` x time to deadline to spare; GPU caps per job; set-up seconds charged
         self.margin, self.caps, self.overhead = float(margin), caps, bool(overhead)
-        if warm_obs < 1:
-            raise ValueError(f"Slack.warm_obs must be >= 1, got {warm_obs}")
+        at_least("Slack.warm_obs", warm_obs, 1)
         if quantile is not None and not 0.0 < float(quantile) < 1.0:
             raise ValueError(f"Slack.quantile must lie in (0, 1) or be null, got {quantile}")
         if slack_at not in ("median", "quantile"):
@@ -112,8 +112,7 @@ class SlackRule:
         self.warm_obs = int(warm_obs)
         self.quantile = None if quantile is None else float(quantile)
         self.slack_at, self.band = slack_at, (float(band[0]), float(band[1]))
-        if displace_margin < 0:
-            raise ValueError(f"Slack.displace_margin must be >= 0, got {displace_margin}")
+        at_least("Slack.displace_margin", displace_margin, 0)
         if displace_at not in ("median", "upper"):
             raise ValueError(f"Slack.displace_at must be 'median' or 'upper', got {displace_at!r}")
         # the placement's displacement move on unequal nodes (placement.py): the displaced task must keep

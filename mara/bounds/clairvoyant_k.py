@@ -210,22 +210,16 @@ def clairvoyant_k_episode(
 
 
 def clairvoyant_k_batch(
-    arrival,
-    deadline,
-    need,
-    n_tasks,
-    n_nodes: int = 7,
-    max_active: int = 10,
-    time_limit_s: float = 10.0,
-    node_speed=None,
+    arrival, deadline, need, n_tasks, n_nodes: int = 7, node_speed=None, **episode_kw
 ) -> list[ClairvoyantResult]:
-    """Per-episode :func:`clairvoyant_k_episode` over padded ``[E, N]`` arrays; ``time_limit_s`` per episode."""
+    """Per-episode :func:`clairvoyant_k_episode` over padded ``[E, N]`` arrays; ``episode_kw``: its other settings
+    (``max_active``, ``time_limit_s`` per episode). ``node_speed`` is checked once, before any episode."""
     if node_speed is not None:
         node_speed = [int(v) for v in node_speed]
         if len(node_speed) != n_nodes or min(node_speed) < 1:
             raise ValueError(f"node_speed must be {n_nodes} positive integers, got {node_speed}")
     return per_episode(
-        lambda b, d, q: clairvoyant_k_episode(b, d, q, n_nodes, max_active, time_limit_s, node_speed=node_speed),
+        lambda b, d, q: clairvoyant_k_episode(b, d, q, n_nodes, node_speed=node_speed, **episode_kw),
         arrival,
         deadline,
         need,

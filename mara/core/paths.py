@@ -17,3 +17,9 @@ def conf_dir(*parts: str) -> Path:
 
 class ConfigError(ValueError):
     """A configuration mistake, reported as one line by the entry points."""
+
+
+def at_least(name: str, value, low, error: type[Exception] = ValueError) -> None:
+    """Raise ``error("<name> must be >= <low>, got <value>")`` where ``value < low``: one line naming the setting."""
+    if value < low:
+        raise error(f"{name} must be >= {low}, got {value}")

@@ -32,11 +32,11 @@ from mara.live.job import (
     to_device,
 )
 from mara.live.jobfile import UserJob, load_jobfile, parse_jobs, with_budget
+from mara.live.pools import make_pool, pool_options
 from mara.live.progress import say_worker_failures, step_reporter, tensorboard_writer
 from mara.live.report import STATUS, say, write_report
 from mara.live.settings import LiveSettings
 from mara.live.validation import fixed_order, has_validation_step, validate
-from mara.live.workers import make_pool, pool_options
 
 JOBS_BANK = "job_curves.parquet"
 #: the sizes the shipped MARA policy was trained for (mara/data/checkpoints/mara_live.ckpt; docs/live.md)

@@ -23,10 +23,12 @@ from mara.eval.settings import bank_at
 from mara.live.driver import replay, run_live
 from mara.live.episode import live_tasks, scaled_family_params
 from mara.live.jobs import run_jobs
+from mara.live.pools import make_pool, pool_options
 from mara.live.progress import say_worker_failures, step_reporter, tensorboard_writer
+from mara.live.ray_pool import check_ray_cluster
 from mara.live.report import say, write_report
 from mara.live.settings import LiveOptions, LiveSettings, live_settings
-from mara.live.workers import check_ray_cluster, make_pool, pool_options, preload_datasets
+from mara.live.workers import preload_datasets
 from mara.predictors.factory import predictor_from
 from mara.preflight import preflight
 

@@ -30,6 +30,14 @@ from mara.sim.settings import SimSettings
 from mara.sim.workload import PAPER_TASK_SETS, EpisodeBatch, generate_episodes
 
 EVAL_ROOTS = range(0, 5)
+#: validation.json's fields, each the callback's state entry it shows
+SUMMARY_NAMES = {
+    "best_ckpt": "best_path",
+    "best_iteration": "best_iteration",
+    "val_success_rate": "best_score",
+    "val_baselines": "baselines",
+    "history": "history",
+}
 
 
 def validation_episodes(
@@ -182,13 +190,9 @@ class ValidationCallback(L.Callback):
             (self.dirpath / "validation.json").write_text(json.dumps(self.summary(), indent=1))
 
     def summary(self) -> dict:
-        return {
-            "best_ckpt": self.best_path,
-            "best_iteration": self.best_iteration,
-            "val_success_rate": self.best_score,
-            "val_baselines": self.baselines,
-            "history": self.history,
-        }
+        """validation.json: the callback's state (:meth:`state_dict`) under the names the report reads."""
+        state = self.state_dict()
+        return {name: state[key] for name, key in SUMMARY_NAMES.items()}
 
     def state_dict(self) -> dict:
         return {

@@ -193,18 +193,32 @@ def merge(a: dict | None, b: dict) -> dict:
 
 def clone(
     policy: MATPolicy,
-    data: dict,
+    data: dict | list[dict],
     epochs: int,
     lr: float,
     batch_size: int,
     generator: torch.Generator,
     max_grad_norm: float = 1.0,
 ) -> list[float]:
-    """Behaviour cloning: minimise −log π(teacher joint action | state) over ``data``. Returns mean loss per epoch."""
-    n = len(data["actions"])
+    """Behaviour cloning: minimise −log π(teacher joint action | state) over ``data``. Returns mean loss per epoch.
+    ``data``: one setting's states, or a list of several settings' states: then each minibatch comes from one
+    setting and every setting's minibatches are shuffled together per epoch."""
+    if isinstance(data, dict):
+        n = len(data["actions"])
 
-    def minibatches():
-        return ((data, idx) for idx in torch.split(torch.randperm(n, generator=generator), batch_size))
+        def minibatches():
+            return ((data, idx) for idx in torch.split(torch.randperm(n, generator=generator), batch_size))
+
+    else:
+        n = max(sum(len(d["actions"]) for d in data), 1)
+
+        def minibatches():
+            batches = [
+                (d, idx)
+                for d in data
+                for idx in torch.split(torch.randperm(len(d["actions"]), generator=generator), batch_size)
+            ]
+            return [batches[j] for j in torch.randperm(len(batches), generator=generator).tolist()]
 
     return clone_epochs(policy, epochs, lr, max_grad_norm, minibatches, n)
 

@@ -27,7 +27,7 @@ import torch
 from mara.mat.features import token_options
 from mara.mat.imitation import (
     agreement,
-    clone_epochs,
+    clone,
     collect_labelled_states,
     merge,
     node_agreement,
@@ -45,30 +45,6 @@ def suite_settings(imitation: ImitationSettings, default_teacher: str) -> list[S
 def rollout_setting(iteration: int, n_settings: int) -> int:
     """The setting PPO iteration ``iteration`` collects its rollout in: the settings in turn, each the same share."""
     return iteration % max(n_settings, 1)
-
-
-def clone_suite(
-    policy: MATPolicy,
-    datasets: list[dict],
-    epochs: int,
-    lr: float,
-    batch_size: int,
-    generator: torch.Generator,
-    max_grad_norm: float = 1.0,
-) -> list[float]:
-    """Behaviour cloning on several settings' data: −log π(teacher's joint action | state), each minibatch from one
-    setting, every setting's minibatches shuffled together per epoch. -> mean loss per epoch."""
-    n_all = sum(len(d["actions"]) for d in datasets)
-
-    def minibatches():
-        batches = [
-            (d, idx)
-            for d in datasets
-            for idx in torch.split(torch.randperm(len(d["actions"]), generator=generator), batch_size)
-        ]
-        return [batches[j] for j in torch.randperm(len(batches), generator=generator).tolist()]
-
-    return clone_epochs(policy, epochs, lr, max_grad_norm, minibatches, max(n_all, 1))
 
 
 def imitate_suite(
@@ -105,7 +81,7 @@ def imitate_suite(
             )
             held_out.append(agreement(policy, new) if r > 0 else None)
             data[i] = merge(data[i], new)
-        losses = clone_suite(policy, data, cfg.epochs, float(cfg.lr), cfg.batch_size, g)
+        losses = clone(policy, data, cfg.epochs, float(cfg.lr), cfg.batch_size, g)
         rec = {
             "round": r,
             "states": sum(len(d["actions"]) for d in data),

@@ -253,6 +253,54 @@ def _tee(lines: Iterable[str], out) -> Iterator[str]:
         yield line
 
 
+def _peer_command(python: Path, cluster: str, schedule: str, trace: Path, logdir: Path, slot: int) -> list[str]:
+    """The peer simulator's command line (run in its scheduler folder) for one trace, cluster and schedule."""
+    return [
+        str(python),
+        "scheduler.py",
+        f"--cluster_spec=cluster_specs/{cluster}.csv",
+        "--print",
+        f"--scheme={'gandiva' if schedule == 'gandiva' else 'elastic'}",
+        f"--trace_file={trace}",
+        f"--schedule={schedule}",
+        f"--log_path={logdir}",
+        "--simulation=True",
+        f"--scheduling_slot={slot}",
+        "--gpu_type=A100",
+    ]
+
+
+def _run_logged(cmd: list[str], cwd: Path, err_path: Path, nice: int, time_limit_s, keep_log: Path | None):
+    """Run ``cmd`` in ``cwd`` at lower priority, its stderr into ``err_path``, reading its printed log as it goes
+    (also into ``keep_log``), killed past ``time_limit_s``. -> (log, exit status, wall s, CPU s, killed)."""
+    with open(err_path, "w") as err:
+        t0, c0 = time.perf_counter(), children_cpu_seconds()
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=err, text=True, errors="replace")
+        _lower_priority(proc.pid, nice)
+        killed = threading.Event()
+
+        def _kill():
+            killed.set()
+            proc.kill()
+
+        timer = threading.Timer(time_limit_s, _kill) if time_limit_s else None
+        if timer:
+            timer.start()
+        try:
+            if keep_log is None:
+                log = scan_log(proc.stdout)
+            else:
+                Path(keep_log).parent.mkdir(parents=True, exist_ok=True)
+                with open(keep_log, "w") as kept:
+                    log = scan_log(_tee(proc.stdout, kept))
+            rc = proc.wait()
+        finally:
+            if timer:
+                timer.cancel()
+        seconds, cpu = time.perf_counter() - t0, children_cpu_seconds() - c0
+    return log, rc, seconds, cpu, killed.is_set()
+
+
 def run_peer(
     trace: Path,
     cluster: str,
@@ -282,45 +330,9 @@ def run_peer(
             )
         logdir = Path(tmp) / "log"
         logdir.mkdir()
-        cmd = [
-            str(python),
-            "scheduler.py",
-            f"--cluster_spec=cluster_specs/{cluster}.csv",
-            "--print",
-            f"--scheme={'gandiva' if schedule == 'gandiva' else 'elastic'}",
-            f"--trace_file={trace}",
-            f"--schedule={schedule}",
-            f"--log_path={logdir}",
-            "--simulation=True",
-            f"--scheduling_slot={slot}",
-            "--gpu_type=A100",
-        ]
+        cmd = _peer_command(python, cluster, schedule, trace, logdir, slot)
         err_path = Path(tmp) / "stderr.txt"
-        with open(err_path, "w") as err:
-            t0, c0 = time.perf_counter(), children_cpu_seconds()
-            proc = subprocess.Popen(cmd, cwd=sched, stdout=subprocess.PIPE, stderr=err, text=True, errors="replace")
-            _lower_priority(proc.pid, nice)
-            killed = threading.Event()
-
-            def _kill():
-                killed.set()
-                proc.kill()
-
-            timer = threading.Timer(time_limit_s, _kill) if time_limit_s else None
-            if timer:
-                timer.start()
-            try:
-                if keep_log is None:
-                    log = scan_log(proc.stdout)
-                else:
-                    Path(keep_log).parent.mkdir(parents=True, exist_ok=True)
-                    with open(keep_log, "w") as kept:
-                        log = scan_log(_tee(proc.stdout, kept))
-                rc = proc.wait()
-            finally:
-                if timer:
-                    timer.cancel()
-            seconds, cpu = time.perf_counter() - t0, children_cpu_seconds() - c0
+        log, rc, seconds, cpu, killed = _run_logged(cmd, sched, err_path, nice, time_limit_s, keep_log)
         result = PeerResult(
             method,
             schedule,
@@ -331,7 +343,7 @@ def run_peer(
             accepted=log.accepted,
             declined=log.declined,
         )
-        if killed.is_set():
+        if killed:
             result.status = "timeout"
             return result
         final = logdir / "final_result.csv"

@@ -57,28 +57,7 @@ OUT = REPO_ROOT / "docs" / "fidelity" / "trace_fidelity"
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m mara.peers fidelity", description=__doc__.splitlines()[0])
-    ap.add_argument("--case", action="append", help="a fidelity case (repeatable; default: all)")
-    ap.add_argument("--method", action="append", help="EDF or ElasticFlow (repeatable; default: both)")
-    ap.add_argument("--recorded", action="store_true", help="use the peer's recorded results instead of running it")
-    ap.add_argument("--time-limit", type=float, default=900.0, help="seconds per run of either side (default 900)")
-    ap.add_argument(
-        "--ours-override",
-        action="append",
-        default=None,
-        help=f"override for our command, replacing the default {' '.join(WHOLE_FILE)} (repeatable)",
-    )
-    ap.add_argument("--out", type=Path, default=OUT, help="table path without suffix (.md and .json are written)")
-    ap.add_argument(
-        "--merge",
-        action="store_true",
-        help="add this run's rows to the table at --out (same case and method replaced) instead of writing a new one",
-    )
-    ap.add_argument("--record", type=Path, default=DEFAULT_RECORD, help="the peer's results file")
-    ap.add_argument("--peer-logs", type=Path, help="keep each peer run's printed log here, as <case>_<method>.log")
-    ap.add_argument("--peer-root", type=Path, default=DEFAULT_PEER_ROOT)
-    ap.add_argument("--venv", type=Path, default=DEFAULT_VENV)
-    args = ap.parse_args(argv)
+    args = _parser().parse_args(argv)
     check_limit(args.time_limit, "--time-limit")
     methods = args.method or list(CORE_METHODS)
     for m in methods:
@@ -134,6 +113,37 @@ def main(argv=None) -> None:
             rows.append(row)
             print(markdown_table([row]).splitlines()[-1], flush=True)
     print("\n" + markdown_table(rows))
+    _write_table(args, rows, argv)
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m mara.peers fidelity", description=__doc__.splitlines()[0])
+    ap.add_argument("--case", action="append", help="a fidelity case (repeatable; default: all)")
+    ap.add_argument("--method", action="append", help="EDF or ElasticFlow (repeatable; default: both)")
+    ap.add_argument("--recorded", action="store_true", help="use the peer's recorded results instead of running it")
+    ap.add_argument("--time-limit", type=float, default=900.0, help="seconds per run of either side (default 900)")
+    ap.add_argument(
+        "--ours-override",
+        action="append",
+        default=None,
+        help=f"override for our command, replacing the default {' '.join(WHOLE_FILE)} (repeatable)",
+    )
+    ap.add_argument("--out", type=Path, default=OUT, help="table path without suffix (.md and .json are written)")
+    ap.add_argument(
+        "--merge",
+        action="store_true",
+        help="add this run's rows to the table at --out (same case and method replaced) instead of writing a new one",
+    )
+    ap.add_argument("--record", type=Path, default=DEFAULT_RECORD, help="the peer's results file")
+    ap.add_argument("--peer-logs", type=Path, help="keep each peer run's printed log here, as <case>_<method>.log")
+    ap.add_argument("--peer-root", type=Path, default=DEFAULT_PEER_ROOT)
+    ap.add_argument("--venv", type=Path, default=DEFAULT_VENV)
+    return ap
+
+
+def _write_table(args, rows: list[dict], argv) -> None:
+    """The table at ``args.out`` (.md and .json), each row stamped with this run's date and command; with
+    ``--merge`` laid over the rows already there."""
     args.out.parent.mkdir(parents=True, exist_ok=True)
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     command = "python -m mara.peers fidelity " + " ".join(sys.argv[1:] if argv is None else argv)

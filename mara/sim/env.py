@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mara.core.paths import at_least
 from mara.curves.bank import NEVER, CurveBank
 from mara.predictors.protocol import WARMUP_OBS, check_first_obs
 from mara.sim.estimates import EstimateRefresh
@@ -67,12 +68,9 @@ class BatchedEnv(EstimateRefresh):
         node_speed=None,
         switch_cost: int = 0,
     ) -> None:
-        if n_nodes < 1:
-            raise ValueError(f"sim.nodes must be >= 1, got {n_nodes}")
-        if max_active < 1:
-            raise ValueError(f"sim.max_active must be >= 1, got {max_active}")
-        if obs_every < 1:
-            raise ValueError(f"sim.obs_every must be >= 1, got {obs_every}")
+        at_least("sim.nodes", n_nodes, 1)
+        at_least("sim.max_active", max_active, 1)
+        at_least("sim.obs_every", obs_every, 1)
         if queue_capacity is not None and queue_capacity < 0:
             raise ValueError(f"sim.queue_capacity must be >= 0 or null (unbounded), got {queue_capacity}")
         if curve_source is not None and getattr(predictor, "privileged", False):

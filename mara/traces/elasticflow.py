@@ -117,18 +117,10 @@ class TraceElasticFlow:
         starts, gpus = [], []
         held = -1
         rem = it
-        for k in range(p):
+        for k in range(len(bps)):
             fk = fits[k]
-            g = prev if fk > prev else fk
-            if g != held:
-                starts.append(bps[k])
-                gpus.append(g)
-                held = g
-            if g:
-                rem -= durs[k] * sp[g]
-        for k in range(p, len(bps)):
-            fk = fits[k]
-            g = q if fk > q else fk
+            level = prev if k < p else q
+            g = level if fk > level else fk
             if g != held:
                 starts.append(bps[k])
                 gpus.append(g)
@@ -137,7 +129,7 @@ class TraceElasticFlow:
                 continue
             v = sp[g]
             done = durs[k] * v
-            if done >= rem:
+            if k >= p and done >= rem:
                 left = math.ceil(rem / v)
                 return starts, gpus, bps[k] + left, bps[k] - (-left // slot) * slot, bps[k] + left <= self.ddl[j]
             rem -= done

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from mara.core.files import write_text_atomic
-from mara.core.rundir import EarlierResults, checkpoint_digests, earlier_results
+from mara.core.results import EarlierResults, checkpoint_digests, earlier_results
 from mara.traces.schema import SIZE_CLASSES
 
 
@@ -85,6 +85,14 @@ def _scope(p: dict) -> str:
     return f"windows of {p['window_s']} s after {p['warmup_s']} s of warm-up"
 
 
+def _breakdown(summ: dict, methods: list, key: str, columns: list, title: str) -> list[str]:
+    """A markdown section: one row per method, one column per group of ``summ[method][key]`` (deadline met ± s.e.)."""
+    lines = ["", f"## {title}", "", "| method | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for m in methods:
+        lines.append(f"| {m} | " + " | ".join(_pm(summ[m][key].get(c, (np.nan, np.nan))) for c in columns) + " |")
+    return lines
+
+
 def trace_markdown(res: dict) -> str:
     """results.md of a trace run."""
     p, summ = res["protocol"], res["summary"]
@@ -111,25 +119,9 @@ def trace_markdown(res: dict) -> str:
             f"{_pm(s['queue_h'])} | {_pm(s['gpu_utilisation'])} | {res['timings'][m]:.1f} |"
         )
     classes = [c for c in SIZE_CLASSES if any(c in summ[m]["by_size"] for m in methods)]
-    lines += [
-        "",
-        "## Deadline met by job size (GPUs asked)",
-        "",
-        "| method | " + " | ".join(classes) + " |",
-        "|---|" + "---|" * len(classes),
-    ]
-    for m in methods:
-        lines.append(f"| {m} | " + " | ".join(_pm(summ[m]["by_size"].get(c, (np.nan, np.nan))) for c in classes) + " |")
+    lines += _breakdown(summ, methods, "by_size", classes, "Deadline met by job size (GPUs asked)")
     models = sorted({k for m in methods for k in summ[m]["by_model"]})
-    lines += [
-        "",
-        "## Deadline met by model",
-        "",
-        "| method | " + " | ".join(models) + " |",
-        "|---|" + "---|" * len(models),
-    ]
-    for m in methods:
-        lines.append(f"| {m} | " + " | ".join(_pm(summ[m]["by_model"].get(k, (np.nan, np.nan))) for k in models) + " |")
+    lines += _breakdown(summ, methods, "by_model", models, "Deadline met by model")
     lines += [
         "",
         "## Decision time",

@@ -12,6 +12,7 @@ protocol is reused (``eval.resume``, default true).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -160,40 +161,24 @@ def run_trace(run: TraceRunSettings, out: Path, log=print) -> dict:
     )
     protocol, settings = trace_protocol(ts, trace, windows), method_settings(run.methods)
     earlier = earlier_trace_results(out, protocol, settings, run.resume)
-    rows, timings, cpu_timings, windows_info, occupancy = [], {}, {}, [], {}
+    t = TraceTally()
     for method in run.methods:
         name = method.name
-        if reuse(name, earlier, rows, windows_info, timings, cpu_timings, log):
+        if reuse(name, earlier, t.rows, t.windows, t.timings, t.cpu, log):
             continue
-        timings[name] = cpu_timings[name] = 0.0
+        t.timings[name] = t.cpu[name] = 0.0
         if method.bound is not None:
-            timings[name], cpu_timings[name] = bound_windows(
-                name, method.bound, trace, windows, ts, rows, windows_info, log
-            )
+            t.timings[name], t.cpu[name] = bound_windows(name, method.bound, trace, windows, ts, t.rows, t.windows, log)
             continue
         for w in windows:
             jobs, scored, rep, secs, cpu = replay_window(trace, w, ts, method.scheduler)
-            timings[name] += secs
-            cpu_timings[name] += cpu
-            rows.extend(job_rows(name, w, jobs, scored, rep))
-            windows_info.append(window_record(name, w.index, jobs, scored, rep, secs, ts.cluster.gpus))
-            if w is windows[0]:
-                occupancy[name] = (rep.occupancy_t - rep.occupancy_t[0], rep.occupancy)
+            t.cpu[name] += cpu
             log(
-                f"{name} window {w.index}: met {rep.met[scored].mean():.3f} of {int(scored.sum())} jobs in {secs:.1f} s"
+                t.add_window(
+                    name, w is windows[0], w, jobs, scored, rep, secs, ts, job_rows(name, w, jobs, scored, rep)
+                )
             )
-    return write_trace_results(
-        rows,
-        windows_info,
-        occupancy,
-        protocol,
-        timings,
-        out,
-        tensorboard=run.tensorboard,
-        cpu_timings=cpu_timings,
-        method_settings=settings,
-        earlier=earlier,
-    )
+    return t.write(protocol, out, run, settings, earlier)
 
 
 def bound_windows(name: str, bound: dict, trace: Trace, windows, ts: TraceSettings, rows, windows_info, log):
@@ -224,6 +209,42 @@ def bound_windows(name: str, bound: dict, trace: Trace, windows, ts: TraceSettin
         )
         log(f"{name} window {w.index}: at most {ub:.0f} of {n} jobs met ({ub / max(n, 1):.3f}), {secs:.1f} s")
     return secs, cpu
+
+
+@dataclass
+class TraceTally:
+    """A trace run's results so far: job rows, per-window records, wall and CPU seconds per method, and each
+    method's occupancy over its first window (the figure)."""
+
+    rows: list = field(default_factory=list)
+    windows: list = field(default_factory=list)
+    timings: dict = field(default_factory=dict)
+    cpu: dict = field(default_factory=dict)
+    occupancy: dict = field(default_factory=dict)
+
+    def add_window(self, name: str, first: bool, w, jobs, scored, rep, secs: float, ts: TraceSettings, rows) -> str:
+        """Record method ``name``'s replay of window ``w`` (its job ``rows``); -> the window's log line."""
+        self.timings[name] += secs
+        self.rows.extend(rows)
+        self.windows.append(window_record(name, w.index, jobs, scored, rep, secs, ts.cluster.gpus))
+        if first:
+            self.occupancy[name] = (rep.occupancy_t - rep.occupancy_t[0], rep.occupancy)
+        return f"{name} window {w.index}: met {rep.met[scored].mean():.3f} of {int(scored.sum())} jobs in {secs:.1f} s"
+
+    def write(self, protocol: dict, out: Path, run: TraceRunSettings, settings: dict, earlier: EarlierTrace) -> dict:
+        """results.json / results.md / figure / TensorBoard of the run, merged with the folder's earlier results."""
+        return write_trace_results(
+            self.rows,
+            self.windows,
+            self.occupancy,
+            protocol,
+            self.timings,
+            out,
+            tensorboard=run.tensorboard,
+            cpu_timings=self.cpu,
+            method_settings=settings,
+            earlier=earlier,
+        )
 
 
 def window_record(name: str, window: int, jobs, scored, rep, secs: float, gpus: int) -> dict:

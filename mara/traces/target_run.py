@@ -30,8 +30,9 @@ from mara.predictors.estimates import Estimates
 from mara.predictors.factory import predictor_from
 from mara.sched.interface import Decision
 from mara.traces.replay import PENDING, RUNNING, JobState, replay
-from mara.traces.report import earlier_trace_results, write_trace_results
+from mara.traces.report import earlier_trace_results
 from mara.traces.run import (
+    TraceTally,
     bound_windows,
     build_scheduler,
     job_rows,
@@ -39,7 +40,6 @@ from mara.traces.run import (
     reuse,
     trace_protocol,
     trace_windows,
-    window_record,
 )
 from mara.traces.schema import SCHEMAS, SIZE_CLASSES, size_class, window_jobs
 from mara.traces.settings import TraceRunSettings
@@ -235,40 +235,25 @@ def run_target_loss(run: TraceRunSettings, out: Path, log=print, bank=None) -> d
     }
     settings = target_method_settings(run, counts)
     earlier = earlier_trace_results(out, protocol, settings, run.resume)
-    rows, timings, windows_info, occupancy = [], {}, [], {}
+    t = TraceTally()
     for method in run.methods:
         name, keys, predictor = method.name, method.keys, None
-        if reuse(name, earlier, rows, windows_info, timings, {}, log):
+        if reuse(name, earlier, t.rows, t.windows, t.timings, {}, log):
             continue
-        timings[name] = 0.0
+        t.timings[name] = 0.0
         if method.bound is not None:  # target-loss jobs' true counts are the trace's: the same bound
-            timings[name] = bound_windows(name, method.bound, trace, windows, ts, rows, windows_info, log)[0]
+            t.timings[name] = bound_windows(name, method.bound, trace, windows, ts, t.rows, t.windows, log)[0]
             continue
         if keys.count == "predicted":
             predictor = predictor_from(keys.predictor, bank.path)
         for w in windows:
             jobs, scored, rep, secs, tl = replay_target_window(trace, w, ts, keys, bank, predictor, ts.estimate_every_s)
-            timings[name] += secs
-            rows.extend(target_rows(name, w, jobs, scored, rep, tl))
-            windows_info.append(window_record(name, w.index, jobs, scored, rep, secs, ts.cluster.gpus))
-            if w is windows[0]:
-                occupancy[name] = (rep.occupancy_t - rep.occupancy_t[0], rep.occupancy)
-            short = float((tl.declared[scored] < tl.true[scored]).mean())
-            log(
-                f"{name} window {w.index}: met {rep.met[scored].mean():.3f} of {int(scored.sum())} jobs in {secs:.1f} s"
-                f" (declared count short of the true one: {short:.3f} of jobs)"
+            line = t.add_window(
+                name, w is windows[0], w, jobs, scored, rep, secs, ts, target_rows(name, w, jobs, scored, rep, tl)
             )
-    return write_trace_results(
-        rows,
-        windows_info,
-        occupancy,
-        protocol,
-        timings,
-        out,
-        tensorboard=run.tensorboard,
-        method_settings=settings,
-        earlier=earlier,
-    )
+            short = float((tl.declared[scored] < tl.true[scored]).mean())
+            log(f"{line} (declared count short of the true one: {short:.3f} of jobs)")
+    return t.write(protocol, out, run, settings, earlier)
 
 
 def target_rows(name: str, w, jobs, scored, rep, tl) -> list[dict]:

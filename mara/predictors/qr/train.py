@@ -162,19 +162,24 @@ def _fit_best(module, dm, tc, out: Path, ckpt_dir: Path, filename: str) -> tuple
     return trainer.current_epoch, float(ckpt_cb.best_model_score)
 
 
+def _data_module(bank, fit: HeadFitSettings, seed: int, train_examples: int, train_bank=None) -> DecisionDataModule:
+    """The head's examples: ``train_examples`` from ``train_bank``'s fm_train curves (default ``bank``), fm_val's."""
+    return DecisionDataModule(
+        bank,
+        seed=seed,
+        train_examples=train_examples,
+        val_examples=fit.val_examples,
+        batch_size=fit.batch_size,
+        obs_every=fit.obs_every,
+        train_bank=train_bank,
+    )
+
+
 def _pretrain_on_prior(module, bank, fit: HeadFitSettings, out: Path, seed: int) -> dict:
     """Train ``module`` on the LC-PFN prior's curves (``fit.pretrain``), early-stopped on ``bank``'s fm_val."""
     pt = fit.pretrain
     prior = prior_bank(bank, pt.prior_curves, np.random.default_rng([seed, 7]))
-    dm = DecisionDataModule(
-        bank,
-        seed=seed,
-        train_examples=pt.train_examples,
-        val_examples=fit.val_examples,
-        batch_size=fit.batch_size,
-        obs_every=fit.obs_every,
-        train_bank=prior,
-    )
+    dm = _data_module(bank, fit, seed, pt.train_examples, train_bank=prior)
     tc = replace(fit.train, max_epochs=pt.epochs, patience=pt.patience)
     t0, c0 = time.time(), time.process_time()
     epochs, best = _fit_best(module, dm, tc, out, out / "checkpoints_prior", "prior-{epoch:03d}")
@@ -194,14 +199,7 @@ def fit_quantile_head(bank, fit: HeadFitSettings, out, seed: int = 0) -> dict:
     L.seed_everything(seed, workers=True)
     torch.set_num_threads(tc.num_threads)
     out = Path(out)
-    dm = DecisionDataModule(
-        bank,
-        seed=seed,
-        train_examples=fit.train_examples,
-        val_examples=fit.val_examples,
-        batch_size=fit.batch_size,
-        obs_every=fit.obs_every,
-    )
+    dm = _data_module(bank, fit, seed, fit.train_examples)
     net_kw = dict(fit.net)
     module = QuantileHeadModule(net_kw, lr=tc.lr, weight_decay=tc.weight_decay, stats=dm.stats)
     pretrain = _pretrain_on_prior(module, bank, fit, out, seed) if fit.pretrain.enabled else None
