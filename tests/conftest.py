@@ -50,6 +50,22 @@ def linear_records(n_curves: int = 4, length: int = 60, family: str = "CNN_Cifar
     ]
 
 
+def lay_out_plugin(tmp_path: Path, monkeypatch, code: dict[str, str], conf: dict[str, str]) -> Path:
+    """A user's own modules (``code``: file name -> source) and configs (``conf``: path under the config folder ->
+    YAML) written under ``tmp_path``, the config folder on ``MARA_CONF_PATH`` and the code on ``sys.path`` (and the
+    subprocesses' ``PYTHONPATH``), as a user adds a method or a predictor without touching the package."""
+    import textwrap
+
+    code_dir, conf_dir = tmp_path / "code", tmp_path / "conf"
+    for path, text in [(code_dir / n, t) for n, t in code.items()] + [(conf_dir / n, t) for n, t in conf.items()]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip())
+    monkeypatch.setenv("MARA_CONF_PATH", str(conf_dir))
+    monkeypatch.syspath_prepend(str(code_dir))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(code_dir), str(REPO), os.environ.get("PYTHONPATH", "")]))
+    return tmp_path
+
+
 @pytest.fixture
 def linear_bank(tmp_path):
     """A one-family bank of identical linear curves (exact crossings known in closed form)."""

@@ -6,8 +6,6 @@
 from __future__ import annotations
 
 import json
-import os
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +16,7 @@ from mara.core.config import available_methods, load_method_cfg
 from mara.sched.interface import Decision
 from mara.sched.sizing import greedy_levels
 from mara.traces.replay import JobState, replay
-from tests.conftest import run_python
+from tests.conftest import lay_out_plugin, run_python
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -51,14 +49,9 @@ lists: []
 @pytest.fixture
 def latest_first(tmp_path, monkeypatch):
     """The two files, in a folder on ``MARA_CONF_PATH`` and ``sys.path`` (and the subprocesses' ``PYTHONPATH``)."""
-    code, conf = tmp_path / "code", tmp_path / "conf"
-    for path, text in ((code / "latest_first.py", RULE_MODULE), (conf / "method" / "LatestFirst.yaml", RULE_YAML)):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip())
-    monkeypatch.setenv("MARA_CONF_PATH", str(conf))
-    monkeypatch.syspath_prepend(str(code))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(code), str(REPO), os.environ.get("PYTHONPATH", "")]))
-    return tmp_path
+    return lay_out_plugin(
+        tmp_path, monkeypatch, {"latest_first.py": RULE_MODULE}, {"method/LatestFirst.yaml": RULE_YAML}
+    )
 
 
 def test_a_rule_written_once_runs_on_the_paper_protocol_a_trace_and_live(latest_first, small_bank):

@@ -10,8 +10,6 @@ in its registered style. Nothing else in the package is touched.
 from __future__ import annotations
 
 import json
-import os
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,7 @@ from omegaconf import OmegaConf
 from mara.core import registry
 from mara.core.config import CONF_DIR, ConfigError, available_methods, load_method_cfg
 from mara.mat.train import policy_method
-from tests.conftest import run_python
+from tests.conftest import lay_out_plugin, run_python
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -114,20 +112,16 @@ registry:
 @pytest.fixture
 def throwaway(tmp_path, monkeypatch):
     """The five files, in a folder on ``MARA_CONF_PATH`` and ``sys.path`` (and the subprocesses' ``PYTHONPATH``)."""
-    code, conf = tmp_path / "code", tmp_path / "conf"
-    for path, text in (
-        (code / "throwaway_rule.py", RULE_MODULE),
-        (conf / "method" / "Throwaway.yaml", RULE_YAML),
-        (code / "throwaway_predictor.py", PREDICTOR_MODULE),
-        (code / "throwaway_train.py", PREDICTOR_TRAINER),
-        (conf / "predictor" / "throw.yaml", PREDICTOR_YAML),
-    ):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip())
-    monkeypatch.setenv("MARA_CONF_PATH", str(conf))
-    monkeypatch.syspath_prepend(str(code))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(code), str(REPO), os.environ.get("PYTHONPATH", "")]))
-    return tmp_path
+    return lay_out_plugin(
+        tmp_path,
+        monkeypatch,
+        {
+            "throwaway_rule.py": RULE_MODULE,
+            "throwaway_predictor.py": PREDICTOR_MODULE,
+            "throwaway_train.py": PREDICTOR_TRAINER,
+        },
+        {"method/Throwaway.yaml": RULE_YAML, "predictor/throw.yaml": PREDICTOR_YAML},
+    )
 
 
 _run = run_python
